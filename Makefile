@@ -1,0 +1,79 @@
+# hearth: one binary, C11, warnings as errors. `make` builds build/hearth; `make test`
+# runs every test (tests/run). The CUDA backend is compiled only where nvcc is found.
+CC      ?= cc
+BUILD   ?= build
+OPT     ?= -O2
+CFLAGS  += -std=c11 $(OPT) -g -Wall -Wextra -Werror -Wshadow -Wno-unused-parameter \
+           -D_GNU_SOURCE -pthread -Isrc -MMD -MP
+LDLIBS  += -lm -pthread -lcjson
+
+LIB_SRC := $(wildcard src/*.c src/cpu/*.c)
+CLI_SRC := src/main.c $(wildcard src/cli/*.c)
+TEST_SRC := $(wildcard tests/unit/test_*.c)
+REF_SRC := $(wildcard tests/ref/*.c)
+
+LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
+CLI_OBJ := $(CLI_SRC:%.c=$(BUILD)/obj/%.o)
+REF_OBJ := $(REF_SRC:%.c=$(BUILD)/obj/%.o)
+TEST_BIN := $(TEST_SRC:tests/unit/%.c=$(BUILD)/tests/%)
+
+# SIMD kernels: compiled for AVX2/FMA/F16C, called only after a run-time CPU check.
+$(BUILD)/obj/src/quant_avx2.o: CFLAGS += -mavx2 -mfma -mf16c
+$(BUILD)/obj/src/cpu/%_avx2.o: CFLAGS += -mavx2 -mfma -mf16c
+
+NVCC ?= $(shell command -v nvcc 2>/dev/null || { test -x /usr/local/cuda/bin/nvcc && echo /usr/local/cuda/bin/nvcc; })
+CU_SRC := $(wildcard src/cuda/*.cu)
+ifneq ($(NVCC),)
+ifneq ($(CU_SRC),)
+CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
+CU_OBJ := $(CU_SRC:%.cu=$(BUILD)/obj/%.o)
+CFLAGS += -DHEARTH_CUDA
+LDLIBS += -L$(CUDA_HOME)/lib64 -lcudart_static -ldl -lrt -lstdc++
+NVFLAGS ?= -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -Isrc -DHEARTH_CUDA -Xcompiler -Wall,-Werror
+LIB_OBJ += $(CU_OBJ)
+endif
+endif
+
+.PHONY: all test tests clean fuzz asan
+all: $(BUILD)/hearth tests
+
+$(BUILD)/libhearth.a: $(LIB_OBJ)
+	@mkdir -p $(@D)
+	$(AR) rcs $@ $^
+
+$(BUILD)/hearth: $(CLI_OBJ) $(BUILD)/libhearth.a
+	$(CC) $(CFLAGS) -o $@ $(CLI_OBJ) $(BUILD)/libhearth.a $(LDLIBS)
+
+tests: $(TEST_BIN)
+
+$(BUILD)/tests/%: tests/unit/%.c $(REF_OBJ) $(BUILD)/libhearth.a tests/unit/harness.h
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -Itests -o $@ $< $(REF_OBJ) $(BUILD)/libhearth.a $(LDLIBS)
+
+$(BUILD)/obj/%.o: %.c
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -c -o $@ $<
+
+$(BUILD)/obj/%.o: %.cu
+	@mkdir -p $(@D)
+	$(NVCC) $(NVFLAGS) -c -o $@ $<
+
+test: all
+	tests/run
+
+# AddressSanitizer + UBSan build of everything, for the bad-input tests.
+asan:
+	$(MAKE) BUILD=build-asan OPT="-O1 -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all" \
+	    NVCC= all
+
+# libFuzzer target for the GGUF reader (clang).
+fuzz: build-fuzz/fuzz_gguf
+FUZZ_SRC := tests/fuzz/fuzz_gguf.c src/gguf.c src/util.c src/quant.c src/quant_avx2.c
+build-fuzz/fuzz_gguf: $(FUZZ_SRC)
+	@mkdir -p $(@D)
+	clang -std=c11 -g -O1 -D_GNU_SOURCE -Isrc -mavx2 -mfma -mf16c -fsanitize=fuzzer,address,undefined -o $@ $(FUZZ_SRC) -lm
+
+clean:
+	rm -rf build build-asan build-fuzz
+
+-include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(REF_OBJ:.o=.d)

@@ -1,0 +1,10 @@
+/* cli.h: the subcommands of `hearth`. Each takes argv from the command name on
+ * (argv[0] is "inspect", …) and returns the process exit code: 0 ok, 1 failure,
+ * 2 bad usage. Errors go to stderr as "hearth COMMAND: message". */
+#ifndef HEARTH_CLI_H
+#define HEARTH_CLI_H
+
+int cmd_inspect(int argc, char **argv);
+int cmd_gen(int argc, char **argv);
+
+#endif

@@ -1,0 +1,37 @@
+/* main.c: the one binary. `hearth COMMAND ...` dispatches to src/cli/. */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli/cli.h"
+
+static const struct {
+    const char *name;
+    int (*fn)(int argc, char **argv);
+    const char *what;
+} commands[] = {
+    {"inspect", cmd_inspect, "print a GGUF file's metadata and tensor table"},
+    {"gen", cmd_gen, "write a synthetic qwen35moe GGUF (tiny, small, q36)"},
+};
+
+static void usage(FILE *out) {
+    fprintf(out, "usage: hearth COMMAND [options]\n\ncommands:\n");
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        fprintf(out, "  %-10s %s\n", commands[i].name, commands[i].what);
+    fprintf(out, "\n`hearth COMMAND --help` for a command's options.\n");
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
+    }
+    if (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "help")) {
+        usage(stdout);
+        return 0;
+    }
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        if (!strcmp(argv[1], commands[i].name)) return commands[i].fn(argc - 1, argv + 1);
+    fprintf(stderr, "hearth: unknown command '%s'\n", argv[1]);
+    usage(stderr);
+    return 2;
+}
