@@ -56,4 +56,14 @@ float quant_dot(uint32_t t, const void *w, const void *a, int64_t n);
 float quant_dot_ref(uint32_t t, const void *w, const void *a, int64_t n); /* scalar path */
 bool quant_simd_active(void);              /* true when the AVX2/FMA kernels are in use */
 
+/* Activations for the CPU engine: quantize a float row x (n values) to the partner type of
+ * weight type wtype (Q8_K for K-quants, Q8_0 for Q8_0, a plain f32 copy for float weights),
+ * the way ggml's CPU backend does on x86, so dots see the same operands as llama.cpp. */
+void quant_quantize_act(uint32_t wtype, const float *x, void *dst, int64_t n);
+size_t quant_act_row_bytes(uint32_t wtype, int64_t n);    /* bytes quant_quantize_act writes */
+
+/* Internal: the AVX2/FMA kernels (src/quant_avx2.c). Call only through quant_dot, which
+ * runs them after the CPU check; the tests compare them with quant_dot_ref. */
+float quant_dot_avx2(uint32_t t, const void *w, const void *a, int64_t n);
+
 #endif

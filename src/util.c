@@ -26,7 +26,15 @@ int herr_wrap(herr *e, const char *fmt, ...) {
         vsnprintf(prefix, sizeof prefix, fmt, ap);
         va_end(ap);
         memcpy(old, e->msg, sizeof old);
-        snprintf(e->msg, sizeof e->msg, "%s: %s", prefix, old);
+        /* the message may lose its tail when the prefix is long: it stays NUL-terminated */
+        size_t pl = strlen(prefix);
+        if (pl > sizeof e->msg - 3) pl = sizeof e->msg - 3;
+        memcpy(e->msg, prefix, pl);
+        memcpy(e->msg + pl, ": ", 2);
+        size_t room = sizeof e->msg - pl - 3, ol = strlen(old);
+        if (ol > room) ol = room;
+        memcpy(e->msg + pl + 2, old, ol);
+        e->msg[pl + 2 + ol] = 0;
     }
     return -1;
 }

@@ -1,0 +1,117 @@
+/* bench.c: `hearth bench`: prompt and decode throughput like llama-bench (pp N: one
+ * prompt pass of N tokens into an empty sequence; tg N: N decode steps from an empty
+ * sequence), medians of repetitions after one warm-up, with the weight bytes a decoded
+ * token reads and the bandwidth that implies (STYLE 8). A benchmark, never a test. */
+#include "cli.h"
+#include "args.h"
+#include "../engine.h"
+#include "../quant.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* weight bytes one decoded token reads: every matrix, the routed experts at K/X, one embedding row */
+static double active_bytes(const model *m) {
+    const model_hparams *hp = &m->hp;
+    double total = (double)m->token_embd.row_bytes;
+    const gguf_file *f = m->file;
+    for (int64_t i = 0; i < gguf_n_tensors(f); i++) {
+        const gguf_tensor *t = gguf_tensor_at(f, i);
+        if (!strcmp(t->name, "token_embd.weight")) continue;
+        double b = (double)t->nbytes;
+        if (strstr(t->name, "_exps.")) b *= (double)hp->n_expert_used / (double)hp->n_expert;
+        total += b;
+    }
+    return total;
+}
+
+static void usage(FILE *o) {
+    fprintf(o, "usage: hearth bench -m FILE [-p 512] [-n 128] [-t threads] [-r reps] [--kv f16]\n"
+               "  prints pp (prompt) and tg (decode) tok/s, medians of reps after one warm-up\n");
+}
+
+int cmd_bench(int argc, char **argv) {
+    const char *path = NULL;
+    int64_t n_prompt = 512, n_gen = 128, threads = 0, reps = 5;
+    bool kv_f16 = false;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 0; }
+        else if (!strcmp(a, "-m")) { if (!v) goto bad; path = v; i++; }
+        else if (!strcmp(a, "-p")) { if (!arg_i64(a, v, 0, 1 << 20, &n_prompt, "bench")) return 2; i++; }
+        else if (!strcmp(a, "-n")) { if (!arg_i64(a, v, 0, 1 << 20, &n_gen, "bench")) return 2; i++; }
+        else if (!strcmp(a, "-t")) { if (!arg_i64(a, v, 1, 512, &threads, "bench")) return 2; i++; }
+        else if (!strcmp(a, "-r")) { if (!arg_i64(a, v, 1, 1000, &reps, "bench")) return 2; i++; }
+        else if (!strcmp(a, "--kv")) { if (!v || (strcmp(v, "f16") && strcmp(v, "f32"))) goto bad; kv_f16 = !strcmp(v, "f16"); i++; }
+        else { fprintf(stderr, "hearth bench: unknown option '%s'\n", a); usage(stderr); return 2; }
+    }
+    if (!path) goto bad;
+    herr e;
+    model *m;
+    if (model_load(&m, path, &e) < 0) { fprintf(stderr, "hearth bench: %s\n", e.msg); return 1; }
+    engine_opts eo = {.n_threads = (int)threads, .n_ctx = n_prompt + n_gen + 1, .kv_f16 = kv_f16};
+    if (eo.n_ctx > m->hp.n_ctx_train) eo.n_ctx = m->hp.n_ctx_train;
+    engine *eng;
+    if (engine_open_cpu(&eng, m, &eo, &e) < 0) { fprintf(stderr, "hearth bench: %s\n", e.msg); model_free(m); return 1; }
+    const int64_t V = m->hp.n_vocab;
+    float *logits = xmalloc(sizeof(float) * (size_t)V);
+    int32_t *ids = xmalloc(sizeof(int32_t) * (size_t)(n_prompt + 1));
+    for (int64_t i = 0; i < n_prompt + 1; i++) ids[i] = (int32_t)(rng_at(42, (uint64_t)i) % (uint64_t)V);
+    double *t_pp = xcalloc((size_t)reps + 1, sizeof(double)), *t_tg = xcalloc((size_t)reps + 1, sizeof(double));
+    for (int64_t r = 0; r <= reps; r++) { /* rep 0 is the warm-up */
+        if (n_prompt > 0) {
+            seq *s = engine_seq_new(eng, &e);
+            double t0 = time_now();
+            if (engine_prefill(eng, s, ids, n_prompt, NULL, 0, NULL, logits, false, &e) < 0) {
+                fprintf(stderr, "hearth bench: %s\n", e.msg);
+                return 1;
+            }
+            t_pp[r] = time_now() - t0;
+            engine_seq_free(eng, s);
+        }
+        if (n_gen > 0) {
+            seq *s = engine_seq_new(eng, &e);
+            double t0 = time_now();
+            for (int64_t k = 0; k < n_gen; k++) {
+                int32_t id = ids[k % (n_prompt + 1)];
+                if (engine_step(eng, &s, &id, 1, logits, &e) < 0) {
+                    fprintf(stderr, "hearth bench: %s\n", e.msg);
+                    return 1;
+                }
+            }
+            t_tg[r] = time_now() - t0;
+            engine_seq_free(eng, s);
+        }
+    }
+    qsort(t_pp + 1, (size_t)reps, sizeof(double), cmp_double);
+    qsort(t_tg + 1, (size_t)reps, sizeof(double), cmp_double);
+    double med_pp = t_pp[1 + reps / 2], med_tg = t_tg[1 + reps / 2];
+    double bytes = active_bytes(m);
+    printf("| model | size | backend | threads | test | t/s | reps | note |\n| --- | ---: | --- | ---: | --- | ---: | ---: | --- |\n");
+    double gib = (double)gguf_file_size(m->file) / (1024.0 * 1024 * 1024);
+    if (n_prompt > 0)
+        printf("| %s | %.2f GiB | cpu | %d | pp%" PRId64 " | %.2f | %" PRId64 " | min %.2f max %.2f |\n", path, gib,
+               eng->opts.n_threads, n_prompt, (double)n_prompt / med_pp, reps, (double)n_prompt / t_pp[reps],
+               (double)n_prompt / t_pp[1]);
+    if (n_gen > 0)
+        printf("| %s | %.2f GiB | cpu | %d | tg%" PRId64 " | %.2f | %" PRId64 " | %.1f MB/token read, %.2f GB/s |\n", path,
+               gib, eng->opts.n_threads, n_gen, (double)n_gen / med_tg, reps, bytes / 1e6,
+               bytes * (double)n_gen / med_tg / 1e9);
+    free(t_pp);
+    free(t_tg);
+    free(ids);
+    free(logits);
+    engine_free(eng);
+    model_free(m);
+    return 0;
+bad:
+    usage(stderr);
+    return 2;
+}

@@ -1,0 +1,164 @@
+/* run.c: `hearth run`: load a model on the CPU engine, run a prompt in one pass (with
+ * optional marks, reporting the points taken), then decode N tokens greedily or with a
+ * seeded sampler. Generated text goes to stdout (ids as JSON with --ids-out), timings to
+ * stderr. */
+#include "cli.h"
+#include "args.h"
+#include "../engine.h"
+#include "../sampler.h"
+#include "../tokenizer.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void usage(FILE *o) {
+    fprintf(o,
+            "usage: hearth run -m FILE (-p TEXT | --ids 1,2,3) [-n 32] [-t threads] [-c ctx]\n"
+            "                  [--temp T] [--top-k K] [--top-p P] [--min-p P] [--seed S]\n"
+            "                  [--ids-out] [--marks m1,m2,...] [--kv f16] [--ignore-eos] [--no-parse-special]\n"
+            "  greedy unless --temp > 0. Marks (1 <= m <= prompt length) take recurrent-state points\n"
+            "  inside the prompt pass; each is reported with its position and size.\n");
+}
+
+int cmd_run(int argc, char **argv) {
+    const char *path = NULL, *prompt = NULL, *ids_arg = NULL, *marks_arg = NULL;
+    int64_t n_gen = 32, threads = 0, n_ctx = 0, seed = 0, top_k = 0;
+    float temp = 0, top_p = 1, min_p = 0;
+    bool ids_out = false, kv_f16 = false, ignore_eos = false, parse_special = true;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 0; }
+        else if (!strcmp(a, "-m")) { if (!v) goto missing; path = v; i++; }
+        else if (!strcmp(a, "-p")) { if (!v) goto missing; prompt = v; i++; }
+        else if (!strcmp(a, "--ids")) { if (!v) goto missing; ids_arg = v; i++; }
+        else if (!strcmp(a, "--marks")) { if (!v) goto missing; marks_arg = v; i++; }
+        else if (!strcmp(a, "-n")) { if (!arg_i64(a, v, 0, 1 << 24, &n_gen, "run")) return 2; i++; }
+        else if (!strcmp(a, "-t")) { if (!arg_i64(a, v, 1, 512, &threads, "run")) return 2; i++; }
+        else if (!strcmp(a, "-c")) { if (!arg_i64(a, v, 1, (int64_t)1 << 24, &n_ctx, "run")) return 2; i++; }
+        else if (!strcmp(a, "--seed")) { if (!arg_i64(a, v, 0, INT64_MAX, &seed, "run")) return 2; i++; }
+        else if (!strcmp(a, "--top-k")) { if (!arg_i64(a, v, 0, 1 << 30, &top_k, "run")) return 2; i++; }
+        else if (!strcmp(a, "--temp")) { if (!arg_f32(a, v, 0, 100, &temp, "run")) return 2; i++; }
+        else if (!strcmp(a, "--top-p")) { if (!arg_f32(a, v, 0, 1, &top_p, "run")) return 2; i++; }
+        else if (!strcmp(a, "--min-p")) { if (!arg_f32(a, v, 0, 1, &min_p, "run")) return 2; i++; }
+        else if (!strcmp(a, "--ids-out")) ids_out = true;
+        else if (!strcmp(a, "--ignore-eos")) ignore_eos = true;
+        else if (!strcmp(a, "--no-parse-special")) parse_special = false;
+        else if (!strcmp(a, "--kv")) {
+            if (!v || (strcmp(v, "f16") && strcmp(v, "f32"))) {
+                fprintf(stderr, "hearth run: --kv expects f16 or f32\n");
+                return 2;
+            }
+            kv_f16 = !strcmp(v, "f16");
+            i++;
+        } else { fprintf(stderr, "hearth run: unknown option '%s'\n", a); usage(stderr); return 2; }
+    }
+    if (!path || (!prompt == !ids_arg)) {
+        fprintf(stderr, "hearth run: need -m FILE and exactly one of -p TEXT or --ids LIST\n");
+        usage(stderr);
+        return 2;
+    }
+    herr e;
+    model *m;
+    if (model_load(&m, path, &e) < 0) { fprintf(stderr, "hearth run: %s\n", e.msg); return 1; }
+    tokenizer *tok = NULL;
+    if (tokenizer_load(&tok, m->file, &e) < 0) {
+        if (prompt) { fprintf(stderr, "hearth run: %s: %s\n", path, e.msg); model_free(m); return 1; }
+        tok = NULL; /* ids in, ids out still work without a vocabulary */
+    }
+    int32_t *ids = NULL;
+    int64_t n_ids = 0;
+    if (ids_arg) {
+        if (!arg_id_list("--ids", ids_arg, &ids, &n_ids, "run")) { model_free(m); return 2; }
+    } else {
+        size_t len = strlen(prompt);
+        int64_t cap = (int64_t)len + 16;
+        ids = xmalloc(sizeof(int32_t) * (size_t)cap);
+        n_ids = tokenizer_encode(tok, prompt, len, parse_special, ids, cap);
+        if (n_ids <= 0) { fprintf(stderr, "hearth run: the prompt tokenizes to no tokens\n"); model_free(m); return 1; }
+    }
+    int64_t *marks = NULL, n_marks = 0;
+    if (marks_arg) {
+        int32_t *mk;
+        if (!arg_id_list("--marks", marks_arg, &mk, &n_marks, "run")) return 2;
+        marks = xmalloc(sizeof(int64_t) * (size_t)n_marks);
+        for (int64_t i = 0; i < n_marks; i++) marks[i] = mk[i];
+        free(mk);
+    }
+    engine_opts eo = {.n_threads = (int)threads, .n_ctx = n_ctx, .kv_f16 = kv_f16};
+    if (eo.n_ctx == 0) {
+        eo.n_ctx = n_ids + n_gen;
+        if (eo.n_ctx > m->hp.n_ctx_train) eo.n_ctx = m->hp.n_ctx_train;
+    }
+    engine *eng;
+    if (engine_open_cpu(&eng, m, &eo, &e) < 0) { fprintf(stderr, "hearth run: %s\n", e.msg); return 1; }
+    seq *s = engine_seq_new(eng, &e);
+    const int64_t V = m->hp.n_vocab;
+    float *logits = xmalloc(sizeof(float) * (size_t)V);
+    point *points = xcalloc((size_t)n_marks + 1, sizeof(point));
+    for (int64_t i = 0; i < n_marks; i++) point_alloc(&points[i], &m->hp);
+
+    double t0 = time_now();
+    if (engine_prefill(eng, s, ids, n_ids, marks, (int)n_marks, points, logits, false, &e) < 0) {
+        fprintf(stderr, "hearth run: %s\n", e.msg);
+        return 1;
+    }
+    double t_prompt = time_now() - t0;
+    for (int64_t i = 0; i < n_marks; i++)
+        fprintf(stderr, "point %" PRId64 ": position %" PRId64 ", %zu bytes\n", i, points[i].pos, point_bytes(&points[i]));
+
+    sampler sm;
+    sampler_init(&sm, &(sampler_opts){.temp = temp, .top_k = (int32_t)top_k, .top_p = top_p, .min_p = min_p,
+                                      .seed = (uint64_t)seed}, V);
+    tokdec dec;
+    if (tok) tokdec_init(&dec, tok);
+    int32_t *out = xmalloc(sizeof(int32_t) * (size_t)(n_gen + 1));
+    int64_t n_out = 0;
+    double t1 = time_now();
+    for (int64_t k = 0; k < n_gen; k++) {
+        int32_t id = sampler_sample(&sm, logits);
+        out[n_out++] = id;
+        if (tok && !ids_out) {
+            char buf[256];
+            size_t nb = tokdec_push(&dec, id, buf, sizeof buf);
+            fwrite(buf, 1, nb, stdout);
+            fflush(stdout);
+        }
+        if (tok && !ignore_eos && tokenizer_is_eog(tok, id)) break;
+        if (k + 1 == n_gen) break; /* the last token needs no forward */
+        if (engine_step(eng, &s, &id, 1, logits, &e) < 0) {
+            fprintf(stderr, "\nhearth run: %s\n", e.msg);
+            break;
+        }
+    }
+    double t_gen = time_now() - t1;
+    if (ids_out) {
+        printf("[");
+        for (int64_t i = 0; i < n_out; i++) printf("%s%" PRId32, i ? "," : "", out[i]);
+        printf("]\n");
+    } else if (tok) {
+        char buf[64];
+        size_t nb = tokdec_flush(&dec, buf, sizeof buf);
+        fwrite(buf, 1, nb, stdout);
+        printf("\n");
+    }
+    fprintf(stderr, "prompt: %" PRId64 " tokens in %.3f s, %.2f tok/s\n", n_ids, t_prompt, (double)n_ids / t_prompt);
+    fprintf(stderr, "decode: %" PRId64 " tokens in %.3f s, %.2f tok/s\n", n_out > 0 ? n_out - 1 : 0, t_gen,
+            n_out > 1 ? (double)(n_out - 1) / t_gen : 0.0);
+    for (int64_t i = 0; i < n_marks; i++) point_free(&points[i]);
+    free(points);
+    free(out);
+    free(logits);
+    free(ids);
+    free(marks);
+    sampler_free(&sm);
+    engine_seq_free(eng, s);
+    engine_free(eng);
+    if (tok) tokenizer_free(tok);
+    model_free(m);
+    return 0;
+missing:
+    fprintf(stderr, "hearth run: option needs a value\n");
+    return 2;
+}

@@ -1,0 +1,86 @@
+/* cpu.h: the CPU backend's internals, shared by its files (one file per op kind):
+ * the engine and sequence structs, the scratch arena, and the op entry points.
+ * Dims: n = rows in the batch, E = hidden, S = GDN head dim, Gk/Gv = key/value heads,
+ * H/Hkv/D = attention heads/KV heads/head dim, X/K = experts/used, F/Fs = expert widths. */
+#ifndef HEARTH_CPU_H
+#define HEARTH_CPU_H
+
+#include <stdint.h>
+#include <stddef.h>
+#include <math.h>
+#include "../engine.h"
+#include "pool.h"
+
+#define CPU_CHUNK 64    /* GDN chunk rows (the WY form), laid from the start of each call */
+#define CPU_UBATCH 512  /* rows per forward pass; a multiple of CPU_CHUNK so chunks stay aligned */
+
+/* One sequence's state on the CPU. */
+struct seq {
+    int64_t pos;            /* rows already in the sequence */
+    int64_t n_ctx;
+    bool kv_f16;
+    void *k[MODEL_MAX_LAYERS], *v[MODEL_MAX_LAYERS];  /* attention: (n_ctx, Hkv*D) f32 or f16 */
+    float *lane[MODEL_MAX_LAYERS];                    /* GDN: (Gv, S, S), rows = key dim */
+    float *ring[MODEL_MAX_LAYERS];                    /* GDN: (d_conv-1, conv_dim) pre-conv rows, oldest first */
+};
+
+/* A point to fill inside a pass: mark row m (relative to the ubatch start, 0 < m <= n). */
+typedef struct cpu_mark {
+    int64_t m;
+    point *p;
+    int64_t gdn_index_base; /* unused by ops; the forward fills lanes by GDN layer order */
+} cpu_mark;
+
+/* A matrix-times-rows job: y[out_row(r)][o] = W_slice[o] . xq[in_row(r)] for r < n, o < M. */
+typedef struct mm_job {
+    const qtensor *w;
+    int64_t slice;          /* index along ne[2] (expert), 0 for 2-D */
+    const uint8_t *xq;      /* activation rows quantized to W's vec-dot type */
+    size_t xq_stride;
+    const int32_t *in_rows; /* NULL: row r */
+    int64_t n;
+    float *y;
+    int64_t y_stride;
+    const int32_t *out_rows;/* NULL: row r */
+} mm_job;
+
+typedef struct cpu_engine {
+    engine base;
+    pool *pool;
+    int nth;
+    /* scratch, sized once for CPU_UBATCH rows (STYLE 6: size first, allocate once) */
+    size_t scratch_bytes;
+    uint8_t *scratch;
+    size_t scratch_used;
+} cpu_engine;
+
+/* scratch arena: reset per forward pass */
+void *cpu_scratch(cpu_engine *ce, size_t bytes);
+
+/* matmul.c */
+size_t cpu_act_bytes(uint32_t wtype, int64_t K);                 /* bytes of one quantized row */
+void cpu_quantize_rows(cpu_engine *ce, uint32_t wtype, const float *x, int64_t x_stride, int64_t n, int64_t K,
+                       uint8_t *xq, size_t xq_stride);
+void cpu_matmul_jobs(cpu_engine *ce, const mm_job *jobs, int n_jobs);
+/* convenience: y (n, M) = x (n, K) . W^T, quantizing x on the way */
+void cpu_matmul(cpu_engine *ce, const qtensor *w, const float *x, int64_t n, float *y);
+
+/* the same rows x (n, K) times several weights of input dim K, in one parallel pass */
+void cpu_project(cpu_engine *ce, const float *x, int64_t n, const qtensor *const *ws, float *const *ys, int count);
+
+/* ops.c: row-wise helpers (single-threaded per call; callers parallelise over rows) */
+void cpu_rmsnorm(const float *x, const float *w, float *y, int64_t n, float eps);
+static inline float cpu_silu(float x) { return x / (1.0f + expf(-x)); }
+static inline float cpu_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+static inline float cpu_softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
+
+/* gdn.c: one Gated DeltaNet layer for n rows of one sequence (prefill) or one row each of
+ * several sequences (step). h (n, E) in, out (n, E) out. */
+void cpu_gdn_layer(cpu_engine *ce, int il, seq **seqs, int64_t n, bool chunked, const float *h, float *out,
+                   const cpu_mark *marks, int n_marks, int64_t gdn_index);
+/* attn.c: one attention layer; pos[r] is row r's absolute position in seqs[r]. */
+void cpu_attn_layer(cpu_engine *ce, int il, seq **seqs, const int64_t *pos, int64_t n, const float *h, float *out);
+/* moe.c: the MoE FFN of layer il: h2 (n, E) in, out (n, E). */
+void cpu_moe_layer(cpu_engine *ce, int il, const float *h2, int64_t n, float *out);
+
+#endif

@@ -1,0 +1,111 @@
+/* matmul.c: weights times many activation rows, the CPU engine's inner loop. Activation
+ * rows are quantized once to the weight's vec-dot partner (Q8_K for K-quants, Q8_0 for
+ * Q8_0, f32 for float weights), like llama.cpp, then every (weight row, activation row)
+ * pair is one quant_dot. Work is split into blocks of weight rows handed out through an
+ * atomic counter; each output is computed by one thread in a fixed order, so the result
+ * does not depend on the thread count. */
+#include "cpu.h"
+#include "../quant.h"
+
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define ROWS_PER_TASK 16
+
+size_t cpu_act_bytes(uint32_t wtype, int64_t K) { return quant_act_row_bytes(wtype, K); }
+
+struct quant_ctx {
+    uint32_t wtype;
+    const float *x;
+    int64_t x_stride, n, K;
+    uint8_t *xq;
+    size_t xq_stride;
+};
+
+static void quant_task(void *arg, int ith, int nth) {
+    struct quant_ctx *c = arg;
+    for (int64_t r = ith; r < c->n; r += nth)
+        quant_quantize_act(c->wtype, c->x + r * c->x_stride, c->xq + (size_t)r * c->xq_stride, c->K);
+}
+
+void cpu_quantize_rows(cpu_engine *ce, uint32_t wtype, const float *x, int64_t x_stride, int64_t n, int64_t K,
+                       uint8_t *xq, size_t xq_stride) {
+    struct quant_ctx c = {wtype, x, x_stride, n, K, xq, xq_stride};
+    if (n == 1) quant_task(&c, 0, 1);
+    else pool_run(ce->pool, quant_task, &c);
+}
+
+struct mm_ctx {
+    const mm_job *jobs;
+    int n_jobs;
+    int64_t *task_start; /* first task index of each job, n_jobs + 1 entries */
+    atomic_llong next;
+};
+
+static void mm_block(const mm_job *j, int64_t o0, int64_t o1) {
+    const qtensor *w = j->w;
+    const int64_t K = w->ne[0];
+    const uint8_t *wbase = (const uint8_t *)w->data + (size_t)j->slice * w->row_bytes * (size_t)w->ne[1];
+    for (int64_t r = 0; r < j->n; r++) {
+        const uint8_t *a = j->xq + (size_t)(j->in_rows ? j->in_rows[r] : r) * j->xq_stride;
+        float *y = j->y + (j->out_rows ? j->out_rows[r] : r) * j->y_stride;
+        for (int64_t o = o0; o < o1; o++) y[o] = quant_dot(w->type, wbase + (size_t)o * w->row_bytes, a, K);
+    }
+}
+
+static void mm_task(void *arg, int ith, int nth) {
+    struct mm_ctx *c = arg;
+    const int64_t total = c->task_start[c->n_jobs];
+    int ji = 0;
+    for (;;) {
+        int64_t t = atomic_fetch_add_explicit(&c->next, 1, memory_order_relaxed);
+        if (t >= total) break;
+        while (c->task_start[ji + 1] <= t) ji++; /* a thread's task numbers only grow */
+        const mm_job *j = &c->jobs[ji];
+        int64_t o0 = (t - c->task_start[ji]) * ROWS_PER_TASK;
+        int64_t o1 = o0 + ROWS_PER_TASK;
+        if (o1 > j->w->ne[1]) o1 = j->w->ne[1];
+        mm_block(j, o0, o1);
+    }
+}
+
+void cpu_matmul_jobs(cpu_engine *ce, const mm_job *jobs, int n_jobs) {
+    int64_t starts_local[65];
+    int64_t *starts = n_jobs < 64 ? starts_local : xmalloc(sizeof(int64_t) * (size_t)(n_jobs + 1));
+    starts[0] = 0;
+    for (int i = 0; i < n_jobs; i++) {
+        int64_t blocks = jobs[i].n > 0 ? (jobs[i].w->ne[1] + ROWS_PER_TASK - 1) / ROWS_PER_TASK : 0;
+        starts[i + 1] = starts[i] + blocks;
+    }
+    struct mm_ctx c = {jobs, n_jobs, starts, 0};
+    if (starts[n_jobs] > 0) pool_run(ce->pool, mm_task, &c);
+    if (starts != starts_local) free(starts);
+}
+
+void cpu_matmul(cpu_engine *ce, const qtensor *w, const float *x, int64_t n, float *y) {
+    const int64_t K = w->ne[0];
+    size_t xs = cpu_act_bytes(w->type, K);
+    uint8_t *xq = cpu_scratch(ce, xs * (size_t)n);
+    cpu_quantize_rows(ce, w->type, x, K, n, K, xq, xs);
+    mm_job j = {.w = w, .xq = xq, .xq_stride = xs, .n = n, .y = y, .y_stride = w->ne[1]};
+    cpu_matmul_jobs(ce, &j, 1);
+}
+
+void cpu_project(cpu_engine *ce, const float *x, int64_t n, const qtensor *const *ws, float *const *ys, int count) {
+    HEARTH_CHECK(count <= 8);
+    const int64_t K = ws[0]->ne[0];
+    mm_job jobs[8];
+    uint8_t *xq_by_type[QT_COUNT] = {0};
+    for (int i = 0; i < count; i++) {
+        HEARTH_CHECK(ws[i]->ne[0] == K);
+        uint32_t vt = quant_vec_dot_type(ws[i]->type);
+        size_t xs = cpu_act_bytes(ws[i]->type, K);
+        if (!xq_by_type[vt]) { /* one quantization per vec-dot type, shared by the weights that use it */
+            xq_by_type[vt] = cpu_scratch(ce, xs * (size_t)n);
+            cpu_quantize_rows(ce, ws[i]->type, x, K, n, K, xq_by_type[vt], xs);
+        }
+        jobs[i] = (mm_job){.w = ws[i], .xq = xq_by_type[vt], .xq_stride = xs, .n = n, .y = ys[i], .y_stride = ws[i]->ne[1]};
+    }
+    cpu_matmul_jobs(ce, jobs, count);
+}

@@ -1,0 +1,253 @@
+/* quant_avx2.c: the AVX2/FMA/F16C dot kernels behind quant_dot. Compiled with -mavx2 -mfma
+ * -mf16c; nothing here may run before quant.c's CPU check. K-quant blocks reduce their
+ * integer sums to one int and finish with quant.c's float expression, so they return the
+ * same bits as the scalar path; Q8_0 and float rows keep lane-wise float accumulators. */
+#include "quant.h"
+#include "util.h"
+
+#include <immintrin.h>
+#include <string.h>
+
+#ifdef __clang__
+/* GCC in ISO C mode never fuses a*b+c; clang would, and the K-quant block finish must
+ * round exactly like the scalar path */
+#pragma clang fp contract(off)
+#endif
+
+static inline float hsum_ps(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+static inline int hsum_epi32(__m256i v) {
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
+    return _mm_cvtsi128_si32(s);
+}
+
+static inline float h2f(f16_t h) { return _cvtsh_ss(h); } /* exact, like f16_to_f32 */
+
+/* ---- Q8_0 x Q8_0 ---- */
+
+/* |x|*sign(y,x) lets maddubs (unsigned x signed) multiply two signed rows; it would be
+ * wrong only for x = -128 with y = -128, and neither quantizer emits -128. Pair sums stay
+ * below 2*127*128 < 32767, so maddubs never saturates. */
+static inline __m256 q8_0_block(const block_q8_0 *x, const block_q8_0 *y, __m256 acc) {
+    __m256i qx = _mm256_loadu_si256((const __m256i *)x->qs);
+    __m256i qy = _mm256_loadu_si256((const __m256i *)y->qs);
+    __m256i p16 = _mm256_maddubs_epi16(_mm256_sign_epi8(qx, qx), _mm256_sign_epi8(qy, qx));
+    __m256i p32 = _mm256_madd_epi16(p16, _mm256_set1_epi16(1));
+    __m256 d = _mm256_set1_ps(h2f(x->d) * h2f(y->d));
+    return _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p32), acc);
+}
+
+static float dot_q8_0(const block_q8_0 *x, const block_q8_0 *y, int64_t nb) {
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 1 < nb; i += 2) { /* two chains hide the FMA latency */
+        acc0 = q8_0_block(x + i, y + i, acc0);
+        acc1 = q8_0_block(x + i + 1, y + i + 1, acc1);
+    }
+    if (i < nb) acc0 = q8_0_block(x + i, y + i, acc0);
+    return hsum_ps(_mm256_add_ps(acc0, acc1));
+}
+
+/* ---- K-quants x Q8_K ---- */
+
+/* pair_shuffle[j]: byte pattern that, applied to 16 int16 scales in both lanes, broadcasts
+ * scale j to all 16 int16 slots (for madd with the 32 products of sub-block j) */
+static const uint8_t pair_shuffle[8][32] = {
+#define PS(j) {2*j,2*j+1,2*j,2*j+1,2*j,2*j+1,2*j,2*j+1,2*j,2*j+1,2*j,2*j+1,2*j,2*j+1,2*j,2*j+1, \
+               2*j,2*j+1,2*j,2*j+1,2*j,2*j+1,2*j,2*j+1,2*j,2*j+1,2*j,2*j+1,2*j,2*j+1,2*j,2*j+1}
+    PS(0), PS(1), PS(2), PS(3), PS(4), PS(5), PS(6), PS(7)
+#undef PS
+};
+
+/* Q4_K/Q5_K scale bytes -> 8 scales (sc) and 8 mins (mn), 6 bits each, by whole words:
+ * word 0/1 hold scales/mins 0-3 in their low 6 bits and the top 2 bits of 4-7, word 2 the
+ * low nibbles of scales (low) and mins (high) 4-7 */
+static inline void k4_unpack(const uint8_t *s, uint32_t sc[2], uint32_t mn[2]) {
+    uint32_t w[3];
+    memcpy(w, s, 12);
+    sc[0] = w[0] & 0x3f3f3f3fu;
+    mn[0] = w[1] & 0x3f3f3f3fu;
+    sc[1] = (w[2] & 0x0f0f0f0fu) | (((w[0] >> 6) & 0x03030303u) << 4);
+    mn[1] = ((w[2] >> 4) & 0x0f0f0f0fu) | (((w[1] >> 6) & 0x03030303u) << 4);
+}
+
+/* sum over sub-blocks of min_j * (sum of the 32 activations of j), from the bsums */
+static inline int k4_min_sum(const uint32_t mn[2], const int16_t *bsums) {
+    __m256i bs = _mm256_loadu_si256((const __m256i *)bsums);
+    __m128i b8 = _mm_hadd_epi16(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1));
+    __m128i m16 = _mm_cvtepu8_epi16(_mm_set_epi32(0, 0, (int)mn[1], (int)mn[0]));
+    __m128i p = _mm_madd_epi16(m16, b8);
+    p = _mm_add_epi32(p, _mm_unpackhi_epi64(p, p));
+    p = _mm_add_epi32(p, _mm_shuffle_epi32(p, 0xb1));
+    return _mm_cvtsi128_si32(p);
+}
+
+static float dot_q4_k(const block_q4_K *x, const block_q8_K *y, int64_t nb) {
+    const __m256i m4 = _mm256_set1_epi8(0x0f);
+    float sum = 0;
+    for (int64_t i = 0; i < nb; i++) {
+        uint32_t sc[2], mn[2];
+        k4_unpack(x[i].scales, sc, mn);
+        int summ = k4_min_sum(mn, y[i].bsums);
+        __m256i sc16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_set_epi32(0, 0, (int)sc[1], (int)sc[0])));
+        const uint8_t *q = x[i].qs;
+        const int8_t *a = y[i].qs;
+        __m256i acc = _mm256_setzero_si256();
+        for (int j = 0; j < 4; j++, q += 32, a += 64) {
+            __m256i qb = _mm256_loadu_si256((const __m256i *)q);
+            __m256i lo = _mm256_and_si256(qb, m4);
+            __m256i hi = _mm256_and_si256(_mm256_srli_epi16(qb, 4), m4);
+            __m256i s0 = _mm256_shuffle_epi8(sc16, _mm256_loadu_si256((const __m256i *)pair_shuffle[2 * j]));
+            __m256i s1 = _mm256_shuffle_epi8(sc16, _mm256_loadu_si256((const __m256i *)pair_shuffle[2 * j + 1]));
+            __m256i p0 = _mm256_madd_epi16(s0, _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)a)));
+            __m256i p1 = _mm256_madd_epi16(s1, _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(a + 32))));
+            acc = _mm256_add_epi32(acc, _mm256_add_epi32(p0, p1));
+        }
+        int sumi = hsum_epi32(acc);
+        float d = y[i].d * h2f(x[i].d), dmin = y[i].d * h2f(x[i].dmin);
+        sum += d * (float)sumi - dmin * (float)summ;
+    }
+    return sum;
+}
+
+static float dot_q5_k(const block_q5_K *x, const block_q8_K *y, int64_t nb) {
+    const __m256i m4 = _mm256_set1_epi8(0x0f), m1 = _mm256_set1_epi8(1);
+    float sum = 0;
+    for (int64_t i = 0; i < nb; i++) {
+        uint32_t sc[2], mn[2];
+        k4_unpack(x[i].scales, sc, mn);
+        int summ = k4_min_sum(mn, y[i].bsums);
+        __m256i sc16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_set_epi32(0, 0, (int)sc[1], (int)sc[0])));
+        __m256i hb = _mm256_loadu_si256((const __m256i *)x[i].qh);
+        const uint8_t *q = x[i].qs;
+        const int8_t *a = y[i].qs;
+        __m256i acc = _mm256_setzero_si256();
+        for (int j = 0; j < 4; j++, q += 32, a += 64) {
+            __m256i qb = _mm256_loadu_si256((const __m256i *)q);
+            /* bit 2j of each qh byte is the fifth bit of sub-block 2j, bit 2j+1 of 2j+1;
+             * masked to one bit first, so the 16-bit shifts cannot leak between bytes */
+            __m256i h0 = _mm256_slli_epi16(_mm256_and_si256(hb, m1), 4);
+            __m256i h1 = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 1), m1), 4);
+            hb = _mm256_srli_epi16(hb, 2);
+            __m256i lo = _mm256_or_si256(_mm256_and_si256(qb, m4), h0);
+            __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(qb, 4), m4), h1);
+            __m256i s0 = _mm256_shuffle_epi8(sc16, _mm256_loadu_si256((const __m256i *)pair_shuffle[2 * j]));
+            __m256i s1 = _mm256_shuffle_epi8(sc16, _mm256_loadu_si256((const __m256i *)pair_shuffle[2 * j + 1]));
+            __m256i p0 = _mm256_madd_epi16(s0, _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)a)));
+            __m256i p1 = _mm256_madd_epi16(s1, _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(a + 32))));
+            acc = _mm256_add_epi32(acc, _mm256_add_epi32(p0, p1));
+        }
+        int sumi = hsum_epi32(acc);
+        float d = y[i].d * h2f(x[i].d), dmin = y[i].d * h2f(x[i].dmin);
+        sum += d * (float)sumi - dmin * (float)summ;
+    }
+    return sum;
+}
+
+/* lane_pair[g]: 16 bytes g,..,g (8 times) then g+1,..: after sign extension to int16 this
+ * puts scale g in the low 128-bit lane and scale g+1 in the high one, matching the two
+ * 16-value groups that one 32-byte vector of Q6_K values spans */
+static const uint8_t lane_pair[8][16] = {
+#define LP(k) {2*k,2*k,2*k,2*k,2*k,2*k,2*k,2*k,2*k+1,2*k+1,2*k+1,2*k+1,2*k+1,2*k+1,2*k+1,2*k+1}
+    LP(0), LP(1), LP(2), LP(3), LP(4), LP(5), LP(6), LP(7)
+#undef LP
+};
+
+/* The 6-bit values are used unsigned (0..63) so maddubs applies; the -32 offset comes
+ * back as 32 * sum_g scale_g * bsum_g, from the activation block sums. */
+static float dot_q6_k(const block_q6_K *x, const block_q8_K *y, int64_t nb) {
+    const __m256i m4 = _mm256_set1_epi8(0x0f), m3 = _mm256_set1_epi8(3);
+    float sum = 0;
+    for (int64_t i = 0; i < nb; i++) {
+        __m128i sc8 = _mm_loadu_si128((const __m128i *)x[i].scales);
+        __m256i sc16 = _mm256_cvtepi8_epi16(sc8);
+        __m256i bs = _mm256_loadu_si256((const __m256i *)y[i].bsums);
+        __m256i acc = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(_mm256_madd_epi16(sc16, bs), 5));
+        const int8_t *a = y[i].qs;
+        for (int h = 0; h < 2; h++, a += 128) {
+            __m256i l0 = _mm256_loadu_si256((const __m256i *)(x[i].ql + 64 * h));
+            __m256i l1 = _mm256_loadu_si256((const __m256i *)(x[i].ql + 64 * h + 32));
+            __m256i qh = _mm256_loadu_si256((const __m256i *)(x[i].qh + 32 * h));
+            __m256i q[4];
+            q[0] = _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_slli_epi16(_mm256_and_si256(qh, m3), 4));
+            q[1] = _mm256_or_si256(_mm256_and_si256(l1, m4),
+                                   _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2), m3), 4));
+            q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
+                                   _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4), m3), 4));
+            q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
+                                   _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), m3), 4));
+            for (int k = 0; k < 4; k++) {
+                __m256i s = _mm256_cvtepi8_epi16(
+                    _mm_shuffle_epi8(sc8, _mm_loadu_si128((const __m128i *)lane_pair[4 * h + k])));
+                __m256i p = _mm256_maddubs_epi16(q[k], _mm256_loadu_si256((const __m256i *)(a + 32 * k)));
+                acc = _mm256_add_epi32(acc, _mm256_madd_epi16(s, p));
+            }
+        }
+        int sumi = hsum_epi32(acc);
+        float d = y[i].d * h2f(x[i].d);
+        sum += d * (float)sumi;
+    }
+    return sum;
+}
+
+/* ---- float rows x f32 activations ---- */
+
+/* Four 8-lane FMA chains, then 8 at a time, then a scalar tail. */
+#define FLOAT_DOT(LOAD8, SCALAR)                                                              \
+    __m256 c0 = _mm256_setzero_ps(), c1 = _mm256_setzero_ps(), c2 = _mm256_setzero_ps(),     \
+           c3 = _mm256_setzero_ps();                                                          \
+    int64_t i = 0;                                                                            \
+    for (; i + 32 <= n; i += 32) {                                                            \
+        c0 = _mm256_fmadd_ps(LOAD8(i), _mm256_loadu_ps(a + i), c0);                           \
+        c1 = _mm256_fmadd_ps(LOAD8(i + 8), _mm256_loadu_ps(a + i + 8), c1);                   \
+        c2 = _mm256_fmadd_ps(LOAD8(i + 16), _mm256_loadu_ps(a + i + 16), c2);                 \
+        c3 = _mm256_fmadd_ps(LOAD8(i + 24), _mm256_loadu_ps(a + i + 24), c3);                 \
+    }                                                                                         \
+    for (; i + 8 <= n; i += 8) c0 = _mm256_fmadd_ps(LOAD8(i), _mm256_loadu_ps(a + i), c0);    \
+    float tail = 0;                                                                           \
+    for (; i < n; i++) tail += (SCALAR(i)) * a[i];                                            \
+    return hsum_ps(_mm256_add_ps(_mm256_add_ps(c0, c1), _mm256_add_ps(c2, c3))) + tail;
+
+static float dot_f32(const float *w, const float *a, int64_t n) {
+#define LD(k) _mm256_loadu_ps(w + (k))
+#define SC(k) w[k]
+    FLOAT_DOT(LD, SC)
+#undef LD
+#undef SC
+}
+
+static float dot_f16(const f16_t *w, const float *a, int64_t n) {
+#define LD(k) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w + (k))))
+#define SC(k) h2f(w[k])
+    FLOAT_DOT(LD, SC)
+#undef LD
+#undef SC
+}
+
+static float dot_bf16(const bf16_t *w, const float *a, int64_t n) {
+#define LD(k) _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(w + (k)))), 16))
+#define SC(k) bf16_to_f32(w[k])
+    FLOAT_DOT(LD, SC)
+#undef LD
+#undef SC
+}
+
+float quant_dot_avx2(uint32_t t, const void *w, const void *a, int64_t n) {
+    switch (t) {
+    case QT_F32: return dot_f32(w, a, n);
+    case QT_F16: return dot_f16(w, a, n);
+    case QT_BF16: return dot_bf16(w, a, n);
+    case QT_Q8_0: HEARTH_CHECK(n % QK8_0 == 0); return dot_q8_0(w, a, n / QK8_0);
+    case QT_Q4_K: HEARTH_CHECK(n % QK_K == 0); return dot_q4_k(w, a, n / QK_K);
+    case QT_Q5_K: HEARTH_CHECK(n % QK_K == 0); return dot_q5_k(w, a, n / QK_K);
+    case QT_Q6_K: HEARTH_CHECK(n % QK_K == 0); return dot_q6_k(w, a, n / QK_K);
+    default: return quant_dot_ref(t, w, a, n); /* Q8_K x Q8_K: not a weight type in practice */
+    }
+}

@@ -1,0 +1,29 @@
+/* sampler.h: picks the next token from a logits row: greedy when temperature is 0 (ties go
+ * to the lowest id), else top-k, top-p, min-p and temperature with a seeded RNG, so the
+ * same seed and logits give the same token on every machine. */
+#ifndef HEARTH_SAMPLER_H
+#define HEARTH_SAMPLER_H
+
+#include <stdint.h>
+
+typedef struct sampler_opts {
+    float temp;         /* 0 = greedy */
+    int32_t top_k;      /* 0 = off */
+    float top_p;        /* 1 = off */
+    float min_p;        /* 0 = off */
+    uint64_t seed;
+} sampler_opts;
+
+typedef struct sampler {
+    sampler_opts o;
+    uint64_t n_drawn;   /* draws so far: the RNG is counter-based (seed, n_drawn) */
+    int64_t n_vocab;
+    struct sampler_cand { int32_t id; float p; } *cand;
+} sampler;
+
+void sampler_init(sampler *s, const sampler_opts *o, int64_t n_vocab);
+void sampler_free(sampler *s);
+int32_t sampler_sample(sampler *s, const float *logits);
+int32_t sampler_argmax(const float *logits, int64_t n);
+
+#endif
