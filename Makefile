@@ -44,7 +44,11 @@ $(BUILD)/libhearth.a: $(LIB_OBJ)
 $(BUILD)/hearth: $(CLI_OBJ) $(BUILD)/libhearth.a
 	$(CC) $(CFLAGS) -o $@ $(CLI_OBJ) $(BUILD)/libhearth.a $(LDLIBS)
 
-tests: $(TEST_BIN)
+tests: $(TEST_BIN) $(BUILD)/gates
+
+$(BUILD)/gates: tests/gates/gates.c $(BUILD)/libhearth.a tests/unit/harness.h tests/unit/models.h
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -Itests -o $@ $< $(BUILD)/libhearth.a $(LDLIBS)
 
 $(BUILD)/tests/%: tests/unit/%.c $(REF_OBJ) $(BUILD)/libhearth.a tests/unit/harness.h
 	@mkdir -p $(@D)

@@ -210,7 +210,11 @@ typedef struct gen_tensor {
  * top-k picks vary by token and the softmax is far from one-hot. Special cases:
  * token_embd std 1 (any scale works, the first rmsnorm follows); ssm_conv1d std
  * 1/sqrt(kernel) = 1/sqrt(ne[0]) too, so the 4-tap conv keeps unit scale;
- * ffn_gate_inp_shexp {E} std 1/sqrt(E), a sigmoid gate of O(1) logits. */
+ * ffn_gate_inp_shexp {E} std 1/sqrt(E), a sigmoid gate of O(1) logits.
+ * Measured with the float64 reference (tests/ref) on q36's shapes at q4_k_m with 32 experts
+ * and a 1024 vocab, 8 tokens: the stream's RMS rises smoothly from 1.2 after layer 0 to 4.2
+ * after layer 39, logits have std 1.0 (top probability 1-6%), and top-8 routing used 24-31
+ * of the 32 experts per layer with top-1 weights 0.25-0.67. */
 static void init_of(const tensor_spec *s, enum init_kind *kind, float *std) {
     *std = 1.0f / sqrtf((float)s->ne[0]);
     switch (s->role) {
@@ -441,6 +445,10 @@ int gen_write(const gen_opts *o, gen_stats *st, herr *e) {
     model_hparams hp;
     gen_quant q = o->quant;
     if (gen_preset(o->preset, &hp, e) < 0) return -1;
+    if (o->hparams) {
+        hp = *o->hparams;
+        if (model_hparams_check(&hp, e) < 0) return -1;
+    }
     if (!o->out_path || !o->out_path[0]) return herr_set(e, "no output file");
 
     vocab_def v;

@@ -31,6 +31,8 @@ typedef struct gen_opts {
     int n_threads;              /* <= 0: every online core */
     const char *out_path;
     FILE *log;                  /* notes and progress (stderr in the CLI); NULL: silent */
+    const model_hparams *hparams; /* non-NULL: these shapes instead of the preset's (tests);
+                                   * the preset then only names the file */
 } gen_opts;
 
 typedef struct gen_stats {

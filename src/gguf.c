@@ -218,8 +218,10 @@ static void value_free(gguf_value *v) {
     v->v.arr.elems = NULL;
 }
 
-/* Reads an array body (element type, count, elements) into v. depth counts this array. */
-static int rd_array(reader *r, gguf_value *v, int depth) {
+/* Reads an array body (element type, count, elements) into v. depth counts this array.
+ * A dry read checks and skips without allocating: rd_value runs one before the real read,
+ * so memory is only ever allocated for arrays whose every element is in the file. */
+static int rd_array(reader *r, gguf_value *v, int depth, bool dry) {
     uint64_t at = r->pos, n;
     uint32_t et;
     v->type = GGUF_TYPE_ARRAY;
@@ -252,6 +254,7 @@ static int rd_array(reader *r, gguf_value *v, int depth) {
             gguf_str s;
             if (rd_str(r, &s, "string") < 0) return herr_wrap(r->e, "element %" PRIu64, j);
         }
+        if (dry) return 0;
         r->pos = start;
         gguf_str *strs = xmalloc(n * sizeof *strs);
         for (uint64_t j = 0; j < n; j++) HEARTH_CHECK(rd_str(r, &strs[j], "string") == 0);
@@ -265,11 +268,18 @@ static int rd_array(reader *r, gguf_value *v, int depth) {
     if (n > remain(r) / MIN_ARR_BYTES)
         return herr_set(r->e, "array count %" PRIu64 " of arrays is more than the %" PRIu64 " bytes left could hold at byte %" PRIu64,
                         n, remain(r), at_n);
+    if (dry) {
+        for (uint64_t j = 0; j < n; j++) {
+            gguf_value skip;
+            if (rd_array(r, &skip, depth + 1, true) < 0) return herr_wrap(r->e, "element %" PRIu64, j);
+        }
+        return 0;
+    }
     gguf_value *el = xcalloc(n, sizeof *el);
     v->v.arr.n = n;     /* attached before filling, so value_free cleans up a partial read */
     v->v.arr.elems = el;
     for (uint64_t j = 0; j < n; j++)
-        if (rd_array(r, &el[j], depth + 1) < 0) return herr_wrap(r->e, "element %" PRIu64, j);
+        if (rd_array(r, &el[j], depth + 1, false) < 0) return herr_wrap(r->e, "element %" PRIu64, j);
     return 0;
 }
 
@@ -286,7 +296,14 @@ static int rd_value(reader *r, uint32_t type, gguf_value *v) {
         v->type = type;
         return rd_str(r, &v->v.str, "string value");
     }
-    if (type == GGUF_TYPE_ARRAY) return rd_array(r, v, 1);
+    if (type == GGUF_TYPE_ARRAY) {
+        gguf_value skip;
+        if (rd_array(r, &skip, 1, true) < 0) return -1;
+        r->pos = at;
+        /* the dry read passed, so this one cannot fail */
+        HEARTH_CHECK(rd_array(r, v, 1, false) == 0);
+        return 0;
+    }
     return herr_set(r->e, "unknown value type %u at byte %" PRIu64, type, at - 4);
 }
 
@@ -371,15 +388,21 @@ static int read_alignment(gguf_file *f, herr *e) {
     return 0;
 }
 
-/* Reads the tensor infos; info_pos[i] gets the byte offset of tensor i's offset field. */
-static int read_tensor_infos(gguf_file *f, reader *r, int64_t n_tensors, uint64_t *info_pos) {
+/* Reads the tensor infos; (*info_pos)[i] gets the byte offset of tensor i's offset field. */
+static int read_tensor_infos(gguf_file *f, reader *r, int64_t n_tensors, uint64_t **info_pos) {
     char name[80];
-    f->tensors = xcalloc((size_t)(n_tensors ? n_tensors : 1), sizeof *f->tensors); /* n_tensors*24 <= file bytes */
     f->n_tensors = 0;
     for (int64_t i = 0; i < n_tensors; i++) {
         uint64_t at = r->pos;
         gguf_str nm;
+        /* grown as read, not sized from the count: memory follows the bytes really there */
+        if (i == f->cap_tensors) {
+            f->cap_tensors = f->cap_tensors ? f->cap_tensors * 2 : 64;
+            f->tensors = xrealloc(f->tensors, (size_t)f->cap_tensors * sizeof *f->tensors);
+            *info_pos = xrealloc(*info_pos, (size_t)f->cap_tensors * sizeof **info_pos);
+        }
         gguf_tensor *t = &f->tensors[i];
+        memset(t, 0, sizeof *t);
         if (rd_str(r, &nm, "name") < 0) return herr_wrap(r->e, "tensor info %" PRId64, i);
         printable(name, sizeof name, nm.ptr, nm.len);
         if (nm.len >= GGUF_MAX_NAME)
@@ -434,7 +457,7 @@ static int read_tensor_infos(gguf_file *f, reader *r, int64_t n_tensors, uint64_
         if (!ok)
             return herr_set(r->e, "tensor info %" PRId64 " (%s): byte size overflows at byte %" PRIu64, i, name, at_dims);
         t->nbytes = nbytes;
-        info_pos[i] = r->pos;
+        (*info_pos)[i] = r->pos;
         if (rd_u64(r, &t->offset, "offset") < 0) return herr_wrap(r->e, "tensor info %" PRId64 " (%s)", i, name);
     }
     return 0;
@@ -473,8 +496,8 @@ static int parse(gguf_file *f, herr *e) {
     f->n_kv = f->n_tensors = 0;
     if (read_kvs(f, &r, n_kv) < 0) return -1;
     if (read_alignment(f, e) < 0) return -1;
-    uint64_t *info_pos = xmalloc((size_t)(n_tensors ? n_tensors : 1) * sizeof *info_pos);
-    int rc = read_tensor_infos(f, &r, n_tensors, info_pos);
+    uint64_t *info_pos = NULL;
+    int rc = read_tensor_infos(f, &r, n_tensors, &info_pos);
     if (rc == 0) rc = place_tensors(f, &r, info_pos);
     free(info_pos);
     return rc;

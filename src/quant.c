@@ -5,11 +5,16 @@
 #include "quant.h"
 #include "util.h"
 
+#include <cpuid.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#ifdef __clang__
+#pragma clang fp contract(off) /* GCC's ISO C mode already never fuses a*b+c */
+#endif
 
 /* ---- type table: every id ggml has defined, so any GGUF file can be listed ---- */
 
@@ -664,8 +669,11 @@ static void simd_decide(void) {
     const char *env = getenv("HEARTH_NO_SIMD");
     if (env && *env && strcmp(env, "0") != 0) return;
     __builtin_cpu_init();
-    simd_on = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-              __builtin_cpu_supports("f16c");
+    /* F16C from CPUID leaf 1 (ECX bit 29): clang's __builtin_cpu_supports lacks "f16c";
+     * the AVX2 check already covers the OS saving YMM state */
+    unsigned a, b, c, d;
+    bool f16c = __get_cpuid(1, &a, &b, &c, &d) && (c & (1u << 29));
+    simd_on = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c;
 }
 
 bool quant_simd_active(void) {

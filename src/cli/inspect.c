@@ -37,10 +37,29 @@ static void put_quoted(const char *p, uint64_t n, uint64_t max) {
     if (n > max) printf("... (%" PRIu64 " bytes)", n);
 }
 
+/* The shortest decimal that reads back as the same float (1e-06, not 9.99999997e-07). */
+static void put_f32(double d) {
+    char buf[32];
+    for (int prec = 6; prec <= 9; prec++) {
+        snprintf(buf, sizeof buf, "%.*g", prec, d);
+        if ((float)strtod(buf, NULL) == (float)d) break;
+    }
+    fputs(buf, stdout);
+}
+
+/* Bytes as they are, but control bytes escaped: a hostile key cannot drive the terminal. */
+static void put_raw(const char *p, uint64_t n) {
+    for (uint64_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)p[i];
+        if (c < 0x20 || c == 0x7f) printf("\\x%02x", c);
+        else putchar(c);
+    }
+}
+
 static void put_scalar(const gguf_value *v) {
     switch (v->type) {
     case GGUF_TYPE_BOOL: fputs(v->v.u64 ? "true" : "false", stdout); break;
-    case GGUF_TYPE_FLOAT32: printf("%.9g", v->v.f64); break;
+    case GGUF_TYPE_FLOAT32: put_f32(v->v.f64); break;
     case GGUF_TYPE_FLOAT64: printf("%.17g", v->v.f64); break;
     case GGUF_TYPE_INT8: case GGUF_TYPE_INT16: case GGUF_TYPE_INT32: case GGUF_TYPE_INT64:
         printf("%" PRId64, v->v.i64);
@@ -62,8 +81,10 @@ static void put_array(const gguf_value *v) {
             putchar('(');
             put_array(&v->v.arr.elems[i]);
             putchar(')');
-        } else if (et == GGUF_TYPE_FLOAT32 || et == GGUF_TYPE_FLOAT64) {
-            printf("%.9g", gguf_arr_float(v, i));
+        } else if (et == GGUF_TYPE_FLOAT32) {
+            put_f32(gguf_arr_float(v, i));
+        } else if (et == GGUF_TYPE_FLOAT64) {
+            printf("%.17g", gguf_arr_float(v, i));
         } else if (et == GGUF_TYPE_BOOL) {
             fputs(gguf_arr_int(v, i) ? "true" : "false", stdout);
         } else if (et == GGUF_TYPE_UINT64) {
@@ -141,7 +162,7 @@ int cmd_inspect(int argc, char **argv) {
     for (int64_t i = 0; i < gguf_n_kv(f); i++) {
         const gguf_kv *kv = gguf_kv_at(f, i);
         fputs("  ", stdout);
-        fwrite(kv->key.ptr, 1, (size_t)kv->key.len, stdout);
+        put_raw(kv->key.ptr, kv->key.len);
         fputs(": ", stdout);
         put_value(&kv->val);
         putchar('\n');

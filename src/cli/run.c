@@ -72,10 +72,13 @@ int cmd_run(int argc, char **argv) {
     if (ids_arg) {
         if (!arg_id_list("--ids", ids_arg, &ids, &n_ids, "run")) { model_free(m); return 2; }
     } else {
-        size_t len = strlen(prompt);
-        int64_t cap = (int64_t)len + 16;
-        ids = xmalloc(sizeof(int32_t) * (size_t)cap);
-        n_ids = tokenizer_encode(tok, prompt, len, parse_special, ids, cap);
+        int32_t *body = tokenizer_encode_alloc(tok, prompt, strlen(prompt), parse_special, &n_ids);
+        const bool bos = tokenizer_add_bos(tok) && tokenizer_bos(tok) >= 0;
+        ids = xmalloc(sizeof(int32_t) * (size_t)(n_ids + 1));
+        if (bos) ids[0] = tokenizer_bos(tok);
+        memcpy(ids + bos, body, sizeof(int32_t) * (size_t)n_ids);
+        n_ids += bos;
+        free(body);
         if (n_ids <= 0) { fprintf(stderr, "hearth run: the prompt tokenizes to no tokens\n"); model_free(m); return 1; }
     }
     int64_t *marks = NULL, n_marks = 0;
@@ -120,7 +123,7 @@ int cmd_run(int argc, char **argv) {
         int32_t id = sampler_sample(&sm, logits);
         out[n_out++] = id;
         if (tok && !ids_out) {
-            char buf[256];
+            char buf[4096]; /* a piece longer than this comes out with the next token */
             size_t nb = tokdec_push(&dec, id, buf, sizeof buf);
             fwrite(buf, 1, nb, stdout);
             fflush(stdout);
@@ -139,10 +142,11 @@ int cmd_run(int argc, char **argv) {
         printf("]\n");
     } else if (tok) {
         char buf[64];
-        size_t nb = tokdec_flush(&dec, buf, sizeof buf);
-        fwrite(buf, 1, nb, stdout);
+        size_t nb;
+        while ((nb = tokdec_flush(&dec, buf, sizeof buf)) > 0) fwrite(buf, 1, nb, stdout);
         printf("\n");
     }
+    if (tok) tokdec_free(&dec);
     fprintf(stderr, "prompt: %" PRId64 " tokens in %.3f s, %.2f tok/s\n", n_ids, t_prompt, (double)n_ids / t_prompt);
     fprintf(stderr, "decode: %" PRId64 " tokens in %.3f s, %.2f tok/s\n", n_out > 0 ? n_out - 1 : 0, t_gen,
             n_out > 1 ? (double)(n_out - 1) / t_gen : 0.0);

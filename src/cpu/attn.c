@@ -46,12 +46,12 @@ static void kv_store(seq *s, int il, int64_t pos, const float *src, void *base, 
     (void)il;
 }
 
-static void prep_task(void *arg, int ith, int nth) {
+static void prep_task(void *arg, int64_t r, int thread) {
     attn_ctx *c = arg;
     const model_hparams *hp = c->hp;
     const int64_t H = hp->n_head, Hkv = hp->n_head_kv, D = hp->head_dim;
     const float *qn = c->L->attn_q_norm.data, *kn = c->L->attn_k_norm.data;
-    for (int64_t r = ith; r < c->n; r += nth) {
+    {
         for (int64_t h = 0; h < H; h++) {
             float *q = c->qf + r * 2 * H * D + h * 2 * D;
             cpu_rmsnorm(q, qn, q, D, hp->rms_eps);
@@ -68,14 +68,14 @@ static void prep_task(void *arg, int ith, int nth) {
     }
 }
 
-static void attend_task(void *arg, int ith, int nth) {
+static void attend_task(void *arg, int64_t t, int thread) {
     attn_ctx *c = arg;
     const model_hparams *hp = c->hp;
     const int64_t H = hp->n_head, Hkv = hp->n_head_kv, D = hp->head_dim, group = H / Hkv;
     const float scale = 1.0f / sqrtf((float)D);
-    float *sc = c->thread_scores + (size_t)ith * (size_t)c->n_ctx;
-    float *kbuf = sc + c->n_ctx; /* one converted row when KV is f16 */
-    for (int64_t t = ith; t < c->n * H; t += nth) {
+    float *sc = c->thread_scores + (size_t)thread * (size_t)c->n_ctx;
+    float *kbuf = sc + c->n_ctx - D; /* one converted row when KV is f16 */
+    {
         const int64_t r = t / H, h = t % H, hk = h / group, n_keys = c->pos[r] + 1;
         const seq *s = c->seqs[r];
         const float *q = c->qf + r * 2 * H * D + h * 2 * D;
@@ -127,13 +127,13 @@ void cpu_attn_layer(cpu_engine *ce, int il, seq **seqs, const int64_t *pos, int6
     c.k = cpu_scratch(ce, sizeof(float) * (size_t)(n * Hkv * D));
     c.v = cpu_scratch(ce, sizeof(float) * (size_t)(n * Hkv * D));
     c.ao = cpu_scratch(ce, sizeof(float) * (size_t)(n * H * D));
-    c.n_ctx = seqs[0]->n_ctx + D; /* scores plus one f16-converted key row */
+    c.n_ctx = seqs[0]->n_ctx + D; /* per thread: scores, then one f16-converted key row */
     c.thread_scores = cpu_scratch(ce, sizeof(float) * (size_t)c.n_ctx * (size_t)ce->nth);
 
     const qtensor *ws[3] = {&L->attn_q, &L->attn_k, &L->attn_v};
     float *ys[3] = {c.qf, c.k, c.v};
     cpu_project(ce, h, n, ws, ys, 3);
-    pool_run(ce->pool, prep_task, &c);
-    pool_run(ce->pool, attend_task, &c);
+    pool_for(ce->pool, n, prep_task, &c);
+    pool_for(ce->pool, n * H, attend_task, &c);
     cpu_matmul(ce, &L->attn_out, c.ao, n, out);
 }

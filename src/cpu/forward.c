@@ -3,6 +3,7 @@
  * GDN; or one row per sequence for a decode step, sequential GDN). */
 #include "cpu.h"
 #include "../quant.h"
+#include "../mutant.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -93,18 +94,17 @@ typedef struct fwd_ctx {
     const int32_t *rows;   /* final norm: which rows */
 } fwd_ctx;
 
-static void embed_task(void *arg, int ith, int nth) {
+static void embed_task(void *arg, int64_t r, int thread) {
     fwd_ctx *c = arg;
     const qtensor *te = &c->m->token_embd;
     const int64_t E = c->m->hp.n_embd;
-    for (int64_t r = ith; r < c->n; r += nth)
-        quant_dequantize_row(te->type, (const uint8_t *)te->data + (size_t)c->ids[r] * te->row_bytes, c->x + r * E, E);
+    quant_dequantize_row(te->type, (const uint8_t *)te->data + (size_t)c->ids[r] * te->row_bytes, c->x + r * E, E);
 }
 
-static void norm_task(void *arg, int ith, int nth) {
+static void norm_task(void *arg, int64_t r, int thread) {
     fwd_ctx *c = arg;
     const int64_t E = c->m->hp.n_embd;
-    for (int64_t r = ith; r < c->n; r += nth) {
+    {
         int64_t src = c->rows ? c->rows[r] : r;
         cpu_rmsnorm(c->x + src * E, c->norm_w, c->h + r * E, E, c->m->hp.rms_eps);
     }
@@ -116,9 +116,10 @@ typedef struct add_ctx {
     int64_t n;
 } add_ctx;
 
-static void add_task(void *arg, int ith, int nth) {
+#define ADD_BLOCK 4096
+static void add_task(void *arg, int64_t t, int thread) {
     add_ctx *c = arg;
-    int64_t per = (c->n + nth - 1) / nth, i0 = ith * per, i1 = i0 + per < c->n ? i0 + per : c->n;
+    int64_t i0 = t * ADD_BLOCK, i1 = i0 + ADD_BLOCK < c->n ? i0 + ADD_BLOCK : c->n;
     for (int64_t i = i0; i < i1; i++) c->x[i] += c->y[i];
 }
 
@@ -132,20 +133,20 @@ static void forward(cpu_engine *ce, seq **seqs, const int32_t *ids, const int64_
     c.x = cpu_scratch(ce, sizeof(float) * (size_t)(n * E));
     c.h = cpu_scratch(ce, sizeof(float) * (size_t)(n * E));
     float *y = cpu_scratch(ce, sizeof(float) * (size_t)(n * E));
-    pool_run(ce->pool, embed_task, &c);
+    pool_for(ce->pool, n, embed_task, &c);
     int64_t gdn_index = 0;
     add_ctx ac = {c.x, y, n * E};
     for (int il = 0; il < hp->n_layer; il++) {
         const model_layer *L = &m->layers[il];
         c.norm_w = L->attn_norm.data;
-        pool_run(ce->pool, norm_task, &c);
+        pool_for(ce->pool, c.n, norm_task, &c);
         if (L->recurrent) cpu_gdn_layer(ce, il, seqs, n, chunked, c.h, y, marks, n_marks, gdn_index++);
         else cpu_attn_layer(ce, il, seqs, pos, n, c.h, y);
-        pool_run(ce->pool, add_task, &ac);
+        pool_for(ce->pool, (ac.n + ADD_BLOCK - 1) / ADD_BLOCK, add_task, &ac);
         c.norm_w = L->post_norm.data;
-        pool_run(ce->pool, norm_task, &c);
+        pool_for(ce->pool, c.n, norm_task, &c);
         cpu_moe_layer(ce, il, c.h, n, y);
-        pool_run(ce->pool, add_task, &ac);
+        pool_for(ce->pool, (ac.n + ADD_BLOCK - 1) / ADD_BLOCK, add_task, &ac);
     }
     if (!logits) return;
     /* final norm and the output projection, for the rows whose logits are wanted */
@@ -156,7 +157,7 @@ static void forward(cpu_engine *ce, seq **seqs, const int32_t *ids, const int64_
     fc.n = n_out;
     fc.rows = rows;
     fc.norm_w = m->output_norm.data;
-    pool_run(ce->pool, norm_task, &fc);
+    pool_for(ce->pool, fc.n, norm_task, &fc);
     cpu_matmul(ce, &m->output, c.h, n_out, logits);
 }
 
@@ -168,8 +169,11 @@ static int cpu_prefill(engine *eng, seq *s, const int32_t *ids, int64_t n, const
     seq **seqs = xmalloc(sizeof(seq *) * CPU_UBATCH);
     cpu_mark *um = xmalloc(sizeof(cpu_mark) * (size_t)(n_marks + 1));
     eng->stats.n_prefill_calls++;
-    for (int64_t u0 = 0; u0 < n; u0 += CPU_UBATCH) {
-        const int64_t un = n - u0 < CPU_UBATCH ? n - u0 : CPU_UBATCH;
+    /* mutant: a marked call split into two passes at its first mark */
+    const int64_t split = MUTANT("extra_pass") && n_marks > 0 && marks[0] < n ? marks[0] : 0;
+    for (int64_t u0 = 0; u0 < n;) {
+        int64_t un = n - u0 < CPU_UBATCH ? n - u0 : CPU_UBATCH;
+        if (split && u0 < split && u0 + un > split) un = split - u0;
         int nm = 0;
         for (int i = 0; i < n_marks; i++)
             if (marks[i] > u0 && marks[i] <= u0 + un) {
@@ -188,6 +192,7 @@ static int cpu_prefill(engine *eng, seq *s, const int32_t *ids, int64_t n, const
         eng->stats.n_passes++;
         eng->stats.n_points += nm;
         s->pos += un;
+        u0 += un;
     }
     free(pos);
     free(seqs);
@@ -229,7 +234,13 @@ static void copy_state(const model_hparams *hp, const point *p, seq *s, bool to_
 }
 
 static int cpu_restore(engine *eng, seq *s, const point *p, herr *e) {
-    copy_state(&eng->m->hp, p, s, false);
+    const model_hparams *hp = &eng->m->hp;
+    if (MUTANT("restore_ring_skip")) { /* mutant: the lanes are restored, the rings are not */
+        for (int il = 0, g = 0; il < hp->n_layer; il++)
+            if (hp->is_recurrent[il]) memcpy(s->lane[il], p->lanes + (size_t)g++ * p->lane_floats, sizeof(float) * p->lane_floats);
+    } else {
+        copy_state(hp, p, s, false);
+    }
     s->pos = p->pos;
     (void)e;
     return 0;

@@ -55,11 +55,11 @@ static const float *conv_input_row(const gdn_ctx *c, int64_t r, int64_t j) {
     return c->seqs[0]->ring[c->il] + (idx + dc - 1) * cd;
 }
 
-static void conv_task(void *arg, int ith, int nth) {
+static void conv_task(void *arg, int64_t r, int thread) {
     gdn_ctx *c = arg;
     const int64_t dc = c->hp->ssm_d_conv, cd = hp_conv_dim(c->hp);
     const float *w = c->L->ssm_conv1d.data; /* (conv_dim, d_conv): tap j of channel ch at ch*dc + j */
-    for (int64_t r = ith; r < c->n; r += nth) {
+    {
         float *y = c->cv + r * cd;
         const float *x[16];
         for (int64_t j = 0; j < dc; j++) x[j] = conv_input_row(c, r, j);
@@ -73,13 +73,13 @@ static void conv_task(void *arg, int ith, int nth) {
 
 /* L2-normalise q and k per key head (x * rsqrt(sum x^2 + eps), as HF and llama.cpp do),
  * scale q by 1/sqrt(S); gates per value head. */
-static void norm_gate_task(void *arg, int ith, int nth) {
+static void norm_gate_task(void *arg, int64_t r, int thread) {
     gdn_ctx *c = arg;
     const model_hparams *hp = c->hp;
     const int64_t S = hp->ssm_d_state, Gk = hp->ssm_n_group, Gv = hp->ssm_dt_rank, cd = hp_conv_dim(hp);
     const float eps = hp->rms_eps, qscale = 1.0f / sqrtf((float)S);
     const float *ssm_a = c->L->ssm_a.data, *dt = c->L->ssm_dt.data;
-    for (int64_t r = ith; r < c->n; r += nth) {
+    {
         float *row = c->cv + r * cd;
         for (int64_t hk = 0; hk < 2 * Gk; hk++) { /* q heads then k heads */
             float *x = row + hk * S;
@@ -108,9 +108,10 @@ static void axpy(float *restrict y, float a, const float *restrict x, int64_t n)
 
 /* The state after end row r of a chunk (see the header): dst may be S0 itself. */
 static void chunk_end_state(const float *S0, float *dst, int64_t S, const float *const *k, const float *d,
-                            const float *Gc, int64_t r) {
+                            const float *Gc, int64_t r, bool for_point) {
     const float gl = Gc[r];
-    const float decay = MUTANT("decay_skip") ? 1.0f : expf(gl); /* mutant: the chunk's decay forgotten */
+    /* mutant: a point's copy forgets the decay of the state before its chunk */
+    const float decay = for_point && MUTANT("decay_skip") ? 1.0f : expf(gl);
     float coef[CPU_CHUNK];
     for (int64_t j = 0; j <= r; j++) coef[j] = expf(gl - Gc[j]);
     for (int64_t a = 0; a < S; a++) {
@@ -178,9 +179,14 @@ static void delta_chunked_head(gdn_ctx *c, int64_t h, float *scratch) {
                 memcpy(dst, St, sizeof(float) * (size_t)(S * S));
                 continue;
             }
-            chunk_end_state(St, dst, S, k, d, Gc, m - 1 - c0);
+            if (MUTANT("point_inplace")) { /* mutant: the point computed on the live state, then copied */
+                chunk_end_state(St, St, S, k, d, Gc, m - 1 - c0, true);
+                memcpy(dst, St, sizeof(float) * (size_t)(S * S));
+                continue;
+            }
+            chunk_end_state(St, dst, S, k, d, Gc, m - 1 - c0, true);
         }
-        chunk_end_state(St, St, S, k, d, Gc, L - 1);
+        chunk_end_state(St, St, S, k, d, Gc, L - 1, false);
     }
 }
 
@@ -210,23 +216,21 @@ static void delta_step_head(gdn_ctx *c, int64_t r, int64_t h, float *u) {
     }
 }
 
-static void delta_task(void *arg, int ith, int nth) {
+/* task: a value head (chunked: all rows of the call) or a (row, head) pair (steps) */
+static void delta_task(void *arg, int64_t t, int thread) {
     gdn_ctx *c = arg;
     const int64_t Gv = c->hp->ssm_dt_rank;
-    float *scratch = c->thread_scratch + (size_t)ith * c->thread_scratch_floats;
-    if (c->chunked) {
-        for (int64_t h = ith; h < Gv; h += nth) delta_chunked_head(c, h, scratch);
-    } else {
-        for (int64_t t = ith; t < c->n * Gv; t += nth) delta_step_head(c, t / Gv, t % Gv, scratch);
-    }
+    float *scratch = c->thread_scratch + (size_t)thread * c->thread_scratch_floats;
+    if (c->chunked) delta_chunked_head(c, t, scratch);
+    else delta_step_head(c, t / Gv, t % Gv, scratch);
 }
 
 /* per head: RMSNorm over S with ssm_norm, times SiLU(z) */
-static void gated_norm_task(void *arg, int ith, int nth) {
+static void gated_norm_task(void *arg, int64_t t, int thread) {
     gdn_ctx *c = arg;
     const int64_t S = c->hp->ssm_d_state, Gv = c->hp->ssm_dt_rank, Vd = hp_value_dim(c->hp);
     const float *nw = c->L->ssm_norm.data;
-    for (int64_t t = ith; t < c->n * Gv; t += nth) {
+    {
         int64_t r = t / Gv, h = t % Gv;
         float *o = c->o + r * Vd + h * S;
         const float *z = c->z + r * Vd + h * S;
@@ -288,10 +292,10 @@ void cpu_gdn_layer(cpu_engine *ce, int il, seq **seqs, int64_t n, bool chunked, 
     float *ys[4] = {c.qkv, c.z, c.b, c.a};
     cpu_project(ce, h, n, ws, ys, 4);
 
-    pool_run(ce->pool, conv_task, &c);
+    pool_for(ce->pool, n, conv_task, &c);
     ring_points_and_update(&c);
-    pool_run(ce->pool, norm_gate_task, &c);
-    pool_run(ce->pool, delta_task, &c);
-    pool_run(ce->pool, gated_norm_task, &c);
+    pool_for(ce->pool, n, norm_gate_task, &c);
+    pool_for(ce->pool, chunked ? Gv : n * Gv, delta_task, &c);
+    pool_for(ce->pool, n * Gv, gated_norm_task, &c);
     cpu_matmul(ce, &L->ssm_out, c.o, n, out);
 }

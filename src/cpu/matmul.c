@@ -7,7 +7,6 @@
 #include "cpu.h"
 #include "../quant.h"
 
-#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -23,24 +22,21 @@ struct quant_ctx {
     size_t xq_stride;
 };
 
-static void quant_task(void *arg, int ith, int nth) {
+static void quant_task(void *arg, int64_t r, int thread) {
     struct quant_ctx *c = arg;
-    for (int64_t r = ith; r < c->n; r += nth)
-        quant_quantize_act(c->wtype, c->x + r * c->x_stride, c->xq + (size_t)r * c->xq_stride, c->K);
+    quant_quantize_act(c->wtype, c->x + r * c->x_stride, c->xq + (size_t)r * c->xq_stride, c->K);
 }
 
 void cpu_quantize_rows(cpu_engine *ce, uint32_t wtype, const float *x, int64_t x_stride, int64_t n, int64_t K,
                        uint8_t *xq, size_t xq_stride) {
     struct quant_ctx c = {wtype, x, x_stride, n, K, xq, xq_stride};
-    if (n == 1) quant_task(&c, 0, 1);
-    else pool_run(ce->pool, quant_task, &c);
+    pool_for(ce->pool, n, quant_task, &c);
 }
 
 struct mm_ctx {
     const mm_job *jobs;
     int n_jobs;
     int64_t *task_start; /* first task index of each job, n_jobs + 1 entries */
-    atomic_llong next;
 };
 
 static void mm_block(const mm_job *j, int64_t o0, int64_t o1) {
@@ -54,20 +50,19 @@ static void mm_block(const mm_job *j, int64_t o0, int64_t o1) {
     }
 }
 
-static void mm_task(void *arg, int ith, int nth) {
+static void mm_task(void *arg, int64_t t, int thread) {
     struct mm_ctx *c = arg;
-    const int64_t total = c->task_start[c->n_jobs];
-    int ji = 0;
-    for (;;) {
-        int64_t t = atomic_fetch_add_explicit(&c->next, 1, memory_order_relaxed);
-        if (t >= total) break;
-        while (c->task_start[ji + 1] <= t) ji++; /* a thread's task numbers only grow */
-        const mm_job *j = &c->jobs[ji];
-        int64_t o0 = (t - c->task_start[ji]) * ROWS_PER_TASK;
-        int64_t o1 = o0 + ROWS_PER_TASK;
-        if (o1 > j->w->ne[1]) o1 = j->w->ne[1];
-        mm_block(j, o0, o1);
+    int lo = 0, hi = c->n_jobs - 1; /* the job whose task range holds t */
+    while (lo < hi) {
+        int mid = (lo + hi + 1) / 2;
+        if (c->task_start[mid] <= t) lo = mid;
+        else hi = mid - 1;
     }
+    const mm_job *j = &c->jobs[lo];
+    int64_t o0 = (t - c->task_start[lo]) * ROWS_PER_TASK;
+    int64_t o1 = o0 + ROWS_PER_TASK;
+    if (o1 > j->w->ne[1]) o1 = j->w->ne[1];
+    mm_block(j, o0, o1);
 }
 
 void cpu_matmul_jobs(cpu_engine *ce, const mm_job *jobs, int n_jobs) {
@@ -78,8 +73,8 @@ void cpu_matmul_jobs(cpu_engine *ce, const mm_job *jobs, int n_jobs) {
         int64_t blocks = jobs[i].n > 0 ? (jobs[i].w->ne[1] + ROWS_PER_TASK - 1) / ROWS_PER_TASK : 0;
         starts[i + 1] = starts[i] + blocks;
     }
-    struct mm_ctx c = {jobs, n_jobs, starts, 0};
-    if (starts[n_jobs] > 0) pool_run(ce->pool, mm_task, &c);
+    struct mm_ctx c = {jobs, n_jobs, starts};
+    pool_for(ce->pool, starts[n_jobs], mm_task, &c);
     if (starts != starts_local) free(starts);
 }
 

@@ -27,10 +27,10 @@ typedef struct moe_ctx {
     int64_t n_routed_rows;
 } moe_ctx;
 
-static void route_task(void *arg, int ith, int nth) {
+static void route_task(void *arg, int64_t r, int thread) {
     moe_ctx *c = arg;
     const int64_t X = c->hp->n_expert, K = c->hp->n_expert_used;
-    for (int64_t r = ith; r < c->n; r += nth) {
+    {
         float *l = c->logits + r * X;
         float mx = -INFINITY, sum = 0;
         for (int64_t e = 0; e < X; e++) mx = l[e] > mx ? l[e] : mx;
@@ -57,11 +57,10 @@ static void route_task(void *arg, int ith, int nth) {
     }
 }
 
-static void swiglu_task(void *arg, int ith, int nth) {
+static void swiglu_task(void *arg, int64_t r, int thread) {
     moe_ctx *c = arg;
     const int64_t F = c->hp->n_ff_exp, Fs = c->hp->n_ff_shexp;
-    const int64_t total = c->n_routed_rows + c->n;
-    for (int64_t r = ith; r < total; r += nth) {
+    {
         bool shared = r >= c->n_routed_rows;
         int64_t w = shared ? Fs : F;
         float *g = c->g + (shared ? c->n_routed_rows * F + (r - c->n_routed_rows) * Fs : r * F);
@@ -71,11 +70,11 @@ static void swiglu_task(void *arg, int ith, int nth) {
     }
 }
 
-static void combine_task(void *arg, int ith, int nth) {
+static void combine_task(void *arg, int64_t r, int thread) {
     moe_ctx *c = arg;
     const int64_t E = c->hp->n_embd, K = c->hp->n_expert_used;
     const float *gs = c->L->ffn_gate_inp_shexp.data;
-    for (int64_t r = ith; r < c->n; r += nth) {
+    {
         float *o = c->out + r * E;
         const float *h = c->h2 + r * E;
         float d = 0;
@@ -102,7 +101,7 @@ void cpu_moe_layer(cpu_engine *ce, int il, const float *h2, int64_t n, float *ou
     c.sel = cpu_scratch(ce, sizeof(int32_t) * (size_t)(n * K));
     c.wsel = cpu_scratch(ce, sizeof(float) * (size_t)(n * K));
     cpu_matmul(ce, &L->ffn_gate_inp, h2, n, c.logits);
-    pool_run(ce->pool, route_task, &c);
+    pool_for(ce->pool, n, route_task, &c);
     if (ce->base.route_trace) /* tests compare routed expert choices: the last row's, per layer */
         memcpy(ce->base.route_trace + (size_t)il * (size_t)K, c.sel + (n - 1) * K, sizeof(int32_t) * (size_t)K);
 
@@ -160,7 +159,7 @@ void cpu_moe_layer(cpu_engine *ce, int il, const float *h2, int64_t n, float *ou
     size_t as = cpu_act_bytes(c.down_type, F), as_sh = cpu_act_bytes(c.down_type_sh, Fs);
     c.aq_stride = as > as_sh ? as : as_sh;
     c.aq = cpu_scratch(ce, c.aq_stride * (size_t)(n * K + n));
-    pool_run(ce->pool, swiglu_task, &c);
+    pool_for(ce->pool, n * K + n, swiglu_task, &c);
 
     c.eo = cpu_scratch(ce, sizeof(float) * (size_t)(n * K * E));
     c.so = cpu_scratch(ce, sizeof(float) * (size_t)(n * E));
@@ -175,5 +174,5 @@ void cpu_moe_layer(cpu_engine *ce, int il, const float *h2, int64_t n, float *ou
     jobs[nj++] = (mm_job){.w = &L->ffn_down_shexp, .xq = c.aq + (size_t)(n * K) * c.aq_stride, .xq_stride = c.aq_stride,
                           .n = n, .y = c.so, .y_stride = E};
     cpu_matmul_jobs(ce, jobs, nj);
-    pool_run(ce->pool, combine_task, &c);
+    pool_for(ce->pool, n, combine_task, &c);
 }

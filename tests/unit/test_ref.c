@@ -6,6 +6,7 @@
 #include "unit/harness.h"
 #include "ref/ref.h"
 #include "gen.h"
+#include "gguf.h"
 #include "model.h"
 #include "quant.h"
 #include "util.h"
@@ -134,38 +135,121 @@ TEST(rope_norms_and_relative_position) {
 
 /* ------------------------------------------------------------ tiny model */
 
-static model *g_model;
+static model *g_model;        /* the model the body under test runs on */
 static ref_model *g_ref;
-static const char *g_skip;
+static const char *g_name;
 
-/* Generates the tiny preset through the gen library (f32, seed 1) and loads it. */
-static void load_tiny(void) {
-    static char path[512];
-    const char *tmp = getenv("HEARTH_TMP");
-    if (!tmp) tmp = "/tmp";
-    snprintf(path, sizeof path, "%s/test_ref_tiny_%d.gguf", tmp, (int)getpid());
-    gen_opts o = {.preset = "tiny", .quant = GEN_F32, .seed = 1, .n_threads = 2, .out_path = path};
-    gen_stats st;
+typedef struct test_model { char name[32]; model *m; ref_model *r; } test_model;
+static test_model g_models[4];
+static int g_n_models;
+static const char *g_gen_skip;
+
+static void add_model(const char *name, const char *path) {
     herr e;
-    if (gen_write(&o, &st, &e) < 0) {
-        fprintf(stderr, "    gen_write: %s\n", e.msg);
-        g_skip = "could not generate the tiny model";
-        return;
-    }
-    if (model_load(&g_model, path, &e) < 0) {
-        fprintf(stderr, "    model_load: %s\n", e.msg);
-        g_skip = "the generated tiny model does not load";
+    model *m;
+    if (model_load(&m, path, &e) < 0) {
+        fprintf(stderr, "    model_load %s: %s\n", name, e.msg);
         unlink(path);
         return;
     }
     unlink(path); /* the mapping stays valid */
-    g_ref = ref_model_new(g_model);
+    test_model *t = &g_models[g_n_models++];
+    snprintf(t->name, sizeof t->name, "%s", name);
+    t->m = m;
+    t->r = ref_model_new(m);
+}
+
+/* A model of our own: GQA with 2 KV heads (the tiny preset has 1), norm weights and
+ * biases away from 1 and 0 (the presets start norms at 1), 4 value heads over 2 key heads. */
+static int write_custom(const char *path, herr *e) {
+    model_hparams hp;
+    memset(&hp, 0, sizeof hp);
+    snprintf(hp.arch, sizeof hp.arch, "qwen35moe");
+    hp.n_layer = 4; hp.n_ctx_train = 4096; hp.n_embd = 64; hp.n_vocab = 96;
+    hp.n_head = 4; hp.n_head_kv = 2; hp.head_dim = 32; hp.rms_eps = 1e-6f;
+    hp.rope_dims = 16; hp.rope_theta = 1e4f;
+    hp.rope_sections[0] = 3; hp.rope_sections[1] = 3; hp.rope_sections[2] = 2;
+    hp.n_expert = 6; hp.n_expert_used = 3; hp.n_ff_exp = 32; hp.n_ff_shexp = 48;
+    hp.ssm_d_conv = 4; hp.ssm_d_state = 16; hp.ssm_n_group = 2; hp.ssm_dt_rank = 4;
+    hp.ssm_d_inner = 64; hp.full_attn_interval = 4;
+    if (model_hparams_check(&hp, e) < 0) return -1;
+    gguf_writer *w = gguf_writer_new();
+    model_hparams_write(&hp, w);
+    tensor_spec *sp;
+    const int64_t n = model_tensor_specs(&hp, &sp);
+    for (int64_t i = 0; i < n; i++) gguf_add_tensor(w, sp[i].name, QT_F32, sp[i].n_dims, sp[i].ne);
+    int rc = gguf_writer_open(w, path, e);
+    for (int64_t i = 0; i < n && rc == 0; i++) {
+        const int64_t cnt = sp[i].ne[0] * sp[i].ne[1] * sp[i].ne[2];
+        float *f = xmalloc((size_t)cnt * sizeof(float));
+        const uint64_t key = rng_key(5, sp[i].name);
+        for (int64_t j = 0; j < cnt; j++) {
+            const float r = rng_normal(key, (uint64_t)j);
+            switch (sp[i].role) {
+            case TR_ATTN_NORM: case TR_POST_NORM: case TR_OUTPUT_NORM: case TR_SSM_NORM:
+            case TR_ATTN_Q_NORM: case TR_ATTN_K_NORM: f[j] = 1 + 0.3f * r; break;
+            case TR_SSM_A: f[j] = -expf(0.5f * r); break;
+            case TR_SSM_DT: case TR_SSM_CONV1D: f[j] = 0.5f * r; break;
+            case TR_TOKEN_EMBD: f[j] = r; break;
+            default: f[j] = r / sqrtf((float)sp[i].ne[0]);
+            }
+        }
+        rc = gguf_writer_write(w, i, 0, f, (uint64_t)cnt * sizeof(float), e);
+        free(f);
+    }
+    if (rc == 0) rc = gguf_writer_close(w, e);
+    gguf_writer_free(w);
+    free(sp);
+    return rc;
+}
+
+/* The tiny preset through the gen library (f32, q8_0, q4_k_m, seed 1) and our own model. */
+static void load_models(void) {
+    char path[512];
+    herr e;
+    const char *tmp = getenv("HEARTH_TMP");
+    if (!tmp) tmp = "/tmp";
+    const gen_quant quants[3] = {GEN_F32, GEN_Q8_0, GEN_Q4_K_M};
+    for (int qi = 0; qi < 3; qi++) {
+        snprintf(path, sizeof path, "%s/test_ref_tiny_%d_%d.gguf", tmp, (int)getpid(), qi);
+        gen_opts o = {.preset = "tiny", .quant = quants[qi], .seed = 1, .n_threads = 2, .out_path = path};
+        gen_stats st;
+        if (gen_write(&o, &st, &e) < 0) {
+            fprintf(stderr, "    gen_write: %s\n", e.msg);
+            g_gen_skip = "could not generate the tiny model";
+            break;
+        }
+        static const char *const names[3] = {"tiny-f32", "tiny-q8_0", "tiny-q4_k_m"};
+        add_model(names[qi], path);
+    }
+    snprintf(path, sizeof path, "%s/test_ref_custom_%d.gguf", tmp, (int)getpid());
+    if (write_custom(path, &e) < 0) fprintf(stderr, "    custom model: %s\n", e.msg);
+    else add_model("custom", path);
+}
+
+static void free_models(void) {
+    for (int i = 0; i < g_n_models; i++) {
+        ref_model_free(g_models[i].r);
+        model_free(g_models[i].m);
+    }
+}
+
+/* Runs body on every loaded model, naming the model when a check in it fails. */
+static void for_models(void (*body)(void)) {
+    if (g_n_models == 0) SKIP("no model could be made");
+    for (int i = 0; i < g_n_models; i++) {
+        g_model = g_models[i].m;
+        g_ref = g_models[i].r;
+        g_name = g_models[i].name;
+        const int before = harness_cur_failed;
+        body();
+        if (harness_cur_failed > before) fprintf(stderr, "    ^ on model %s\n", g_name);
+    }
 }
 
 static int32_t tok(int64_t i) { return (int32_t)(rng_at(rng_key(1, "tokens"), (uint64_t)i) % (uint64_t)g_model->hp.n_vocab); }
 
-TEST(tiny_logits_finite_and_deterministic) {
-    if (g_skip) SKIP(g_skip);
+static void body_logits_finite_and_deterministic(void) {
     enum { T = 12 };
     const int64_t V = g_model->hp.n_vocab;
     double *l1 = xmalloc((size_t)(T * V) * sizeof(double)), *l2 = xmalloc((size_t)(T * V) * sizeof(double));
@@ -187,8 +271,7 @@ TEST(tiny_logits_finite_and_deterministic) {
     free(l1); free(l2);
 }
 
-TEST(tiny_prefix_property) {
-    if (g_skip) SKIP(g_skip);
+static void body_prefix_property(void) {
     enum { N = 9 };
     const int64_t V = g_model->hp.n_vocab;
     double *a = xmalloc((size_t)V * sizeof(double)), *b = xmalloc((size_t)V * sizeof(double));
@@ -260,12 +343,11 @@ static void rand_vec(double *x, int64_t n, const char *name) {
     for (int64_t i = 0; i < n; i++) x[i] = rnd(key, (uint64_t)i);
 }
 
-TEST(tiny_attention_at_pos0_is_gated_v) {
-    if (g_skip) SKIP(g_skip);
+static void body_attention_at_pos0_is_gated_v(void) {
     const model_hparams *hp = &g_model->hp;
     int il = -1;
     for (int i = 0; i < hp->n_layer && il < 0; i++) if (!hp->is_recurrent[i]) il = i;
-    if (il < 0) SKIP("no attention layer");
+    if (il < 0) return;
     const model_layer *L = &g_model->layers[il];
     const int64_t E = hp->n_embd, H = hp->n_head, Hkv = hp->n_head_kv, D = hp->head_dim;
     double *h = xmalloc((size_t)E * sizeof(double)), *out = xmalloc((size_t)E * sizeof(double));
@@ -303,12 +385,11 @@ static void rms_w(double *y, int64_t n, double eps, const double *w) {
  * layer: the stored KV row 0 follows from the layer's input (recovered from the previous
  * layer's output), and the output at position 1 is a two-key softmax with q/k norms and
  * RoPE at positions 1 and 0. */
-TEST(tiny_attention_two_positions) {
-    if (g_skip) SKIP(g_skip);
+static void body_attention_two_positions(void) {
     const model_hparams *hp = &g_model->hp;
     int il = -1;
     for (int i = 0; i < hp->n_layer && il < 0; i++) if (!hp->is_recurrent[i]) il = i;
-    if (il < 0) SKIP("no attention layer");
+    if (il < 0) return;
     const model_layer *L = &g_model->layers[il];
     const int64_t E = hp->n_embd, H = hp->n_head, Hkv = hp->n_head_kv, D = hp->head_dim;
     const double eps = hp->rms_eps;
@@ -389,12 +470,11 @@ static void gdn_lane_update(double *Sl, const double *y, const double *b, const 
     free(next); free(k);
 }
 
-TEST(tiny_gdn_closed_form_two_tokens) {
-    if (g_skip) SKIP(g_skip);
+static void body_gdn_closed_form_two_tokens(void) {
     const model_hparams *hp = &g_model->hp;
     int il = -1;
     for (int i = 0; i < hp->n_layer && il < 0; i++) if (hp->is_recurrent[i]) il = i;
-    if (il < 0) SKIP("no GDN layer");
+    if (il < 0) return;
     const model_layer *L = &g_model->layers[il];
     const int64_t E = hp->n_embd, S = hp->ssm_d_state, Gk = hp->ssm_n_group, Gv = hp->ssm_dt_rank;
     const int64_t C = hp_conv_dim(hp), W = hp->ssm_d_conv;
@@ -465,8 +545,7 @@ TEST(tiny_gdn_closed_form_two_tokens) {
     free(qkv); free(z); free(b); free(o); free(y); free(h); free(h1); free(qkv1); free(out); free(want);
 }
 
-TEST(tiny_moe_independent) {
-    if (g_skip) SKIP(g_skip);
+static void body_moe_independent(void) {
     const model_hparams *hp = &g_model->hp;
     const int il = (int)hp->n_layer - 1;
     const model_layer *L = &g_model->layers[il];
@@ -526,8 +605,7 @@ TEST(tiny_moe_independent) {
 /* ref_step is the layer equation over ref_mixer and ref_moe: x = embd; per layer
  * x += mixer(rmsnorm(x)*attn_norm); x += moe(rmsnorm(x)*post_norm); logits =
  * output·(rmsnorm(x)*output_norm). Recomposed here over two tokens on a second sequence. */
-TEST(tiny_step_wiring) {
-    if (g_skip) SKIP(g_skip);
+static void body_step_wiring(void) {
     const model_hparams *hp = &g_model->hp;
     const int64_t E = hp->n_embd, V = hp->n_vocab;
     const double eps = hp->rms_eps;
@@ -563,20 +641,44 @@ TEST(tiny_step_wiring) {
     free(logits); free(want); free(h); free(out); free(on); free(Wout);
 }
 
+static test_model *find_model(const char *name) {
+    for (int i = 0; i < g_n_models; i++) if (!strcmp(g_models[i].name, name)) return &g_models[i];
+    return NULL;
+}
+
+/* The models the per-model checks ran on: the tiny preset in three types (gen writes
+ * quantized blocks from their own random bits, so the three are different models) and
+ * ours. Shown as skipped when gen could not make the tiny files. */
+TEST(models_present) {
+    if (g_gen_skip) SKIP(g_gen_skip);
+    const char *want[4] = {"tiny-f32", "tiny-q8_0", "tiny-q4_k_m", "custom"};
+    for (int i = 0; i < 4; i++) CHECK_MSG(find_model(want[i]) != NULL, "model %s missing", want[i]);
+    const test_model *q = find_model("tiny-q4_k_m");
+    if (q) CHECK_MSG(q->m->layers[0].ffn_gate_exps.type != QT_F32, "tiny-q4_k_m has f32 experts");
+}
+
+TEST(model_logits_finite_and_deterministic) { for_models(body_logits_finite_and_deterministic); }
+TEST(model_prefix_property) { for_models(body_prefix_property); }
+TEST(model_attention_at_pos0_is_gated_v) { for_models(body_attention_at_pos0_is_gated_v); }
+TEST(model_attention_two_positions) { for_models(body_attention_two_positions); }
+TEST(model_gdn_closed_form_two_tokens) { for_models(body_gdn_closed_form_two_tokens); }
+TEST(model_moe_independent) { for_models(body_moe_independent); }
+TEST(model_step_wiring) { for_models(body_step_wiring); }
+
 int main(void) {
     RUN(delta_rule_hand_case);
     RUN(delta_rule_closed_form);
     RUN(rope_hand_values);
     RUN(rope_norms_and_relative_position);
-    load_tiny();
-    RUN(tiny_logits_finite_and_deterministic);
-    RUN(tiny_prefix_property);
-    RUN(tiny_attention_at_pos0_is_gated_v);
-    RUN(tiny_attention_two_positions);
-    RUN(tiny_gdn_closed_form_two_tokens);
-    RUN(tiny_moe_independent);
-    RUN(tiny_step_wiring);
-    ref_model_free(g_ref);
-    model_free(g_model);
+    load_models();
+    RUN(models_present);
+    RUN(model_logits_finite_and_deterministic);
+    RUN(model_prefix_property);
+    RUN(model_attention_at_pos0_is_gated_v);
+    RUN(model_attention_two_positions);
+    RUN(model_gdn_closed_form_two_tokens);
+    RUN(model_moe_independent);
+    RUN(model_step_wiring);
+    free_models();
     return harness_done();
 }

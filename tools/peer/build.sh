@@ -40,7 +40,7 @@ if [ ! -d "$PEER_SRC/.git" ]; then
     fi
     log "cloning llama.cpp from the bundle"
     rm -rf "$PEER_SRC.tmp"
-    git clone --quiet "$bundle" "$PEER_SRC.tmp" >&2
+    git -c advice.detachedHead=false clone --quiet "$bundle" "$PEER_SRC.tmp" >&2
     mv "$PEER_SRC.tmp" "$PEER_SRC"
 fi
 log "llama.cpp $(git -C "$PEER_SRC" log -1 --format='%h of %cd' --date=short)"
