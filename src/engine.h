@@ -68,7 +68,7 @@ struct engine {
     const model *m;
     engine_opts opts;
     engine_stats stats;
-    int32_t *route_trace;   /* if set (n_layer x K): experts chosen for the last row of each pass */
+    int32_t *route_trace;   /* if set: experts chosen, (rows of the call, n_layer, K); a step's rows are its sequences */
 };
 
 int engine_open_cpu(engine **out, const model *m, const engine_opts *o, herr *e);

@@ -15,6 +15,7 @@ static const struct {
     {"bench", cmd_bench, "prompt and decode throughput (pp/tg rows, medians)"},
     {"tokenize", cmd_tokenize, "text to token ids (JSON), like llama-tokenize --ids"},
     {"detokenize", cmd_detokenize, "token ids (JSON list) to text"},
+    {"convert", cmd_convert, "convert a Hugging Face Qwen3.5/3.6 MoE checkpoint to GGUF"},
 };
 
 static void usage(FILE *out) {

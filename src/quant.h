@@ -14,7 +14,7 @@
 enum qtype {
     QT_F32 = 0, QT_F16 = 1, QT_Q4_0 = 2, QT_Q4_1 = 3, QT_Q5_0 = 6, QT_Q5_1 = 7,
     QT_Q8_0 = 8, QT_Q8_1 = 9, QT_Q2_K = 10, QT_Q3_K = 11, QT_Q4_K = 12, QT_Q5_K = 13,
-    QT_Q6_K = 14, QT_Q8_K = 15, QT_BF16 = 30, QT_COUNT = 40
+    QT_Q6_K = 14, QT_Q8_K = 15, QT_BF16 = 30, QT_COUNT = 43
 };
 
 #define QK8_0 32

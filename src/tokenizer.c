@@ -3,7 +3,9 @@
  * by the pre-tokenizer (llama.cpp's hand-written forms of the Qwen2/Qwen3.5/Llama 3 regexes,
  * including their quirks), and each word's bytes are merged by rank. Merges are keyed by the
  * ids of their two halves, so the merge loop never hashes strings; strings that occur only
- * in merges get ids past the vocabulary so that odd files still behave like llama.cpp. */
+ * in merges get ids past the vocabulary so that odd files still behave like llama.cpp.
+ * Not done: llama.cpp's per-model LSTRIP/RSTRIP attributes (phi-3, jina, modern-bert) and
+ * pre-tokenizers other than qwen2, qwen35 and llama-bpe (loading one is an error). */
 #include "tokenizer.h"
 
 #include <stdio.h>

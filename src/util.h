@@ -19,7 +19,12 @@ int herr_set(herr *e, const char *fmt, ...) __attribute__((format(printf, 2, 3))
 /* Prepends "prefix: " to an existing message (context on the way up). */
 int herr_wrap(herr *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
-_Noreturn void hearth_die(const char *file, int line, const char *fmt, ...)
+#ifdef __cplusplus
+#define HEARTH_NORETURN [[noreturn]]
+#else
+#define HEARTH_NORETURN _Noreturn
+#endif
+HEARTH_NORETURN void hearth_die(const char *file, int line, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 #define HEARTH_DIE(...) hearth_die(__FILE__, __LINE__, __VA_ARGS__)
 #define HEARTH_CHECK(cond) \

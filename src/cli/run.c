@@ -147,6 +147,7 @@ int cmd_run(int argc, char **argv) {
         printf("\n");
     }
     if (tok) tokdec_free(&dec);
+    fflush(stdout);
     fprintf(stderr, "prompt: %" PRId64 " tokens in %.3f s, %.2f tok/s\n", n_ids, t_prompt, (double)n_ids / t_prompt);
     fprintf(stderr, "decode: %" PRId64 " tokens in %.3f s, %.2f tok/s\n", n_out > 0 ? n_out - 1 : 0, t_gen,
             n_out > 1 ? (double)(n_out - 1) / t_gen : 0.0);

@@ -48,6 +48,7 @@ typedef struct cpu_engine {
     engine base;
     pool *pool;
     int nth;
+    int64_t route_row0;     /* row of the call where this forward starts (route_trace) */
     /* scratch, sized once for CPU_UBATCH rows (STYLE 6: size first, allocate once) */
     size_t scratch_bytes;
     uint8_t *scratch;

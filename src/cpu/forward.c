@@ -188,6 +188,7 @@ static int cpu_prefill(engine *eng, seq *s, const int32_t *ids, int64_t n, const
         }
         const bool last = u0 + un == n;
         float *lg = !logits ? NULL : all_logits ? logits + u0 * V : last ? logits : NULL;
+        ce->route_row0 = u0;
         forward(ce, seqs, ids + u0, pos, un, true, um, nm, lg, all_logits);
         eng->stats.n_passes++;
         eng->stats.n_points += nm;
@@ -207,6 +208,7 @@ static int cpu_step(engine *eng, seq **seqs, const int32_t *ids, int n_seqs, flo
     for (int i = 0; i < n_seqs; i++) pos[i] = seqs[i]->pos;
     for (int64_t r0 = 0; r0 < n_seqs; r0 += CPU_UBATCH) {
         int64_t un = n_seqs - r0 < CPU_UBATCH ? n_seqs - r0 : CPU_UBATCH;
+        ce->route_row0 = r0;
         forward(ce, seqs + r0, ids + r0, pos + r0, un, false, NULL, 0, logits ? logits + r0 * eng->m->hp.n_vocab : NULL,
                 true);
     }

@@ -102,8 +102,10 @@ void cpu_moe_layer(cpu_engine *ce, int il, const float *h2, int64_t n, float *ou
     c.wsel = cpu_scratch(ce, sizeof(float) * (size_t)(n * K));
     cpu_matmul(ce, &L->ffn_gate_inp, h2, n, c.logits);
     pool_for(ce->pool, n, route_task, &c);
-    if (ce->base.route_trace) /* tests compare routed expert choices: the last row's, per layer */
-        memcpy(ce->base.route_trace + (size_t)il * (size_t)K, c.sel + (n - 1) * K, sizeof(int32_t) * (size_t)K);
+    if (ce->base.route_trace) /* tests compare routed expert choices: (row, layer, K) */
+        for (int64_t r = 0; r < n; r++)
+            memcpy(ce->base.route_trace + (size_t)((ce->route_row0 + r) * hp->n_layer + il) * (size_t)K, c.sel + r * K,
+                   sizeof(int32_t) * (size_t)K);
 
     /* group the (row, slot) pairs by expert, rows ascending */
     int64_t *count = cpu_scratch(ce, sizeof(int64_t) * (size_t)(X + 1));

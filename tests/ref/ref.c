@@ -10,7 +10,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define REF_CACHE_BUDGET ((size_t)2 << 30) /* bytes of dequantized float copies at most */
 
 /* A weight matrix: rows of n_in weights; f points at float rows when cached (or aliased
  * for F32), else rows are dequantized from q at use. */
@@ -34,26 +33,31 @@ typedef struct ref_layer {
     /* MoE */
     ref_mat router, gate_exps, up_exps, down_exps, gate_sh, up_sh, down_sh;
     double *gate_inp_sh;                           /* (E) */
+    float **exp_cache[3];                          /* gate, up, down: per expert, filled on first use */
 } ref_layer;
 
 struct ref_model {
     const model *m;
     ref_mat token_embd, output;
+    /* the lazy expert copies fill as sequences run: a ref_model is not shared by threads */
     double *output_norm;                           /* (E) */
     ref_layer layers[MODEL_MAX_LAYERS];
     int64_t max_row;                               /* longest row of any matrix */
-    size_t cached_bytes;
+    size_t cached_bytes, budget;                   /* bytes of dequantized float copies: used, at most */
     void *owned[MODEL_MAX_LAYERS * 32 + 8];        /* allocations to free */
     int n_owned;
 };
 
 struct ref_seq {
-    const ref_model *rm;
+    ref_model *rm;
     int64_t pos, max_tokens;
     double *kv_k[MODEL_MAX_LAYERS], *kv_v[MODEL_MAX_LAYERS]; /* (max_tokens, Hkv, D) */
     double *lane[MODEL_MAX_LAYERS];                /* (Gv, S, S) */
     double *ring[MODEL_MAX_LAYERS];                /* (W-1, C) */
-    int32_t *experts;                              /* (L, K) */
+    int32_t *experts;                              /* (L, K) used in the last step */
+    int32_t *own;                                  /* (L, K) the reference's own top-K */
+    double *probs_all;                             /* (L, X) router probabilities */
+    const int32_t *forced;                         /* (L, K) experts to use in the next step */
     double *expert_w;                              /* (L, K) */
     double *hidden;                                /* (L, E) */
     /* scratch */
@@ -186,7 +190,7 @@ static ref_mat mat_of(ref_model *rm, const qtensor *q, bool cache) {
         m.f = q->data;
     } else if (cache) {
         size_t bytes = (size_t)m.n_in * (size_t)m.n_rows * sizeof(float);
-        if (rm->cached_bytes + bytes <= REF_CACHE_BUDGET) {
+        if (rm->cached_bytes + bytes <= rm->budget) {
             float *f = own(rm, xmalloc(bytes));
             for (int64_t r = 0; r < m.n_rows; r++)
                 quant_dequantize_row(q->type, (const char *)q->data + r * q->row_bytes, f + r * m.n_in, m.n_in);
@@ -200,6 +204,8 @@ static ref_mat mat_of(ref_model *rm, const qtensor *q, bool cache) {
 ref_model *ref_model_new(const model *m) {
     ref_model *rm = xcalloc(1, sizeof *rm);
     rm->m = m;
+    const char *mb = getenv("HEARTH_REF_CACHE_MB");
+    rm->budget = mb ? (size_t)strtoull(mb, NULL, 10) << 20 : (size_t)2 << 30;
     rm->token_embd = mat_of(rm, &m->token_embd, false);
     rm->output_norm = vec_of(rm, &m->output_norm);
     for (int il = 0; il < m->hp.n_layer; il++) {
@@ -234,6 +240,7 @@ ref_model *ref_model_new(const model *m) {
         l->up_sh = mat_of(rm, &ml->ffn_up_shexp, true);
         l->down_sh = mat_of(rm, &ml->ffn_down_shexp, true);
         l->gate_inp_sh = vec_of(rm, &ml->ffn_gate_inp_shexp);
+        for (int w = 0; w < 3; w++) l->exp_cache[w] = xcalloc((size_t)m->hp.n_expert, sizeof(float *));
     }
     rm->output = mat_of(rm, &m->output, true); /* last: the biggest, cached if budget is left */
     return rm;
@@ -241,6 +248,11 @@ ref_model *ref_model_new(const model *m) {
 
 void ref_model_free(ref_model *rm) {
     if (!rm) return;
+    for (int il = 0; il < rm->m->hp.n_layer; il++)
+        for (int w = 0; w < 3; w++) {
+            for (int64_t e = 0; e < rm->m->hp.n_expert; e++) free(rm->layers[il].exp_cache[w][e]);
+            free(rm->layers[il].exp_cache[w]);
+        }
     for (int i = 0; i < rm->n_owned; i++) free(rm->owned[i]);
     free(rm);
 }
@@ -262,7 +274,7 @@ static void matvec(const ref_mat *m, int64_t row0, int64_t n, const double *x, d
 
 /* ---------------------------------------------------------------- sequence */
 
-ref_seq *ref_seq_new(const ref_model *rm, int64_t max_tokens) {
+ref_seq *ref_seq_new(ref_model *rm, int64_t max_tokens) {
     const model_hparams *hp = &rm->m->hp;
     HEARTH_CHECK(max_tokens > 0);
     const int64_t E = hp->n_embd, H = hp->n_head, Hkv = hp->n_head_kv, D = hp->head_dim;
@@ -282,6 +294,8 @@ ref_seq *ref_seq_new(const ref_model *rm, int64_t max_tokens) {
         }
     }
     s->experts = xcalloc((size_t)(L * K), sizeof(int32_t));
+    s->own = xcalloc((size_t)(L * K), sizeof(int32_t));
+    s->probs_all = xcalloc((size_t)(L * hp->n_expert), sizeof(double));
     s->expert_w = xcalloc((size_t)(L * K), sizeof(double));
     s->hidden = xcalloc((size_t)(L * E), sizeof(double));
     s->row = xcalloc((size_t)rm->max_row, sizeof(float));
@@ -311,6 +325,8 @@ ref_seq *ref_seq_clone(const ref_seq *src) {
         }
     }
     memcpy(s->experts, src->experts, (size_t)(L * K) * sizeof(int32_t));
+    memcpy(s->own, src->own, (size_t)(L * K) * sizeof(int32_t));
+    memcpy(s->probs_all, src->probs_all, (size_t)(L * hp->n_expert) * sizeof(double));
     memcpy(s->expert_w, src->expert_w, (size_t)(L * K) * sizeof(double));
     memcpy(s->hidden, src->hidden, (size_t)(L * hp->n_embd) * sizeof(double));
     return s;
@@ -321,7 +337,7 @@ void ref_seq_free(ref_seq *s) {
     for (int il = 0; il < MODEL_MAX_LAYERS; il++) {
         free(s->kv_k[il]); free(s->kv_v[il]); free(s->lane[il]); free(s->ring[il]);
     }
-    free(s->experts); free(s->expert_w); free(s->hidden); free(s->row);
+    free(s->experts); free(s->own); free(s->probs_all); free(s->expert_w); free(s->hidden); free(s->row);
     free(s->x); free(s->h); free(s->out); free(s->moe_out);
     free(s->qkv); free(s->y); free(s->z); free(s->bb); free(s->aa); free(s->o);
     free(s->qg); free(s->k); free(s->v); free(s->scores); free(s->att);
@@ -420,14 +436,34 @@ void ref_mixer(ref_seq *s, int il, const double *h, double *out) {
     else attn_mixer(s, il, h, out);
 }
 
-/* down(silu(gate·x) ⊙ up·x) for rows [r0, r0+F) of gate/up and [d0, d0+E) of down */
-static void swiglu(ref_seq *s, const ref_mat *gate, const ref_mat *up, const ref_mat *down, int64_t F,
-                   int64_t r0, int64_t d0, const double *x, double *y) {
+/* Expert e's rows [e*rows, (e+1)*rows) of an expert tensor: *row0 is where they start in
+ * the returned matrix. Non-F32 experts are dequantized once, on first use, while the
+ * budget lasts; past it they are dequantized row by row at every use. */
+static ref_mat expert_mat(ref_model *rm, const ref_mat *m, float **slot, int64_t e, int64_t rows, int64_t *row0) {
+    *row0 = e * rows;
+    if (m->f) return *m;
+    if (!*slot) {
+        const size_t bytes = (size_t)(rows * m->n_in) * sizeof(float);
+        if (rm->cached_bytes + bytes > rm->budget) return *m;
+        float *f = xmalloc(bytes);
+        for (int64_t r = 0; r < rows; r++)
+            quant_dequantize_row(m->q->type, (const char *)m->q->data + (e * rows + r) * m->q->row_bytes, f + r * m->n_in,
+                                 m->n_in);
+        rm->cached_bytes += bytes;
+        *slot = f;
+    }
+    *row0 = 0;
+    return (ref_mat){.q = m->q, .f = *slot, .n_in = m->n_in, .n_rows = rows};
+}
+
+/* y = down(silu(gate·x) ⊙ up·x), F the hidden width, rows starting at gate0/up0/down0 */
+static void swiglu(ref_seq *s, const ref_mat *gate, int64_t gate0, const ref_mat *up, int64_t up0,
+                   const ref_mat *down, int64_t down0, int64_t F, const double *x, double *y) {
     const int64_t E = s->rm->m->hp.n_embd;
-    matvec(gate, r0, F, x, s->g, s->row);
-    matvec(up, r0, F, x, s->u, s->row);
+    matvec(gate, gate0, F, x, s->g, s->row);
+    matvec(up, up0, F, x, s->u, s->row);
     for (int64_t i = 0; i < F; i++) s->g[i] = silu(s->g[i]) * s->u[i];
-    matvec(down, d0, E, s->g, y, s->row);
+    matvec(down, down0, E, s->g, y, s->row);
 }
 
 void ref_moe(ref_seq *s, int il, const double *h2, double *out) {
@@ -452,14 +488,30 @@ void ref_moe(ref_seq *s, int il, const double *h2, double *out) {
         sum += wts[k];
     }
     for (int64_t k = 0; k < K; k++) wts[k] /= sum;
+    memcpy(s->own + il * K, ids, sizeof(int32_t) * (size_t)K);
+    memcpy(s->probs_all + il * X, s->probs, sizeof(double) * (size_t)X);
+    if (s->forced) { /* an engine's routing, so that two runs compare arithmetic, not choices */
+        sum = 0;
+        for (int64_t k = 0; k < K; k++) {
+            ids[k] = s->forced[il * K + k];
+            HEARTH_CHECK(ids[k] >= 0 && ids[k] < X);
+            wts[k] = s->probs[ids[k]];
+            sum += wts[k];
+        }
+        for (int64_t k = 0; k < K; k++) wts[k] /= sum;
+    }
 
     for (int64_t i = 0; i < E; i++) out[i] = 0;
     for (int64_t k = 0; k < K; k++) {
         const int64_t e = ids[k];
-        swiglu(s, &l->gate_exps, &l->up_exps, &l->down_exps, F, e * F, e * E, h2, s->eo);
+        int64_t g0, u0, d0;
+        const ref_mat gm = expert_mat(s->rm, &l->gate_exps, &l->exp_cache[0][e], e, F, &g0);
+        const ref_mat um = expert_mat(s->rm, &l->up_exps, &l->exp_cache[1][e], e, F, &u0);
+        const ref_mat dm = expert_mat(s->rm, &l->down_exps, &l->exp_cache[2][e], e, E, &d0);
+        swiglu(s, &gm, g0, &um, u0, &dm, d0, F, h2, s->eo);
         for (int64_t i = 0; i < E; i++) out[i] += wts[k] * s->eo[i];
     }
-    swiglu(s, &l->gate_sh, &l->up_sh, &l->down_sh, hp->n_ff_shexp, 0, 0, h2, s->eo);
+    swiglu(s, &l->gate_sh, 0, &l->up_sh, 0, &l->down_sh, 0, hp->n_ff_shexp, h2, s->eo);
     const double sg = sigmoid(dot_dd(l->gate_inp_sh, h2, E));
     for (int64_t i = 0; i < E; i++) out[i] += sg * s->eo[i];
 }
@@ -507,6 +559,9 @@ double *ref_seq_ring(ref_seq *s, int il) { return s->ring[il]; }
 const double *ref_seq_kv_k(const ref_seq *s, int il) { return s->kv_k[il]; }
 const double *ref_seq_kv_v(const ref_seq *s, int il) { return s->kv_v[il]; }
 const int32_t *ref_seq_experts(const ref_seq *s, int il) { return s->experts + il * s->rm->m->hp.n_expert_used; }
+const int32_t *ref_seq_own_experts(const ref_seq *s, int il) { return s->own + il * s->rm->m->hp.n_expert_used; }
+const double *ref_seq_router_probs(const ref_seq *s, int il) { return s->probs_all + il * s->rm->m->hp.n_expert; }
+void ref_seq_force_experts(ref_seq *s, const int32_t *experts) { s->forced = experts; }
 const double *ref_seq_expert_weights(const ref_seq *s, int il) {
     return s->expert_w + il * s->rm->m->hp.n_expert_used;
 }

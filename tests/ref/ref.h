@@ -27,8 +27,10 @@
  *     the position components are (t, h, w, e) = (pos, pos, pos, 0). Pair i's sector is
  *     s = i % (Σ sections); it takes component t if s%3==0 && s < 3*sec[0], h if s%3==1 &&
  *     s < 3*sec[1], w if s%3==2 && s < 3*sec[2], else e (= 0: not rotated). For [11,11,10,0]
- *     with R = 64 every pair takes pos, i.e. plain 1-D NeoX RoPE. No YaRN (ext_factor 0,
- *     freq_scale 1, mscale 1). ref_rope_pair_rotates() gives the rule.
+ *     with R = 64 (and R = 32, gen's tiny) every pair takes pos, i.e. plain 1-D NeoX RoPE.
+ *     No YaRN (ext_factor 0, freq_scale 1, mscale 1). ref_rope_pair_rotates() gives the
+ *     rule. Angles here are pos * pow(theta, -2i/R) in double; ggml builds them in float by
+ *     repeated multiplication by theta^(-2/R), which drifts ~1e-6 relative per pair index.
  *   - scores = q·k / sqrt(D) over keys 0..pos inclusive, softmax; query head h reads KV head
  *     h / (H/Hkv) (grouped, as ggml's mul_mat broadcast).
  *   - o_h ⊙ sigmoid(gate_h), then attn_output (H*D → E).
@@ -70,10 +72,12 @@
 #include <stdbool.h>
 #include "model.h"
 
-/* Float copies of the non-expert weights of one model (F32 tensors alias the mapping;
- * other types are dequantized once, up to a budget, the rest row by row at use). Expert
- * matrices are always dequantized at use, only the chosen experts' rows. The model must
- * outlive it. */
+/* Float copies of the weights of one model: F32 tensors alias the mapping; other types are
+ * dequantized once (non-expert matrices at creation, each expert's matrices the first time
+ * a sequence routes to it) while a budget lasts (2 GiB; HEARTH_REF_CACHE_MB in the
+ * environment sets it), and row by row at every use past it.
+ * Sequences fill the expert copies as they run, so one ref_model serves one thread at a
+ * time. The model must outlive it. */
 typedef struct ref_model ref_model;
 ref_model *ref_model_new(const model *m);
 void ref_model_free(ref_model *rm);
@@ -82,7 +86,7 @@ const model *ref_model_of(const ref_model *rm);
 /* One sequence: KV history (max_tokens rows per attention layer), lanes and rings per GDN
  * layer, the position, and what the last step chose. */
 typedef struct ref_seq ref_seq;
-ref_seq *ref_seq_new(const ref_model *rm, int64_t max_tokens);
+ref_seq *ref_seq_new(ref_model *rm, int64_t max_tokens);
 ref_seq *ref_seq_clone(const ref_seq *s);       /* a deep copy (same model, same capacity) */
 void ref_seq_free(ref_seq *s);
 
@@ -115,6 +119,16 @@ const double *ref_seq_kv_v(const ref_seq *s, int il);
 /* The K experts layer il chose in the last step (by descending probability) and their
  * renormalised weights. */
 const int32_t *ref_seq_experts(const ref_seq *s, int il);
+/* The top-K the reference itself chose in the last step (differs from ref_seq_experts only
+ * under forced routing), and layer il's router probabilities (X) in the last step. */
+const int32_t *ref_seq_own_experts(const ref_seq *s, int il);
+const double *ref_seq_router_probs(const ref_seq *s, int il);
+/* Forced routing: the following steps use these experts ((L, K), e.g. an engine's choices)
+ * instead of the reference's own top-K, weighted by the reference's own probabilities
+ * renormalised over them; NULL returns to its own choice. The pointer must stay valid. So
+ * an engine and the reference can be compared on arithmetic alone, routing flips counted
+ * apart. */
+void ref_seq_force_experts(ref_seq *s, const int32_t *experts);
 const double *ref_seq_expert_weights(const ref_seq *s, int il);
 /* The residual stream (E) after layer il in the last step. */
 const double *ref_seq_hidden(const ref_seq *s, int il);

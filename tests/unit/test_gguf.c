@@ -124,6 +124,7 @@ static void check_reference(gguf_file *f, uint64_t align) {
     CHECK(gguf_alignment(f) == align);
     CHECK(gguf_data_offset(f) % align == 0);
     CHECK(gguf_n_kv(f) == (align != 32 ? 17 : 16));
+    if (harness_cur_failed) return; /* the index checks below assume the count */
     CHECK(gguf_str_eq(gguf_kv_at(f, 0)->key, "general.architecture"));
     CHECK(gguf_kv_at(f, gguf_n_kv(f)) == NULL && gguf_kv_at(f, -1) == NULL);
 
