@@ -7,7 +7,7 @@ CFLAGS  += -std=c11 $(OPT) -g -Wall -Wextra -Werror -Wshadow -Wno-unused-paramet
            -D_GNU_SOURCE -pthread -Isrc -MMD -MP
 LDLIBS  += -lm -pthread -lcjson
 
-LIB_SRC := $(wildcard src/*.c src/cpu/*.c)
+LIB_SRC := $(filter-out src/main.c,$(wildcard src/*.c src/cpu/*.c))
 CLI_SRC := src/main.c $(wildcard src/cli/*.c)
 TEST_SRC := $(wildcard tests/unit/test_*.c)
 REF_SRC := $(wildcard tests/ref/*.c)

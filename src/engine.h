@@ -44,7 +44,7 @@ typedef struct engine_stats {
     int64_t n_passes;           /* forward passes run for prompts (one per call up to the batch size) */
     int64_t n_step_calls;
     int64_t n_points;           /* points taken */
-    double t_points;            /* seconds spent copying points */
+    double t_points;            /* CPU seconds spent taking points, summed over threads */
 } engine_stats;
 
 /* The backend's functions; engine.c dispatches through them. */

@@ -491,7 +491,7 @@ static void bpe_word(enc *E, const uint8_t *w, size_t n) {
     }
     if (t->ignore_merges) { /* Llama 3: a word that is a token stays whole */
         size_t need = 2 * n;
-        uint8_t *enc_w = NULL, small[256];
+        uint8_t *enc_w = NULL, small[256] = {0};
         enc_w = need <= sizeof small ? small : xmalloc(need);
         size_t m = 0;
         for (size_t i = 0; i < n; i++)

@@ -33,14 +33,18 @@ static double active_bytes(const model *m) {
 }
 
 static void usage(FILE *o) {
-    fprintf(o, "usage: hearth bench -m FILE [-p 512] [-n 128] [-t threads] [-r reps] [--kv f16]\n"
-               "  prints pp (prompt) and tg (decode) tok/s, medians of reps after one warm-up\n");
+    fprintf(o, "usage: hearth bench -m FILE [-p 512] [-n 128] [-t threads] [-r reps] [--kv f16] [--marks m1,m2,...]\n"
+               "  prints pp (prompt) and tg (decode) tok/s, medians of reps after one warm-up;\n"
+               "  with --marks, the prompt pass also runs with those marks (alternating reps) and the\n"
+               "  time the points added is printed\n");
 }
 
 int cmd_bench(int argc, char **argv) {
     const char *path = NULL;
     int64_t n_prompt = 512, n_gen = 128, threads = 0, reps = 5;
     bool kv_f16 = false;
+    int32_t *mk32 = NULL;
+    int64_t n_marks = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 0; }
@@ -49,6 +53,7 @@ int cmd_bench(int argc, char **argv) {
         else if (!strcmp(a, "-n")) { if (!arg_i64(a, v, 0, 1 << 20, &n_gen, "bench")) return 2; i++; }
         else if (!strcmp(a, "-t")) { if (!arg_i64(a, v, 1, 512, &threads, "bench")) return 2; i++; }
         else if (!strcmp(a, "-r")) { if (!arg_i64(a, v, 1, 1000, &reps, "bench")) return 2; i++; }
+        else if (!strcmp(a, "--marks")) { if (!arg_id_list(a, v, &mk32, &n_marks, "bench")) return 2; i++; }
         else if (!strcmp(a, "--kv")) { if (!v || (strcmp(v, "f16") && strcmp(v, "f32"))) goto bad; kv_f16 = !strcmp(v, "f16"); i++; }
         else { fprintf(stderr, "hearth bench: unknown option '%s'\n", a); usage(stderr); return 2; }
     }
@@ -65,6 +70,17 @@ int cmd_bench(int argc, char **argv) {
     int32_t *ids = xmalloc(sizeof(int32_t) * (size_t)(n_prompt + 1));
     for (int64_t i = 0; i < n_prompt + 1; i++) ids[i] = (int32_t)(rng_at(42, (uint64_t)i) % (uint64_t)V);
     double *t_pp = xcalloc((size_t)reps + 1, sizeof(double)), *t_tg = xcalloc((size_t)reps + 1, sizeof(double));
+    double *t_pm = xcalloc((size_t)reps + 1, sizeof(double));
+    int64_t *marks = xcalloc((size_t)n_marks + 1, sizeof(int64_t));
+    point *pts = xcalloc((size_t)n_marks + 1, sizeof(point));
+    for (int64_t i = 0; i < n_marks; i++) {
+        marks[i] = mk32[i];
+        if (marks[i] < 1 || marks[i] > n_prompt || (i && marks[i] <= marks[i - 1])) {
+            fprintf(stderr, "hearth bench: --marks must ascend inside [1, -p %" PRId64 "]\n", n_prompt);
+            return 2;
+        }
+        point_alloc(&pts[i], &m->hp);
+    }
     for (int64_t r = 0; r <= reps; r++) { /* rep 0 is the warm-up */
         if (n_prompt > 0) {
             seq *s = engine_seq_new(eng, &e);
@@ -74,6 +90,16 @@ int cmd_bench(int argc, char **argv) {
                 return 1;
             }
             t_pp[r] = time_now() - t0;
+            engine_seq_free(eng, s);
+        }
+        if (n_prompt > 0 && n_marks > 0) {
+            seq *s = engine_seq_new(eng, &e);
+            double t0 = time_now();
+            if (engine_prefill(eng, s, ids, n_prompt, marks, (int)n_marks, pts, logits, false, &e) < 0) {
+                fprintf(stderr, "hearth bench: %s\n", e.msg);
+                return 1;
+            }
+            t_pm[r] = time_now() - t0;
             engine_seq_free(eng, s);
         }
         if (n_gen > 0) {
@@ -92,6 +118,7 @@ int cmd_bench(int argc, char **argv) {
     }
     qsort(t_pp + 1, (size_t)reps, sizeof(double), cmp_double);
     qsort(t_tg + 1, (size_t)reps, sizeof(double), cmp_double);
+    qsort(t_pm + 1, (size_t)reps, sizeof(double), cmp_double);
     double med_pp = t_pp[1 + reps / 2], med_tg = t_tg[1 + reps / 2];
     double bytes = active_bytes(m);
     printf("| model | size | backend | threads | test | t/s | reps | note |\n| --- | ---: | --- | ---: | --- | ---: | ---: | --- |\n");
@@ -100,10 +127,22 @@ int cmd_bench(int argc, char **argv) {
         printf("| %s | %.2f GiB | cpu | %d | pp%" PRId64 " | %.2f | %" PRId64 " | min %.2f max %.2f |\n", path, gib,
                eng->opts.n_threads, n_prompt, (double)n_prompt / med_pp, reps, (double)n_prompt / t_pp[reps],
                (double)n_prompt / t_pp[1]);
+    if (n_prompt > 0 && n_marks > 0) {
+        double med_pm = t_pm[1 + reps / 2];
+        printf("| %s | %.2f GiB | cpu | %d | pp%" PRId64 " + %" PRId64 " marks | %.2f | %" PRId64
+               " | points add %+.1f%% to the pass (%.1f ms), %zu bytes each |\n",
+               path, gib, eng->opts.n_threads, n_prompt, n_marks, (double)n_prompt / med_pm, reps,
+               100.0 * (med_pm - med_pp) / med_pp, 1e3 * (med_pm - med_pp), point_bytes(&pts[0]));
+    }
     if (n_gen > 0)
         printf("| %s | %.2f GiB | cpu | %d | tg%" PRId64 " | %.2f | %" PRId64 " | %.1f MB/token read, %.2f GB/s |\n", path,
                gib, eng->opts.n_threads, n_gen, (double)n_gen / med_tg, reps, bytes / 1e6,
                bytes * (double)n_gen / med_tg / 1e9);
+    for (int64_t i = 0; i < n_marks; i++) point_free(&pts[i]);
+    free(pts);
+    free(marks);
+    free(mk32);
+    free(t_pm);
     free(t_pp);
     free(t_tg);
     free(ids);

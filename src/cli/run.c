@@ -110,6 +110,10 @@ int cmd_run(int argc, char **argv) {
     double t_prompt = time_now() - t0;
     for (int64_t i = 0; i < n_marks; i++)
         fprintf(stderr, "point %" PRId64 ": position %" PRId64 ", %zu bytes\n", i, points[i].pos, point_bytes(&points[i]));
+    if (n_marks)
+        fprintf(stderr, "points: %" PRId64 " taken in the one prompt pass; the copies took %.2f ms of CPU time over %d "
+                        "threads (the pass: %.2f ms wall)\n",
+                n_marks, eng->stats.t_points * 1e3, eng->opts.n_threads, t_prompt * 1e3);
 
     sampler sm;
     sampler_init(&sm, &(sampler_opts){.temp = temp, .top_k = (int32_t)top_k, .top_p = top_p, .min_p = min_p,

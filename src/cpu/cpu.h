@@ -8,6 +8,7 @@
 #include <stdint.h>
 #include <stddef.h>
 #include <math.h>
+#include <stdatomic.h>
 #include "../engine.h"
 #include "pool.h"
 
@@ -49,6 +50,7 @@ typedef struct cpu_engine {
     pool *pool;
     int nth;
     int64_t route_row0;     /* row of the call where this forward starts (route_trace) */
+    _Atomic int64_t point_ns; /* CPU time spent taking points, summed over threads */
     /* scratch, sized once for CPU_UBATCH rows (STYLE 6: size first, allocate once) */
     size_t scratch_bytes;
     uint8_t *scratch;

@@ -195,6 +195,7 @@ static int cpu_prefill(engine *eng, seq *s, const int32_t *ids, int64_t n, const
         s->pos += un;
         u0 += un;
     }
+    eng->stats.t_points = (double)atomic_load(&ce->point_ns) * 1e-9;
     free(pos);
     free(seqs);
     free(um);

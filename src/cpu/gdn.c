@@ -170,6 +170,7 @@ static void delta_chunked_head(gdn_ctx *c, int64_t h, float *scratch) {
             for (int64_t j = 0; j <= i; j++) axpy(oi, dotf(q[i], k[j], S) * expf(Gc[i] - Gc[j]), d + j * S, S);
         }
         /* points whose end row falls in this chunk, from the state before it */
+        const double tp0 = c->n_marks ? time_now() : 0;
         for (int mi = 0; mi < c->n_marks; mi++) {
             int64_t m = c->marks[mi].m;
             if (MUTANT("copy_late")) m += 1;
@@ -186,6 +187,7 @@ static void delta_chunked_head(gdn_ctx *c, int64_t h, float *scratch) {
             }
             chunk_end_state(St, dst, S, k, d, Gc, m - 1 - c0, true);
         }
+        if (c->n_marks) atomic_fetch_add(&c->ce->point_ns, (int64_t)((time_now() - tp0) * 1e9));
         chunk_end_state(St, St, S, k, d, Gc, L - 1, false);
     }
 }
@@ -252,12 +254,14 @@ static void ring_points_and_update(gdn_ctx *c) {
         return;
     }
     /* concatenated index X(i) = [ring; qkv] row i; the state after row m-1 keeps X(m..m+dc-2) */
+    const double tp0 = time_now();
     for (int mi = 0; mi < c->n_marks; mi++) {
         if (MUTANT("ring_skip")) continue;
         int64_t m = c->marks[mi].m;
         float *dst = c->marks[mi].p->rings + (size_t)c->gdn_index * c->marks[mi].p->ring_floats;
         for (int64_t j = 0; j < dc - 1; j++) memcpy(dst + j * cd, conv_input_row(c, m - 1, j + 1), row_bytes);
     }
+    atomic_fetch_add(&c->ce->point_ns, (int64_t)((time_now() - tp0) * 1e9));
     float *ring = c->seqs[0]->ring[c->il];
     /* new ring = X(n..n+dc-2); rows may come from the old ring when n < dc-1 */
     float *nr = cpu_scratch(c->ce, row_bytes * (size_t)(dc - 1));
