@@ -327,11 +327,14 @@ static void check_file(const char *preset, const char *quant) {
         mx_lr = fmax(mx_lr, r_lr[t]);
     }
     const int64_t max_out = is_f32 ? 0 : OUTLIERS_PER_BRANCH * l_flip_pos;
-    printf("  %-5s %-6s positions %lld: hearth~llama rel rms median %.2e max %.2e (band %.0e), top-1 agree %.1f%% "
+    int64_t first_div = N; /* the first position past f32 round-off (quantized files: where the noise decorrelates) */
+    for (int64_t t = N - 1; t >= 0; t--)
+        if (r_hl[t] > BAND_F32) first_div = t;
+    printf("  %-5s %-6s positions %lld: hearth~llama rel rms pos0 %.1e, first beyond 1e-3 at %lld, median %.2e max %.2e (band %.0e), top-1 agree %.1f%% "
            "(%.1f%% of %lld positions outside the noise), outliers %lld (allowed %lld; %lld at a llama.cpp routing "
            "flip vs ref, %lld unexplained) | vs float64 ref: hearth median %.2e max %.2e top-1 %.1f%%, llama median "
            "%.2e max %.2e top-1 %.1f%%, llama routed unlike ref at %lld positions (B_l)\n",
-           preset, quant, (long long)N, median(r_hl, N), mx, band, 100.0 * agree / N,
+           preset, quant, (long long)N, r_hl[0], (long long)first_div, median(r_hl, N), mx, band, 100.0 * agree / N,
            counted ? 100.0 * agree_counted / counted : 100.0, (long long)counted, (long long)outliers, (long long)max_out,
            (long long)outlier_at_flip, (long long)unexplained, median(r_hr, N), mx_hr, 100.0 * h_ref / N, median(r_lr, N),
            mx_lr, 100.0 * l_ref / N, (long long)l_flip_pos);
