@@ -35,6 +35,8 @@ endif
 endif
 
 .PHONY: all test tests clean fuzz asan
+# the reference's objects are inputs of every test program: keep them between builds
+.SECONDARY: $(REF_OBJ)
 all: $(BUILD)/hearth tests
 
 $(BUILD)/libhearth.a: $(LIB_OBJ)
