@@ -685,3 +685,15 @@ float quant_dot(uint32_t t, const void *w, const void *a, int64_t n) {
     if (quant_simd_active()) return quant_dot_avx2(t, w, a, n);
     return quant_dot_ref(t, w, a, n);
 }
+
+void quant_dot_rows_ref(uint32_t t, int64_t n, const void *w, size_t w_stride, int nw, const void *const *a, int na,
+                        float *const *y) {
+    for (int r = 0; r < na; r++)
+        for (int o = 0; o < nw; o++) y[r][o] = quant_dot_ref(t, (const uint8_t *)w + (size_t)o * w_stride, a[r], n);
+}
+
+void quant_dot_rows(uint32_t t, int64_t n, const void *w, size_t w_stride, int nw, const void *const *a, int na,
+                    float *const *y) {
+    if (quant_simd_active()) quant_dot_rows_avx2(t, n, w, w_stride, nw, a, na, y);
+    else quant_dot_rows_ref(t, n, w, w_stride, nw, a, na, y);
+}

@@ -56,6 +56,14 @@ float quant_dot(uint32_t t, const void *w, const void *a, int64_t n);
 float quant_dot_ref(uint32_t t, const void *w, const void *a, int64_t n); /* scalar path */
 bool quant_simd_active(void);              /* true when the AVX2/FMA kernels are in use */
 
+/* Many dots at once: y[r][o] = quant_dot(t, w + o * w_stride, a[r], n) for o < nw, r < na,
+ * bit for bit (so results do not depend on how callers tile their work). The AVX2 path
+ * unpacks each K-quant weight block once for up to 4 activation rows. */
+void quant_dot_rows(uint32_t t, int64_t n, const void *w, size_t w_stride, int nw, const void *const *a, int na,
+                    float *const *y);
+void quant_dot_rows_ref(uint32_t t, int64_t n, const void *w, size_t w_stride, int nw, const void *const *a, int na,
+                        float *const *y);  /* one quant_dot_ref per pair */
+
 /* Activations for the CPU engine: quantize a float row x (n values) to the partner type of
  * weight type wtype (Q8_K for K-quants, Q8_0 for Q8_0, a plain f32 copy for float weights),
  * the way ggml's CPU backend does on x86, so dots see the same operands as llama.cpp. */
@@ -65,5 +73,7 @@ size_t quant_act_row_bytes(uint32_t wtype, int64_t n);    /* bytes quant_quantiz
 /* Internal: the AVX2/FMA kernels (src/quant_avx2.c). Call only through quant_dot, which
  * runs them after the CPU check; the tests compare them with quant_dot_ref. */
 float quant_dot_avx2(uint32_t t, const void *w, const void *a, int64_t n);
+void quant_dot_rows_avx2(uint32_t t, int64_t n, const void *w, size_t w_stride, int nw, const void *const *a, int na,
+                         float *const *y);
 
 #endif

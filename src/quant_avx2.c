@@ -251,3 +251,151 @@ float quant_dot_avx2(uint32_t t, const void *w, const void *a, int64_t n) {
     default: return quant_dot_ref(t, w, a, n); /* Q8_K x Q8_K: not a weight type in practice */
     }
 }
+
+/* ---- one weight row against up to 4 activation rows ----
+ * The weight block is loaded, unpacked and its scales spread once, then used for each of
+ * the NA activation rows; the integer sums are exact whatever the order, and the block
+ * finish runs lane-wise over the NA pairs with the scalar path's expression (one IEEE
+ * multiply, subtract and add per lane, no contraction), so each pair gets the bits that
+ * quant_dot gives it. NA is a compile-time constant after inlining. */
+#define ROWS_INLINE static inline __attribute__((always_inline))
+
+/* lane r of the result = the sum of the 8 lanes of acc[r], for r < 4 */
+ROWS_INLINE __m128i hsum4_epi32(const __m256i acc[4]) {
+    __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(acc[0], acc[1]), _mm256_hadd_epi32(acc[2], acc[3]));
+    return _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+}
+
+/* lane r = the Q8_K scale of block i of activation row r (0 for unused lanes) */
+ROWS_INLINE __m128 act_d4(const block_q8_K *const *y, int64_t i, const int NA) {
+    return _mm_setr_ps(y[0][i].d, NA > 1 ? y[1][i].d : 0.0f, NA > 2 ? y[2][i].d : 0.0f, NA > 3 ? y[3][i].d : 0.0f);
+}
+
+/* lane r = sum over sub-blocks of min_j * bsum_j(row r) */
+ROWS_INLINE __m128i k4_min_sum4(const uint32_t mn[2], const block_q8_K *const *y, int64_t i, const int NA) {
+    __m128i m16 = _mm_cvtepu8_epi16(_mm_set_epi32(0, 0, (int)mn[1], (int)mn[0]));
+    __m128i p[4];
+    for (int r = 0; r < 4; r++) {
+        if (r >= NA) { p[r] = _mm_setzero_si128(); continue; }
+        __m256i bs = _mm256_loadu_si256((const __m256i *)y[r][i].bsums);
+        __m128i b8 = _mm_hadd_epi16(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1));
+        p[r] = _mm_madd_epi16(m16, b8);
+    }
+    return _mm_hadd_epi32(_mm_hadd_epi32(p[0], p[1]), _mm_hadd_epi32(p[2], p[3]));
+}
+
+ROWS_INLINE void rows_k4(bool q5, const uint8_t *xw, size_t xb, const block_q8_K *const *y, int64_t nb, float *out,
+                         const int NA) {
+    const __m256i m4 = _mm256_set1_epi8(0x0f), m1 = _mm256_set1_epi8(1);
+    __m128 sum = _mm_setzero_ps();
+    for (int64_t i = 0; i < nb; i++) {
+        /* Q4_K and Q5_K share d, dmin, scales at the block start; qs follows qh in Q5_K */
+        const block_q4_K *x4 = (const block_q4_K *)(xw + (size_t)i * xb);
+        const uint8_t *qh = q5 ? ((const block_q5_K *)x4)->qh : NULL;
+        const uint8_t *q = q5 ? ((const block_q5_K *)x4)->qs : x4->qs;
+        uint32_t sc[2], mn[2];
+        k4_unpack(x4->scales, sc, mn);
+        __m128i summ = k4_min_sum4(mn, y, i, NA);
+        __m256i sc16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_set_epi32(0, 0, (int)sc[1], (int)sc[0])));
+        __m256i hb = q5 ? _mm256_loadu_si256((const __m256i *)qh) : _mm256_setzero_si256();
+        __m256i acc[4] = {_mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256()};
+        for (int j = 0; j < 4; j++, q += 32) {
+            __m256i qb = _mm256_loadu_si256((const __m256i *)q);
+            __m256i lo = _mm256_and_si256(qb, m4);
+            __m256i hi = _mm256_and_si256(_mm256_srli_epi16(qb, 4), m4);
+            if (q5) {
+                lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(hb, m1), 4));
+                hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 1), m1), 4));
+                hb = _mm256_srli_epi16(hb, 2);
+            }
+            __m256i s0 = _mm256_shuffle_epi8(sc16, _mm256_loadu_si256((const __m256i *)pair_shuffle[2 * j]));
+            __m256i s1 = _mm256_shuffle_epi8(sc16, _mm256_loadu_si256((const __m256i *)pair_shuffle[2 * j + 1]));
+            for (int r = 0; r < NA; r++) {
+                const int8_t *a = y[r][i].qs + 64 * j;
+                __m256i p0 = _mm256_madd_epi16(s0, _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)a)));
+                __m256i p1 = _mm256_madd_epi16(s1, _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(a + 32))));
+                acc[r] = _mm256_add_epi32(acc[r], _mm256_add_epi32(p0, p1));
+            }
+        }
+        __m128 yd = act_d4(y, i, NA);
+        __m128 d = _mm_mul_ps(yd, _mm_set1_ps(h2f(x4->d))), dmin = _mm_mul_ps(yd, _mm_set1_ps(h2f(x4->dmin)));
+        __m128 t = _mm_sub_ps(_mm_mul_ps(d, _mm_cvtepi32_ps(hsum4_epi32(acc))), _mm_mul_ps(dmin, _mm_cvtepi32_ps(summ)));
+        sum = _mm_add_ps(sum, t);
+    }
+    float s[4];
+    _mm_storeu_ps(s, sum);
+    for (int r = 0; r < NA; r++) out[r] = s[r];
+}
+
+ROWS_INLINE void rows_q6_k(const block_q6_K *x, const block_q8_K *const *y, int64_t nb, float *out, const int NA) {
+    const __m256i m4 = _mm256_set1_epi8(0x0f), m3 = _mm256_set1_epi8(3);
+    __m128 sum = _mm_setzero_ps();
+    for (int64_t i = 0; i < nb; i++) {
+        __m128i sc8 = _mm_loadu_si128((const __m128i *)x[i].scales);
+        __m256i sc16 = _mm256_cvtepi8_epi16(sc8);
+        __m256i acc[4];
+        for (int r = 0; r < 4; r++) {
+            if (r >= NA) { acc[r] = _mm256_setzero_si256(); continue; }
+            __m256i bs = _mm256_loadu_si256((const __m256i *)y[r][i].bsums);
+            acc[r] = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(_mm256_madd_epi16(sc16, bs), 5));
+        }
+        for (int h = 0; h < 2; h++) {
+            __m256i l0 = _mm256_loadu_si256((const __m256i *)(x[i].ql + 64 * h));
+            __m256i l1 = _mm256_loadu_si256((const __m256i *)(x[i].ql + 64 * h + 32));
+            __m256i qh = _mm256_loadu_si256((const __m256i *)(x[i].qh + 32 * h));
+            __m256i q[4];
+            q[0] = _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_slli_epi16(_mm256_and_si256(qh, m3), 4));
+            q[1] = _mm256_or_si256(_mm256_and_si256(l1, m4),
+                                   _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2), m3), 4));
+            q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
+                                   _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4), m3), 4));
+            q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
+                                   _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), m3), 4));
+            for (int k = 0; k < 4; k++) {
+                __m256i s = _mm256_cvtepi8_epi16(
+                    _mm_shuffle_epi8(sc8, _mm_loadu_si128((const __m128i *)lane_pair[4 * h + k])));
+                for (int r = 0; r < NA; r++) {
+                    const int8_t *a = y[r][i].qs + 128 * h + 32 * k;
+                    __m256i p = _mm256_maddubs_epi16(q[k], _mm256_loadu_si256((const __m256i *)a));
+                    acc[r] = _mm256_add_epi32(acc[r], _mm256_madd_epi16(s, p));
+                }
+            }
+        }
+        __m128 d = _mm_mul_ps(act_d4(y, i, NA), _mm_set1_ps(h2f(x[i].d)));
+        sum = _mm_add_ps(sum, _mm_mul_ps(d, _mm_cvtepi32_ps(hsum4_epi32(acc))));
+    }
+    float s[4];
+    _mm_storeu_ps(s, sum);
+    for (int r = 0; r < NA; r++) out[r] = s[r];
+}
+
+/* one weight row (block-typed K-quant) against NA = 2..4 activation rows */
+static void rows_k(uint32_t t, const void *w, const block_q8_K *const *y, int na, int64_t nb, float *out) {
+#define RK(NA)                                                                                   \
+    case NA:                                                                                     \
+        if (t == QT_Q4_K) rows_k4(false, w, sizeof(block_q4_K), y, nb, out, NA);                 \
+        else if (t == QT_Q5_K) rows_k4(true, w, sizeof(block_q5_K), y, nb, out, NA);             \
+        else rows_q6_k(w, y, nb, out, NA);                                                       \
+        return;
+    switch (na) { RK(2) RK(3) RK(4) default: HEARTH_DIE("rows_k: %d rows", na); }
+#undef RK
+}
+
+void quant_dot_rows_avx2(uint32_t t, int64_t n, const void *w, size_t w_stride, int nw, const void *const *a, int na,
+                         float *const *y) {
+    const bool kq = t == QT_Q4_K || t == QT_Q5_K || t == QT_Q6_K;
+    if (kq) HEARTH_CHECK(n % QK_K == 0);
+    for (int r0 = 0; r0 < na; r0 += 4) {
+        const int m = na - r0 < 4 ? na - r0 : 4;
+        for (int o = 0; o < nw; o++) {
+            const uint8_t *wo = (const uint8_t *)w + (size_t)o * w_stride;
+            if (!kq || m == 1) {
+                for (int r = 0; r < m; r++) y[r0 + r][o] = quant_dot_avx2(t, wo, a[r0 + r], n);
+                continue;
+            }
+            float s[4];
+            rows_k(t, wo, (const block_q8_K *const *)(a + r0), m, n / QK_K, s);
+            for (int r = 0; r < m; r++) y[r0 + r][o] = s[r];
+        }
+    }
+}

@@ -12,6 +12,7 @@
 #include "../engine.h"
 #include "pool.h"
 
+#define QT_COUNT_MAX 64 /* >= QT_COUNT */
 #define CPU_CHUNK 64    /* GDN chunk rows (the WY form), laid from the start of each call */
 #define CPU_UBATCH 512  /* rows per forward pass; a multiple of CPU_CHUNK so chunks stay aligned */
 
@@ -67,6 +68,15 @@ void cpu_quantize_rows(cpu_engine *ce, uint32_t wtype, const float *x, int64_t x
 void cpu_matmul_jobs(cpu_engine *ce, const mm_job *jobs, int n_jobs);
 /* convenience: y (n, M) = x (n, K) . W^T, quantizing x on the way */
 void cpu_matmul(cpu_engine *ce, const qtensor *w, const float *x, int64_t n, float *y);
+
+/* Rows x (n, K) quantized on demand, once per vec-dot type, for the weights that read them. */
+typedef struct act_cache {
+    const float *x;
+    int64_t n, K;
+    uint8_t *buf[QT_COUNT_MAX];
+} act_cache;
+#define ACT_CACHE(x_, n_, K_) ((act_cache){.x = (x_), .n = (n_), .K = (K_)})
+const uint8_t *cpu_act(cpu_engine *ce, act_cache *ac, uint32_t wtype, size_t *stride);
 
 /* the same rows x (n, K) times several weights of input dim K, in one parallel pass */
 void cpu_project(cpu_engine *ce, const float *x, int64_t n, const qtensor *const *ws, float *const *ys, int count);

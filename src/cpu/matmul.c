@@ -39,14 +39,23 @@ struct mm_ctx {
     int64_t *task_start; /* first task index of each job, n_jobs + 1 entries */
 };
 
+/* Rows are handed to quant_dot_rows in groups (it reuses each weight block across up to 4
+ * activation rows); each output is still one quant_dot's bits, whatever the grouping. */
+#define MM_GROUP 32
 static void mm_block(const mm_job *j, int64_t o0, int64_t o1) {
     const qtensor *w = j->w;
     const int64_t K = w->ne[0];
     const uint8_t *wbase = (const uint8_t *)w->data + (size_t)j->slice * w->row_bytes * (size_t)w->ne[1];
-    for (int64_t r = 0; r < j->n; r++) {
-        const uint8_t *a = j->xq + (size_t)(j->in_rows ? j->in_rows[r] : r) * j->xq_stride;
-        float *y = j->y + (j->out_rows ? j->out_rows[r] : r) * j->y_stride;
-        for (int64_t o = o0; o < o1; o++) y[o] = quant_dot(w->type, wbase + (size_t)o * w->row_bytes, a, K);
+    const void *a[MM_GROUP];
+    float *y[MM_GROUP];
+    for (int64_t r0 = 0; r0 < j->n; r0 += MM_GROUP) {
+        const int m = j->n - r0 < MM_GROUP ? (int)(j->n - r0) : MM_GROUP;
+        for (int i = 0; i < m; i++) {
+            const int64_t r = r0 + i;
+            a[i] = j->xq + (size_t)(j->in_rows ? j->in_rows[r] : r) * j->xq_stride;
+            y[i] = j->y + (j->out_rows ? j->out_rows[r] : r) * j->y_stride + o0;
+        }
+        quant_dot_rows(w->type, K, wbase + (size_t)o0 * w->row_bytes, w->row_bytes, (int)(o1 - o0), a, m, y);
     }
 }
 
@@ -87,20 +96,26 @@ void cpu_matmul(cpu_engine *ce, const qtensor *w, const float *x, int64_t n, flo
     cpu_matmul_jobs(ce, &j, 1);
 }
 
+const uint8_t *cpu_act(cpu_engine *ce, act_cache *ac, uint32_t wtype, size_t *stride) {
+    const uint32_t vt = quant_vec_dot_type(wtype);
+    HEARTH_CHECK(vt < QT_COUNT_MAX);
+    *stride = cpu_act_bytes(wtype, ac->K);
+    if (!ac->buf[vt]) {
+        ac->buf[vt] = cpu_scratch(ce, *stride * (size_t)ac->n);
+        cpu_quantize_rows(ce, wtype, ac->x, ac->K, ac->n, ac->K, ac->buf[vt], *stride);
+    }
+    return ac->buf[vt];
+}
+
 void cpu_project(cpu_engine *ce, const float *x, int64_t n, const qtensor *const *ws, float *const *ys, int count) {
     HEARTH_CHECK(count <= 8);
-    const int64_t K = ws[0]->ne[0];
+    act_cache ac = ACT_CACHE(x, n, ws[0]->ne[0]);
     mm_job jobs[8];
-    uint8_t *xq_by_type[QT_COUNT] = {0};
     for (int i = 0; i < count; i++) {
-        HEARTH_CHECK(ws[i]->ne[0] == K);
-        uint32_t vt = quant_vec_dot_type(ws[i]->type);
-        size_t xs = cpu_act_bytes(ws[i]->type, K);
-        if (!xq_by_type[vt]) { /* one quantization per vec-dot type, shared by the weights that use it */
-            xq_by_type[vt] = cpu_scratch(ce, xs * (size_t)n);
-            cpu_quantize_rows(ce, ws[i]->type, x, K, n, K, xq_by_type[vt], xs);
-        }
-        jobs[i] = (mm_job){.w = ws[i], .xq = xq_by_type[vt], .xq_stride = xs, .n = n, .y = ys[i], .y_stride = ws[i]->ne[1]};
+        HEARTH_CHECK(ws[i]->ne[0] == ac.K);
+        size_t xs;
+        const uint8_t *xq = cpu_act(ce, &ac, ws[i]->type, &xs);
+        jobs[i] = (mm_job){.w = ws[i], .xq = xq, .xq_stride = xs, .n = n, .y = ys[i], .y_stride = ws[i]->ne[1]};
     }
     cpu_matmul_jobs(ce, jobs, count);
 }

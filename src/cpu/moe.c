@@ -124,19 +124,11 @@ void cpu_moe_layer(cpu_engine *ce, int il, const float *h2, int64_t n, float *ou
         }
 
     /* gate and up for every used expert and the shared expert, in one parallel pass */
-    const size_t xs = cpu_act_bytes(L->ffn_gate_exps.type, E), xs_sh = cpu_act_bytes(L->ffn_gate_shexp.type, E);
-    uint8_t *xq = cpu_scratch(ce, xs * (size_t)n);
-    cpu_quantize_rows(ce, L->ffn_gate_exps.type, h2, E, n, E, xq, xs);
-    uint8_t *xq_sh = xq;
-    if (quant_vec_dot_type(L->ffn_gate_shexp.type) != quant_vec_dot_type(L->ffn_gate_exps.type) ||
-        quant_vec_dot_type(L->ffn_up_exps.type) != quant_vec_dot_type(L->ffn_gate_exps.type) ||
-        quant_vec_dot_type(L->ffn_up_shexp.type) != quant_vec_dot_type(L->ffn_gate_shexp.type)) {
-        /* mixed vec-dot types inside one FFN are not produced by any known quant mix */
-        HEARTH_CHECK(quant_vec_dot_type(L->ffn_up_exps.type) == quant_vec_dot_type(L->ffn_gate_exps.type));
-        HEARTH_CHECK(quant_vec_dot_type(L->ffn_up_shexp.type) == quant_vec_dot_type(L->ffn_gate_shexp.type));
-        xq_sh = cpu_scratch(ce, xs_sh * (size_t)n);
-        cpu_quantize_rows(ce, L->ffn_gate_shexp.type, h2, E, n, E, xq_sh, xs_sh);
-    }
+    act_cache ac = ACT_CACHE(h2, n, E); /* one quantization per vec-dot type: files may mix types */
+    size_t xs_g, xs_u, xs_sg, xs_su;
+    const uint8_t *xq_g = cpu_act(ce, &ac, L->ffn_gate_exps.type, &xs_g), *xq_u = cpu_act(ce, &ac, L->ffn_up_exps.type, &xs_u);
+    const uint8_t *xq_sg = cpu_act(ce, &ac, L->ffn_gate_shexp.type, &xs_sg);
+    const uint8_t *xq_su = cpu_act(ce, &ac, L->ffn_up_shexp.type, &xs_su);
     c.g = cpu_scratch(ce, sizeof(float) * (size_t)(n * K * F + n * Fs));
     c.u = cpu_scratch(ce, sizeof(float) * (size_t)(n * K * F + n * Fs));
     mm_job *jobs = cpu_scratch(ce, sizeof(mm_job) * (size_t)(2 * X + 2));
@@ -144,14 +136,14 @@ void cpu_moe_layer(cpu_engine *ce, int il, const float *h2, int64_t n, float *ou
     for (int64_t e = 0; e < X; e++) {
         int64_t cnt = count[e + 1] - count[e];
         if (!cnt) continue;
-        jobs[nj++] = (mm_job){.w = &L->ffn_gate_exps, .slice = e, .xq = xq, .xq_stride = xs, .in_rows = in_rows + count[e],
+        jobs[nj++] = (mm_job){.w = &L->ffn_gate_exps, .slice = e, .xq = xq_g, .xq_stride = xs_g, .in_rows = in_rows + count[e],
                               .n = cnt, .y = c.g + count[e] * F, .y_stride = F};
-        jobs[nj++] = (mm_job){.w = &L->ffn_up_exps, .slice = e, .xq = xq, .xq_stride = xs, .in_rows = in_rows + count[e],
+        jobs[nj++] = (mm_job){.w = &L->ffn_up_exps, .slice = e, .xq = xq_u, .xq_stride = xs_u, .in_rows = in_rows + count[e],
                               .n = cnt, .y = c.u + count[e] * F, .y_stride = F};
     }
-    jobs[nj++] = (mm_job){.w = &L->ffn_gate_shexp, .xq = xq_sh, .xq_stride = xs_sh, .n = n,
+    jobs[nj++] = (mm_job){.w = &L->ffn_gate_shexp, .xq = xq_sg, .xq_stride = xs_sg, .n = n,
                           .y = c.g + n * K * F, .y_stride = Fs};
-    jobs[nj++] = (mm_job){.w = &L->ffn_up_shexp, .xq = xq_sh, .xq_stride = xs_sh, .n = n,
+    jobs[nj++] = (mm_job){.w = &L->ffn_up_shexp, .xq = xq_su, .xq_stride = xs_su, .n = n,
                           .y = c.u + n * K * F, .y_stride = Fs};
     cpu_matmul_jobs(ce, jobs, nj);
 

@@ -5,6 +5,8 @@
 #include "models.h"
 #include "model.h"
 #include "quant.h"
+#include "engine.h"
+#include <math.h>
 
 /* Copies src to dst through the writer, with one change: drop a tensor, reshape one,
  * retype one (data zeroed to the new size) or override one string/u32 key. */
@@ -98,6 +100,33 @@ TEST(bad_hyperparameter) {
     expect_load_error(&ed, "expert_used_count", NULL);
 }
 
+/* llama-quantize --tensor-type can give an FFN's gate and up different types (so different
+ * activation formats): a valid file the engine must run, not abort on */
+TEST(mixed_ffn_types_run) {
+    char dst[512];
+    snprintf(dst, sizeof dst, "%s/mixed-%d.gguf", getenv("HEARTH_TMP") ? getenv("HEARTH_TMP") : "/tmp", (int)getpid());
+    edit ed = {.retype = "blk.0.ffn_up_exps.weight"};
+    if (!rewrite(test_model("tiny", "q4_k_m"), dst, &ed)) return;
+    herr e;
+    model *m;
+    if (model_load(&m, dst, &e) < 0) { CHECK_MSG(0, "%s", e.msg); return; }
+    engine *eng;
+    engine_opts eo = {.n_threads = 2, .n_ctx = 64};
+    CHECK(engine_open_cpu(&eng, m, &eo, &e) == 0);
+    seq *s = engine_seq_new(eng, &e);
+    int32_t ids[5] = {1, 2, 3, 4, 5};
+    float *lg = xmalloc(sizeof(float) * (size_t)m->hp.n_vocab);
+    CHECK(engine_prefill(eng, s, ids, 5, NULL, 0, NULL, lg, false, &e) == 0);
+    bool finite = true;
+    for (int64_t i = 0; i < m->hp.n_vocab; i++) finite &= isfinite(lg[i]) != 0;
+    CHECK(finite);
+    free(lg);
+    engine_seq_free(eng, s);
+    engine_free(eng);
+    model_free(m);
+    unlink(dst);
+}
+
 int main(void) {
     RUN(good_file_loads);
     RUN(other_architecture);
@@ -105,6 +134,7 @@ int main(void) {
     RUN(wrong_shape);
     RUN(wrong_type);
     RUN(bad_hyperparameter);
+    RUN(mixed_ffn_types_run);
     test_models_cleanup();
     return harness_done();
 }
