@@ -18,11 +18,6 @@
 
 static const char *g_preset;
 
-static int32_t *ids_for(int64_t n, int64_t V, uint64_t seed) {
-    int32_t *ids = xmalloc(sizeof(int32_t) * (size_t)n);
-    for (int64_t i = 0; i < n; i++) ids[i] = (int32_t)(rng_at(seed, (uint64_t)i) % (uint64_t)V);
-    return ids;
-}
 
 typedef struct fixture {
     model *m;
@@ -90,7 +85,7 @@ static void snap_case(fixture *f, const int32_t *ids, int64_t prefix, int64_t n,
 TEST(delta_rows_snap) {
     fixture f;
     if (!fixture_open(&f, "q4_k_m", 1200)) return;
-    int32_t *ids = ids_for(1100, f.V, 21);
+    int32_t *ids = test_ids(1100, f.V, 21);
     /* chunks of 64 rows laid from the call's start */
     { int64_t m[] = {64}; snap_case(&f, ids, 0, 200, m, 1, "on a chunk boundary"); }
     { int64_t m[] = {63}; snap_case(&f, ids, 0, 200, m, 1, "one before a boundary"); }
@@ -146,7 +141,7 @@ TEST(q_mark) {
     fixture f;
     if (!fixture_open(&f, "q4_k_m", 800)) return;
     const int64_t prefix = 9, n = 600;
-    int32_t *ids = ids_for(prefix + n, f.V, 33);
+    int32_t *ids = test_ids(prefix + n, f.V, 33);
     int64_t marks[] = {1, 63, 64, 65, 300, 512, 513, 599, 600};
     const int nm = 9;
     point pts[9];
@@ -179,14 +174,6 @@ TEST(q_mark) {
 }
 
 /* ---- q_mark_cut ---- */
-static double rel_rms_f(const float *a, const float *b, int64_t n) {
-    double d = 0, r = 0;
-    for (int64_t i = 0; i < n; i++) {
-        d += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
-        r += (double)b[i] * b[i];
-    }
-    return sqrt(d / (r > 0 ? r : 1));
-}
 
 /* Band for a restored point + 4 stepped tokens against the all-stepped run, on an f32
  * file: the point came out of a chunked pass, the stepped run is sequential; they differ
@@ -201,7 +188,7 @@ TEST(q_mark_cut) {
     const int64_t n = 1024, T = 4;
     const int64_t marks[] = {700, 1017};
     const int64_t NL = f.m->hp.n_layer, K = f.m->hp.n_expert_used;
-    int32_t *ids = ids_for(n + T, f.V, 55);
+    int32_t *ids = test_ids(n + T, f.V, 55);
     point pts[2];
     for (int i = 0; i < 2; i++) point_alloc(&pts[i], &f.m->hp);
     seq *s = engine_seq_new(f.eng, &e);
@@ -241,7 +228,7 @@ TEST(q_mark_cut) {
                   (long long)marks[mi]);
         double worst = 0;
         for (int64_t t = 0; t < T; t++) {
-            double rel = rel_rms_f(a + t * f.V, step_lg + ((mi * T) + t) * f.V, f.V);
+            double rel = rel_rms_ff(a + t * f.V, step_lg + ((mi * T) + t) * f.V, f.V);
             worst = rel > worst ? rel : worst;
         }
         printf("  q_mark_cut %s: resume at %lld: worst rel %.2e over %lld tokens (band %.0e), routed expert sites "
@@ -264,7 +251,7 @@ TEST(k_keep) {
     if (!fixture_open(&f, "q4_k_m", 600)) return;
     herr e;
     const int64_t n = 300;
-    int32_t *ids = ids_for(n, f.V, 77);
+    int32_t *ids = test_ids(n, f.V, 77);
     engine_stats before = f.eng->stats;
     pass_out a, b;
     run_pass(&f, ids, 0, n, NULL, 0, NULL, &a);

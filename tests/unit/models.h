@@ -1,5 +1,6 @@
 /* models.h: test support: synthetic model files made once per test process with the gen
- * library (so tests need no fixture files), in $HEARTH_TMP or /tmp. */
+ * library (so tests need no fixture files), in $HEARTH_TMP or /tmp, and the few numeric
+ * helpers the comparing tests share (deterministic ids, relative RMS, argmax). */
 #ifndef HEARTH_TEST_MODELS_H
 #define HEARTH_TEST_MODELS_H
 
@@ -7,7 +8,40 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <math.h>
 #include "gen.h"
+
+/* n deterministic token ids in [0, V) */
+static inline int32_t *test_ids(int64_t n, int64_t V, uint64_t seed) {
+    int32_t *ids = xmalloc(sizeof(int32_t) * (size_t)n);
+    for (int64_t i = 0; i < n; i++) ids[i] = (int32_t)(rng_at(seed, (uint64_t)i) % (uint64_t)V);
+    return ids;
+}
+
+/* relative RMS difference of a against the reference b */
+static inline double rel_rms_fd(const float *a, const double *b, int64_t n) {
+    double d = 0, r = 0;
+    for (int64_t i = 0; i < n; i++) {
+        d += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
+        r += b[i] * b[i];
+    }
+    return sqrt(d / (r > 0 ? r : 1));
+}
+
+static inline double rel_rms_ff(const float *a, const float *b, int64_t n) {
+    double d = 0, r = 0;
+    for (int64_t i = 0; i < n; i++) {
+        d += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
+        r += (double)b[i] * b[i];
+    }
+    return sqrt(d / (r > 0 ? r : 1));
+}
+
+static inline int64_t argmax_d(const double *x, int64_t n) {
+    int64_t b = 0;
+    for (int64_t i = 1; i < n; i++) if (x[i] > x[b]) b = i;
+    return b;
+}
 
 /* Path of preset/quant at seed 1, written on first use. Exits the test on failure. */
 static const char *test_model(const char *preset, const char *quant) {

@@ -12,36 +12,9 @@
 static const int64_t lengths[] = {1, 5, 63, 64, 65, 130, 700};
 #define N_LEN (sizeof lengths / sizeof lengths[0])
 
-static int32_t *test_ids(int64_t n, int64_t V, uint64_t seed) {
-    int32_t *ids = xmalloc(sizeof(int32_t) * (size_t)n);
-    for (int64_t i = 0; i < n; i++) ids[i] = (int32_t)(rng_at(seed, (uint64_t)i) % (uint64_t)V);
-    return ids;
-}
 
-/* relative RMS difference of a against b (b the reference) */
-static double rel_rms(const float *a, const double *b, int64_t n) {
-    double d = 0, r = 0;
-    for (int64_t i = 0; i < n; i++) {
-        d += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
-        r += b[i] * b[i];
-    }
-    return sqrt(d / (r > 0 ? r : 1));
-}
 
-static double rel_rms_f(const float *a, const float *b, int64_t n) {
-    double d = 0, r = 0;
-    for (int64_t i = 0; i < n; i++) {
-        d += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
-        r += (double)b[i] * b[i];
-    }
-    return sqrt(d / (r > 0 ? r : 1));
-}
 
-static int64_t argmax_d(const double *x, int64_t n) {
-    int64_t b = 0;
-    for (int64_t i = 1; i < n; i++) if (x[i] > x[b]) b = i;
-    return b;
-}
 
 /* the gap between the best and the second-best logit: a top-1 disagreement inside the band
  * is only a failure when the reference's margin is larger than the band allows */
@@ -162,7 +135,7 @@ static void check_file(const char *preset, const char *quant) {
         const int64_t n = lengths[li];
         const double *ref = ref_logits + (int64_t)li * V;
         const float *row = all + (n - 1) * V;
-        double rel = rel_rms(row, ref, V);
+        double rel = rel_rms_fd(row, ref, V);
         int64_t top_e = sampler_argmax(row, V), top_r = argmax_d(ref, V);
         printf("  %s %s n=%-4lld rel %.2e (band %.0e) top1 %s margin %.3g\n", preset, quant, (long long)n, rel, band,
                top_e == top_r ? "same" : "DIFF", top_margin(ref, V));
@@ -187,7 +160,7 @@ static void check_file(const char *preset, const char *quant) {
             eng->route_trace = NULL;
             int64_t f2 = 0;
             for (int64_t i = 0; i < n * NL * K; i++) f2 += rt2[i] != routes[i];
-            double rs_ = rel_rms_f(lg2, lg, V);
+            double rs_ = rel_rms_ff(lg2, lg, V);
             printf("  %s %s n=%-4lld batched vs stepped rel %.2e, expert sites routed differently %lld\n", preset, quant,
                    (long long)n, rs_, (long long)f2);
             const double bs = strcmp(quant, "f32") ? BAND_STEP_Q : BAND_STEP_F32;

@@ -96,11 +96,6 @@ static void peer_find(void) {
         peer_why = "llama.cpp peer not built: logits_dump missing, run tools/peer/build_logits_dump.sh";
 }
 
-static int32_t *test_ids(int64_t n, int64_t V, uint64_t seed) {
-    int32_t *ids = xmalloc(sizeof(int32_t) * (size_t)n);
-    for (int64_t i = 0; i < n; i++) ids[i] = (int32_t)(rng_at(seed, (uint64_t)i) % (uint64_t)V);
-    return ids;
-}
 
 /* llama.cpp's logits for ids (n x V) from logits_dump; NULL with a message on failure */
 typedef struct peer_routes {
@@ -183,27 +178,6 @@ out:
 }
 
 /* relative RMS difference of a against b (b the reference) */
-static double rel_rms_ff(const float *a, const float *b, int64_t n) {
-    double d = 0, r = 0;
-    for (int64_t i = 0; i < n; i++) {
-        d += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
-        r += (double)b[i] * b[i];
-    }
-    return sqrt(d / (r > 0 ? r : 1));
-}
-static double rel_rms_fd(const float *a, const double *b, int64_t n) {
-    double d = 0, r = 0;
-    for (int64_t i = 0; i < n; i++) {
-        d += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
-        r += b[i] * b[i];
-    }
-    return sqrt(d / (r > 0 ? r : 1));
-}
-static int64_t argmax_d(const double *x, int64_t n) {
-    int64_t b = 0;
-    for (int64_t i = 1; i < n; i++) if (x[i] > x[b]) b = i;
-    return b;
-}
 /* best minus second-best logit, relative to the row's RMS */
 static double top_margin_rel(const float *x, int64_t n) {
     int64_t b = sampler_argmax(x, n);
