@@ -27,9 +27,10 @@ void jarena_free(jarena *a);
 
 /* ---- values ---- */
 enum jtype { JV_UNDEF, JV_NONE, JV_BOOL, JV_INT, JV_FLOAT, JV_STR, JV_LIST, JV_DICT, JV_NS, JV_MACRO, JV_FUNC, JV_LOOP };
-/* sub of a JV_LIST: a tuple prints with (); a view (what a Python generator, range, or
- * dict.items() would be) iterates like a list but has no length and cannot be printed. */
-enum { JL_LIST, JL_TUPLE, JL_VIEW };
+/* sub of a JV_LIST: a tuple prints with (); a generator (what jinja2's map, select, items
+ * filters give) iterates like a list, is always true and has no length; a sized view
+ * (range(), dict.items()) has a length; neither can be printed. */
+enum { JL_LIST, JL_TUPLE, JL_GEN, JL_SIZED };
 #define JS_MARKUP 1 /* sub of a JV_STR: a markupsafe.Markup (from |safe); + escapes the other side */
 
 typedef struct jv {
@@ -47,7 +48,7 @@ typedef struct jv {
     };
 } jv;
 
-typedef struct jlist { size_t n, cap; jv *v; } jlist;
+typedef struct jlist { size_t n, cap; jv *v; bool used; /* a generator, once iterated, is empty */ } jlist;
 typedef struct jdict { size_t n, cap; jv *k, *v; } jdict; /* insertion order, linear lookup */
 
 struct jctx;
@@ -106,7 +107,8 @@ typedef struct jbuf { char *p; size_t n, cap; } jbuf;
 
 typedef struct jctx {
     jarena *ar;
-    jscope *root;
+    jscope *root, *scope; /* the template's globals; the innermost scope now */
+    int line;             /* of the node being evaluated, for messages */
     jbuf *out;
     int depth, max_depth;
     uint64_t steps, max_steps;
@@ -163,6 +165,10 @@ typedef struct jjson_opts {
     const char *item_sep, *key_sep;
 } jjson_opts;
 void jv_put_json(jctx *c, jbuf *b, jv v, const jjson_opts *o, int level, int line);
+
+/* A stable merge sort of n records of `width` values each, ordered by cmp (which may fail). */
+typedef int (*jcmp_fn)(jctx *c, const jv *x, const jv *y, void *arg);
+void jsort(jctx *c, jv *rec, size_t n, size_t width, jcmp_fn cmp, void *arg);
 
 /* UTF-8 (all strings here are valid UTF-8: inputs are checked on the way in) */
 bool utf8_valid(const char *p, size_t n);

@@ -16,6 +16,7 @@ static const struct {
     {"tokenize", cmd_tokenize, "text to token ids (JSON), like llama-tokenize --ids"},
     {"detokenize", cmd_detokenize, "token ids (JSON list) to text"},
     {"convert", cmd_convert, "convert a Hugging Face Qwen3.5/3.6 MoE checkpoint to GGUF"},
+    {"template", cmd_template, "render a chat template (and show where messages begin)"},
 };
 
 static void usage(FILE *out) {

@@ -11,5 +11,6 @@ int cmd_run(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 int cmd_detokenize(int argc, char **argv);
 int cmd_convert(int argc, char **argv);
+int cmd_template(int argc, char **argv);
 
 #endif
