@@ -8,6 +8,8 @@
 #include <math.h>
 #include <string.h>
 
+#define ATTN_HEADS 4 /* query heads per SIMD call (they share each key and value row) */
+
 typedef struct attn_ctx {
     const model_hparams *hp;
     const model_layer *L;
@@ -19,8 +21,10 @@ typedef struct attn_ctx {
     float *k;    /* (n, Hkv*D) */
     float *v;    /* (n, Hkv*D) */
     float *ao;   /* (n, H*D) */
-    float *thread_scores; /* (nth, n_ctx) */
-    int64_t n_ctx;
+    float *thread_scores; /* (nth, thread_floats) */
+    int64_t n_ctx, thread_floats;
+    int64_t heads_per_task, chunks; /* query heads of a GQA group per task, tasks per (row, KV head) */
+    bool simd;
 } attn_ctx;
 
 /* NeoX pairing on the first rope_dims dims: (x_i, x_{i+rope_dims/2}) rotates by
@@ -68,52 +72,70 @@ static void prep_task(void *arg, int64_t r, int thread) {
     }
 }
 
+/* the plain C path, one head at a time: scores, softmax, weighted sum of value rows */
+static void attend_head_c(const attn_ctx *c, const seq *s, int64_t hk, const float *q, int64_t n_keys, float *sc,
+                          float *o) {
+    const int64_t Hkv = c->hp->n_head_kv, D = c->hp->head_dim;
+    const float scale = 1.0f / sqrtf((float)D);
+    float *kbuf = sc + c->n_ctx; /* one converted row when KV is f16 */
+    float mx = -INFINITY;
+    for (int64_t j = 0; j < n_keys; j++) {
+        const float *kr;
+        if (s->kv_f16) {
+            const f16_t *k16 = (const f16_t *)s->k[c->il] + j * Hkv * D + hk * D;
+            for (int64_t i = 0; i < D; i++) kbuf[i] = f16_to_f32(k16[i]);
+            kr = kbuf;
+        } else {
+            kr = (const float *)s->k[c->il] + j * Hkv * D + hk * D;
+        }
+        float d = 0;
+        for (int64_t i = 0; i < D; i++) d += q[i] * kr[i];
+        sc[j] = d * scale;
+        if (sc[j] > mx) mx = sc[j];
+    }
+    float sum = 0;
+    for (int64_t j = 0; j < n_keys; j++) {
+        sc[j] = expf(sc[j] - mx);
+        sum += sc[j];
+    }
+    const float inv = 1.0f / sum;
+    memset(o, 0, sizeof(float) * (size_t)D);
+    for (int64_t j = 0; j < n_keys; j++) {
+        const float p = sc[j] * inv;
+        if (s->kv_f16) {
+            const f16_t *v16 = (const f16_t *)s->v[c->il] + j * Hkv * D + hk * D;
+            for (int64_t i = 0; i < D; i++) o[i] += p * f16_to_f32(v16[i]);
+        } else {
+            const float *vr = (const float *)s->v[c->il] + j * Hkv * D + hk * D;
+            for (int64_t i = 0; i < D; i++) o[i] += p * vr[i];
+        }
+    }
+}
+
+/* task: (row, KV head, chunk of up to ATTN_HEADS query heads of its group). The SIMD kernel
+ * gives each head the same bits however many heads share a call. */
 static void attend_task(void *arg, int64_t t, int thread) {
     attn_ctx *c = arg;
     const model_hparams *hp = c->hp;
     const int64_t H = hp->n_head, Hkv = hp->n_head_kv, D = hp->head_dim, group = H / Hkv;
-    const float scale = 1.0f / sqrtf((float)D);
-    float *sc = c->thread_scores + (size_t)thread * (size_t)c->n_ctx;
-    float *kbuf = sc + c->n_ctx - D; /* one converted row when KV is f16 */
-    {
-        const int64_t r = t / H, h = t % H, hk = h / group, n_keys = c->pos[r] + 1;
-        const seq *s = c->seqs[r];
-        const float *q = c->qf + r * 2 * H * D + h * 2 * D;
-        const float *gate = q + D;
-        float mx = -INFINITY;
-        for (int64_t j = 0; j < n_keys; j++) {
-            const float *kr;
-            if (s->kv_f16) {
-                const f16_t *k16 = (const f16_t *)s->k[c->il] + j * Hkv * D + hk * D;
-                for (int64_t i = 0; i < D; i++) kbuf[i] = f16_to_f32(k16[i]);
-                kr = kbuf;
-            } else {
-                kr = (const float *)s->k[c->il] + j * Hkv * D + hk * D;
-            }
-            float d = 0;
-            for (int64_t i = 0; i < D; i++) d += q[i] * kr[i];
-            sc[j] = d * scale;
-            if (sc[j] > mx) mx = sc[j];
-        }
-        float sum = 0;
-        for (int64_t j = 0; j < n_keys; j++) {
-            sc[j] = expf(sc[j] - mx);
-            sum += sc[j];
-        }
-        const float inv = 1.0f / sum;
-        float *o = c->ao + r * H * D + h * D;
-        memset(o, 0, sizeof(float) * (size_t)D);
-        for (int64_t j = 0; j < n_keys; j++) {
-            const float p = sc[j] * inv;
-            if (s->kv_f16) {
-                const f16_t *v16 = (const f16_t *)s->v[c->il] + j * Hkv * D + hk * D;
-                for (int64_t i = 0; i < D; i++) o[i] += p * f16_to_f32(v16[i]);
-            } else {
-                const float *vr = (const float *)s->v[c->il] + j * Hkv * D + hk * D;
-                for (int64_t i = 0; i < D; i++) o[i] += p * vr[i];
-            }
-        }
-        for (int64_t i = 0; i < D; i++) o[i] *= cpu_sigmoid(gate[i]);
+    const int64_t r = t / (Hkv * c->chunks), hk = t / c->chunks % Hkv, h0 = hk * group + t % c->chunks * c->heads_per_task;
+    const int64_t nh = group - (h0 - hk * group) < c->heads_per_task ? group - (h0 - hk * group) : c->heads_per_task;
+    const int64_t n_keys = c->pos[r] + 1;
+    const seq *s = c->seqs[r];
+    float *sc = c->thread_scores + (size_t)thread * (size_t)c->thread_floats;
+    const float *q = c->qf + r * 2 * H * D + h0 * 2 * D;
+    float *o = c->ao + r * H * D + h0 * D;
+    if (c->simd) {
+        const size_t esz = s->kv_f16 ? 2 : 4;
+        const uint8_t *kb = (const uint8_t *)s->k[c->il] + (size_t)(hk * D) * esz;
+        const uint8_t *vb = (const uint8_t *)s->v[c->il] + (size_t)(hk * D) * esz;
+        cpu_attend_heads_avx2((int)nh, q, 2 * D, kb, vb, s->kv_f16, Hkv * D, n_keys, D, 1.0f / sqrtf((float)D), sc, o, D);
+    } else {
+        for (int64_t g = 0; g < nh; g++) attend_head_c(c, s, hk, q + g * 2 * D, n_keys, sc, o + g * D);
+    }
+    for (int64_t g = 0; g < nh; g++) {
+        const float *gate = q + g * 2 * D + D;
+        for (int64_t i = 0; i < D; i++) o[g * D + i] *= cpu_sigmoid(gate[i]);
     }
 }
 
@@ -127,13 +149,24 @@ void cpu_attn_layer(cpu_engine *ce, int il, seq **seqs, const int64_t *pos, int6
     c.k = cpu_scratch(ce, sizeof(float) * (size_t)(n * Hkv * D));
     c.v = cpu_scratch(ce, sizeof(float) * (size_t)(n * Hkv * D));
     c.ao = cpu_scratch(ce, sizeof(float) * (size_t)(n * H * D));
-    c.n_ctx = seqs[0]->n_ctx + D; /* per thread: scores, then one f16-converted key row */
-    c.thread_scores = cpu_scratch(ce, sizeof(float) * (size_t)c.n_ctx * (size_t)ce->nth);
+    /* heads of a group per task: up to ATTN_HEADS, fewer when rows are few (decode) so every
+     * thread gets work */
+    const int64_t group = H / Hkv;
+    c.heads_per_task = group < ATTN_HEADS ? group : ATTN_HEADS;
+    while (c.heads_per_task > 1 && n * Hkv * ((group + c.heads_per_task - 1) / c.heads_per_task) < 2 * ce->nth)
+        c.heads_per_task /= 2;
+    c.chunks = (group + c.heads_per_task - 1) / c.heads_per_task;
+    c.simd = quant_simd_active() && D % 16 == 0;
+    c.n_ctx = seqs[0]->n_ctx;
+    for (int64_t r = 0; r < n; r++) c.n_ctx = seqs[r]->n_ctx > c.n_ctx ? seqs[r]->n_ctx : c.n_ctx;
+    /* per thread: scores of a task's heads (SIMD) or one head's scores and one f16-converted key row */
+    c.thread_floats = c.simd ? c.heads_per_task * c.n_ctx : c.n_ctx + D;
+    c.thread_scores = cpu_scratch(ce, sizeof(float) * (size_t)c.thread_floats * (size_t)ce->nth);
 
     const qtensor *ws[3] = {&L->attn_q, &L->attn_k, &L->attn_v};
     float *ys[3] = {c.qf, c.k, c.v};
     cpu_project(ce, h, n, ws, ys, 3);
     pool_for(ce->pool, n, prep_task, &c);
-    pool_for(ce->pool, n * H, attend_task, &c);
+    pool_for(ce->pool, n * Hkv * c.chunks, attend_task, &c);
     cpu_matmul(ce, &L->attn_out, c.ao, n, out);
 }

@@ -93,6 +93,16 @@ void cpu_gdn_layer(cpu_engine *ce, int il, seq **seqs, int64_t n, bool chunked, 
                    const cpu_mark *marks, int n_marks, int64_t gdn_index);
 /* attn.c: one attention layer; pos[r] is row r's absolute position in seqs[r]. */
 void cpu_attn_layer(cpu_engine *ce, int il, seq **seqs, const int64_t *pos, int64_t n, const float *h, float *out);
+/* gdn_avx2.c: the delta rule's primitives (see gdn.c); AVX2/FMA, after quant_simd_active() */
+float cpu_gdn_dot_avx2(const float *x, const float *y, int64_t n);
+void cpu_gdn_rows_acc_avx2(float *y, const float *y0, float s0, const float *x, int64_t xs, const float *c,
+                           int64_t m, int64_t n);
+/* attn_avx2.c: ng (1..4) query heads (rows of q at q_stride) against one KV head's rows
+ * k, v (f32 or f16, row stride kv_stride elements): scores, softmax, o = sum p v (rows of o
+ * at o_stride). sc: ng * n_keys floats of scratch. AVX2/FMA: call after quant_simd_active(). */
+void cpu_attend_heads_avx2(int ng, const float *q, int64_t q_stride, const void *k, const void *v, bool f16,
+                           int64_t kv_stride, int64_t n_keys, int64_t D, float scale, float *sc, float *o,
+                           int64_t o_stride);
 /* moe.c: the MoE FFN of layer il: h2 (n, E) in, out (n, E). */
 void cpu_moe_layer(cpu_engine *ce, int il, const float *h2, int64_t n, float *out);
 

@@ -21,6 +21,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* the delta rule's two primitives, AVX2/FMA (gdn_avx2.c) after the CPU check or plain C;
+ * either way one fixed order of operations per output element */
+typedef struct gdn_ops {
+    float (*dot)(const float *x, const float *y, int64_t n);
+    void (*rows_acc)(float *y, const float *y0, float s0, const float *x, int64_t xs, const float *c, int64_t m,
+                     int64_t n);
+} gdn_ops;
+
 typedef struct gdn_ctx {
     cpu_engine *ce;
     const model_hparams *hp;
@@ -40,6 +48,7 @@ typedef struct gdn_ctx {
     int64_t gdn_index;
     float *thread_scratch;
     size_t thread_scratch_floats;
+    gdn_ops ops;
 } gdn_ctx;
 
 /* pre-conv row x of the concatenation [ring; qkv] for row r (j = 0..d_conv-1, j = d_conv-1 is
@@ -96,29 +105,37 @@ static void norm_gate_task(void *arg, int64_t r, int thread) {
     }
 }
 
-static float dotf(const float *x, const float *y, int64_t n) {
+static float dotf_c(const float *x, const float *y, int64_t n) {
     float s = 0;
     for (int64_t i = 0; i < n; i++) s += x[i] * y[i];
     return s;
 }
 
-static void axpy(float *restrict y, float a, const float *restrict x, int64_t n) {
-    for (int64_t i = 0; i < n; i++) y[i] += a * x[i];
+/* y[b] = s0 * y0[b] (0 when y0 is NULL) + sum_{j<m} c[j] * x[j * xs + b]: the plain C form,
+ * term by term like a chain of axpys; y may be y0 */
+static void rows_acc_c(float *y, const float *y0, float s0, const float *x, int64_t xs, const float *c, int64_t m,
+                       int64_t n) {
+    for (int64_t b = 0; b < n; b++) y[b] = y0 ? s0 * y0[b] : 0.0f;
+    for (int64_t j = 0; j < m; j++)
+        for (int64_t b = 0; b < n; b++) y[b] += c[j] * x[j * xs + b];
+}
+
+static gdn_ops gdn_ops_pick(void) {
+    if (quant_simd_active()) return (gdn_ops){cpu_gdn_dot_avx2, cpu_gdn_rows_acc_avx2};
+    return (gdn_ops){dotf_c, rows_acc_c};
 }
 
 /* The state after end row r of a chunk (see the header): dst may be S0 itself. */
-static void chunk_end_state(const float *S0, float *dst, int64_t S, const float *const *k, const float *d,
-                            const float *Gc, int64_t r, bool for_point) {
+static void chunk_end_state(const gdn_ops *ops, const float *S0, float *dst, int64_t S, const float *const *k,
+                            const float *d, const float *Gc, int64_t r, bool for_point) {
     const float gl = Gc[r];
     /* mutant: a point's copy forgets the decay of the state before its chunk */
     const float decay = for_point && MUTANT("decay_skip") ? 1.0f : expf(gl);
-    float coef[CPU_CHUNK];
+    float coef[CPU_CHUNK], cf[CPU_CHUNK];
     for (int64_t j = 0; j <= r; j++) coef[j] = expf(gl - Gc[j]);
     for (int64_t a = 0; a < S; a++) {
-        float *row = dst + a * S;
-        const float *row0 = S0 + a * S;
-        for (int64_t b = 0; b < S; b++) row[b] = decay * row0[b];
-        for (int64_t j = 0; j <= r; j++) axpy(row, coef[j] * k[j][a], d + j * S, S);
+        for (int64_t j = 0; j <= r; j++) cf[j] = coef[j] * k[j][a];
+        ops->rows_acc(dst + a * S, S0 + a * S, decay, d, S, cf, r + 1, S);
     }
 }
 
@@ -131,7 +148,9 @@ static void delta_chunked_head(gdn_ctx *c, int64_t h, float *scratch) {
     float *u = Gc + CPU_CHUNK;           /* (C, S) */
     float *w = u + CPU_CHUNK * S;        /* (C, S) */
     float *d = w + CPU_CHUNK * S;        /* (C, S) */
-    float *A = d + CPU_CHUNK * S;        /* (C, C) */
+    float *A = d + CPU_CHUNK * S;        /* (C, C): -A, the coefficients of the solve */
+    float *cv = A + CPU_CHUNK * CPU_CHUNK; /* S: one row's coefficients */
+    const gdn_ops *ops = &c->ops;
     const float *q[CPU_CHUNK], *k[CPU_CHUNK], *v[CPU_CHUNK];
     for (int64_t c0 = 0; c0 < c->n; c0 += CPU_CHUNK) {
         const int64_t L = c->n - c0 < CPU_CHUNK ? c->n - c0 : CPU_CHUNK;
@@ -148,26 +167,22 @@ static void delta_chunked_head(gdn_ctx *c, int64_t h, float *scratch) {
         }
         for (int64_t i = 0; i < L; i++) {
             const float beta = c->b[(c0 + i) * Gv + h];
-            for (int64_t j = 0; j < i; j++) A[i * CPU_CHUNK + j] = beta * dotf(k[i], k[j], S) * expf(Gc[i] - Gc[j]);
+            float *nA = A + i * CPU_CHUNK;
+            for (int64_t j = 0; j < i; j++) nA[j] = -(beta * ops->dot(k[i], k[j], S) * expf(Gc[i] - Gc[j]));
             float *ui = u + i * S, *wi = w + i * S;
             const float eg = expf(Gc[i]);
-            for (int64_t x = 0; x < S; x++) {
-                ui[x] = beta * v[i][x];
-                wi[x] = beta * eg * k[i][x];
-            }
-            for (int64_t j = 0; j < i; j++) {
-                axpy(ui, -A[i * CPU_CHUNK + j], u + j * S, S);
-                axpy(wi, -A[i * CPU_CHUNK + j], w + j * S, S);
-            }
+            ops->rows_acc(ui, v[i], beta, u, S, nA, i, S);
+            ops->rows_acc(wi, k[i], beta * eg, w, S, nA, i, S);
             /* d_i = u_i - w_i^T S0 */
             float *di = d + i * S;
-            memcpy(di, ui, sizeof(float) * (size_t)S);
-            for (int64_t a = 0; a < S; a++) axpy(di, -wi[a], St + a * S, S);
+            for (int64_t a = 0; a < S; a++) cv[a] = -wi[a];
+            ops->rows_acc(di, ui, 1.0f, St, S, cv, S, S);
             /* o_i = exp(Gc_i) S0^T q_i + sum_{j<=i} (q_i . k_j) exp(Gc_i - Gc_j) d_j */
             float *oi = c->o + (c0 + i) * hp_value_dim(hp) + h * S;
-            memset(oi, 0, sizeof(float) * (size_t)S);
-            for (int64_t a = 0; a < S; a++) axpy(oi, eg * q[i][a], St + a * S, S);
-            for (int64_t j = 0; j <= i; j++) axpy(oi, dotf(q[i], k[j], S) * expf(Gc[i] - Gc[j]), d + j * S, S);
+            for (int64_t a = 0; a < S; a++) cv[a] = eg * q[i][a];
+            ops->rows_acc(oi, NULL, 0.0f, St, S, cv, S, S);
+            for (int64_t j = 0; j <= i; j++) cv[j] = ops->dot(q[i], k[j], S) * expf(Gc[i] - Gc[j]);
+            ops->rows_acc(oi, oi, 1.0f, d, S, cv, i + 1, S);
         }
         /* points whose end row falls in this chunk, from the state before it */
         const double tp0 = c->n_marks ? time_now() : 0;
@@ -181,14 +196,14 @@ static void delta_chunked_head(gdn_ctx *c, int64_t h, float *scratch) {
                 continue;
             }
             if (MUTANT("point_inplace")) { /* mutant: the point computed on the live state, then copied */
-                chunk_end_state(St, St, S, k, d, Gc, m - 1 - c0, true);
+                chunk_end_state(ops, St, St, S, k, d, Gc, m - 1 - c0, true);
                 memcpy(dst, St, sizeof(float) * (size_t)(S * S));
                 continue;
             }
-            chunk_end_state(St, dst, S, k, d, Gc, m - 1 - c0, true);
+            chunk_end_state(ops, St, dst, S, k, d, Gc, m - 1 - c0, true);
         }
         if (c->n_marks) atomic_fetch_add(&c->ce->point_ns, (int64_t)((time_now() - tp0) * 1e9));
-        chunk_end_state(St, St, S, k, d, Gc, L - 1, false);
+        chunk_end_state(ops, St, St, S, k, d, Gc, L - 1, false);
     }
 }
 
@@ -201,21 +216,14 @@ static void delta_step_head(gdn_ctx *c, int64_t r, int64_t h, float *u) {
     const float *q = row + hk * S, *k = row + Gk * S + hk * S, *v = row + 2 * Gk * S + h * S;
     const float eg = expf(c->a[r * Gv + h]), beta = c->b[r * Gv + h];
     float *o = c->o + r * hp_value_dim(hp) + h * S;
+    const gdn_ops *ops = &c->ops;
     /* S <- exp(g) S; u = S^T k */
-    memset(u, 0, sizeof(float) * (size_t)S);
-    for (int64_t a = 0; a < S; a++) {
-        float *Sa = St + a * S;
-        for (int64_t b = 0; b < S; b++) Sa[b] *= eg;
-        axpy(u, k[a], Sa, S);
-    }
+    for (int64_t a = 0; a < S; a++) ops->rows_acc(St + a * S, St + a * S, eg, u, 0, k, 0, S);
+    ops->rows_acc(u, NULL, 0.0f, St, S, k, S, S);
     /* delta = beta (v - u); S += k delta^T; o = S^T q */
     for (int64_t b = 0; b < S; b++) u[b] = beta * (v[b] - u[b]);
-    memset(o, 0, sizeof(float) * (size_t)S);
-    for (int64_t a = 0; a < S; a++) {
-        float *Sa = St + a * S;
-        axpy(Sa, k[a], u, S);
-        axpy(o, q[a], Sa, S);
-    }
+    for (int64_t a = 0; a < S; a++) ops->rows_acc(St + a * S, St + a * S, 1.0f, u, 0, k + a, 1, S);
+    ops->rows_acc(o, NULL, 0.0f, St, S, q, S, S);
 }
 
 /* task: a value head (chunked: all rows of the call) or a (row, head) pair (steps) */
@@ -288,7 +296,8 @@ void cpu_gdn_layer(cpu_engine *ce, int il, seq **seqs, int64_t n, bool chunked, 
     c.b = cpu_scratch(ce, sizeof(float) * (size_t)(n * Gv));
     c.a = cpu_scratch(ce, sizeof(float) * (size_t)(n * Gv));
     c.o = cpu_scratch(ce, sizeof(float) * (size_t)(n * Vd));
-    c.thread_scratch_floats = (size_t)(CPU_CHUNK + 3 * CPU_CHUNK * S + CPU_CHUNK * CPU_CHUNK);
+    c.thread_scratch_floats = (size_t)(CPU_CHUNK + 3 * CPU_CHUNK * S + CPU_CHUNK * CPU_CHUNK + (S > CPU_CHUNK ? S : CPU_CHUNK));
+    c.ops = gdn_ops_pick();
     c.thread_scratch = cpu_scratch(ce, sizeof(float) * c.thread_scratch_floats * (size_t)ce->nth);
 
     /* projections: one pass over all four weights, activations quantized per vec-dot type */

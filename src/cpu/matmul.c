@@ -37,6 +37,7 @@ struct mm_ctx {
     const mm_job *jobs;
     int n_jobs;
     int64_t *task_start; /* first task index of each job, n_jobs + 1 entries */
+    int64_t *rows;       /* weight rows per task of each job */
 };
 
 /* Rows are handed to quant_dot_rows in groups (it reuses each weight block across up to 4
@@ -68,23 +69,40 @@ static void mm_task(void *arg, int64_t t, int thread) {
         else hi = mid - 1;
     }
     const mm_job *j = &c->jobs[lo];
-    int64_t o0 = (t - c->task_start[lo]) * ROWS_PER_TASK;
-    int64_t o1 = o0 + ROWS_PER_TASK;
+    int64_t o0 = (t - c->task_start[lo]) * c->rows[lo];
+    int64_t o1 = o0 + c->rows[lo];
     if (o1 > j->w->ne[1]) o1 = j->w->ne[1];
     mm_block(j, o0, o1);
 }
 
+/* Weight rows per task: ROWS_PER_TASK keeps a task's weight rows in L1 while all of a
+ * prompt's activation rows stream past. With a few rows (decode) the weights stream from
+ * memory once, and a task of one long contiguous run (about 4 per thread, for balance)
+ * suits the hardware prefetcher better than many short runs interleaved across threads.
+ * Each output is one quant_dot's bits whatever the split. */
+static int64_t task_rows(const mm_job *j, int nth) {
+    if (j->n > 4) return ROWS_PER_TASK;
+    int64_t r = (j->w->ne[1] + 4 * nth - 1) / (4 * nth);
+    r = (r + ROWS_PER_TASK - 1) / ROWS_PER_TASK * ROWS_PER_TASK;
+    return r > ROWS_PER_TASK ? r : ROWS_PER_TASK;
+}
+
 void cpu_matmul_jobs(cpu_engine *ce, const mm_job *jobs, int n_jobs) {
-    int64_t starts_local[65];
+    int64_t starts_local[65], rows_local[64];
     int64_t *starts = n_jobs < 64 ? starts_local : xmalloc(sizeof(int64_t) * (size_t)(n_jobs + 1));
+    int64_t *rows = n_jobs < 64 ? rows_local : xmalloc(sizeof(int64_t) * (size_t)n_jobs);
     starts[0] = 0;
     for (int i = 0; i < n_jobs; i++) {
-        int64_t blocks = jobs[i].n > 0 ? (jobs[i].w->ne[1] + ROWS_PER_TASK - 1) / ROWS_PER_TASK : 0;
+        rows[i] = task_rows(&jobs[i], ce->nth);
+        int64_t blocks = jobs[i].n > 0 ? (jobs[i].w->ne[1] + rows[i] - 1) / rows[i] : 0;
         starts[i + 1] = starts[i] + blocks;
     }
-    struct mm_ctx c = {jobs, n_jobs, starts};
+    struct mm_ctx c = {jobs, n_jobs, starts, rows};
     pool_for(ce->pool, starts[n_jobs], mm_task, &c);
-    if (starts != starts_local) free(starts);
+    if (starts != starts_local) {
+        free(starts);
+        free(rows);
+    }
 }
 
 void cpu_matmul(cpu_engine *ce, const qtensor *w, const float *x, int64_t n, float *y) {

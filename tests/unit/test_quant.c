@@ -460,6 +460,77 @@ TEST(simd_matches_scalar) {
     free(w); free(a); free(x); free(wf);
 }
 
+/* quant_dot_rows (several weight rows x several activation rows) gives each pair the bits
+ * of its single quant_dot, for every type and any shape (groups of 4 and their tails) */
+TEST(dot_rows_match_single) {
+    const uint32_t types[] = {QT_Q4_K, QT_Q5_K, QT_Q6_K, QT_Q8_0, QT_F32, QT_F16, QT_BF16};
+    enum { MAXW = 5, MAXA = 11, MAXNB = 3 };
+    const int64_t max_n = 256 * MAXNB;
+    float *x = xmalloc(max_n * 4);
+    uint8_t *w = xmalloc(MAXW * qtype_row_bytes(QT_F32, max_n));
+    uint8_t *act = xmalloc(MAXA * qtype_row_bytes(QT_F32, max_n));
+    float *out = xmalloc(sizeof(float) * MAXA * (MAXW + 3));
+    int bad = 0, bad_ref = 0, runs = 0;
+    for (int k = 0; k < 7; k++)
+        for (uint64_t r = 0; r < 40; r++) {
+            const uint32_t t = types[k];
+            uint64_t key = rng_key(r, qtype_name(t));
+            const int64_t nb = 1 + (int64_t)(rng_at(key, 1) % MAXNB), n = nb * 256;
+            const int nw = 1 + (int)(rng_at(key, 2) % MAXW), na = 1 + (int)(rng_at(key, 3) % MAXA);
+            const size_t wb = qtype_row_bytes(t, n), ab = quant_act_row_bytes(t, n);
+            const size_t ys = MAXW + 3; /* output rows wider than nw: nothing outside [0, nw) is written */
+            for (int o = 0; o < nw; o++) {
+                if (t == QT_Q4_K || t == QT_Q5_K || t == QT_Q6_K || t == QT_Q8_0) {
+                    if (r % 2) random_weight_blocks(t, key + 10 + (uint64_t)o, w + o * wb, n / qtype_block_elems(t));
+                    else { gen((enum dist)(r / 2 % D_COUNT), key + 10 + (uint64_t)o, x, n); quant_quantize_row(t, x, w + o * wb, n); }
+                } else {
+                    gen((enum dist)(r % D_COUNT), key + 10 + (uint64_t)o, x, n);
+                    quant_quantize_row(t, x, w + o * wb, n);
+                }
+            }
+            const void *a[MAXA];
+            float *y[MAXA];
+            for (int i = 0; i < na; i++) {
+                gen((enum dist)((r + (uint64_t)i) % D_COUNT), key + 100 + (uint64_t)i, x, n);
+                quant_quantize_act(t, x, act + i * ab, n);
+                a[i] = act + i * ab;
+                y[i] = out + i * ys;
+            }
+            for (int ref = 0; ref < 2; ref++) {
+                for (size_t i = 0; i < MAXA * ys; i++) out[i] = -7.0f;
+                if (ref) quant_dot_rows_ref(t, n, w, wb, nw, a, na, y);
+                else quant_dot_rows(t, n, w, wb, nw, a, na, y);
+                for (int i = 0; i < na; i++)
+                    for (int o = 0; o < (int)ys; o++) {
+                        float want = o >= nw ? -7.0f : ref ? quant_dot_ref(t, w + o * wb, a[i], n) : quant_dot(t, w + o * wb, a[i], n);
+                        if (memcmp(&want, &y[i][o], 4)) {
+                            if ((ref ? bad_ref : bad) < 3)
+                                fprintf(stderr, "    %s%s nw=%d na=%d n=%lld pair (%d,%d): %.9g vs %.9g\n", qtype_name(t),
+                                        ref ? " ref" : "", nw, na, (long long)n, o, i, want, y[i][o]);
+                            if (ref) bad_ref++;
+                            else bad++;
+                        }
+                    }
+            }
+            runs++;
+        }
+    CHECK_MSG(bad == 0, "%d pairs of quant_dot_rows differ from quant_dot (%d runs)", bad, runs);
+    CHECK_MSG(bad_ref == 0, "%d pairs of quant_dot_rows_ref differ from quant_dot_ref", bad_ref);
+    free(x); free(w); free(act); free(out);
+}
+
+/* where the AVX-512 tiles are in use, the AVX2 tiles are checked the same way in a child
+ * (HEARTH_NO_AVX512=1; the choice is made once per process) */
+TEST(dot_rows_avx2_tiles) {
+    if (!quant_avx512_active()) SKIP("the AVX-512 tiles are off: dot_rows_match_single covered the AVX2 ones");
+    char cmd[600], exe[512];
+    ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (len <= 0) SKIP("no /proc/self/exe");
+    exe[len] = 0;
+    snprintf(cmd, sizeof cmd, "HEARTH_NO_AVX512=1 '%s' --dot-rows >/dev/null", exe);
+    CHECK_MSG(system(cmd) == 0, "dot_rows_match_single failed with HEARTH_NO_AVX512=1");
+}
+
 /* dot(w, quantize_act(x)) against sum dequant(w)_i x_i in double. Two parts:
  *  activation quantization: |x - xhat| <= da (0.5 + 400U) for Q8_K (da = block amax/127);
  *    for Q8_0 the x86 form scales by 127/amax but stores d in f16, so the level is off by
@@ -638,6 +709,11 @@ TEST(no_simd_env) {
 }
 
 int main(int argc, char **argv) {
+    if (argc > 1 && !strcmp(argv[1], "--dot-rows")) {
+        CHECK(!quant_avx512_active());
+        RUN(dot_rows_match_single);
+        return harness_done();
+    }
     if (argc > 1 && !strcmp(argv[1], "--simd-state")) {
         puts(quant_simd_active() ? "on" : "off");
         return 0;
@@ -648,6 +724,8 @@ int main(int argc, char **argv) {
     RUN(round_trip_bounds);
     RUN(nearest_level);
     RUN(simd_matches_scalar);
+    RUN(dot_rows_match_single);
+    RUN(dot_rows_avx2_tiles);
     RUN(dot_vs_float64);
     RUN(quantize_act_float_copy);
     RUN(ggml_known_answers);
