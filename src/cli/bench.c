@@ -84,6 +84,7 @@ int cmd_bench(int argc, char **argv) {
     for (int64_t r = 0; r <= reps; r++) { /* rep 0 is the warm-up */
         if (n_prompt > 0) {
             seq *s = engine_seq_new(eng, &e);
+            if (!s) { fprintf(stderr, "hearth bench: %s\n", e.msg); return 1; }
             double t0 = time_now();
             if (engine_prefill(eng, s, ids, n_prompt, NULL, 0, NULL, logits, false, &e) < 0) {
                 fprintf(stderr, "hearth bench: %s\n", e.msg);
@@ -94,6 +95,7 @@ int cmd_bench(int argc, char **argv) {
         }
         if (n_prompt > 0 && n_marks > 0) {
             seq *s = engine_seq_new(eng, &e);
+            if (!s) { fprintf(stderr, "hearth bench: %s\n", e.msg); return 1; }
             double t0 = time_now();
             if (engine_prefill(eng, s, ids, n_prompt, marks, (int)n_marks, pts, logits, false, &e) < 0) {
                 fprintf(stderr, "hearth bench: %s\n", e.msg);
@@ -104,6 +106,7 @@ int cmd_bench(int argc, char **argv) {
         }
         if (n_gen > 0) {
             seq *s = engine_seq_new(eng, &e);
+            if (!s) { fprintf(stderr, "hearth bench: %s\n", e.msg); return 1; }
             double t0 = time_now();
             for (int64_t k = 0; k < n_gen; k++) {
                 int32_t id = ids[k % (n_prompt + 1)];

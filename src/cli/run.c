@@ -97,6 +97,7 @@ int cmd_run(int argc, char **argv) {
     engine *eng;
     if (engine_open_cpu(&eng, m, &eo, &e) < 0) { fprintf(stderr, "hearth run: %s\n", e.msg); return 1; }
     seq *s = engine_seq_new(eng, &e);
+    if (!s) { fprintf(stderr, "hearth run: %s\n", e.msg); return 1; }
     const int64_t V = m->hp.n_vocab;
     float *logits = xmalloc(sizeof(float) * (size_t)V);
     point *points = xcalloc((size_t)n_marks + 1, sizeof(point));

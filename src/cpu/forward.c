@@ -52,23 +52,35 @@ static void scratch_reset(cpu_engine *ce) {
 }
 
 /* ---- sequences ---- */
+static void cpu_seq_free(engine *eng, seq *s);
+
+/* The KV rows are the one size a user sets (-c): a request too large for this machine's
+ * memory is an error that says so, not an abort. */
 static seq *cpu_seq_new(engine *eng, herr *e) {
     const model_hparams *hp = &eng->m->hp;
     seq *s = xcalloc(1, sizeof *s);
     s->n_ctx = eng->opts.n_ctx;
     s->kv_f16 = eng->opts.kv_f16;
     const size_t kv_row = (size_t)(hp->n_head_kv * hp->head_dim) * (s->kv_f16 ? 2 : 4);
+    size_t kv_bytes = 0;
     for (int il = 0; il < hp->n_layer; il++) {
         if (hp->is_recurrent[il]) {
-            s->lane[il] = xcalloc((size_t)(hp->ssm_dt_rank * hp->ssm_d_state * hp->ssm_d_state), sizeof(float));
-            s->ring[il] = xcalloc((size_t)((hp->ssm_d_conv - 1) * hp_conv_dim(hp)), sizeof(float));
+            s->lane[il] = calloc((size_t)(hp->ssm_dt_rank * hp->ssm_d_state * hp->ssm_d_state), sizeof(float));
+            s->ring[il] = calloc((size_t)((hp->ssm_d_conv - 1) * hp_conv_dim(hp)), sizeof(float));
+            if (!s->lane[il] || !s->ring[il]) goto oom;
         } else {
-            s->k[il] = xmalloc(kv_row * (size_t)s->n_ctx);
-            s->v[il] = xmalloc(kv_row * (size_t)s->n_ctx);
+            s->k[il] = malloc(kv_row * (size_t)s->n_ctx);
+            s->v[il] = malloc(kv_row * (size_t)s->n_ctx);
+            kv_bytes += 2 * kv_row * (size_t)s->n_ctx;
+            if (!s->k[il] || !s->v[il]) goto oom;
         }
     }
-    (void)e;
     return s;
+oom:
+    cpu_seq_free(eng, s);
+    herr_set(e, "cannot allocate a sequence of %lld tokens (%.1f MiB of KV rows so far): lower -c", (long long)eng->opts.n_ctx,
+             (double)kv_bytes / (1 << 20));
+    return NULL;
 }
 
 static void cpu_seq_free(engine *eng, seq *s) {
