@@ -30,7 +30,6 @@ struct seq {
 typedef struct cpu_mark {
     int64_t m;
     point *p;
-    int64_t gdn_index_base; /* unused by ops; the forward fills lanes by GDN layer order */
 } cpu_mark;
 
 /* A matrix-times-rows job: y[out_row(r)][o] = W_slice[o] . xq[in_row(r)] for r < n, o < M. */
@@ -52,13 +51,10 @@ typedef struct cpu_engine {
     int nth;
     int64_t route_row0;     /* row of the call where this forward starts (route_trace) */
     _Atomic int64_t point_ns; /* CPU time spent taking points, summed over threads */
-    /* scratch, sized once for CPU_UBATCH rows (STYLE 6: size first, allocate once) */
-    size_t scratch_bytes;
-    uint8_t *scratch;
-    size_t scratch_used;
 } cpu_engine;
 
-/* scratch arena: reset per forward pass */
+/* scratch arena (forward.c): blocks kept across passes, reset per pass, so nothing is
+ * allocated after the first pass (STYLE 6) */
 void *cpu_scratch(cpu_engine *ce, size_t bytes);
 
 /* matmul.c */
