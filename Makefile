@@ -64,13 +64,14 @@ $(BUILD)/obj/%.o: %.cu
 	@mkdir -p $(@D)
 	$(NVCC) $(NVFLAGS) -c -o $@ $<
 
-test: all
+test: all asan
 	tests/run
 
-# AddressSanitizer + UBSan build of everything, for the bad-input tests.
+# AddressSanitizer + UBSan build of the binary, for the bad-input tests (tests/cli/gguf_bad.sh
+# replays every malformed file under it).
 asan:
 	$(MAKE) BUILD=build-asan OPT="-O1 -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all" \
-	    NVCC= all
+	    NVCC= build-asan/hearth
 
 # libFuzzer target for the GGUF reader (clang).
 fuzz: build-fuzz/fuzz_gguf
