@@ -7,22 +7,31 @@ CFLAGS  += -std=c11 $(OPT) -g -Wall -Wextra -Werror -Wshadow -Wno-unused-paramet
            -D_GNU_SOURCE -pthread -Isrc -MMD -MP
 LDLIBS  += -lm -pthread -lcjson
 
-LIB_SRC := $(filter-out src/main.c,$(wildcard src/*.c src/cpu/*.c))
-CLI_SRC := src/main.c $(wildcard src/cli/*.c)
+# Layers (README "Layout"): base <- format <- model <- engine; text and make beside them;
+# cli on top. Every include is written from src/ ("format/gguf.h").
+LIB_SRC := $(wildcard src/base/*.c src/format/*.c src/model/*.c src/text/*.c src/make/*.c src/engine/*.c \
+                      src/engine/cpu/*.c)
+CLI_SRC := $(wildcard src/cli/*.c)
+# The engine again with its planted defects compiled in (-DHEARTH_MUTANTS), for the gates only:
+# the binary users run has none.
+ENG_SRC := $(wildcard src/engine/*.c src/engine/cpu/*.c)
 TEST_SRC := $(wildcard tests/unit/test_*.c)
 REF_SRC := $(wildcard tests/ref/*.c)
 
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
+MUT_OBJ := $(filter-out $(ENG_SRC:%.c=$(BUILD)/obj/%.o),$(LIB_OBJ)) $(ENG_SRC:%.c=$(BUILD)/obj-mut/%.o)
 CLI_OBJ := $(CLI_SRC:%.c=$(BUILD)/obj/%.o)
 REF_OBJ := $(REF_SRC:%.c=$(BUILD)/obj/%.o)
 TEST_BIN := $(TEST_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 
 # SIMD kernels: compiled for AVX2/FMA/F16C, called only after a run-time CPU check.
-$(BUILD)/obj/src/quant_avx2.o: CFLAGS += -mavx2 -mfma -mf16c
-$(BUILD)/obj/src/cpu/%_avx2.o: CFLAGS += -mavx2 -mfma -mf16c
+$(BUILD)/obj/src/format/quant_avx2.o: CFLAGS += -mavx2 -mfma -mf16c
+$(BUILD)/obj/src/engine/cpu/%_avx2.o: CFLAGS += -mavx2 -mfma -mf16c
+$(BUILD)/obj-mut/src/engine/cpu/%_avx2.o: CFLAGS += -mavx2 -mfma -mf16c
+$(BUILD)/obj-mut/%.o: CFLAGS += -DHEARTH_MUTANTS
 
 NVCC ?= $(shell command -v nvcc 2>/dev/null || { test -x /usr/local/cuda/bin/nvcc && echo /usr/local/cuda/bin/nvcc; })
-CU_SRC := $(wildcard src/cuda/*.cu)
+CU_SRC := $(wildcard src/engine/cuda/*.cu)
 ifneq ($(NVCC),)
 ifneq ($(CU_SRC),)
 CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
@@ -31,6 +40,7 @@ CFLAGS += -DHEARTH_CUDA
 LDLIBS += -L$(CUDA_HOME)/lib64 -lcudart_static -ldl -lrt -lstdc++
 NVFLAGS ?= -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -Isrc -DHEARTH_CUDA -Xcompiler -Wall,-Werror
 LIB_OBJ += $(CU_OBJ)
+MUT_OBJ += $(CU_OBJ)
 endif
 endif
 
@@ -43,20 +53,28 @@ $(BUILD)/libhearth.a: $(LIB_OBJ)
 	@mkdir -p $(@D)
 	$(AR) rcs $@ $^
 
+$(BUILD)/libhearth-mut.a: $(MUT_OBJ)
+	@mkdir -p $(@D)
+	$(AR) rcs $@ $^
+
 $(BUILD)/hearth: $(CLI_OBJ) $(BUILD)/libhearth.a
 	$(CC) $(CFLAGS) -o $@ $(CLI_OBJ) $(BUILD)/libhearth.a $(LDLIBS)
 
 tests: $(TEST_BIN) $(BUILD)/gates
 
-$(BUILD)/gates: tests/gates/gates.c $(BUILD)/libhearth.a tests/unit/harness.h tests/unit/models.h
+$(BUILD)/gates: tests/gates/gates.c $(REF_OBJ) $(BUILD)/libhearth-mut.a tests/unit/harness.h tests/unit/models.h
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) -Itests -o $@ $< $(BUILD)/libhearth.a $(LDLIBS)
+	$(CC) $(CFLAGS) -Itests -o $@ $< $(REF_OBJ) $(BUILD)/libhearth-mut.a $(LDLIBS)
 
 $(BUILD)/tests/%: tests/unit/%.c $(REF_OBJ) $(BUILD)/libhearth.a tests/unit/harness.h
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -Itests -o $@ $< $(REF_OBJ) $(BUILD)/libhearth.a $(LDLIBS)
 
 $(BUILD)/obj/%.o: %.c
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -c -o $@ $<
+
+$(BUILD)/obj-mut/%.o: %.c
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -c -o $@ $<
 
@@ -75,7 +93,7 @@ asan:
 
 # libFuzzer target for the GGUF reader (clang).
 fuzz: build-fuzz/fuzz_gguf
-FUZZ_SRC := tests/fuzz/fuzz_gguf.c src/gguf.c src/util.c src/quant.c src/quant_avx2.c
+FUZZ_SRC := tests/fuzz/fuzz_gguf.c src/format/gguf.c src/base/util.c src/format/quant.c src/format/quant_avx2.c
 build-fuzz/fuzz_gguf: $(FUZZ_SRC)
 	@mkdir -p $(@D)
 	clang -std=c11 -g -O1 -D_GNU_SOURCE -Isrc -mavx2 -mfma -mf16c -fsanitize=fuzzer,address,undefined -o $@ $(FUZZ_SRC) -lm
@@ -83,4 +101,4 @@ build-fuzz/fuzz_gguf: $(FUZZ_SRC)
 clean:
 	rm -rf build build-asan build-fuzz
 
--include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(REF_OBJ:.o=.d)
+-include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(REF_OBJ:.o=.d) $(MUT_OBJ:.o=.d)

@@ -1,6 +1,6 @@
 /* args.c: numeric flag parsing for the subcommands. */
-#include "args.h"
-#include "../util.h"
+#include "cli/args.h"
+#include "base/util.h"
 
 #include <errno.h>
 #include <inttypes.h>

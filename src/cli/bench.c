@@ -2,10 +2,10 @@
  * prompt pass of N tokens into an empty sequence; tg N: N decode steps from an empty
  * sequence), medians of repetitions after one warm-up, with the weight bytes a decoded
  * token reads and the bandwidth that implies (STYLE 8). A benchmark, never a test. */
-#include "cli.h"
-#include "args.h"
-#include "../engine.h"
-#include "../quant.h"
+#include "cli/cli.h"
+#include "cli/args.h"
+#include "engine/engine.h"
+#include "format/quant.h"
 
 #include <inttypes.h>
 #include <stdio.h>

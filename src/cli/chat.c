@@ -6,11 +6,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "chat.h"
+#include "text/chat.h"
 #include "cli/args.h"
 #include "cli/cli.h"
-#include "gguf.h"
-#include "tokenizer.h"
+#include "format/gguf.h"
+#include "text/tokenizer.h"
 
 static void usage_template(FILE *out) {
     fprintf(out,

@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
-#include "convert.h"
+#include "make/convert.h"
 
 static void convert_usage(FILE *out) {
     fprintf(out,

@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
-#include "gen.h"
+#include "make/gen.h"
 
 static void gen_usage(FILE *out) {
     fprintf(out,

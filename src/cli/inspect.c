@@ -7,8 +7,8 @@
 #include <string.h>
 
 #include "cli/cli.h"
-#include "gguf.h"
-#include "quant.h"
+#include "format/gguf.h"
+#include "format/quant.h"
 
 #define STR_SHOWN 80     /* bytes of a long string shown before "..." */
 #define ARR_SHOWN 6      /* elements of an array shown */

@@ -2,11 +2,11 @@
  * optional marks, reporting the points taken), then decode N tokens greedily or with a
  * seeded sampler. Generated text goes to stdout (ids as JSON with --ids-out), timings to
  * stderr. */
-#include "cli.h"
-#include "args.h"
-#include "../engine.h"
-#include "../sampler.h"
-#include "../tokenizer.h"
+#include "cli/cli.h"
+#include "cli/args.h"
+#include "engine/engine.h"
+#include "engine/sampler.h"
+#include "text/tokenizer.h"
 
 #include <inttypes.h>
 #include <stdio.h>

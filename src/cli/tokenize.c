@@ -8,8 +8,8 @@
 #include <string.h>
 
 #include "cli/cli.h"
-#include "gguf.h"
-#include "tokenizer.h"
+#include "format/gguf.h"
+#include "text/tokenizer.h"
 
 static void usage_tokenize(FILE *out) {
     fprintf(out,

@@ -5,7 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "gguf.h"
+#include "format/gguf.h"
 
 static volatile uint64_t sink; /* keeps the reads from being optimised away */
 

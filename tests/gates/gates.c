@@ -10,9 +10,9 @@
  * (tests/gates/mutants) runs these under HEARTH_MUTANT=... and expects exit 1. */
 #include "unit/harness.h"
 #include "unit/models.h"
-#include "engine.h"
-#include "sampler.h"
-#include "cpu/cpu.h"
+#include "engine/engine.h"
+#include "engine/sampler.h"
+#include "engine/cpu/cpu.h"
 
 #include <math.h>
 

@@ -3,8 +3,8 @@
  * Speed comes only from not redoing work (float weight copies, chosen experts only,
  * skipping the output matrix when no logits are wanted), never from reordering the math. */
 #include "ref.h"
-#include "quant.h"
-#include "util.h"
+#include "format/quant.h"
+#include "base/util.h"
 
 #include <math.h>
 #include <stdlib.h>

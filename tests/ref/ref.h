@@ -70,7 +70,7 @@
 
 #include <stdint.h>
 #include <stdbool.h>
-#include "model.h"
+#include "model/model.h"
 
 /* Float copies of the weights of one model: F32 tensors alias the mapping; other types are
  * dequantized once (non-expert matrices at creation, each expert's matrices the first time

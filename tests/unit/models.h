@@ -9,7 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 #include <math.h>
-#include "gen.h"
+#include "make/gen.h"
 
 /* n deterministic token ids in [0, V) */
 static inline int32_t *test_ids(int64_t n, int64_t V, uint64_t seed) {

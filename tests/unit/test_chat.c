@@ -14,11 +14,11 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "chat.h"
-#include "gguf.h"
-#include "tokenizer.h"
+#include "text/chat.h"
+#include "format/gguf.h"
+#include "text/tokenizer.h"
 #include "unit/harness.h"
-#include "vocab_import.h"
+#include "make/vocab_import.h"
 
 #define NOW 1721952000 /* HEARTH_NOW of tools/ref/chat_fixtures.sh */
 

@@ -7,12 +7,12 @@
  * names what is wrong, leaving no output file. */
 #include "harness.h"
 #include "ref/ref.h"
-#include "convert.h"
-#include "engine.h"
-#include "gguf.h"
-#include "quant.h"
-#include "safetensors.h"
-#include "sampler.h"
+#include "make/convert.h"
+#include "engine/engine.h"
+#include "format/gguf.h"
+#include "format/quant.h"
+#include "format/safetensors.h"
+#include "engine/sampler.h"
 
 #include <cjson/cJSON.h>
 #include <math.h>

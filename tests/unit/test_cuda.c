@@ -1,10 +1,10 @@
 /* test_cuda.c: the CUDA backend's kernels against the CPU on fresh random blocks. Without
  * a CUDA build or a GPU every test says SKIP, visibly (CI has no GPU). */
 #include "harness.h"
-#include "quant.h"
-#include "util.h"
+#include "format/quant.h"
+#include "base/util.h"
 #ifdef HEARTH_CUDA
-#include "cuda/cuda.h"
+#include "engine/cuda/cuda.h"
 #endif
 
 #ifdef HEARTH_CUDA

@@ -4,12 +4,12 @@
  * spreads, and the vocabularies (built-in, a synthetic tokenizer.json with its malformed
  * variants, and Qwen3's real tokenizer when tools/peer/fetch_tokenizer.sh has cached it). */
 #include "unit/harness.h"
-#include "gen.h"
-#include "gguf.h"
-#include "model.h"
-#include "quant.h"
-#include "util.h"
-#include "vocab_import.h"
+#include "make/gen.h"
+#include "format/gguf.h"
+#include "model/model.h"
+#include "format/quant.h"
+#include "base/util.h"
+#include "make/vocab_import.h"
 
 #include <math.h>
 #include <stdint.h>

@@ -13,9 +13,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "gguf.h"
+#include "format/gguf.h"
 #include "harness.h"
-#include "quant.h"
+#include "format/quant.h"
 
 static char tmpdir[256];
 

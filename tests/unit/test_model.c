@@ -3,9 +3,9 @@
  * good tiny one with one defect; each must fail with a message naming what was wrong. */
 #include "harness.h"
 #include "models.h"
-#include "model.h"
-#include "quant.h"
-#include "engine.h"
+#include "model/model.h"
+#include "format/quant.h"
+#include "engine/engine.h"
 #include <math.h>
 
 /* Copies src to dst through the writer, with one change: drop a tensor, reshape one,

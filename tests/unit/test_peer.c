@@ -10,8 +10,8 @@
 #include "harness.h"
 #include "models.h"
 #include "ref/ref.h"
-#include "engine.h"
-#include "sampler.h"
+#include "engine/engine.h"
+#include "engine/sampler.h"
 
 #include <math.h>
 #include <unistd.h>

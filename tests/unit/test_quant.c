@@ -3,8 +3,8 @@
  * (tests/fixtures/quant/, written by tools/peer/make_quant_fixtures.sh).
  * U below is the float unit roundoff 2^-24; every tolerance is derived beside its use. */
 #include "harness.h"
-#include "quant.h"
-#include "util.h"
+#include "format/quant.h"
+#include "base/util.h"
 
 #include <immintrin.h>
 #include <math.h>

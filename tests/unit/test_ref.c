@@ -5,11 +5,11 @@
  * closed form: one key for attention, a zero lane and ring for GDN). */
 #include "unit/harness.h"
 #include "ref/ref.h"
-#include "gen.h"
-#include "gguf.h"
-#include "model.h"
-#include "quant.h"
-#include "util.h"
+#include "make/gen.h"
+#include "format/gguf.h"
+#include "model/model.h"
+#include "format/quant.h"
+#include "base/util.h"
 
 #include <math.h>
 #include <stdint.h>

@@ -9,8 +9,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "gguf.h"
-#include "tokenizer.h"
+#include "format/gguf.h"
+#include "text/tokenizer.h"
 #include "unit/harness.h"
 
 static char tmpdir[] = "/tmp/hearth-tok-XXXXXX";

@@ -45,11 +45,17 @@ if [ ! -d "$PEER_SRC/.git" ]; then
 fi
 log "llama.cpp $(git -C "$PEER_SRC" log -1 --format='%h of %cd' --date=short)"
 
+stamp="${PEER_FEATURES[*]}"
+if [ -f "$PEER_BUILD/CMakeCache.txt" ] && [ "$(cat "$PEER_BUILD/.hearth-flags" 2>/dev/null)" != "$stamp" ]; then
+    log "the cached build was configured for other CPU flags: rebuilding"
+    rm -rf "$PEER_BUILD"
+fi
 if [ ! -f "$PEER_BUILD/CMakeCache.txt" ]; then
     log "configuring $PEER_BUILD"
     cmake -S "$PEER_SRC" -B "$PEER_BUILD" -DCMAKE_BUILD_TYPE=Release \
         -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_CURL=OFF \
-        -DLLAMA_BUILD_TESTS=ON -DLLAMA_BUILD_EXAMPLES=ON -DLLAMA_BUILD_TOOLS=ON >&2
+        -DLLAMA_BUILD_TESTS=ON -DLLAMA_BUILD_EXAMPLES=ON -DLLAMA_BUILD_TOOLS=ON "${PEER_FEATURES[@]}" >&2
+    echo "$stamp" >"$PEER_BUILD/.hearth-flags"
 fi
 
 mapfile -t want < <(peer_missing)

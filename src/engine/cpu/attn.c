@@ -1,0 +1,172 @@
+/* attn.c: the gated full-attention layer on the CPU: the joint query+gate projection
+ * (interleaved per head), K and V, per-head RMS norms of q and k, partial NeoX RoPE,
+ * causal softmax attention over the sequence's KV rows (GQA), the sigmoid output gate and
+ * the out-projection. KV rows are stored f32 or f16. */
+#include "engine/cpu/cpu.h"
+#include "format/quant.h"
+
+#include <math.h>
+#include <string.h>
+
+#define ATTN_HEADS 4 /* query heads per SIMD call (they share each key and value row) */
+
+typedef struct attn_ctx {
+    const model_hparams *hp;
+    const model_layer *L;
+    int il;
+    seq **seqs;
+    const int64_t *pos;
+    int64_t n;
+    float *qf;   /* (n, 2*H*D): per head [query D | gate D] */
+    float *k;    /* (n, Hkv*D) */
+    float *v;    /* (n, Hkv*D) */
+    float *ao;   /* (n, H*D) */
+    float *thread_scores; /* (nth, thread_floats) */
+    int64_t n_ctx, thread_floats;
+    int64_t heads_per_task, chunks; /* query heads of a GQA group per task, tasks per (row, KV head) */
+    bool simd;
+} attn_ctx;
+
+/* NeoX pairing on the first rope_dims dims: (x_i, x_{i+rope_dims/2}) rotates by
+ * pos * theta^(-2i/rope_dims). For text, every MRoPE section carries the same position. */
+static void rope_neox(float *x, int64_t rope_dims, int64_t pos, float theta) {
+    const int64_t half = rope_dims / 2;
+    for (int64_t i = 0; i < half; i++) {
+        double ang = (double)pos * pow((double)theta, -2.0 * (double)i / (double)rope_dims);
+        float c = (float)cos(ang), s = (float)sin(ang);
+        float x0 = x[i], x1 = x[i + half];
+        x[i] = x0 * c - x1 * s;
+        x[i + half] = x0 * s + x1 * c;
+    }
+}
+
+static void kv_store(seq *s, int il, int64_t pos, const float *src, void *base, int64_t width) {
+    if (s->kv_f16) {
+        f16_t *dst = (f16_t *)base + pos * width;
+        for (int64_t i = 0; i < width; i++) dst[i] = f32_to_f16(src[i]);
+    } else {
+        memcpy((float *)base + pos * width, src, sizeof(float) * (size_t)width);
+    }
+    (void)il;
+}
+
+static void prep_task(void *arg, int64_t r, int thread) {
+    attn_ctx *c = arg;
+    const model_hparams *hp = c->hp;
+    const int64_t H = hp->n_head, Hkv = hp->n_head_kv, D = hp->head_dim;
+    const float *qn = c->L->attn_q_norm.data, *kn = c->L->attn_k_norm.data;
+    {
+        for (int64_t h = 0; h < H; h++) {
+            float *q = c->qf + r * 2 * H * D + h * 2 * D;
+            cpu_rmsnorm(q, qn, q, D, hp->rms_eps);
+            rope_neox(q, hp->rope_dims, c->pos[r], hp->rope_theta);
+        }
+        for (int64_t h = 0; h < Hkv; h++) {
+            float *k = c->k + r * Hkv * D + h * D;
+            cpu_rmsnorm(k, kn, k, D, hp->rms_eps);
+            rope_neox(k, hp->rope_dims, c->pos[r], hp->rope_theta);
+        }
+        seq *s = c->seqs[r];
+        kv_store(s, c->il, c->pos[r], c->k + r * Hkv * D, s->k[c->il], Hkv * D);
+        kv_store(s, c->il, c->pos[r], c->v + r * Hkv * D, s->v[c->il], Hkv * D);
+    }
+}
+
+/* the plain C path, one head at a time: scores, softmax, weighted sum of value rows */
+static void attend_head_c(const attn_ctx *c, const seq *s, int64_t hk, const float *q, int64_t n_keys, float *sc,
+                          float *o) {
+    const int64_t Hkv = c->hp->n_head_kv, D = c->hp->head_dim;
+    const float scale = 1.0f / sqrtf((float)D);
+    float *kbuf = sc + c->n_ctx; /* one converted row when KV is f16 */
+    float mx = -INFINITY;
+    for (int64_t j = 0; j < n_keys; j++) {
+        const float *kr;
+        if (s->kv_f16) {
+            const f16_t *k16 = (const f16_t *)s->k[c->il] + j * Hkv * D + hk * D;
+            for (int64_t i = 0; i < D; i++) kbuf[i] = f16_to_f32(k16[i]);
+            kr = kbuf;
+        } else {
+            kr = (const float *)s->k[c->il] + j * Hkv * D + hk * D;
+        }
+        float d = 0;
+        for (int64_t i = 0; i < D; i++) d += q[i] * kr[i];
+        sc[j] = d * scale;
+        if (sc[j] > mx) mx = sc[j];
+    }
+    float sum = 0;
+    for (int64_t j = 0; j < n_keys; j++) {
+        sc[j] = expf(sc[j] - mx);
+        sum += sc[j];
+    }
+    const float inv = 1.0f / sum;
+    memset(o, 0, sizeof(float) * (size_t)D);
+    for (int64_t j = 0; j < n_keys; j++) {
+        const float p = sc[j] * inv;
+        if (s->kv_f16) {
+            const f16_t *v16 = (const f16_t *)s->v[c->il] + j * Hkv * D + hk * D;
+            for (int64_t i = 0; i < D; i++) o[i] += p * f16_to_f32(v16[i]);
+        } else {
+            const float *vr = (const float *)s->v[c->il] + j * Hkv * D + hk * D;
+            for (int64_t i = 0; i < D; i++) o[i] += p * vr[i];
+        }
+    }
+}
+
+/* task: (row, KV head, chunk of up to ATTN_HEADS query heads of its group). The SIMD kernel
+ * gives each head the same bits however many heads share a call. */
+static void attend_task(void *arg, int64_t t, int thread) {
+    attn_ctx *c = arg;
+    const model_hparams *hp = c->hp;
+    const int64_t H = hp->n_head, Hkv = hp->n_head_kv, D = hp->head_dim, group = H / Hkv;
+    const int64_t r = t / (Hkv * c->chunks), hk = t / c->chunks % Hkv, h0 = hk * group + t % c->chunks * c->heads_per_task;
+    const int64_t nh = group - (h0 - hk * group) < c->heads_per_task ? group - (h0 - hk * group) : c->heads_per_task;
+    const int64_t n_keys = c->pos[r] + 1;
+    const seq *s = c->seqs[r];
+    float *sc = c->thread_scores + (size_t)thread * (size_t)c->thread_floats;
+    const float *q = c->qf + r * 2 * H * D + h0 * 2 * D;
+    float *o = c->ao + r * H * D + h0 * D;
+    if (c->simd) {
+        const size_t esz = s->kv_f16 ? 2 : 4;
+        const uint8_t *kb = (const uint8_t *)s->k[c->il] + (size_t)(hk * D) * esz;
+        const uint8_t *vb = (const uint8_t *)s->v[c->il] + (size_t)(hk * D) * esz;
+        cpu_attend_heads_avx2((int)nh, q, 2 * D, kb, vb, s->kv_f16, Hkv * D, n_keys, D, 1.0f / sqrtf((float)D), sc, o, D);
+    } else {
+        for (int64_t g = 0; g < nh; g++) attend_head_c(c, s, hk, q + g * 2 * D, n_keys, sc, o + g * D);
+    }
+    for (int64_t g = 0; g < nh; g++) {
+        const float *gate = q + g * 2 * D + D;
+        for (int64_t i = 0; i < D; i++) o[g * D + i] *= cpu_sigmoid(gate[i]);
+    }
+}
+
+void cpu_attn_layer(cpu_engine *ce, int il, seq **seqs, const int64_t *pos, int64_t n, const float *h, float *out) {
+    const model *m = ce->base.m;
+    const model_hparams *hp = &m->hp;
+    const model_layer *L = &m->layers[il];
+    const int64_t H = hp->n_head, Hkv = hp->n_head_kv, D = hp->head_dim;
+    attn_ctx c = {.hp = hp, .L = L, .il = il, .seqs = seqs, .pos = pos, .n = n};
+    c.qf = cpu_scratch(ce, sizeof(float) * (size_t)(n * 2 * H * D));
+    c.k = cpu_scratch(ce, sizeof(float) * (size_t)(n * Hkv * D));
+    c.v = cpu_scratch(ce, sizeof(float) * (size_t)(n * Hkv * D));
+    c.ao = cpu_scratch(ce, sizeof(float) * (size_t)(n * H * D));
+    /* heads of a group per task: up to ATTN_HEADS, fewer when rows are few (decode) so every
+     * thread gets work */
+    const int64_t group = H / Hkv;
+    c.heads_per_task = group < ATTN_HEADS ? group : ATTN_HEADS;
+    while (c.heads_per_task > 1 && n * Hkv * ((group + c.heads_per_task - 1) / c.heads_per_task) < 2 * ce->nth)
+        c.heads_per_task /= 2;
+    c.chunks = (group + c.heads_per_task - 1) / c.heads_per_task;
+    c.simd = quant_simd_active() && D % 16 == 0;
+    c.n_ctx = seqs[0]->n_ctx;
+    for (int64_t r = 0; r < n; r++) c.n_ctx = seqs[r]->n_ctx > c.n_ctx ? seqs[r]->n_ctx : c.n_ctx;
+    /* per thread: scores of a task's heads (SIMD) or one head's scores and one f16-converted key row */
+    c.thread_floats = c.simd ? c.heads_per_task * c.n_ctx : c.n_ctx + D;
+    c.thread_scores = cpu_scratch(ce, sizeof(float) * (size_t)c.thread_floats * (size_t)ce->nth);
+
+    const qtensor *ws[3] = {&L->attn_q, &L->attn_k, &L->attn_v};
+    float *ys[3] = {c.qf, c.k, c.v};
+    cpu_project(ce, h, n, ws, ys, 3);
+    pool_for(ce->pool, n, prep_task, &c);
+    pool_for(ce->pool, n * Hkv * c.chunks, attend_task, &c);
+    cpu_matmul(ce, &L->attn_out, c.ao, n, out);
+}

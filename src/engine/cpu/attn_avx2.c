@@ -1,0 +1,104 @@
+/* attn_avx2.c: the AVX2/FMA kernel behind attn.c's attend_task: up to 4 query heads that
+ * share one KV head, scored against the key rows two at a time (each key row is loaded once
+ * for all the heads), softmax, then the weighted sum of value rows in 16-wide column strips
+ * kept in registers. Each head's arithmetic is the same whatever the number of heads done
+ * together, so results do not depend on how the work is split. Called only after
+ * quant_simd_active() (the CPU check); D must be a multiple of 16. */
+#include "engine/cpu/cpu.h"
+
+#include <immintrin.h>
+
+#define KINLINE static inline __attribute__((always_inline))
+
+KINLINE __m256 ld8(const void *base, int64_t off, const bool f16) {
+    if (f16) return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)base + off)));
+    return _mm256_loadu_ps((const float *)base + off);
+}
+
+KINLINE float hsum8(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+KINLINE void attend_heads(const float *q, int64_t q_stride, const void *k, const void *v, int64_t kv_stride,
+                          int64_t n_keys, int64_t D, float scale, float *sc, float *o, int64_t o_stride, const int NG,
+                          const bool f16) {
+    /* scores: one FMA chain per (head, key) over D */
+    int64_t j = 0;
+    for (; j + 2 <= n_keys; j += 2) {
+        __m256 acc[2][4];
+#pragma GCC unroll 4
+        for (int g = 0; g < NG; g++) acc[0][g] = acc[1][g] = _mm256_setzero_ps();
+        for (int64_t d = 0; d < D; d += 8) {
+            __m256 k0 = ld8(k, j * kv_stride + d, f16), k1 = ld8(k, (j + 1) * kv_stride + d, f16);
+#pragma GCC unroll 4
+            for (int g = 0; g < NG; g++) {
+                __m256 qv = _mm256_loadu_ps(q + g * q_stride + d);
+                acc[0][g] = _mm256_fmadd_ps(qv, k0, acc[0][g]);
+                acc[1][g] = _mm256_fmadd_ps(qv, k1, acc[1][g]);
+            }
+        }
+#pragma GCC unroll 4
+        for (int g = 0; g < NG; g++) {
+            sc[g * n_keys + j] = hsum8(acc[0][g]) * scale;
+            sc[g * n_keys + j + 1] = hsum8(acc[1][g]) * scale;
+        }
+    }
+    if (j < n_keys) {
+        __m256 acc[4];
+#pragma GCC unroll 4
+        for (int g = 0; g < NG; g++) acc[g] = _mm256_setzero_ps();
+        for (int64_t d = 0; d < D; d += 8) {
+            __m256 k0 = ld8(k, j * kv_stride + d, f16);
+#pragma GCC unroll 4
+            for (int g = 0; g < NG; g++) acc[g] = _mm256_fmadd_ps(_mm256_loadu_ps(q + g * q_stride + d), k0, acc[g]);
+        }
+#pragma GCC unroll 4
+        for (int g = 0; g < NG; g++) sc[g * n_keys + j] = hsum8(acc[g]) * scale;
+    }
+    /* softmax per head, in key order; sc becomes the probabilities */
+    for (int g = 0; g < NG; g++) {
+        float *s = sc + g * n_keys, mx = -INFINITY, sum = 0;
+        for (int64_t i = 0; i < n_keys; i++) mx = s[i] > mx ? s[i] : mx;
+        for (int64_t i = 0; i < n_keys; i++) {
+            s[i] = expf(s[i] - mx);
+            sum += s[i];
+        }
+        const float inv = 1.0f / sum;
+        for (int64_t i = 0; i < n_keys; i++) s[i] *= inv;
+    }
+    /* o = sum_j p_j v_j, 16 columns at a time, one FMA chain per (head, 8 columns) */
+    for (int64_t d = 0; d < D; d += 16) {
+        __m256 acc[4][2];
+#pragma GCC unroll 4
+        for (int g = 0; g < NG; g++) acc[g][0] = acc[g][1] = _mm256_setzero_ps();
+        for (int64_t i = 0; i < n_keys; i++) {
+            __m256 v0 = ld8(v, i * kv_stride + d, f16), v1 = ld8(v, i * kv_stride + d + 8, f16);
+#pragma GCC unroll 4
+            for (int g = 0; g < NG; g++) {
+                __m256 p = _mm256_broadcast_ss(sc + g * n_keys + i);
+                acc[g][0] = _mm256_fmadd_ps(p, v0, acc[g][0]);
+                acc[g][1] = _mm256_fmadd_ps(p, v1, acc[g][1]);
+            }
+        }
+#pragma GCC unroll 4
+        for (int g = 0; g < NG; g++) {
+            _mm256_storeu_ps(o + g * o_stride + d, acc[g][0]);
+            _mm256_storeu_ps(o + g * o_stride + d + 8, acc[g][1]);
+        }
+    }
+}
+
+void cpu_attend_heads_avx2(int ng, const float *q, int64_t q_stride, const void *k, const void *v, bool f16,
+                           int64_t kv_stride, int64_t n_keys, int64_t D, float scale, float *sc, float *o,
+                           int64_t o_stride) {
+#define AH(NG)                                                                                                   \
+    case NG:                                                                                                     \
+        if (f16) attend_heads(q, q_stride, k, v, kv_stride, n_keys, D, scale, sc, o, o_stride, NG, true);        \
+        else attend_heads(q, q_stride, k, v, kv_stride, n_keys, D, scale, sc, o, o_stride, NG, false);           \
+        return;
+    switch (ng) { AH(1) AH(2) AH(3) AH(4) default: HEARTH_DIE("attend: %d heads", ng); }
+#undef AH
+}

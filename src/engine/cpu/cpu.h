@@ -1,0 +1,105 @@
+/* cpu.h: the CPU backend's internals, shared by its files (one file per op kind):
+ * the engine and sequence structs, the scratch arena, and the op entry points.
+ * Dims: n = rows in the batch, E = hidden, S = GDN head dim, Gk/Gv = key/value heads,
+ * H/Hkv/D = attention heads/KV heads/head dim, X/K = experts/used, F/Fs = expert widths. */
+#ifndef HEARTH_CPU_H
+#define HEARTH_CPU_H
+
+#include <stdint.h>
+#include <stddef.h>
+#include <math.h>
+#include <stdatomic.h>
+#include "engine/engine.h"
+#include "engine/cpu/pool.h"
+
+#define QT_COUNT_MAX 64 /* >= QT_COUNT */
+#define CPU_CHUNK 64    /* GDN chunk rows (the WY form), laid from the start of each call */
+#define CPU_UBATCH 512  /* rows per forward pass; a multiple of CPU_CHUNK so chunks stay aligned */
+
+/* One sequence's state on the CPU. */
+struct seq {
+    int64_t pos;            /* rows already in the sequence */
+    int64_t n_ctx;
+    bool kv_f16;
+    void *k[MODEL_MAX_LAYERS], *v[MODEL_MAX_LAYERS];  /* attention: (n_ctx, Hkv*D) f32 or f16 */
+    float *lane[MODEL_MAX_LAYERS];                    /* GDN: (Gv, S, S), rows = key dim */
+    float *ring[MODEL_MAX_LAYERS];                    /* GDN: (d_conv-1, conv_dim) pre-conv rows, oldest first */
+};
+
+/* A point to fill inside a pass: mark row m (relative to the ubatch start, 0 < m <= n). */
+typedef struct cpu_mark {
+    int64_t m;
+    point *p;
+} cpu_mark;
+
+/* A matrix-times-rows job: y[out_row(r)][o] = W_slice[o] . xq[in_row(r)] for r < n, o < M. */
+typedef struct mm_job {
+    const qtensor *w;
+    int64_t slice;          /* index along ne[2] (expert), 0 for 2-D */
+    const uint8_t *xq;      /* activation rows quantized to W's vec-dot type */
+    size_t xq_stride;
+    const int32_t *in_rows; /* NULL: row r */
+    int64_t n;
+    float *y;
+    int64_t y_stride;
+    const int32_t *out_rows;/* NULL: row r */
+} mm_job;
+
+typedef struct cpu_engine {
+    engine base;
+    pool *pool;
+    int nth;
+    int64_t route_row0;     /* row of the call where this forward starts (route_trace) */
+    _Atomic int64_t point_ns; /* CPU time spent taking points, summed over threads */
+} cpu_engine;
+
+/* scratch arena (forward.c): blocks kept across passes, reset per pass, so nothing is
+ * allocated after the first pass (STYLE 6) */
+void *cpu_scratch(cpu_engine *ce, size_t bytes);
+
+/* matmul.c */
+size_t cpu_act_bytes(uint32_t wtype, int64_t K);                 /* bytes of one quantized row */
+void cpu_quantize_rows(cpu_engine *ce, uint32_t wtype, const float *x, int64_t x_stride, int64_t n, int64_t K,
+                       uint8_t *xq, size_t xq_stride);
+void cpu_matmul_jobs(cpu_engine *ce, const mm_job *jobs, int n_jobs);
+/* convenience: y (n, M) = x (n, K) . W^T, quantizing x on the way */
+void cpu_matmul(cpu_engine *ce, const qtensor *w, const float *x, int64_t n, float *y);
+
+/* Rows x (n, K) quantized on demand, once per vec-dot type, for the weights that read them. */
+typedef struct act_cache {
+    const float *x;
+    int64_t n, K;
+    uint8_t *buf[QT_COUNT_MAX];
+} act_cache;
+#define ACT_CACHE(x_, n_, K_) ((act_cache){.x = (x_), .n = (n_), .K = (K_)})
+const uint8_t *cpu_act(cpu_engine *ce, act_cache *ac, uint32_t wtype, size_t *stride);
+
+/* the same rows x (n, K) times several weights of input dim K, in one parallel pass */
+void cpu_project(cpu_engine *ce, const float *x, int64_t n, const qtensor *const *ws, float *const *ys, int count);
+
+/* ops.c: row-wise helpers (single-threaded per call; callers parallelise over rows) */
+void cpu_rmsnorm(const float *x, const float *w, float *y, int64_t n, float eps);
+static inline float cpu_silu(float x) { return x / (1.0f + expf(-x)); }
+static inline float cpu_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+static inline float cpu_softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
+
+/* gdn.c: one Gated DeltaNet layer for n rows of one sequence (prefill) or one row each of
+ * several sequences (step). h (n, E) in, out (n, E) out. */
+void cpu_gdn_layer(cpu_engine *ce, int il, seq **seqs, int64_t n, bool chunked, const float *h, float *out,
+                   const cpu_mark *marks, int n_marks, int64_t gdn_index);
+/* attn.c: one attention layer; pos[r] is row r's absolute position in seqs[r]. */
+void cpu_attn_layer(cpu_engine *ce, int il, seq **seqs, const int64_t *pos, int64_t n, const float *h, float *out);
+/* gdn_avx2.c: the delta rule's primitives (see gdn.c); AVX2/FMA, after quant_simd_active() */
+float cpu_gdn_dot_avx2(const float *x, const float *y, int64_t n);
+void cpu_gdn_rows_acc_avx2(float *y, const float *y0, float s0, const float *x, int64_t xs, const float *c,
+                           int64_t m, int64_t n);
+/* attn_avx2.c: ng (1..4) query heads (rows of q at q_stride) against one KV head's rows
+ * k, v (f32 or f16, row stride kv_stride elements): scores, softmax, o = sum p v (rows of o
+ * at o_stride). sc: ng * n_keys floats of scratch. AVX2/FMA: call after quant_simd_active(). */
+void cpu_attend_heads_avx2(int ng, const float *q, int64_t q_stride, const void *k, const void *v, bool f16,
+                           int64_t kv_stride, int64_t n_keys, int64_t D, float scale, float *sc, float *o,
+                           int64_t o_stride);
+/* moe.c: the MoE FFN of layer il: h2 (n, E) in, out (n, E). */
+void cpu_moe_layer(cpu_engine *ce, int il, const float *h2, int64_t n, float *out);
+
+#endif

@@ -1,0 +1,71 @@
+/* sampler.c: greedy and temperature sampling with top-k, top-p and min-p. */
+#include "engine/sampler.h"
+#include "base/util.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+void sampler_init(sampler *s, const sampler_opts *o, int64_t n_vocab) {
+    s->o = *o;
+    s->n_drawn = 0;
+    s->n_vocab = n_vocab;
+    s->cand = xmalloc(sizeof *s->cand * (size_t)n_vocab);
+}
+
+void sampler_free(sampler *s) {
+    free(s->cand);
+    s->cand = NULL;
+}
+
+int32_t sampler_argmax(const float *logits, int64_t n) {
+    int64_t best = 0;
+    for (int64_t i = 1; i < n; i++)
+        if (logits[i] > logits[best]) best = i;
+    return (int32_t)best;
+}
+
+static int cand_cmp(const void *a, const void *b) {
+    const struct sampler_cand *x = a, *y = b;
+    if (x->p != y->p) return x->p > y->p ? -1 : 1;
+    return x->id < y->id ? -1 : x->id > y->id;
+}
+
+int32_t sampler_sample(sampler *s, const float *logits) {
+    const int64_t V = s->n_vocab;
+    if (!(s->o.temp > 0)) return sampler_argmax(logits, V);
+    float mx = logits[sampler_argmax(logits, V)];
+    int64_t n = 0;
+    double sum = 0;
+    for (int64_t i = 0; i < V; i++) {
+        float p = expf((logits[i] - mx) / s->o.temp);
+        s->cand[n++] = (struct sampler_cand){(int32_t)i, p};
+        sum += p;
+    }
+    qsort(s->cand, (size_t)n, sizeof *s->cand, cand_cmp);
+    if (s->o.top_k > 0 && s->o.top_k < n) n = s->o.top_k;
+    if (s->o.min_p > 0) {
+        float floor_p = s->cand[0].p * s->o.min_p;
+        int64_t k = 1;
+        while (k < n && s->cand[k].p >= floor_p) k++;
+        n = k;
+    }
+    sum = 0;
+    for (int64_t i = 0; i < n; i++) sum += s->cand[i].p;
+    if (s->o.top_p < 1) {
+        double acc = 0;
+        int64_t k = 0;
+        while (k < n) {
+            acc += s->cand[k++].p;
+            if (acc >= s->o.top_p * sum) break;
+        }
+        n = k;
+        sum = acc;
+    }
+    double r = (double)(rng_at(s->o.seed, s->n_drawn++) >> 11) * (1.0 / 9007199254740992.0) * sum;
+    double acc = 0;
+    for (int64_t i = 0; i < n; i++) {
+        acc += s->cand[i].p;
+        if (r < acc) return s->cand[i].id;
+    }
+    return s->cand[n - 1].id;
+}
