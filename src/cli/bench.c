@@ -5,6 +5,7 @@
 #include "cli/cli.h"
 #include "cli/args.h"
 #include "engine/engine.h"
+#include "cli/engine_args.h"
 #include "format/quant.h"
 
 #include <inttypes.h>
@@ -34,6 +35,7 @@ static double active_bytes(const model *m) {
 
 static void usage(FILE *o) {
     fprintf(o, "usage: hearth bench -m FILE [-p 512] [-n 128] [-t threads] [-r reps] [--kv f16] [--marks m1,m2,...]\n"
+               "                    [--device cpu|cuda|auto]\n"
                "  prints pp (prompt) and tg (decode) tok/s, medians of reps after one warm-up;\n"
                "  with --marks, the prompt pass also runs with those marks (alternating reps) and the\n"
                "  time the points added is printed\n");
@@ -43,8 +45,9 @@ int cmd_bench(int argc, char **argv) {
     const char *path = NULL;
     int64_t n_prompt = 512, n_gen = 128, threads = 0, reps = 5;
     bool kv_f16 = false;
-    int32_t *mk32 = NULL;
+    const char *marks_arg = NULL;
     int64_t n_marks = 0;
+    engine_device device = ENGINE_AUTO;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 0; }
@@ -53,70 +56,60 @@ int cmd_bench(int argc, char **argv) {
         else if (!strcmp(a, "-n")) { if (!arg_i64(a, v, 0, 1 << 20, &n_gen, "bench")) return 2; i++; }
         else if (!strcmp(a, "-t")) { if (!arg_i64(a, v, 1, 512, &threads, "bench")) return 2; i++; }
         else if (!strcmp(a, "-r")) { if (!arg_i64(a, v, 1, 1000, &reps, "bench")) return 2; i++; }
-        else if (!strcmp(a, "--marks")) { if (!arg_id_list(a, v, &mk32, &n_marks, "bench")) return 2; i++; }
+        else if (!strcmp(a, "--marks")) { if (!v) goto bad; marks_arg = v; i++; }
+        else if (!strcmp(a, "--device")) { if (!cli_device(v, &device, "bench")) return 2; i++; }
         else if (!strcmp(a, "--kv")) { if (!v || (strcmp(v, "f16") && strcmp(v, "f32"))) goto bad; kv_f16 = !strcmp(v, "f16"); i++; }
         else { fprintf(stderr, "hearth bench: unknown option '%s'\n", a); usage(stderr); return 2; }
     }
     if (!path) goto bad;
+    int64_t *marks = NULL;
+    if (marks_arg && !cli_marks(marks_arg, n_prompt, &marks, &n_marks, "bench")) return 2;
     herr e;
     model *m;
     if (model_load(&m, path, &e) < 0) { fprintf(stderr, "hearth bench: %s\n", e.msg); return 1; }
-    engine_opts eo = {.n_threads = (int)threads, .n_ctx = n_prompt + n_gen + 1, .kv_f16 = kv_f16};
+    engine_opts eo = {.device = device, .n_threads = (int)threads, .n_ctx = n_prompt + n_gen + 1, .kv_f16 = kv_f16};
     if (eo.n_ctx > m->hp.n_ctx_train) eo.n_ctx = m->hp.n_ctx_train;
     engine *eng;
-    if (engine_open_cpu(&eng, m, &eo, &e) < 0) { fprintf(stderr, "hearth bench: %s\n", e.msg); model_free(m); return 1; }
+    if (engine_open(&eng, m, &eo, &e) < 0) { fprintf(stderr, "hearth bench: %s\n", e.msg); model_free(m); return 1; }
+    const engine_info info = engine_get_info(eng);
     const int64_t V = m->hp.n_vocab;
     float *logits = xmalloc(sizeof(float) * (size_t)V);
     int32_t *ids = xmalloc(sizeof(int32_t) * (size_t)(n_prompt + 1));
     for (int64_t i = 0; i < n_prompt + 1; i++) ids[i] = (int32_t)(rng_at(42, (uint64_t)i) % (uint64_t)V);
     double *t_pp = xcalloc((size_t)reps + 1, sizeof(double)), *t_tg = xcalloc((size_t)reps + 1, sizeof(double));
     double *t_pm = xcalloc((size_t)reps + 1, sizeof(double));
-    int64_t *marks = xcalloc((size_t)n_marks + 1, sizeof(int64_t));
-    point *pts = xcalloc((size_t)n_marks + 1, sizeof(point));
-    for (int64_t i = 0; i < n_marks; i++) {
-        marks[i] = mk32[i];
-        if (marks[i] < 1 || marks[i] > n_prompt || (i && marks[i] <= marks[i - 1])) {
-            fprintf(stderr, "hearth bench: --marks must ascend inside [1, -p %" PRId64 "]\n", n_prompt);
-            return 2;
-        }
-        point_alloc(&pts[i], &m->hp);
-    }
+    engine_point **pts = xcalloc((size_t)n_marks + 1, sizeof(engine_point *));
+    for (int64_t i = 0; i < n_marks; i++)
+        if (engine_point_new(eng, &pts[i], &e) < 0) { fprintf(stderr, "hearth bench: --marks: %s\n", e.msg); return 1; }
     for (int64_t r = 0; r <= reps; r++) { /* rep 0 is the warm-up */
-        if (n_prompt > 0) {
-            seq *s = engine_seq_new(eng, &e);
-            if (!s) { fprintf(stderr, "hearth bench: %s\n", e.msg); return 1; }
+        for (int marked = 0; marked < 2; marked++) {
+            if (n_prompt == 0 || (marked && n_marks == 0)) continue;
+            engine_seq_clear(eng, 0);
+            engine_span sp = {.seq = 0, .ids = ids, .n = n_prompt, .want = ENGINE_LOGITS_LAST, .logits = logits};
+            if (marked) {
+                sp.marks = marks;
+                sp.n_marks = (int)n_marks;
+                sp.points = pts;
+            }
             double t0 = time_now();
-            if (engine_prefill(eng, s, ids, n_prompt, NULL, 0, NULL, logits, false, &e) < 0) {
+            if (engine_run(eng, &sp, 1, &e) < 0) {
                 fprintf(stderr, "hearth bench: %s\n", e.msg);
                 return 1;
             }
-            t_pp[r] = time_now() - t0;
-            engine_seq_free(eng, s);
-        }
-        if (n_prompt > 0 && n_marks > 0) {
-            seq *s = engine_seq_new(eng, &e);
-            if (!s) { fprintf(stderr, "hearth bench: %s\n", e.msg); return 1; }
-            double t0 = time_now();
-            if (engine_prefill(eng, s, ids, n_prompt, marks, (int)n_marks, pts, logits, false, &e) < 0) {
-                fprintf(stderr, "hearth bench: %s\n", e.msg);
-                return 1;
-            }
-            t_pm[r] = time_now() - t0;
-            engine_seq_free(eng, s);
+            (marked ? t_pm : t_pp)[r] = time_now() - t0;
         }
         if (n_gen > 0) {
-            seq *s = engine_seq_new(eng, &e);
-            if (!s) { fprintf(stderr, "hearth bench: %s\n", e.msg); return 1; }
+            engine_seq_clear(eng, 0);
             double t0 = time_now();
             for (int64_t k = 0; k < n_gen; k++) {
-                int32_t id = ids[k % (n_prompt + 1)];
-                if (engine_step(eng, &s, &id, 1, logits, &e) < 0) {
+                engine_span st = {.seq = 0, .ids = &ids[k % (n_prompt + 1)], .n = 1, .want = ENGINE_LOGITS_LAST,
+                                  .logits = logits};
+                if (engine_run(eng, &st, 1, &e) < 0) {
                     fprintf(stderr, "hearth bench: %s\n", e.msg);
                     return 1;
                 }
             }
             t_tg[r] = time_now() - t0;
-            engine_seq_free(eng, s);
         }
     }
     qsort(t_pp + 1, (size_t)reps, sizeof(double), cmp_double);
@@ -127,24 +120,23 @@ int cmd_bench(int argc, char **argv) {
     printf("| model | size | backend | threads | test | t/s | reps | note |\n| --- | ---: | --- | ---: | --- | ---: | ---: | --- |\n");
     double gib = (double)gguf_file_size(m->file) / (1024.0 * 1024 * 1024);
     if (n_prompt > 0)
-        printf("| %s | %.2f GiB | cpu | %d | pp%" PRId64 " | %.2f | %" PRId64 " | min %.2f max %.2f |\n", path, gib,
-               eng->opts.n_threads, n_prompt, (double)n_prompt / med_pp, reps, (double)n_prompt / t_pp[reps],
+        printf("| %s | %.2f GiB | %s | %d | pp%" PRId64 " | %.2f | %" PRId64 " | min %.2f max %.2f |\n", path, gib, info.backend,
+               info.n_threads, n_prompt, (double)n_prompt / med_pp, reps, (double)n_prompt / t_pp[reps],
                (double)n_prompt / t_pp[1]);
     if (n_prompt > 0 && n_marks > 0) {
         double med_pm = t_pm[1 + reps / 2];
-        printf("| %s | %.2f GiB | cpu | %d | pp%" PRId64 " + %" PRId64 " marks | %.2f | %" PRId64
+        printf("| %s | %.2f GiB | %s | %d | pp%" PRId64 " + %" PRId64 " marks | %.2f | %" PRId64
                " | points add %+.1f%% to the pass (%.1f ms), %zu bytes each |\n",
-               path, gib, eng->opts.n_threads, n_prompt, n_marks, (double)n_prompt / med_pm, reps,
-               100.0 * (med_pm - med_pp) / med_pp, 1e3 * (med_pm - med_pp), point_bytes(&pts[0]));
+               path, gib, info.backend, info.n_threads, n_prompt, n_marks, (double)n_prompt / med_pm, reps,
+               100.0 * (med_pm - med_pp) / med_pp, 1e3 * (med_pm - med_pp), engine_point_size(pts[0]));
     }
     if (n_gen > 0)
-        printf("| %s | %.2f GiB | cpu | %d | tg%" PRId64 " | %.2f | %" PRId64 " | %.1f MB/token read, %.2f GB/s |\n", path,
-               gib, eng->opts.n_threads, n_gen, (double)n_gen / med_tg, reps, bytes / 1e6,
+        printf("| %s | %.2f GiB | %s | %d | tg%" PRId64 " | %.2f | %" PRId64 " | %.1f MB/token read, %.2f GB/s |\n", path,
+               gib, info.backend, info.n_threads, n_gen, (double)n_gen / med_tg, reps, bytes / 1e6,
                bytes * (double)n_gen / med_tg / 1e9);
-    for (int64_t i = 0; i < n_marks; i++) point_free(&pts[i]);
+    for (int64_t i = 0; i < n_marks; i++) engine_point_free(eng, pts[i]);
     free(pts);
     free(marks);
-    free(mk32);
     free(t_pm);
     free(t_pp);
     free(t_tg);

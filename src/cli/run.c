@@ -5,6 +5,7 @@
 #include "cli/cli.h"
 #include "cli/args.h"
 #include "engine/engine.h"
+#include "cli/engine_args.h"
 #include "engine/sampler.h"
 #include "text/tokenizer.h"
 
@@ -18,8 +19,10 @@ static void usage(FILE *o) {
             "usage: hearth run -m FILE (-p TEXT | --ids 1,2,3) [-n 32] [-t threads] [-c ctx]\n"
             "                  [--temp T] [--top-k K] [--top-p P] [--min-p P] [--seed S]\n"
             "                  [--ids-out] [--marks m1,m2,...] [--kv f16] [--ignore-eos] [--no-parse-special]\n"
-            "  greedy unless --temp > 0. Marks (1 <= m <= prompt length) take recurrent-state points\n"
-            "  inside the prompt pass; each is reported with its position and size.\n");
+            "                  [--device cpu|cuda|auto]\n"
+            "  greedy unless --temp > 0. Marks are prompt positions (1 <= m <= prompt length): each\n"
+            "  takes a recurrent-state point inside the prompt pass, reported with its size.\n"
+            "  Exits 1 when the context (-c) fills before -n tokens are generated.\n");
 }
 
 int cmd_run(int argc, char **argv) {
@@ -27,6 +30,7 @@ int cmd_run(int argc, char **argv) {
     int64_t n_gen = 32, threads = 0, n_ctx = 0, seed = 0, top_k = 0;
     float temp = 0, top_p = 1, min_p = 0;
     bool ids_out = false, kv_f16 = false, ignore_eos = false, parse_special = true;
+    engine_device device = ENGINE_AUTO;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 0; }
@@ -42,6 +46,7 @@ int cmd_run(int argc, char **argv) {
         else if (!strcmp(a, "--temp")) { if (!arg_f32(a, v, 0, 100, &temp, "run")) return 2; i++; }
         else if (!strcmp(a, "--top-p")) { if (!arg_f32(a, v, 0, 1, &top_p, "run")) return 2; i++; }
         else if (!strcmp(a, "--min-p")) { if (!arg_f32(a, v, 0, 1, &min_p, "run")) return 2; i++; }
+        else if (!strcmp(a, "--device")) { if (!cli_device(v, &device, "run")) return 2; i++; }
         else if (!strcmp(a, "--ids-out")) ids_out = true;
         else if (!strcmp(a, "--ignore-eos")) ignore_eos = true;
         else if (!strcmp(a, "--no-parse-special")) parse_special = false;
@@ -82,39 +87,36 @@ int cmd_run(int argc, char **argv) {
         if (n_ids <= 0) { fprintf(stderr, "hearth run: the prompt tokenizes to no tokens\n"); model_free(m); return 1; }
     }
     int64_t *marks = NULL, n_marks = 0;
-    if (marks_arg) {
-        int32_t *mk;
-        if (!arg_id_list("--marks", marks_arg, &mk, &n_marks, "run")) return 2;
-        marks = xmalloc(sizeof(int64_t) * (size_t)n_marks);
-        for (int64_t i = 0; i < n_marks; i++) marks[i] = mk[i];
-        free(mk);
-    }
-    engine_opts eo = {.n_threads = (int)threads, .n_ctx = n_ctx, .kv_f16 = kv_f16};
+    if (marks_arg && !cli_marks(marks_arg, n_ids, &marks, &n_marks, "run")) return 2;
+    engine_opts eo = {.device = device, .n_threads = (int)threads, .n_ctx = n_ctx, .kv_f16 = kv_f16};
     if (eo.n_ctx == 0) {
         eo.n_ctx = n_ids + n_gen;
         if (eo.n_ctx > m->hp.n_ctx_train) eo.n_ctx = m->hp.n_ctx_train;
     }
     engine *eng;
-    if (engine_open_cpu(&eng, m, &eo, &e) < 0) { fprintf(stderr, "hearth run: %s\n", e.msg); return 1; }
-    seq *s = engine_seq_new(eng, &e);
-    if (!s) { fprintf(stderr, "hearth run: %s\n", e.msg); return 1; }
+    if (engine_open(&eng, m, &eo, &e) < 0) { fprintf(stderr, "hearth run: %s\n", e.msg); return 1; }
+    const engine_info info = engine_get_info(eng);
+    fprintf(stderr, "engine: %s (%s), %d threads, context %" PRId64 "\n", info.backend, info.why, info.n_threads, info.n_ctx);
     const int64_t V = m->hp.n_vocab;
     float *logits = xmalloc(sizeof(float) * (size_t)V);
-    point *points = xcalloc((size_t)n_marks + 1, sizeof(point));
-    for (int64_t i = 0; i < n_marks; i++) point_alloc(&points[i], &m->hp);
+    engine_point **points = xcalloc((size_t)n_marks + 1, sizeof(engine_point *));
+    for (int64_t i = 0; i < n_marks; i++)
+        if (engine_point_new(eng, &points[i], &e) < 0) { fprintf(stderr, "hearth run: --marks: %s\n", e.msg); return 1; }
 
     double t0 = time_now();
-    if (engine_prefill(eng, s, ids, n_ids, marks, (int)n_marks, points, logits, false, &e) < 0) {
+    engine_span sp = {.seq = 0, .ids = ids, .n = n_ids, .marks = marks, .n_marks = (int)n_marks, .points = points,
+                      .want = ENGINE_LOGITS_LAST, .logits = logits};
+    if (engine_run(eng, &sp, 1, &e) < 0) {
         fprintf(stderr, "hearth run: %s\n", e.msg);
         return 1;
     }
     double t_prompt = time_now() - t0;
     for (int64_t i = 0; i < n_marks; i++)
-        fprintf(stderr, "point %" PRId64 ": position %" PRId64 ", %zu bytes\n", i, points[i].pos, point_bytes(&points[i]));
+        fprintf(stderr, "point %" PRId64 ": position %" PRId64 ", %zu bytes\n", i, points[i]->pos, engine_point_size(points[i]));
     if (n_marks)
         fprintf(stderr, "points: %" PRId64 " taken in the one prompt pass; the copies took %.2f ms of CPU time over %d "
                         "threads (the pass: %.2f ms wall)\n",
-                n_marks, eng->stats.t_points * 1e3, eng->opts.n_threads, t_prompt * 1e3);
+                n_marks, engine_get_stats(eng).t_points * 1e3, info.n_threads, t_prompt * 1e3);
 
     sampler sm;
     sampler_init(&sm, &(sampler_opts){.temp = temp, .top_k = (int32_t)top_k, .top_p = top_p, .min_p = min_p,
@@ -123,6 +125,7 @@ int cmd_run(int argc, char **argv) {
     if (tok) tokdec_init(&dec, tok);
     int32_t *out = xmalloc(sizeof(int32_t) * (size_t)(n_gen + 1));
     int64_t n_out = 0;
+    int rc = 0;
     double t1 = time_now();
     for (int64_t k = 0; k < n_gen; k++) {
         int32_t id = sampler_sample(&sm, logits);
@@ -135,8 +138,16 @@ int cmd_run(int argc, char **argv) {
         }
         if (tok && !ignore_eos && tokenizer_is_eog(tok, id)) break;
         if (k + 1 == n_gen) break; /* the last token needs no forward */
-        if (engine_step(eng, &s, &id, 1, logits, &e) < 0) {
+        if (engine_seq_pos(eng, 0) >= info.n_ctx) {
+            fprintf(stderr, "\nhearth run: the context of %" PRId64 " tokens (-c) filled after %" PRId64 " of -n %" PRId64
+                            " tokens\n", info.n_ctx, k + 1, n_gen);
+            rc = 1;
+            break;
+        }
+        engine_span st = {.seq = 0, .ids = &id, .n = 1, .want = ENGINE_LOGITS_LAST, .logits = logits};
+        if (engine_run(eng, &st, 1, &e) < 0) {
             fprintf(stderr, "\nhearth run: %s\n", e.msg);
+            rc = 1;
             break;
         }
     }
@@ -156,18 +167,17 @@ int cmd_run(int argc, char **argv) {
     fprintf(stderr, "prompt: %" PRId64 " tokens in %.3f s, %.2f tok/s\n", n_ids, t_prompt, (double)n_ids / t_prompt);
     fprintf(stderr, "decode: %" PRId64 " tokens in %.3f s, %.2f tok/s\n", n_out > 0 ? n_out - 1 : 0, t_gen,
             n_out > 1 ? (double)(n_out - 1) / t_gen : 0.0);
-    for (int64_t i = 0; i < n_marks; i++) point_free(&points[i]);
+    for (int64_t i = 0; i < n_marks; i++) engine_point_free(eng, points[i]);
     free(points);
     free(out);
     free(logits);
     free(ids);
     free(marks);
     sampler_free(&sm);
-    engine_seq_free(eng, s);
     engine_free(eng);
     if (tok) tokenizer_free(tok);
     model_free(m);
-    return 0;
+    return rc;
 missing:
     fprintf(stderr, "hearth run: option needs a value\n");
     return 2;

@@ -1,10 +1,46 @@
-/* engine.c: the backend-neutral half of the engine interface: argument checks that any
- * caller can trip (they return errors, never abort) and dispatch to the backend. */
-#include "engine/engine.h"
+/* engine.c: the backend-neutral half of engine.h: options resolved and budgets checked at
+ * open, every argument a caller can get wrong checked (errors, never aborts), each
+ * sequence's position and prefix hashes (the provenance points and KV ranges are checked
+ * against), the cache budget, and dispatch to the backend. */
+#include "engine/backend.h"
+#include "engine/debug.h"
+#include "engine/mutant.h"
+#include "format/quant.h"
 
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+
+#define CACHE_BUDGET_DEFAULT ((int64_t)1 << 30)
+
+uint64_t engine_hash_step(uint64_t h, int32_t id) { return rng_mix(h ^ rng_mix((uint64_t)(uint32_t)id + 0x51ed27u)); }
+
+static uint64_t hash_bytes(uint64_t h, const void *p, size_t n) {
+    const uint8_t *b = p;
+    for (size_t i = 0; i < n; i++) h = rng_mix(h ^ b[i]) + i;
+    return h;
+}
+
+/* The model's identity: its shapes, its tensor table and a sample of each tensor's bytes
+ * (the first 64 and the last 64): two files that differ in any weight block's scale at
+ * the ends, in a shape or a type get different ids; reading all 21 GB at open would not
+ * pay for the rest. */
+static uint64_t model_identity(const model *m) {
+    uint64_t h = hash_bytes(0x6865617274680001ull, &m->hp, sizeof m->hp);
+    const gguf_file *f = m->file;
+    for (int64_t i = 0; i < gguf_n_tensors(f); i++) {
+        const gguf_tensor *t = gguf_tensor_at(f, i);
+        h = hash_bytes(h, t->name, strlen(t->name));
+        h = hash_bytes(h, &t->type, sizeof t->type);
+        h = hash_bytes(h, t->ne, sizeof t->ne);
+        const uint8_t *d = t->data;
+        size_t k = t->nbytes < 64 ? t->nbytes : 64;
+        h = hash_bytes(h, d, k);
+        h = hash_bytes(h, d + t->nbytes - k, k);
+    }
+    return h;
+}
 
 static int64_t n_gdn_layers(const model_hparams *hp) {
     int64_t n = 0;
@@ -12,76 +48,325 @@ static int64_t n_gdn_layers(const model_hparams *hp) {
     return n;
 }
 
-void point_alloc(point *p, const model_hparams *hp) {
-    memset(p, 0, sizeof *p);
-    p->n_gdn = n_gdn_layers(hp);
-    p->lane_floats = (size_t)(hp->ssm_dt_rank * hp->ssm_d_state * hp->ssm_d_state);
-    p->ring_floats = (size_t)((hp->ssm_d_conv - 1) * hp_conv_dim(hp));
-    p->lanes = xcalloc((size_t)p->n_gdn * p->lane_floats, sizeof(float));
-    p->rings = xcalloc((size_t)p->n_gdn * p->ring_floats, sizeof(float));
-    p->pos = -1;
+static size_t point_payload(const model_hparams *hp) {
+    return (size_t)n_gdn_layers(hp) *
+           (size_t)(hp->ssm_dt_rank * hp->ssm_d_state * hp->ssm_d_state + (hp->ssm_d_conv - 1) * hp_conv_dim(hp)) *
+           sizeof(float);
 }
 
-size_t point_bytes(const point *p) {
-    return (size_t)p->n_gdn * (p->lane_floats + p->ring_floats) * sizeof(float) + sizeof *p;
+int engine_init(engine *eng, const engine_backend *be, const model *m, const engine_opts *o, herr *e) {
+    const model_hparams *hp = &m->hp;
+    eng->be = be;
+    eng->m = m;
+    eng->opts = o ? *o : (engine_opts){0};
+    engine_opts *op = &eng->opts;
+    if (op->n_threads < 0 || op->n_threads > 512) return herr_set(e, "-t %d: expects 1 to 512 threads", op->n_threads);
+    if (op->n_threads == 0) {
+        long nc = sysconf(_SC_NPROCESSORS_ONLN);
+        op->n_threads = nc > 0 ? (int)(nc < 512 ? nc : 512) : 1;
+    }
+    if (op->n_ctx < 0) return herr_set(e, "-c %" PRId64 ": the context must be positive", op->n_ctx);
+    if (op->n_ctx == 0) op->n_ctx = hp->n_ctx_train < 4096 ? hp->n_ctx_train : 4096;
+    if (op->n_ctx > hp->n_ctx_train)
+        return herr_set(e, "-c %" PRId64 ": exceeds the model's context of %" PRId64 " tokens", op->n_ctx, hp->n_ctx_train);
+    if (op->n_seq_max < 0 || op->n_seq_max > 4096)
+        return herr_set(e, "-np %d: expects 1 to 4096 sequences", op->n_seq_max);
+    if (op->n_seq_max == 0) op->n_seq_max = 1;
+    if (op->cache_budget < 0) return herr_set(e, "the cache budget must not be negative");
+    if (op->cache_budget == 0) op->cache_budget = CACHE_BUDGET_DEFAULT;
+
+    engine_info *in = &eng->info;
+    in->n_ctx = op->n_ctx;
+    in->n_seq_max = op->n_seq_max;
+    in->n_threads = op->n_threads;
+    int64_t n_attn = hp->n_layer - n_gdn_layers(hp);
+    in->kv_bytes_per_token = (size_t)(2 * n_attn * hp->n_head_kv * hp->head_dim) * (op->kv_f16 ? 2 : 4);
+    in->point_bytes = point_payload(hp);
+    in->cache_budget = op->cache_budget;
+    /* KV rows are held per sequence for its whole context: the budget must cover them all */
+    const double need = (double)in->kv_bytes_per_token * (double)op->n_ctx * (double)op->n_seq_max;
+    if (op->kv_budget < 0) return herr_set(e, "the KV budget must not be negative");
+    if (op->kv_budget == 0) op->kv_budget = need > (double)INT64_MAX / 2 ? INT64_MAX / 2 : (int64_t)need;
+    if (need > (double)op->kv_budget)
+        return herr_set(e, "KV rows for %d sequences of %" PRId64 " tokens need %.1f MiB, over the KV budget of %.1f MiB: "
+                        "lower -c or -np, or raise --kv-budget", op->n_seq_max, op->n_ctx, need / (1 << 20),
+                        (double)op->kv_budget / (1 << 20));
+    in->model_id = model_identity(m);
+    eng->seqs = xcalloc((size_t)op->n_seq_max, sizeof *eng->seqs);
+    eng->seq_seen = xcalloc((size_t)op->n_seq_max, sizeof *eng->seq_seen);
+    for (int s = 0; s < op->n_seq_max; s++) {
+        eng->seqs[s].hash = malloc(sizeof(uint64_t) * (size_t)(op->n_ctx + 1));
+        if (!eng->seqs[s].hash) return herr_set(e, "cannot allocate %d sequences of %" PRId64 " tokens: lower -c or -np",
+                                                op->n_seq_max, op->n_ctx);
+        eng->seqs[s].hash[0] = in->model_id;
+    }
+    return 0;
 }
 
-void point_free(point *p) {
-    free(p->lanes);
-    free(p->rings);
-    memset(p, 0, sizeof *p);
+void engine_fini(engine *eng) {
+    if (eng->seqs)
+        for (int s = 0; s < eng->opts.n_seq_max; s++) free(eng->seqs[s].hash);
+    free(eng->seqs);
+    free(eng->seq_seen);
+}
+
+int engine_open(engine **out, const model *m, const engine_opts *o, herr *e) {
+    engine_opts op = o ? *o : (engine_opts){0};
+    const char *why = NULL;
+    switch (op.device) {
+    case ENGINE_CUDA:
+        return herr_set(e, "--device cuda: this build has no CUDA engine yet (only its dequantizers); use --device cpu");
+    case ENGINE_AUTO:
+        why = "auto: the CPU engine (no CUDA engine in this build yet)";
+        break;
+    case ENGINE_CPU:
+        why = "cpu: as asked";
+        break;
+    default:
+        return herr_set(e, "unknown device %d", (int)op.device);
+    }
+    op.device = ENGINE_CPU;
+    if (engine_open_cpu(out, m, &op, e) < 0) return -1;
+    (*out)->info.why = why;
+    return 0;
 }
 
 void engine_free(engine *eng) {
     if (eng) eng->be->free(eng);
 }
 
-seq *engine_seq_new(engine *eng, herr *e) { return eng->be->seq_new(eng, e); }
-void engine_seq_free(engine *eng, seq *s) { if (s) eng->be->seq_free(eng, s); }
-int64_t engine_seq_pos(engine *eng, const seq *s) { return eng->be->seq_pos(s); }
-void engine_snapshot(engine *eng, const seq *s, point *p) { eng->be->snapshot(eng, s, p); }
+engine_info engine_get_info(const engine *eng) {
+    engine_info in = eng->info;
+    in.cache_used = eng->cache_used;
+    return in;
+}
 
-static int check_ids(const engine *eng, const int32_t *ids, int64_t n, herr *e) {
-    for (int64_t i = 0; i < n; i++)
-        if (ids[i] < 0 || ids[i] >= eng->m->hp.n_vocab)
-            return herr_set(e, "token id %" PRId32 " at index %" PRId64 " is outside the vocabulary [0, %" PRId64 ")",
-                            ids[i], i, eng->m->hp.n_vocab);
+engine_stats engine_get_stats(const engine *eng) { return eng->stats; }
+
+void engine_debug_route_trace(engine *eng, int32_t *buf) { eng->route_trace = buf; }
+
+uint64_t engine_ids_hash(const engine *eng, const int32_t *ids, int64_t n) {
+    uint64_t h = eng->info.model_id;
+    for (int64_t i = 0; i < n; i++) h = engine_hash_step(h, ids[i]);
+    return h;
+}
+
+static int check_seq(const engine *eng, int seq, herr *e) {
+    if (seq < 0 || seq >= eng->opts.n_seq_max)
+        return herr_set(e, "sequence %d does not exist: the engine holds %d (-np)", seq, eng->opts.n_seq_max);
     return 0;
 }
 
-int engine_prefill(engine *eng, seq *s, const int32_t *ids, int64_t n, const int64_t *marks, int n_marks,
-                   point *points, float *logits, bool all_logits, herr *e) {
-    if (n <= 0) return herr_set(e, "empty prompt");
-    if (check_ids(eng, ids, n, e) < 0) return -1;
-    int64_t pos = eng->be->seq_pos(s);
-    if (pos + n > eng->opts.n_ctx)
-        return herr_set(e, "prompt of %" PRId64 " tokens at position %" PRId64 " exceeds the context of %" PRId64
-                        " tokens", n, pos, eng->opts.n_ctx);
-    for (int i = 0; i < n_marks; i++) {
-        if (marks[i] < 1 || marks[i] > n)
-            return herr_set(e, "mark %" PRId64 " is outside (0, %" PRId64 "]", marks[i], n);
-        if (i && marks[i] <= marks[i - 1]) return herr_set(e, "marks must be strictly ascending");
+int64_t engine_seq_pos(const engine *eng, int seq) {
+    return seq >= 0 && seq < eng->opts.n_seq_max ? eng->seqs[seq].pos : -1;
+}
+
+void engine_seq_clear(engine *eng, int seq) {
+    if (seq < 0 || seq >= eng->opts.n_seq_max) return;
+    eng->seqs[seq].pos = 0;
+    eng->seqs[seq].stale = false;
+    eng->be->seq_clear(eng, seq);
+}
+
+int engine_run(engine *eng, const engine_span *spans, int n_spans, herr *e) {
+    if (n_spans <= 0) return herr_set(e, "no spans to run");
+    const int64_t V = eng->m->hp.n_vocab;
+    int rc = 0;
+    for (int i = 0; i < n_spans && rc == 0; i++) {
+        const engine_span *sp = &spans[i];
+        if ((rc = check_seq(eng, sp->seq, e)) < 0) break;
+        const engine_seq_meta *sm = &eng->seqs[sp->seq];
+        if (eng->seq_seen[sp->seq]) {
+            rc = herr_set(e, "span %d: sequence %d appears twice in one call", i, sp->seq);
+            break;
+        }
+        eng->seq_seen[sp->seq] = 1;
+        if (sp->n <= 0 || !sp->ids) { rc = herr_set(e, "span %d (sequence %d): no ids", i, sp->seq); break; }
+        if (sm->stale) {
+            rc = herr_set(e, "span %d: sequence %d holds KV rows without their state: restore a point first", i, sp->seq);
+            break;
+        }
+        if (sm->pos + sp->n > eng->opts.n_ctx) {
+            rc = herr_set(e, "span %d: %" PRId64 " tokens at position %" PRId64 " exceed the context of %" PRId64 " tokens (-c)",
+                          i, sp->n, sm->pos, eng->opts.n_ctx);
+            break;
+        }
+        for (int64_t k = 0; k < sp->n && rc == 0; k++)
+            if (sp->ids[k] < 0 || sp->ids[k] >= V)
+                rc = herr_set(e, "span %d: token id %" PRId32 " at index %" PRId64 " is outside the vocabulary [0, %" PRId64 ")",
+                              i, sp->ids[k], k, V);
+        for (int k = 0; k < sp->n_marks && rc == 0; k++) {
+            if (sp->marks[k] < 1 || sp->marks[k] > sp->n)
+                rc = herr_set(e, "span %d: mark at position %" PRId64 " is outside the span's positions (0, %" PRId64 "]", i,
+                              sp->marks[k], sp->n);
+            else if (k && sp->marks[k] <= sp->marks[k - 1])
+                rc = herr_set(e, "span %d: marks must ascend (position %" PRId64 " after %" PRId64 ")", i, sp->marks[k],
+                              sp->marks[k - 1]);
+            else if (!sp->points || !sp->points[k])
+                rc = herr_set(e, "span %d: mark %d has no point to fill", i, k);
+        }
+        if (rc == 0 && sp->want != ENGINE_LOGITS_NONE && !sp->logits)
+            rc = herr_set(e, "span %d: logits wanted but no buffer", i);
     }
-    return eng->be->prefill(eng, s, ids, n, marks, n_marks, points, logits, all_logits, e);
+    for (int i = 0; i < n_spans; i++)
+        if (spans[i].seq >= 0 && spans[i].seq < eng->opts.n_seq_max) eng->seq_seen[spans[i].seq] = 0;
+    if (rc < 0) return rc;
+    if (eng->be->run(eng, spans, n_spans, e) < 0) return -1;
+    /* provenance: the prefix hashes of the new rows, and each point's */
+    for (int i = 0; i < n_spans; i++) {
+        const engine_span *sp = &spans[i];
+        engine_seq_meta *sm = &eng->seqs[sp->seq];
+        const int64_t p0 = sm->pos;
+        for (int64_t k = 0; k < sp->n; k++) sm->hash[p0 + k + 1] = engine_hash_step(sm->hash[p0 + k], sp->ids[k]);
+        for (int k = 0; k < sp->n_marks; k++) {
+            engine_point *p = sp->points[k];
+            p->pos = p0 + sp->marks[k];
+            p->hash = sm->hash[p->pos];
+            p->model_id = eng->info.model_id;
+        }
+        sm->pos = p0 + sp->n;
+    }
+    eng->stats.n_calls++;
+    return 0;
 }
 
-int engine_step(engine *eng, seq **seqs, const int32_t *ids, int n_seqs, float *logits, herr *e) {
-    if (n_seqs <= 0) return herr_set(e, "no sequences to step");
-    if (check_ids(eng, ids, n_seqs, e) < 0) return -1;
-    for (int i = 0; i < n_seqs; i++)
-        if (eng->be->seq_pos(seqs[i]) + 1 > eng->opts.n_ctx)
-            return herr_set(e, "sequence %d is full: the context holds %" PRId64 " tokens", i, eng->opts.n_ctx);
-    return eng->be->step(eng, seqs, ids, n_seqs, logits, e);
+/* ---- points and KV ranges: host copies, counted in the cache budget ---- */
+
+static int cache_take(engine *eng, size_t bytes, const char *what, herr *e) {
+    if ((double)eng->cache_used + (double)bytes > (double)eng->opts.cache_budget)
+        return herr_set(e, "%s of %.1f MiB would pass the cache budget (%.1f of %.1f MiB in use): raise --cache-ram or free some",
+                        what, (double)bytes / (1 << 20), (double)eng->cache_used / (1 << 20),
+                        (double)eng->opts.cache_budget / (1 << 20));
+    eng->cache_used += (int64_t)bytes;
+    return 0;
 }
 
-int engine_restore(engine *eng, seq *s, const point *p, herr *e) {
-    if (p->pos < 0 || p->pos > eng->opts.n_ctx) return herr_set(e, "point position %" PRId64 " is invalid", p->pos);
-    if (p->pos > eng->be->seq_pos(s))
-        return herr_set(e, "point at %" PRId64 " is past the sequence's %" PRId64 " rows: its KV rows are missing",
-                        p->pos, eng->be->seq_pos(s));
-    return eng->be->restore(eng, s, p, e);
+size_t engine_point_size(const engine_point *p) {
+    return (size_t)p->n_gdn * (p->lane_floats + p->ring_floats) * sizeof(float) + sizeof *p;
 }
 
-int engine_truncate(engine *eng, seq *s, int64_t pos, herr *e) {
-    return eng->be->truncate(eng, s, pos, e);
+int engine_point_new(engine *eng, engine_point **out, herr *e) {
+    const model_hparams *hp = &eng->m->hp;
+    engine_point tmpl = {.pos = -1, .n_gdn = n_gdn_layers(hp)};
+    tmpl.lane_floats = (size_t)(hp->ssm_dt_rank * hp->ssm_d_state * hp->ssm_d_state);
+    tmpl.ring_floats = (size_t)((hp->ssm_d_conv - 1) * hp_conv_dim(hp));
+    if (cache_take(eng, engine_point_size(&tmpl), "a point", e) < 0) return -1;
+    engine_point *p = calloc(1, sizeof *p);
+    if (p) {
+        *p = tmpl;
+        p->lanes = calloc((size_t)p->n_gdn * p->lane_floats + 1, sizeof(float));
+        p->rings = calloc((size_t)p->n_gdn * p->ring_floats + 1, sizeof(float));
+    }
+    if (!p || !p->lanes || !p->rings) {
+        if (p) { free(p->lanes); free(p->rings); free(p); }
+        eng->cache_used -= (int64_t)engine_point_size(&tmpl);
+        return herr_set(e, "out of memory for a point of %.1f MiB", (double)engine_point_size(&tmpl) / (1 << 20));
+    }
+    *out = p;
+    return 0;
+}
+
+void engine_point_free(engine *eng, engine_point *p) {
+    if (!p) return;
+    eng->cache_used -= (int64_t)engine_point_size(p);
+    free(p->lanes);
+    free(p->rings);
+    free(p);
+}
+
+int engine_save(engine *eng, int seq, engine_point *p, herr *e) {
+    if (check_seq(eng, seq, e) < 0) return -1;
+    const engine_seq_meta *sm = &eng->seqs[seq];
+    if (sm->stale) return herr_set(e, "sequence %d holds KV rows without their state: nothing to save", seq);
+    eng->be->save(eng, seq, p);
+    p->pos = sm->pos;
+    p->hash = sm->hash[sm->pos];
+    p->model_id = eng->info.model_id;
+    return 0;
+}
+
+int engine_restore(engine *eng, int seq, const engine_point *p, herr *e) {
+    if (check_seq(eng, seq, e) < 0) return -1;
+    engine_seq_meta *sm = &eng->seqs[seq];
+    if (p->model_id != eng->info.model_id) return herr_set(e, "the point was made by another model");
+    if (p->pos < 0 || p->pos > eng->opts.n_ctx) return herr_set(e, "the point's position %" PRId64 " is invalid", p->pos);
+    if (p->pos > sm->pos)
+        return herr_set(e, "the point at position %" PRId64 " is past sequence %d's %" PRId64 " KV rows: write its KV range first",
+                        p->pos, seq, sm->pos);
+    if (sm->hash[p->pos] != p->hash && !MUTANT("stale_accept")) /* mutant: provenance not checked */
+        return herr_set(e, "sequence %d's KV rows below position %" PRId64 " were made from other ids than the point's: refused",
+                        seq, p->pos);
+    eng->be->restore(eng, seq, p);
+    sm->pos = p->pos;
+    sm->stale = false;
+    return 0;
+}
+
+int engine_kv_read(engine *eng, int seq, int64_t a, int64_t b, engine_kv **out, herr *e) {
+    if (check_seq(eng, seq, e) < 0) return -1;
+    const engine_seq_meta *sm = &eng->seqs[seq];
+    if (a < 0 || b <= a || b > sm->pos)
+        return herr_set(e, "KV rows [%" PRId64 ", %" PRId64 ") are not inside sequence %d's [0, %" PRId64 ")", a, b, seq, sm->pos);
+    const size_t bytes = eng->info.kv_bytes_per_token * (size_t)(b - a);
+    const size_t total = bytes + sizeof(uint64_t) * (size_t)(b - a) + sizeof(engine_kv);
+    if (cache_take(eng, total, "a KV range", e) < 0) return -1;
+    engine_kv *kv = calloc(1, sizeof *kv);
+    if (kv) {
+        kv->data = malloc(bytes);
+        kv->hash = malloc(sizeof(uint64_t) * (size_t)(b - a));
+    }
+    if (!kv || !kv->data || !kv->hash) {
+        if (kv) { free(kv->data); free(kv->hash); free(kv); }
+        eng->cache_used -= (int64_t)total;
+        return herr_set(e, "out of memory for a KV range of %.1f MiB", (double)bytes / (1 << 20));
+    }
+    kv->a = a;
+    kv->b = b;
+    kv->bytes = bytes;
+    kv->model_id = eng->info.model_id;
+    kv->hash_a = sm->hash[a];
+    memcpy(kv->hash, sm->hash + a + 1, sizeof(uint64_t) * (size_t)(b - a));
+    eng->be->kv_read(eng, seq, a, b, kv->data);
+    *out = kv;
+    return 0;
+}
+
+int engine_kv_write(engine *eng, int seq, const engine_kv *kv, herr *e) {
+    if (check_seq(eng, seq, e) < 0) return -1;
+    engine_seq_meta *sm = &eng->seqs[seq];
+    if (kv->model_id != eng->info.model_id) return herr_set(e, "the KV range was made by another model");
+    if (kv->a < 0 || kv->b <= kv->a || kv->b > eng->opts.n_ctx)
+        return herr_set(e, "KV rows [%" PRId64 ", %" PRId64 ") do not fit the context of %" PRId64, kv->a, kv->b,
+                        eng->opts.n_ctx);
+    if (kv->a > sm->pos)
+        return herr_set(e, "KV rows from %" PRId64 " cannot follow sequence %d's %" PRId64 " rows", kv->a, seq, sm->pos);
+    if (sm->hash[kv->a] != kv->hash_a)
+        return herr_set(e, "sequence %d's rows below %" PRId64 " were made from other ids than the KV range's: refused", seq,
+                        kv->a);
+    eng->be->kv_write(eng, seq, kv->a, kv->b, kv->data);
+    memcpy(sm->hash + kv->a + 1, kv->hash, sizeof(uint64_t) * (size_t)(kv->b - kv->a));
+    sm->pos = kv->b;
+    sm->stale = true;
+    return 0;
+}
+
+void engine_kv_free(engine *eng, engine_kv *kv) {
+    if (!kv) return;
+    eng->cache_used -= (int64_t)(kv->bytes + sizeof(uint64_t) * (size_t)(kv->b - kv->a) + sizeof(engine_kv));
+    free(kv->data);
+    free(kv->hash);
+    free(kv);
+}
+
+int engine_truncate(engine *eng, int seq, int64_t pos, herr *e) {
+    if (check_seq(eng, seq, e) < 0) return -1;
+    engine_seq_meta *sm = &eng->seqs[seq];
+    if (pos == sm->pos) return 0;
+    if (pos < 0 || pos > sm->pos)
+        return herr_set(e, "cannot truncate sequence %d to %" PRId64 ": it holds %" PRId64 " rows", seq, pos, sm->pos);
+    if (n_gdn_layers(&eng->m->hp) > 0 && !sm->stale)
+        return herr_set(e, "cannot truncate sequence %d to %" PRId64 ": the recurrent state at that row is gone; restore a point",
+                        seq, pos);
+    sm->pos = pos; /* KV rows alone (no recurrent layers, or a stale sequence awaiting a restore) */
+    return 0;
 }

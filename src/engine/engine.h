@@ -1,9 +1,22 @@
-/* engine.h: the one interface both backends implement (DESIGN.md "The engine interface").
- * An engine is one loaded model on one device; a seq is one sequence's state (KV rows,
- * GDN lanes and rings, position) on that device; a point is a host copy of a sequence's
- * recurrent state at a row, taken inside a prompt pass (marks) or restored later.
+/* engine.h: the one contract both backends implement (README "The engine contract").
+ * An engine is one loaded model on one device, sized once at open: n_seq_max sequences
+ * (slots, named by index) of up to n_ctx rows each, their KV rows under a KV budget, and
+ * a budget for the host copies a scheduler keeps (points and KV ranges). After open,
+ * nothing is allocated on the run path; exceeding a budget is an error naming the flag.
  *
- * Dims: V = vocab, E = hidden. Logits are f32 rows of V. */
+ * engine_run takes spans: (sequence, ids, marks -> points, logits wanted). A decode step is
+ * a one-row span; a prompt span runs in the same call as other sequences' decode rows.
+ * Batch invariance: a sequence's logits, KV rows and state are the same bits whatever else
+ * is in the call. GDN chunks are laid from each span's start, so bits depend on the span
+ * boundaries a caller chooses and on nothing else.
+ *
+ * A point is a host copy of a sequence's recurrent state (lanes and rings) after row pos-1,
+ * with its provenance: the hash of the model's identity and the ids [0, pos). The KV rows
+ * below pos are the rest of the state; they travel as KV ranges (engine_kv_read/write), so
+ * a prompt cache can keep them once along a shared prefix. A restore refuses a point whose
+ * KV prefix the sequence does not hold exactly.
+ *
+ * Dims: V = vocab. Logits are f32 rows of V. */
 #ifndef HEARTH_ENGINE_H
 #define HEARTH_ENGINE_H
 
@@ -14,83 +27,126 @@
 #include "base/util.h"
 
 typedef struct engine engine;
-typedef struct seq seq;
+
+typedef enum engine_device { ENGINE_AUTO = 0, ENGINE_CPU, ENGINE_CUDA } engine_device;
 
 typedef struct engine_opts {
+    engine_device device;   /* auto: CUDA where a GPU is found, else the CPU (engine_info says which) */
     int n_threads;          /* CPU threads (0 = all cores) */
-    int64_t n_ctx;          /* tokens per sequence (0 = min(model's, 4096)) */
+    int64_t n_ctx;          /* rows per sequence (0 = min(model's, 4096)) */
+    int n_seq_max;          /* sequences (0 = 1) */
+    int64_t kv_budget;      /* bytes of KV rows for all sequences (0 = what n_seq_max x n_ctx needs) */
+    int64_t cache_budget;   /* bytes of points and KV ranges the caller may hold (0 = 1 GiB) */
     bool kv_f16;            /* KV rows stored as f16 (else f32) */
 } engine_opts;
 
+/* What a scheduler needs to know. */
+typedef struct engine_info {
+    const char *backend;    /* "cpu" or "cuda" */
+    const char *why;        /* how auto chose, in words */
+    int64_t chunk;          /* GDN chunk rows, laid from each span's start */
+    int64_t rows_per_pass;  /* prompt rows of one span per forward pass (a multiple of chunk) */
+    int64_t n_ctx;
+    int n_seq_max;
+    int n_threads;
+    size_t kv_bytes_per_token;  /* all attention layers, K and V */
+    size_t point_bytes;         /* one point */
+    int64_t cache_budget, cache_used; /* bytes */
+    uint64_t model_id;          /* identity of the model's weights and shapes (hashed at open) */
+} engine_info;
+
 /* A copy of the recurrent state after row pos-1: for every GDN layer (in layer order) the
- * lane (Gv x S x S f32, rows = key dim) and the ring (d_conv-1 pre-conv rows x conv_dim f32).
- * Attention layers need no copy: their KV rows below pos are the point's. */
-typedef struct point {
-    int64_t pos;
+ * lane (Gv x S x S f32, rows = key dim) and the ring (d_conv-1 pre-conv rows x conv_dim
+ * f32, oldest first). Made by engine_point_new (counted in cache_budget). */
+typedef struct engine_point {
+    int64_t pos;            /* -1 until filled */
+    uint64_t hash;          /* provenance: hash of the model id and ids [0, pos) */
+    uint64_t model_id;
     int64_t n_gdn;          /* GDN layers */
     size_t lane_floats;     /* per layer */
     size_t ring_floats;     /* per layer */
     float *lanes;           /* n_gdn * lane_floats */
     float *rings;           /* n_gdn * ring_floats */
-} point;
+} engine_point;
 
-size_t point_bytes(const point *p);
-void point_alloc(point *p, const model_hparams *hp);
-void point_free(point *p);
+/* KV rows [a, b) of one sequence, every attention layer's K then V rows, in the engine's KV
+ * type, with the prefix hash after each row (hash[i - a] covers ids [0, i + 1)) and the
+ * hash of [0, a). Made by engine_kv_read (counted in cache_budget). */
+typedef struct engine_kv {
+    int64_t a, b;
+    uint64_t model_id;
+    uint64_t hash_a;        /* hash of ids [0, a) */
+    uint64_t *hash;         /* b - a entries */
+    size_t bytes;           /* of data */
+    void *data;
+} engine_kv;
+
+/* Which logits rows a span wants. */
+typedef enum engine_logits { ENGINE_LOGITS_NONE = 0, ENGINE_LOGITS_LAST, ENGINE_LOGITS_ALL } engine_logits;
+
+/* One sequence's rows in a call: ids[0..n) appended at the sequence's position. marks
+ * (0 < m <= n, relative to the span, ascending) ask for points: points[i] receives the
+ * state a prefill of exactly rows [0, marks[i]) of this span would leave. logits receives
+ * the last row (LAST, V floats) or every row (ALL, n x V). */
+typedef struct engine_span {
+    int seq;
+    const int32_t *ids;
+    int64_t n;
+    const int64_t *marks;
+    int n_marks;
+    engine_point *const *points;
+    engine_logits want;
+    float *logits;
+} engine_span;
 
 /* Counters a caller (tests, bench, the server's /metrics) may read. */
 typedef struct engine_stats {
-    int64_t n_prefill_calls;    /* prompt calls */
-    int64_t n_passes;           /* forward passes run for prompts (one per call up to the batch size) */
-    int64_t n_step_calls;
-    int64_t n_points;           /* points taken */
-    double t_points;            /* CPU seconds spent taking points, summed over threads */
+    int64_t n_calls;        /* engine_run calls */
+    int64_t n_passes;       /* forward passes */
+    int64_t n_rows;         /* rows run */
+    int64_t n_points;       /* points taken by marks */
+    double t_points;        /* CPU seconds spent taking points, summed over threads */
 } engine_stats;
 
-/* The backend's functions; engine.c dispatches through them. */
-typedef struct engine_backend {
-    const char *name;
-    void (*free)(engine *eng);
-    seq *(*seq_new)(engine *eng, herr *e);
-    void (*seq_free)(engine *eng, seq *s);
-    int (*prefill)(engine *eng, seq *s, const int32_t *ids, int64_t n, const int64_t *marks, int n_marks,
-                   point *points, float *logits, bool all_logits, herr *e);
-    int (*step)(engine *eng, seq **seqs, const int32_t *ids, int n_seqs, float *logits, herr *e);
-    int (*restore)(engine *eng, seq *s, const point *p, herr *e);
-    int (*truncate)(engine *eng, seq *s, int64_t pos, herr *e);
-    int64_t (*seq_pos)(const seq *s);
-    /* introspection for tests: copy the live state into a point (pos = current position) */
-    void (*snapshot)(engine *eng, const seq *s, point *p);
-} engine_backend;
-
-struct engine {
-    const engine_backend *be;
-    const model *m;
-    engine_opts opts;
-    engine_stats stats;
-    int32_t *route_trace;   /* if set: experts chosen, (rows of the call, n_layer, K); a step's rows are its sequences */
-};
-
-int engine_open_cpu(engine **out, const model *m, const engine_opts *o, herr *e);
+int engine_open(engine **out, const model *m, const engine_opts *o, herr *e);
 void engine_free(engine *eng);
+engine_info engine_get_info(const engine *eng);
+engine_stats engine_get_stats(const engine *eng);
 
-seq *engine_seq_new(engine *eng, herr *e);
-void engine_seq_free(engine *eng, seq *s);
-int64_t engine_seq_pos(engine *eng, const seq *s);
+/* Runs every span in one call (as few passes as the spans' lengths allow). Errors (nothing
+ * has run): a bad sequence index, the same sequence twice, an empty span, an id outside the
+ * vocabulary, bad marks, a span past the context, a sequence that needs a restore. */
+int engine_run(engine *eng, const engine_span *spans, int n_spans, herr *e);
 
-/* One prompt pass over ids[0..n) appended at the sequence's position: one call, one pass.
- * marks (0 < m <= n, relative to the call, ascending) ask for points: points[i] receives the
- * state a prefill of exactly rows [0, marks[i]) would leave (points must be allocated with
- * point_alloc). logits (may be NULL) receives the last row's logits, or every row's when
- * all_logits (n x V). Refuses (error) a pass past the context. */
-int engine_prefill(engine *eng, seq *s, const int32_t *ids, int64_t n, const int64_t *marks, int n_marks,
-                   point *points, float *logits, bool all_logits, herr *e);
-/* One decode step for n_seqs sequences, one token each; logits n_seqs x V. */
-int engine_step(engine *eng, seq **seqs, const int32_t *ids, int n_seqs, float *logits, herr *e);
-/* The sequence resumes at p->pos: lanes and rings from the point, KV rows >= pos dropped. */
-int engine_restore(engine *eng, seq *s, const point *p, herr *e);
-/* Drops KV rows >= pos; refuses when a lane would need it (pos != current position). */
-int engine_truncate(engine *eng, seq *s, int64_t pos, herr *e);
-void engine_snapshot(engine *eng, const seq *s, point *p);
+/* Rows held by a sequence (its position). */
+int64_t engine_seq_pos(const engine *eng, int seq);
+/* Empties a sequence (position 0, zero state). */
+void engine_seq_clear(engine *eng, int seq);
+
+/* Points: allocation is fallible and counted in cache_budget. */
+int engine_point_new(engine *eng, engine_point **out, herr *e);
+void engine_point_free(engine *eng, engine_point *p);
+size_t engine_point_size(const engine_point *p);
+/* Copies a sequence's live state into a point (pos = its position). */
+int engine_save(engine *eng, int seq, engine_point *p, herr *e);
+/* The sequence resumes at p->pos: lanes and rings from the point, KV rows >= pos dropped.
+ * Refused unless the sequence holds KV rows [0, p->pos) made from the same ids by the same
+ * model (checked by hash), so a point is never silently used on a stale prefix. */
+int engine_restore(engine *eng, int seq, const engine_point *p, herr *e);
+
+/* KV ranges: copy rows [a, b) out of a sequence (counted in cache_budget), or into one.
+ * engine_kv_write needs the sequence to hold rows [0, kv->a) of the same prefix (checked by
+ * hash); it replaces the rows from a on with the range's, and leaves the sequence's
+ * recurrent state stale (engine_run refuses it) until engine_restore of a point at a row
+ * the sequence now holds. */
+int engine_kv_read(engine *eng, int seq, int64_t a, int64_t b, engine_kv **out, herr *e);
+int engine_kv_write(engine *eng, int seq, const engine_kv *kv, herr *e);
+void engine_kv_free(engine *eng, engine_kv *kv);
+
+/* Drops KV rows >= pos; refuses when a lane would need rewinding (pos != position). */
+int engine_truncate(engine *eng, int seq, int64_t pos, herr *e);
+
+/* The hash a point or KV range of these ids would carry (ids [0, n) from the start). */
+uint64_t engine_ids_hash(const engine *eng, const int32_t *ids, int64_t n);
 
 #endif

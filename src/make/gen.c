@@ -54,8 +54,12 @@ int gen_preset(const char *name, model_hparams *hp, herr *e) {
         hp->n_embd = 2048; hp->n_layer = 40; hp->n_head = 16; hp->n_head_kv = 2; hp->head_dim = 256;
         hp->rope_dims = 64; hp->n_expert = 256; hp->n_expert_used = 8; hp->n_ff_exp = 512; hp->n_ff_shexp = 512;
         hp->ssm_n_group = 16; hp->ssm_dt_rank = 32; hp->n_ctx_train = 262144; hp->n_vocab = 248320;
+    } else if (!strcmp(name, "wide")) { /* every real width of q36 (vocab, experts, heads), 3 GDN + 1 attention layer */
+        hp->n_embd = 2048; hp->n_layer = 4; hp->n_head = 16; hp->n_head_kv = 2; hp->head_dim = 256;
+        hp->rope_dims = 64; hp->n_expert = 256; hp->n_expert_used = 8; hp->n_ff_exp = 512; hp->n_ff_shexp = 512;
+        hp->ssm_n_group = 16; hp->ssm_dt_rank = 32; hp->n_ctx_train = 262144; hp->n_vocab = 248320;
     } else {
-        return herr_set(e, "unknown preset '%s' (tiny, small, q36)", name);
+        return herr_set(e, "unknown preset '%s' (tiny, small, wide, q36)", name);
     }
     hp->ssm_d_inner = hp->ssm_dt_rank * hp->ssm_d_state;
     return model_hparams_check(hp, e);

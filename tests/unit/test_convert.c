@@ -6,6 +6,7 @@
  * with fused experts must convert to the same bytes. Bad files must fail with an error that
  * names what is wrong, leaving no output file. */
 #include "harness.h"
+#include "models.h"
 #include "ref/ref.h"
 #include "make/convert.h"
 #include "engine/engine.h"
@@ -31,20 +32,6 @@ static const char *tmp_path(const char *name) {
     return b;
 }
 
-static char *read_all_file(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *b = xmalloc((size_t)n + 1);
-    size_t r = fread(b, 1, (size_t)n, f);
-    fclose(f);
-    b[r] = 0;
-    if (len) *len = r;
-    return b;
-}
-
 static bool write_file(const char *path, const void *data, size_t n) {
     FILE *f = fopen(path, "wb");
     if (!f) return false;
@@ -63,7 +50,7 @@ typedef struct fixture {
 
 static bool fixture_load(fixture *fx) {
     memset(fx, 0, sizeof *fx);
-    char *js = read_all_file(FIXTURE "/reference.json", NULL);
+    char *js = test_read(FIXTURE "/reference.json", NULL);
     if (!js) return false;
     cJSON *r = cJSON_Parse(js);
     free(js);
@@ -75,8 +62,8 @@ static bool fixture_load(fixture *fx) {
     for (int64_t i = 0; i < fx->n; i++) fx->ids[i] = (int32_t)cJSON_GetArrayItem(ids, (int)i)->valuedouble;
     cJSON_Delete(r);
     size_t l32, l64;
-    fx->hf32 = (float *)read_all_file(FIXTURE "/logits_f32.bin", &l32);
-    fx->hf64 = (double *)read_all_file(FIXTURE "/logits_f64.bin", &l64);
+    fx->hf32 = test_read(FIXTURE "/logits_f32.bin", &l32);
+    fx->hf64 = test_read(FIXTURE "/logits_f64.bin", &l64);
     return fx->hf32 && fx->hf64 && l32 == sizeof(float) * (size_t)(fx->n * fx->V) &&
            l64 == sizeof(double) * (size_t)(fx->n * fx->V);
 }
@@ -164,14 +151,12 @@ static bool convert_to(const char *dir, const char *out, convert_quant q, herr *
     return convert_hf(&o, &st, e) == 0;
 }
 
-static float *engine_logits(const model *m, const fixture *fx, herr *e) {
+static float *run_all_logits(const model *m, const fixture *fx, herr *e) {
     engine *eng;
     engine_opts eo = {.n_threads = 2, .n_ctx = fx->n + 8};
-    if (engine_open_cpu(&eng, m, &eo, e) < 0) return NULL;
-    seq *s = engine_seq_new(eng, e);
+    if (engine_open(&eng, m, &eo, e) < 0) return NULL;
     float *lg = xmalloc(sizeof(float) * (size_t)(fx->n * fx->V));
-    int rc = s ? engine_prefill(eng, s, fx->ids, fx->n, NULL, 0, NULL, lg, true, e) : -1;
-    if (s) engine_seq_free(eng, s);
+    int rc = test_run(eng, 0, fx->ids, fx->n, lg, ENGINE_LOGITS_ALL, e);
     engine_free(eng);
     if (rc < 0) { free(lg); return NULL; }
     return lg;
@@ -196,7 +181,7 @@ TEST(parity_f32) {
     for (int64_t i = 0; i < fx.n * fx.V; i++) hf32d[i] = fx.hf32[i];
     report("HF f32 vs HF f64", compare(NULL, hf32d, fx.hf64, fx.n, fx.V, BAND_F32), BAND_F32);
 
-    float *lg = engine_logits(m, &fx, &e);
+    float *lg = run_all_logits(m, &fx, &e);
     CHECK_MSG(lg, "engine: %s", lg ? "" : e.msg);
     if (lg) {
         cmp_stats a = compare(lg, NULL, fx.hf64, fx.n, fx.V, BAND_F32);
@@ -239,7 +224,7 @@ TEST(parity_q8_0) {
     CHECK(m->layers[0].attn_qkv.type == QT_Q8_0 && m->token_embd.type == QT_Q8_0 && m->output.type == QT_Q8_0 &&
           m->layers[0].ffn_gate_inp.type == QT_F32 && m->layers[0].ssm_conv1d.type == QT_F32 &&
           m->layers[0].ffn_down_exps.type == QT_Q8_0);
-    float *lg = engine_logits(m, &fx, &e);
+    float *lg = run_all_logits(m, &fx, &e);
     CHECK_MSG(lg, "engine: %s", lg ? "" : e.msg);
     if (lg) {
         cmp_stats a = compare(lg, NULL, fx.hf64, fx.n, fx.V, BAND_Q8);
@@ -272,7 +257,7 @@ TEST(peer_parity) {
     snprintf(cmd, sizeof cmd, "'%s' -t 2 --kv f32 --fa off '%s' '%s' '%s' >/dev/null 2>&1", tool, gg, ids, out);
     CHECK_MSG(system(cmd) == 0, "logits_dump failed: %s", cmd);
     size_t len;
-    char *b = read_all_file(out, &len);
+    char *b = test_read(out, &len);
     const size_t head = 12 + 4 * (size_t)fx.n;
     bool good = b && len == head + sizeof(float) * (size_t)(fx.n * fx.V) && !memcmp(b, "HLD1", 4);
     CHECK_MSG(good, "%s: not the logits of %lld positions", out, (long long)fx.n);
@@ -357,7 +342,7 @@ static const char *make_dir(const char *name) {
 
 static bool copy_config(const char *dir) {
     size_t n;
-    char *c = read_all_file(FIXTURE "/config.json", &n);
+    char *c = test_read(FIXTURE "/config.json", &n);
     if (!c) return false;
     char p[700];
     snprintf(p, sizeof p, "%s/config.json", dir);
@@ -396,7 +381,7 @@ TEST(layouts_same_bytes) {
     if (n < 0) { CHECK(0); return; }
     const char *dir = make_dir("layout_mm");
     /* config */
-    char *cj = read_all_file(FIXTURE "/config.json", NULL);
+    char *cj = test_read(FIXTURE "/config.json", NULL);
     cJSON *text = cJSON_Parse(cj);
     free(cj);
     cJSON *root = cJSON_CreateObject();
@@ -494,7 +479,7 @@ TEST(bad_inputs) {
     if (n < 0) { CHECK(0); return; }
     char p[700];
     size_t len;
-    char *whole = read_all_file(FIXTURE "/model.safetensors", &len);
+    char *whole = test_read(FIXTURE "/model.safetensors", &len);
     CHECK(whole != NULL);
 
     /* truncated: the last tensors' data is cut off */
@@ -535,7 +520,7 @@ TEST(bad_inputs) {
         CHECK(st_write(q, &one, 1));
         /* rewrite its header's end offset from 512 to 4096 */
         size_t l2;
-        char *b = read_all_file(q, &l2);
+        char *b = test_read(q, &l2);
         char *at = strstr(b + 8, "[0,512]");
         CHECK(at != NULL);
         if (at) memcpy(at, "[0,999]", 7);
@@ -596,7 +581,7 @@ TEST(bad_inputs) {
     expect_fail(d, "no model.safetensors or model.safetensors.index.json", "no weights");
     d = make_dir("bad_config");
     {
-        char *c = read_all_file(FIXTURE "/config.json", NULL);
+        char *c = test_read(FIXTURE "/config.json", NULL);
         cJSON *j = cJSON_Parse(c);
         free(c);
         cJSON_DeleteItemFromObject(j, "num_experts");

@@ -5,6 +5,7 @@
 #include "models.h"
 #include "ref/ref.h"
 #include "engine/engine.h"
+#include "engine/debug.h"
 #include "engine/sampler.h"
 
 #include <math.h>
@@ -85,15 +86,13 @@ static void check_file(const char *preset, const char *quant) {
      * depend on the rows up to it only (chunks are laid from the call's start), so row n-1
      * of this pass is what a prefill of n rows returns (checked bit for bit below). */
     engine *eng;
-    engine_opts eo = {.n_threads = 2, .n_ctx = N + 8};
-    if (engine_open_cpu(&eng, m, &eo, &e) < 0) { CHECK_MSG(0, "%s", e.msg); return; }
+    engine_opts eo = {.n_threads = 2, .n_ctx = N + 8, .n_seq_max = 2};
+    if (engine_open(&eng, m, &eo, &e) < 0) { CHECK_MSG(0, "%s", e.msg); return; }
     float *all = xmalloc(sizeof(float) * (size_t)(N * V));
     int32_t *routes = xmalloc(sizeof(int32_t) * (size_t)(N * NL * K));
-    seq *s = engine_seq_new(eng, &e);
-    eng->route_trace = routes;
-    CHECK(engine_prefill(eng, s, ids, N, NULL, 0, NULL, all, true, &e) == 0);
-    eng->route_trace = NULL;
-    engine_seq_free(eng, s);
+    engine_debug_route_trace(eng, routes);
+    CHECK(test_run(eng, 0, ids, N, all, ENGINE_LOGITS_ALL, &e) == 0);
+    engine_debug_route_trace(eng, NULL);
 
     /* the reference, routed as the engine routed, so the logits compare arithmetic only;
      * its own choices are counted as flips and each must be a near-tie */
@@ -145,32 +144,43 @@ static void check_file(const char *preset, const char *quant) {
                   "%s %s n=%lld: top-1 %lld vs reference %lld", preset, quant, (long long)n, (long long)top_e,
                   (long long)top_r);
         /* a prefill of exactly n rows returns row n-1 of the long pass, bit for bit */
-        s = engine_seq_new(eng, &e);
-        CHECK(engine_prefill(eng, s, ids, n, NULL, 0, NULL, lg, false, &e) == 0);
+        engine_seq_clear(eng, 0);
+        CHECK(test_run(eng, 0, ids, n, lg, ENGINE_LOGITS_LAST, &e) == 0);
         CHECK_MSG(!memcmp(lg, row, sizeof(float) * (size_t)V), "%s %s n=%lld: prefill of n rows differs from row n-1",
                   preset, quant, (long long)n);
-        engine_seq_free(eng, s);
         if (n == 5 || n == 65 || n == 130) { /* the same ids token by token */
-            seq *s2 = engine_seq_new(eng, &e);
+            engine_seq_clear(eng, 1);
             int32_t *rt2 = xmalloc(sizeof(int32_t) * (size_t)(n * NL * K));
+            float *step_lg = xmalloc(sizeof(float) * (size_t)(n * V));
             for (int64_t t = 0; t < n; t++) {
-                eng->route_trace = rt2 + t * NL * K;
-                CHECK(engine_step(eng, &s2, &ids[t], 1, lg2, &e) == 0);
+                engine_debug_route_trace(eng, rt2 + t * NL * K);
+                CHECK(test_run(eng, 1, &ids[t], 1, step_lg + t * V, ENGINE_LOGITS_LAST, &e) == 0);
             }
-            eng->route_trace = NULL;
-            int64_t f2 = 0;
-            for (int64_t i = 0; i < n * NL * K; i++) f2 += rt2[i] != routes[i];
-            double rs_ = rel_rms_ff(lg2, lg, V);
-            printf("  %s %s n=%-4lld batched vs stepped rel %.2e, expert sites routed differently %lld\n", preset, quant,
-                   (long long)n, rs_, (long long)f2);
+            engine_debug_route_trace(eng, NULL);
+            /* Rows before the first routing difference went through the same experts in both
+             * runs: their logits compare on summation order alone, within the band; from the
+             * first flip on, the two runs are different functions and no band holds. */
+            int64_t first_flip = n;
+            for (int64_t t = 0; t < n && first_flip == n; t++)
+                for (int64_t i = 0; i < NL * K; i++)
+                    if (rt2[t * NL * K + i] != routes[t * NL * K + i]) { first_flip = t; break; }
             const double bs = strcmp(quant, "f32") ? BAND_STEP_Q : BAND_STEP_F32;
-            /* the engine has no forced routing: with a flip anywhere in the rows, no band holds */
-            CHECK_MSG(rs_ <= bs || f2, "%s %s n=%lld: batched vs stepped %.3e > %.1e", preset, quant, (long long)n, rs_, bs);
-            CHECK_MSG(f2 || sampler_argmax(lg2, V) == top_e, "%s %s n=%lld: stepped top-1 differs", preset, quant,
+            double worst = 0;
+            for (int64_t t = 0; t < first_flip; t++) {
+                double r_ = rel_rms_ff(step_lg + t * V, all + t * V, V);
+                worst = r_ > worst ? r_ : worst;
+                CHECK_MSG(r_ <= bs, "%s %s row %lld of %lld: batched vs stepped %.3e > %.1e", preset, quant, (long long)t,
+                          (long long)n, r_, bs);
+            }
+            printf("  %s %s n=%-4lld batched vs stepped: worst rel %.2e over the %lld rows before the first routing "
+                   "difference\n", preset, quant, (long long)n, worst, (long long)first_flip);
+            /* the rows compared must be most of them: a flip is a near-tie, rare (test_engine counts them) */
+            CHECK_MSG(first_flip >= (n + 1) / 2 || first_flip >= 32, "%s %s n=%lld: routing differs already at row %lld",
+                      preset, quant, (long long)n, (long long)first_flip);
+            CHECK_MSG(strcmp(quant, "f32") || first_flip == n, "%s f32 n=%lld: stepped routing differs", preset,
                       (long long)n);
-            CHECK_MSG(strcmp(quant, "f32") || f2 == 0, "%s f32 n=%lld: stepped routing differs", preset, (long long)n);
             free(rt2);
-            engine_seq_free(eng, s2);
+            free(step_lg);
         }
     }
     engine_free(eng);
@@ -197,13 +207,12 @@ static void check_determinism(const char *preset, const char *quant) {
     for (int run = 0; run < 4; run++) {
         engine *eng;
         engine_opts eo = {.n_threads = threads[run], .n_ctx = 128};
-        if (engine_open_cpu(&eng, m, &eo, &e) < 0) { CHECK_MSG(0, "%s", e.msg); break; }
-        seq *s = engine_seq_new(eng, &e);
-        CHECK(engine_prefill(eng, s, ids, n_prompt, NULL, 0, NULL, lg, false, &e) == 0);
+        if (engine_open(&eng, m, &eo, &e) < 0) { CHECK_MSG(0, "%s", e.msg); break; }
+        CHECK(test_run(eng, 0, ids, n_prompt, lg, ENGINE_LOGITS_LAST, &e) == 0);
         int32_t out[32];
         for (int k = 0; k < n_gen; k++) {
             out[k] = sampler_argmax(lg, V);
-            CHECK(engine_step(eng, &s, &out[k], 1, lg, &e) == 0);
+            CHECK(test_run(eng, 0, &out[k], 1, lg, ENGINE_LOGITS_LAST, &e) == 0);
         }
         if (run == 0) {
             memcpy(first, out, sizeof out);
@@ -214,7 +223,6 @@ static void check_determinism(const char *preset, const char *quant) {
             CHECK_MSG(!memcmp(first_lg, lg, sizeof(float) * (size_t)V), "%s %s: logits bits differ with -t %d", preset,
                       quant, threads[run]);
         }
-        engine_seq_free(eng, s);
         engine_free(eng);
     }
     free(first_lg);

@@ -112,16 +112,14 @@ TEST(mixed_ffn_types_run) {
     if (model_load(&m, dst, &e) < 0) { CHECK_MSG(0, "%s", e.msg); return; }
     engine *eng;
     engine_opts eo = {.n_threads = 2, .n_ctx = 64};
-    CHECK(engine_open_cpu(&eng, m, &eo, &e) == 0);
-    seq *s = engine_seq_new(eng, &e);
+    CHECK(engine_open(&eng, m, &eo, &e) == 0);
     int32_t ids[5] = {1, 2, 3, 4, 5};
     float *lg = xmalloc(sizeof(float) * (size_t)m->hp.n_vocab);
-    CHECK(engine_prefill(eng, s, ids, 5, NULL, 0, NULL, lg, false, &e) == 0);
+    CHECK(test_run(eng, 0, ids, 5, lg, ENGINE_LOGITS_LAST, &e) == 0);
     bool finite = true;
     for (int64_t i = 0; i < m->hp.n_vocab; i++) finite &= isfinite(lg[i]) != 0;
     CHECK(finite);
     free(lg);
-    engine_seq_free(eng, s);
     engine_free(eng);
     model_free(m);
     unlink(dst);

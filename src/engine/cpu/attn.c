@@ -14,7 +14,8 @@ typedef struct attn_ctx {
     const model_hparams *hp;
     const model_layer *L;
     int il;
-    seq **seqs;
+    bool kv_f16;
+    cpu_seq *const *seqs;
     const int64_t *pos;
     int64_t n;
     float *qf;   /* (n, 2*H*D): per head [query D | gate D] */
@@ -40,14 +41,13 @@ static void rope_neox(float *x, int64_t rope_dims, int64_t pos, float theta) {
     }
 }
 
-static void kv_store(seq *s, int il, int64_t pos, const float *src, void *base, int64_t width) {
-    if (s->kv_f16) {
+static void kv_store(bool kv_f16, int64_t pos, const float *src, void *base, int64_t width) {
+    if (kv_f16) {
         f16_t *dst = (f16_t *)base + pos * width;
         for (int64_t i = 0; i < width; i++) dst[i] = f32_to_f16(src[i]);
     } else {
         memcpy((float *)base + pos * width, src, sizeof(float) * (size_t)width);
     }
-    (void)il;
 }
 
 static void prep_task(void *arg, int64_t r, int thread) {
@@ -66,14 +66,14 @@ static void prep_task(void *arg, int64_t r, int thread) {
             cpu_rmsnorm(k, kn, k, D, hp->rms_eps);
             rope_neox(k, hp->rope_dims, c->pos[r], hp->rope_theta);
         }
-        seq *s = c->seqs[r];
-        kv_store(s, c->il, c->pos[r], c->k + r * Hkv * D, s->k[c->il], Hkv * D);
-        kv_store(s, c->il, c->pos[r], c->v + r * Hkv * D, s->v[c->il], Hkv * D);
+        cpu_seq *s = c->seqs[r];
+        kv_store(c->kv_f16, c->pos[r], c->k + r * Hkv * D, s->k[c->il], Hkv * D);
+        kv_store(c->kv_f16, c->pos[r], c->v + r * Hkv * D, s->v[c->il], Hkv * D);
     }
 }
 
 /* the plain C path, one head at a time: scores, softmax, weighted sum of value rows */
-static void attend_head_c(const attn_ctx *c, const seq *s, int64_t hk, const float *q, int64_t n_keys, float *sc,
+static void attend_head_c(const attn_ctx *c, const cpu_seq *s, int64_t hk, const float *q, int64_t n_keys, float *sc,
                           float *o) {
     const int64_t Hkv = c->hp->n_head_kv, D = c->hp->head_dim;
     const float scale = 1.0f / sqrtf((float)D);
@@ -81,7 +81,7 @@ static void attend_head_c(const attn_ctx *c, const seq *s, int64_t hk, const flo
     float mx = -INFINITY;
     for (int64_t j = 0; j < n_keys; j++) {
         const float *kr;
-        if (s->kv_f16) {
+        if (c->kv_f16) {
             const f16_t *k16 = (const f16_t *)s->k[c->il] + j * Hkv * D + hk * D;
             for (int64_t i = 0; i < D; i++) kbuf[i] = f16_to_f32(k16[i]);
             kr = kbuf;
@@ -102,7 +102,7 @@ static void attend_head_c(const attn_ctx *c, const seq *s, int64_t hk, const flo
     memset(o, 0, sizeof(float) * (size_t)D);
     for (int64_t j = 0; j < n_keys; j++) {
         const float p = sc[j] * inv;
-        if (s->kv_f16) {
+        if (c->kv_f16) {
             const f16_t *v16 = (const f16_t *)s->v[c->il] + j * Hkv * D + hk * D;
             for (int64_t i = 0; i < D; i++) o[i] += p * f16_to_f32(v16[i]);
         } else {
@@ -121,15 +121,15 @@ static void attend_task(void *arg, int64_t t, int thread) {
     const int64_t r = t / (Hkv * c->chunks), hk = t / c->chunks % Hkv, h0 = hk * group + t % c->chunks * c->heads_per_task;
     const int64_t nh = group - (h0 - hk * group) < c->heads_per_task ? group - (h0 - hk * group) : c->heads_per_task;
     const int64_t n_keys = c->pos[r] + 1;
-    const seq *s = c->seqs[r];
+    const cpu_seq *s = c->seqs[r];
     float *sc = c->thread_scores + (size_t)thread * (size_t)c->thread_floats;
     const float *q = c->qf + r * 2 * H * D + h0 * 2 * D;
     float *o = c->ao + r * H * D + h0 * D;
     if (c->simd) {
-        const size_t esz = s->kv_f16 ? 2 : 4;
+        const size_t esz = c->kv_f16 ? 2 : 4;
         const uint8_t *kb = (const uint8_t *)s->k[c->il] + (size_t)(hk * D) * esz;
         const uint8_t *vb = (const uint8_t *)s->v[c->il] + (size_t)(hk * D) * esz;
-        cpu_attend_heads_avx2((int)nh, q, 2 * D, kb, vb, s->kv_f16, Hkv * D, n_keys, D, 1.0f / sqrtf((float)D), sc, o, D);
+        cpu_attend_heads_avx2((int)nh, q, 2 * D, kb, vb, c->kv_f16, Hkv * D, n_keys, D, 1.0f / sqrtf((float)D), sc, o, D);
     } else {
         for (int64_t g = 0; g < nh; g++) attend_head_c(c, s, hk, q + g * 2 * D, n_keys, sc, o + g * D);
     }
@@ -139,28 +139,48 @@ static void attend_task(void *arg, int64_t t, int thread) {
     }
 }
 
-void cpu_attn_layer(cpu_engine *ce, int il, seq **seqs, const int64_t *pos, int64_t n, const float *h, float *out) {
+/* heads of a group per task: up to ATTN_HEADS, fewer when rows are few (decode) so every
+ * thread gets work */
+static int64_t heads_per_task(const model_hparams *hp, int64_t n, int nth) {
+    const int64_t group = hp->n_head / hp->n_head_kv;
+    int64_t hpt = group < ATTN_HEADS ? group : ATTN_HEADS;
+    while (hpt > 1 && n * hp->n_head_kv * ((group + hpt - 1) / hpt) < 2 * nth) hpt /= 2;
+    return hpt;
+}
+
+/* per thread: scores of a task's heads (SIMD) or one head's scores and one f16-converted key row */
+static int64_t thread_floats(const model_hparams *hp, int64_t hpt, int64_t n_ctx, bool simd) {
+    return simd ? hpt * n_ctx : n_ctx + hp->head_dim;
+}
+
+static bool attn_simd(const model_hparams *hp) { return quant_simd_active() && hp->head_dim % 16 == 0; }
+
+size_t cpu_attn_scratch(const model_hparams *hp, int64_t n, int64_t n_ctx, int nth) {
+    const int64_t H = hp->n_head, Hkv = hp->n_head_kv, D = hp->head_dim, E = hp->n_embd;
+    size_t b = arena_round(sizeof(float) * (size_t)(n * 2 * H * D)) + 2 * arena_round(sizeof(float) * (size_t)(n * Hkv * D)) +
+               arena_round(sizeof(float) * (size_t)(n * H * D));
+    int64_t tf = thread_floats(hp, ATTN_HEADS, n_ctx, true), tf2 = thread_floats(hp, 1, n_ctx, false);
+    b += arena_round(sizeof(float) * (size_t)(tf > tf2 ? tf : tf2) * (size_t)nth);
+    size_t proj = cpu_act_scratch(n, E, 3) + cpu_jobs_scratch(3), out = cpu_act_scratch(n, H * D, 1) + cpu_jobs_scratch(1);
+    return b + (proj > out ? proj : out);
+}
+
+void cpu_attn_layer(cpu_engine *ce, int il, const cpu_batch *b, const float *h, float *out) {
     const model *m = ce->base.m;
     const model_hparams *hp = &m->hp;
     const model_layer *L = &m->layers[il];
-    const int64_t H = hp->n_head, Hkv = hp->n_head_kv, D = hp->head_dim;
-    attn_ctx c = {.hp = hp, .L = L, .il = il, .seqs = seqs, .pos = pos, .n = n};
+    const int64_t H = hp->n_head, Hkv = hp->n_head_kv, D = hp->head_dim, n = b->n;
+    attn_ctx c = {.hp = hp, .L = L, .il = il, .kv_f16 = ce->kv_f16, .seqs = b->row_seq, .pos = b->pos, .n = n};
     c.qf = cpu_scratch(ce, sizeof(float) * (size_t)(n * 2 * H * D));
     c.k = cpu_scratch(ce, sizeof(float) * (size_t)(n * Hkv * D));
     c.v = cpu_scratch(ce, sizeof(float) * (size_t)(n * Hkv * D));
     c.ao = cpu_scratch(ce, sizeof(float) * (size_t)(n * H * D));
-    /* heads of a group per task: up to ATTN_HEADS, fewer when rows are few (decode) so every
-     * thread gets work */
     const int64_t group = H / Hkv;
-    c.heads_per_task = group < ATTN_HEADS ? group : ATTN_HEADS;
-    while (c.heads_per_task > 1 && n * Hkv * ((group + c.heads_per_task - 1) / c.heads_per_task) < 2 * ce->nth)
-        c.heads_per_task /= 2;
+    c.heads_per_task = heads_per_task(hp, n, ce->nth);
     c.chunks = (group + c.heads_per_task - 1) / c.heads_per_task;
-    c.simd = quant_simd_active() && D % 16 == 0;
-    c.n_ctx = seqs[0]->n_ctx;
-    for (int64_t r = 0; r < n; r++) c.n_ctx = seqs[r]->n_ctx > c.n_ctx ? seqs[r]->n_ctx : c.n_ctx;
-    /* per thread: scores of a task's heads (SIMD) or one head's scores and one f16-converted key row */
-    c.thread_floats = c.simd ? c.heads_per_task * c.n_ctx : c.n_ctx + D;
+    c.simd = attn_simd(hp);
+    c.n_ctx = ce->base.opts.n_ctx;
+    c.thread_floats = thread_floats(hp, c.heads_per_task, c.n_ctx, c.simd);
     c.thread_scores = cpu_scratch(ce, sizeof(float) * (size_t)c.thread_floats * (size_t)ce->nth);
 
     const qtensor *ws[3] = {&L->attn_q, &L->attn_k, &L->attn_v};

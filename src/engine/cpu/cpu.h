@@ -9,28 +9,44 @@
 #include <stddef.h>
 #include <math.h>
 #include <stdatomic.h>
-#include "engine/engine.h"
+#include "engine/backend.h"
+#include "engine/cpu/arena.h"
 #include "engine/cpu/pool.h"
+#include "engine/cpu/state.h"
 
 #define QT_COUNT_MAX 64 /* >= QT_COUNT */
-#define CPU_CHUNK 64    /* GDN chunk rows (the WY form), laid from the start of each call */
-#define CPU_UBATCH 512  /* rows per forward pass; a multiple of CPU_CHUNK so chunks stay aligned */
+#define CPU_CHUNK 64    /* GDN chunk rows (the WY form), laid from the start of each span */
+#define CPU_UBATCH 512  /* rows of one span per forward pass; a multiple of CPU_CHUNK so chunks stay aligned */
 
-/* One sequence's state on the CPU. */
-struct seq {
-    int64_t pos;            /* rows already in the sequence */
-    int64_t n_ctx;
-    bool kv_f16;
-    void *k[MODEL_MAX_LAYERS], *v[MODEL_MAX_LAYERS];  /* attention: (n_ctx, Hkv*D) f32 or f16 */
-    float *lane[MODEL_MAX_LAYERS];                    /* GDN: (Gv, S, S), rows = key dim */
-    float *ring[MODEL_MAX_LAYERS];                    /* GDN: (d_conv-1, conv_dim) pre-conv rows, oldest first */
-};
-
-/* A point to fill inside a pass: mark row m (relative to the ubatch start, 0 < m <= n). */
+/* A point to fill inside a pass: mark row m (relative to its piece's start, 0 < m <= n). */
 typedef struct cpu_mark {
     int64_t m;
-    point *p;
+    engine_point *p;
 } cpu_mark;
+
+/* One span's rows inside one pass: pass rows [r0, r0 + n) of sequence s, the first at
+ * position pos0. A span longer than CPU_UBATCH is cut into pieces at multiples of
+ * CPU_UBATCH from its start, whatever else shares the call (batch invariance). */
+typedef struct cpu_piece {
+    cpu_seq *s;
+    int64_t r0, n, pos0;
+    const cpu_mark *marks;
+    int n_marks;
+} cpu_piece;
+
+/* One forward pass: its rows and, per row, the piece, position and sequence. */
+typedef struct cpu_batch {
+    int64_t n;
+    const int32_t *ids;     /* (n) */
+    const cpu_piece *pieces;
+    int n_pieces;
+    const int32_t *row_piece; /* (n) */
+    const int64_t *pos;     /* (n) absolute positions */
+    cpu_seq *const *row_seq;/* (n) */
+    const int64_t *row_call;/* (n) the row's index in the call (route trace) */
+    float *const *logit_row;/* (n) where a row's logits go, NULL when not wanted */
+    int64_t n_logits;       /* rows with logits */
+} cpu_batch;
 
 /* A matrix-times-rows job: y[out_row(r)][o] = W_slice[o] . xq[in_row(r)] for r < n, o < M. */
 typedef struct mm_job {
@@ -43,19 +59,22 @@ typedef struct mm_job {
     float *y;
     int64_t y_stride;
     const int32_t *out_rows;/* NULL: row r */
+    float *const *y_row;    /* if set, row r's output goes to y_row[r] (y and out_rows unused) */
 } mm_job;
 
 typedef struct cpu_engine {
     engine base;
     pool *pool;
     int nth;
-    int64_t route_row0;     /* row of the call where this forward starts (route_trace) */
+    bool kv_f16;
+    cpu_seq *seqs;          /* n_seq_max */
+    cpu_arena ar;
+    int64_t rows_max;       /* rows one pass holds: CPU_UBATCH + n_seq_max */
     _Atomic int64_t point_ns; /* CPU time spent taking points, summed over threads */
 } cpu_engine;
 
-/* scratch arena (forward.c): blocks kept across passes, reset per pass, so nothing is
- * allocated after the first pass (STYLE 6) */
-void *cpu_scratch(cpu_engine *ce, size_t bytes);
+/* scratch for the current pass (arena.h) */
+static inline void *cpu_scratch(cpu_engine *ce, size_t bytes) { return cpu_arena_get(&ce->ar, bytes); }
 
 /* matmul.c */
 size_t cpu_act_bytes(uint32_t wtype, int64_t K);                 /* bytes of one quantized row */
@@ -83,12 +102,13 @@ static inline float cpu_silu(float x) { return x / (1.0f + expf(-x)); }
 static inline float cpu_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 static inline float cpu_softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
 
-/* gdn.c: one Gated DeltaNet layer for n rows of one sequence (prefill) or one row each of
- * several sequences (step). h (n, E) in, out (n, E) out. */
-void cpu_gdn_layer(cpu_engine *ce, int il, seq **seqs, int64_t n, bool chunked, const float *h, float *out,
-                   const cpu_mark *marks, int n_marks, int64_t gdn_index);
-/* attn.c: one attention layer; pos[r] is row r's absolute position in seqs[r]. */
-void cpu_attn_layer(cpu_engine *ce, int il, seq **seqs, const int64_t *pos, int64_t n, const float *h, float *out);
+/* gdn.c: one Gated DeltaNet layer over a pass's pieces (the chunked form per piece;
+ * a one-row piece is one chunk of one row). h (n, E) in, out (n, E) out. */
+void cpu_gdn_layer(cpu_engine *ce, int il, const cpu_batch *b, const float *h, float *out, int64_t gdn_index);
+size_t cpu_gdn_scratch(const model_hparams *hp, int64_t n, int nth);
+/* attn.c: one attention layer; row r is at position b->pos[r] of b->row_seq[r]. */
+void cpu_attn_layer(cpu_engine *ce, int il, const cpu_batch *b, const float *h, float *out);
+size_t cpu_attn_scratch(const model_hparams *hp, int64_t n, int64_t n_ctx, int nth);
 /* gdn_avx2.c: the delta rule's primitives (see gdn.c); AVX2/FMA, after quant_simd_active() */
 float cpu_gdn_dot_avx2(const float *x, const float *y, int64_t n);
 void cpu_gdn_rows_acc_avx2(float *y, const float *y0, float s0, const float *x, int64_t xs, const float *c,
@@ -100,6 +120,10 @@ void cpu_attend_heads_avx2(int ng, const float *q, int64_t q_stride, const void 
                            int64_t kv_stride, int64_t n_keys, int64_t D, float scale, float *sc, float *o,
                            int64_t o_stride);
 /* moe.c: the MoE FFN of layer il: h2 (n, E) in, out (n, E). */
-void cpu_moe_layer(cpu_engine *ce, int il, const float *h2, int64_t n, float *out);
+void cpu_moe_layer(cpu_engine *ce, int il, const cpu_batch *b, const float *h2, float *out);
+size_t cpu_moe_scratch(const model_hparams *hp, int64_t n);
+/* matmul.c: scratch of cpu_matmul / cpu_project / cpu_matmul_jobs for n rows of input dim K */
+size_t cpu_act_scratch(int64_t n, int64_t K, int n_types);
+size_t cpu_jobs_scratch(int n_jobs);
 
 #endif

@@ -1,6 +1,7 @@
 /* gdn.c: the Gated DeltaNet layer on the CPU: projections, the causal conv over its ring,
- * L2 norms and gates, the delta rule (sequential for single steps, the chunked WY form for
- * prompts, chunks laid from the start of the call), the gated RMSNorm and out-projection.
+ * L2 norms and gates, the delta rule in the chunked WY form, chunks laid from the start of
+ * each span (a decode row is a chunk of one row, so a step and a one-row prefill are the
+ * same bits), the gated RMSNorm and out-projection.
  *
  * Chunk math (rows i, j inside one chunk; S0 the state before it; Gc the running sum of g):
  *   A_ij = beta_i (k_i . k_j) exp(Gc_i - Gc_j)             for j < i
@@ -34,34 +35,30 @@ typedef struct gdn_ctx {
     const model_hparams *hp;
     const model_layer *L;
     int il;
-    seq **seqs;
+    const cpu_batch *bt;
     int64_t n;
-    bool chunked;
     float *qkv;     /* (n, conv_dim) pre-conv rows */
     float *cv;      /* (n, conv_dim) conv + SiLU; q and k parts normalised in place */
     float *z;       /* (n, Vd) */
     float *b;       /* (n, Gv) beta after sigmoid */
     float *a;       /* (n, Gv) g (log decay) */
     float *o;       /* (n, Vd) delta-rule output, then gated-normed */
-    const cpu_mark *marks;
-    int n_marks;
     int64_t gdn_index;
     float *thread_scratch;
     size_t thread_scratch_floats;
     gdn_ops ops;
 } gdn_ctx;
 
-/* pre-conv row x of the concatenation [ring; qkv] for row r (j = 0..d_conv-1, j = d_conv-1 is
- * row r itself). Prefill: one sequence, rows are consecutive. Step: one row per sequence. */
+/* pre-conv row x of the concatenation [ring; qkv] of row r's piece (j = 0..d_conv-1,
+ * j = d_conv-1 is row r itself): a piece's rows are consecutive pass rows. */
 static const float *conv_input_row(const gdn_ctx *c, int64_t r, int64_t j) {
     const int64_t dc = c->hp->ssm_d_conv, cd = hp_conv_dim(c->hp);
-    if (!c->chunked) { /* step: row r belongs to seqs[r] */
-        if (j == dc - 1) return c->qkv + r * cd;
-        return c->seqs[r]->ring[c->il] + j * cd;
-    }
-    int64_t idx = r - (dc - 1) + j; /* index into qkv; negative reaches into the ring */
-    if (idx >= 0) return c->qkv + idx * cd;
-    return c->seqs[0]->ring[c->il] + (idx + dc - 1) * cd;
+    const cpu_piece *pc = &c->bt->pieces[c->bt->row_piece[r]];
+    const int64_t idx = r - pc->r0 - (dc - 1) + j; /* index into the piece's rows; negative reaches into the ring */
+    if (idx >= 0) return c->qkv + (pc->r0 + idx) * cd;
+    if (MUTANT("neighbour_leak") && pc->r0 + idx >= 0) /* mutant: the rows before a piece are its neighbour's */
+        return c->qkv + (pc->r0 + idx) * cd;
+    return pc->s->ring[c->il] + (idx + dc - 1) * cd;
 }
 
 static void conv_task(void *arg, int64_t r, int thread) {
@@ -139,11 +136,11 @@ static void chunk_end_state(const gdn_ops *ops, const float *S0, float *dst, int
     }
 }
 
-static void delta_chunked_head(gdn_ctx *c, int64_t h, float *scratch) {
+static void delta_chunked_head(gdn_ctx *c, const cpu_piece *pc, int64_t h, float *scratch) {
     const model_hparams *hp = c->hp;
     const int64_t S = hp->ssm_d_state, Gk = hp->ssm_n_group, Gv = hp->ssm_dt_rank, cd = hp_conv_dim(hp);
     const int64_t hk = h % Gk; /* GGUF's tiled V heads: value head h reads key head h % Gk */
-    float *St = c->seqs[0]->lane[c->il] + h * S * S;
+    float *St = pc->s->lane[c->il] + h * S * S;
     float *Gc = scratch;                 /* C */
     float *u = Gc + CPU_CHUNK;           /* (C, S) */
     float *w = u + CPU_CHUNK * S;        /* (C, S) */
@@ -152,21 +149,21 @@ static void delta_chunked_head(gdn_ctx *c, int64_t h, float *scratch) {
     float *cv = A + CPU_CHUNK * CPU_CHUNK; /* S: one row's coefficients */
     const gdn_ops *ops = &c->ops;
     const float *q[CPU_CHUNK], *k[CPU_CHUNK], *v[CPU_CHUNK];
-    for (int64_t c0 = 0; c0 < c->n; c0 += CPU_CHUNK) {
-        const int64_t L = c->n - c0 < CPU_CHUNK ? c->n - c0 : CPU_CHUNK;
+    for (int64_t c0 = 0; c0 < pc->n; c0 += CPU_CHUNK) {
+        const int64_t L = pc->n - c0 < CPU_CHUNK ? pc->n - c0 : CPU_CHUNK, rb = pc->r0 + c0; /* pass row of the chunk */
         for (int64_t i = 0; i < L; i++) {
-            const float *row = c->cv + (c0 + i) * cd;
+            const float *row = c->cv + (rb + i) * cd;
             q[i] = row + hk * S;
             k[i] = row + Gk * S + hk * S;
             v[i] = row + 2 * Gk * S + h * S;
         }
         float g = 0;
         for (int64_t i = 0; i < L; i++) {
-            g += c->a[(c0 + i) * Gv + h];
+            g += c->a[(rb + i) * Gv + h];
             Gc[i] = g;
         }
         for (int64_t i = 0; i < L; i++) {
-            const float beta = c->b[(c0 + i) * Gv + h];
+            const float beta = c->b[(rb + i) * Gv + h];
             float *nA = A + i * CPU_CHUNK;
             for (int64_t j = 0; j < i; j++) nA[j] = -(beta * ops->dot(k[i], k[j], S) * expf(Gc[i] - Gc[j]));
             float *ui = u + i * S, *wi = w + i * S;
@@ -178,19 +175,19 @@ static void delta_chunked_head(gdn_ctx *c, int64_t h, float *scratch) {
             for (int64_t a = 0; a < S; a++) cv[a] = -wi[a];
             ops->rows_acc(di, ui, 1.0f, St, S, cv, S, S);
             /* o_i = exp(Gc_i) S0^T q_i + sum_{j<=i} (q_i . k_j) exp(Gc_i - Gc_j) d_j */
-            float *oi = c->o + (c0 + i) * hp_value_dim(hp) + h * S;
+            float *oi = c->o + (rb + i) * hp_value_dim(hp) + h * S;
             for (int64_t a = 0; a < S; a++) cv[a] = eg * q[i][a];
             ops->rows_acc(oi, NULL, 0.0f, St, S, cv, S, S);
             for (int64_t j = 0; j <= i; j++) cv[j] = ops->dot(q[i], k[j], S) * expf(Gc[i] - Gc[j]);
             ops->rows_acc(oi, oi, 1.0f, d, S, cv, i + 1, S);
         }
         /* points whose end row falls in this chunk, from the state before it */
-        const double tp0 = c->n_marks ? time_now() : 0;
-        for (int mi = 0; mi < c->n_marks; mi++) {
-            int64_t m = c->marks[mi].m;
+        const double tp0 = pc->n_marks ? time_now() : 0;
+        for (int mi = 0; mi < pc->n_marks; mi++) {
+            int64_t m = pc->marks[mi].m;
             if (MUTANT("copy_late")) m += 1;
             if (m <= c0 || m > c0 + L) continue;
-            float *dst = c->marks[mi].p->lanes + (size_t)c->gdn_index * c->marks[mi].p->lane_floats + (size_t)(h * S * S);
+            float *dst = pc->marks[mi].p->lanes + (size_t)c->gdn_index * pc->marks[mi].p->lane_floats + (size_t)(h * S * S);
             if (MUTANT("copy_early_decay")) { /* a lane copied before the decay of its last chunk */
                 memcpy(dst, St, sizeof(float) * (size_t)(S * S));
                 continue;
@@ -202,37 +199,17 @@ static void delta_chunked_head(gdn_ctx *c, int64_t h, float *scratch) {
             }
             chunk_end_state(ops, St, dst, S, k, d, Gc, m - 1 - c0, true);
         }
-        if (c->n_marks) atomic_fetch_add(&c->ce->point_ns, (int64_t)((time_now() - tp0) * 1e9));
+        if (pc->n_marks) atomic_fetch_add(&c->ce->point_ns, (int64_t)((time_now() - tp0) * 1e9));
         chunk_end_state(ops, St, St, S, k, d, Gc, L - 1, false);
     }
 }
 
-static void delta_step_head(gdn_ctx *c, int64_t r, int64_t h, float *u) {
-    const model_hparams *hp = c->hp;
-    const int64_t S = hp->ssm_d_state, Gk = hp->ssm_n_group, Gv = hp->ssm_dt_rank, cd = hp_conv_dim(hp);
-    const int64_t hk = h % Gk;
-    float *St = c->seqs[r]->lane[c->il] + h * S * S;
-    const float *row = c->cv + r * cd;
-    const float *q = row + hk * S, *k = row + Gk * S + hk * S, *v = row + 2 * Gk * S + h * S;
-    const float eg = expf(c->a[r * Gv + h]), beta = c->b[r * Gv + h];
-    float *o = c->o + r * hp_value_dim(hp) + h * S;
-    const gdn_ops *ops = &c->ops;
-    /* S <- exp(g) S; u = S^T k */
-    for (int64_t a = 0; a < S; a++) ops->rows_acc(St + a * S, St + a * S, eg, u, 0, k, 0, S);
-    ops->rows_acc(u, NULL, 0.0f, St, S, k, S, S);
-    /* delta = beta (v - u); S += k delta^T; o = S^T q */
-    for (int64_t b = 0; b < S; b++) u[b] = beta * (v[b] - u[b]);
-    for (int64_t a = 0; a < S; a++) ops->rows_acc(St + a * S, St + a * S, 1.0f, u, 0, k + a, 1, S);
-    ops->rows_acc(o, NULL, 0.0f, St, S, q, S, S);
-}
-
-/* task: a value head (chunked: all rows of the call) or a (row, head) pair (steps) */
+/* task: a (piece, value head) pair, all rows of the piece */
 static void delta_task(void *arg, int64_t t, int thread) {
     gdn_ctx *c = arg;
     const int64_t Gv = c->hp->ssm_dt_rank;
     float *scratch = c->thread_scratch + (size_t)thread * c->thread_scratch_floats;
-    if (c->chunked) delta_chunked_head(c, t, scratch);
-    else delta_step_head(c, t / Gv, t % Gv, scratch);
+    delta_chunked_head(c, &c->bt->pieces[t / Gv], t % Gv, scratch);
 }
 
 /* per head: RMSNorm over S with ssm_norm, times SiLU(z) */
@@ -249,56 +226,66 @@ static void gated_norm_task(void *arg, int64_t t, int thread) {
     }
 }
 
-/* Ring points and the ring update: the ring keeps the last d_conv-1 pre-conv rows. */
-static void ring_points_and_update(gdn_ctx *c) {
+/* Ring points and the ring update: the ring keeps the last d_conv-1 pre-conv rows. In the
+ * concatenation X = [ring; piece rows], the state after row m-1 keeps X(m..m+dc-2). */
+static void ring_points_and_update(gdn_ctx *c, float *nr) {
     const int64_t dc = c->hp->ssm_d_conv, cd = hp_conv_dim(c->hp);
     const size_t row_bytes = sizeof(float) * (size_t)cd;
-    if (!c->chunked) {
-        for (int64_t r = 0; r < c->n; r++) {
-            float *ring = c->seqs[r]->ring[c->il];
-            memmove(ring, ring + cd, row_bytes * (size_t)(dc - 2));
-            memcpy(ring + (dc - 2) * cd, c->qkv + r * cd, row_bytes);
+    for (int pi = 0; pi < c->bt->n_pieces; pi++) {
+        const cpu_piece *pc = &c->bt->pieces[pi];
+        const double tp0 = pc->n_marks ? time_now() : 0;
+        for (int mi = 0; mi < pc->n_marks; mi++) {
+            if (MUTANT("ring_skip")) continue;
+            const int64_t m = pc->marks[mi].m;
+            float *dst = pc->marks[mi].p->rings + (size_t)c->gdn_index * pc->marks[mi].p->ring_floats;
+            for (int64_t j = 0; j < dc - 1; j++) memcpy(dst + j * cd, conv_input_row(c, pc->r0 + m - 1, j + 1), row_bytes);
         }
-        return;
+        if (pc->n_marks) atomic_fetch_add(&c->ce->point_ns, (int64_t)((time_now() - tp0) * 1e9));
+        /* new ring = X(n..n+dc-2); rows may come from the old ring when n < dc-1 */
+        float *ring = pc->s->ring[c->il];
+        for (int64_t j = 0; j < dc - 1; j++) memcpy(nr + j * cd, conv_input_row(c, pc->r0 + pc->n - 1, j + 1), row_bytes);
+        if (MUTANT("ring_reverse") && pc->n >= CPU_UBATCH) /* mutant: the ring handed to the next pass in reverse order */
+            for (int64_t j = 0; j < dc - 1; j++) memcpy(ring + j * cd, nr + (dc - 2 - j) * cd, row_bytes);
+        else
+            memcpy(ring, nr, row_bytes * (size_t)(dc - 1));
+        if (MUTANT("live_ring")) /* points taken from the live ring after the pass */
+            for (int mi = 0; mi < pc->n_marks; mi++)
+                memcpy(pc->marks[mi].p->rings + (size_t)c->gdn_index * pc->marks[mi].p->ring_floats, ring,
+                       row_bytes * (size_t)(dc - 1));
     }
-    /* concatenated index X(i) = [ring; qkv] row i; the state after row m-1 keeps X(m..m+dc-2) */
-    const double tp0 = time_now();
-    for (int mi = 0; mi < c->n_marks; mi++) {
-        if (MUTANT("ring_skip")) continue;
-        int64_t m = c->marks[mi].m;
-        float *dst = c->marks[mi].p->rings + (size_t)c->gdn_index * c->marks[mi].p->ring_floats;
-        for (int64_t j = 0; j < dc - 1; j++) memcpy(dst + j * cd, conv_input_row(c, m - 1, j + 1), row_bytes);
-    }
-    atomic_fetch_add(&c->ce->point_ns, (int64_t)((time_now() - tp0) * 1e9));
-    float *ring = c->seqs[0]->ring[c->il];
-    /* new ring = X(n..n+dc-2); rows may come from the old ring when n < dc-1 */
-    float *nr = cpu_scratch(c->ce, row_bytes * (size_t)(dc - 1));
-    for (int64_t j = 0; j < dc - 1; j++) memcpy(nr + j * cd, conv_input_row(c, c->n - 1, j + 1), row_bytes);
-    memcpy(ring, nr, row_bytes * (size_t)(dc - 1));
-    if (MUTANT("live_ring")) /* points taken from the live ring after the pass */
-        for (int mi = 0; mi < c->n_marks; mi++)
-            memcpy(c->marks[mi].p->rings + (size_t)c->gdn_index * c->marks[mi].p->ring_floats, ring,
-                   row_bytes * (size_t)(dc - 1));
 }
 
-void cpu_gdn_layer(cpu_engine *ce, int il, seq **seqs, int64_t n, bool chunked, const float *h, float *out,
-                   const cpu_mark *marks, int n_marks, int64_t gdn_index) {
+/* the thread scratch of the chunked delta rule: Gc, u, w, d, A, one row's coefficients */
+static size_t delta_thread_floats(int64_t S) {
+    return (size_t)(CPU_CHUNK + 3 * CPU_CHUNK * S + CPU_CHUNK * CPU_CHUNK + (S > CPU_CHUNK ? S : CPU_CHUNK));
+}
+
+size_t cpu_gdn_scratch(const model_hparams *hp, int64_t n, int nth) {
+    const int64_t cd = hp_conv_dim(hp), Vd = hp_value_dim(hp), Gv = hp->ssm_dt_rank, E = hp->n_embd;
+    size_t b = 2 * arena_round(sizeof(float) * (size_t)(n * cd)) + 2 * arena_round(sizeof(float) * (size_t)(n * Vd)) +
+               2 * arena_round(sizeof(float) * (size_t)(n * Gv)) +
+               arena_round(sizeof(float) * delta_thread_floats(hp->ssm_d_state) * (size_t)nth) +
+               arena_round(sizeof(float) * (size_t)((hp->ssm_d_conv - 1) * cd));
+    size_t proj = cpu_act_scratch(n, E, 4) + cpu_jobs_scratch(4), out = cpu_act_scratch(n, Vd, 1) + cpu_jobs_scratch(1);
+    return b + (proj > out ? proj : out);
+}
+
+void cpu_gdn_layer(cpu_engine *ce, int il, const cpu_batch *b, const float *h, float *out, int64_t gdn_index) {
     const model *m = ce->base.m;
     const model_hparams *hp = &m->hp;
     const model_layer *L = &m->layers[il];
-    const int64_t cd = hp_conv_dim(hp), Vd = hp_value_dim(hp), Gv = hp->ssm_dt_rank;
-    const int64_t S = hp->ssm_d_state;
-    gdn_ctx c = {.ce = ce, .hp = hp, .L = L, .il = il, .seqs = seqs, .n = n, .chunked = chunked,
-                 .marks = marks, .n_marks = n_marks, .gdn_index = gdn_index};
+    const int64_t cd = hp_conv_dim(hp), Vd = hp_value_dim(hp), Gv = hp->ssm_dt_rank, n = b->n;
+    gdn_ctx c = {.ce = ce, .hp = hp, .L = L, .il = il, .bt = b, .n = n, .gdn_index = gdn_index};
     c.qkv = cpu_scratch(ce, sizeof(float) * (size_t)(n * cd));
     c.cv = cpu_scratch(ce, sizeof(float) * (size_t)(n * cd));
     c.z = cpu_scratch(ce, sizeof(float) * (size_t)(n * Vd));
     c.b = cpu_scratch(ce, sizeof(float) * (size_t)(n * Gv));
     c.a = cpu_scratch(ce, sizeof(float) * (size_t)(n * Gv));
     c.o = cpu_scratch(ce, sizeof(float) * (size_t)(n * Vd));
-    c.thread_scratch_floats = (size_t)(CPU_CHUNK + 3 * CPU_CHUNK * S + CPU_CHUNK * CPU_CHUNK + (S > CPU_CHUNK ? S : CPU_CHUNK));
+    c.thread_scratch_floats = delta_thread_floats(hp->ssm_d_state);
     c.ops = gdn_ops_pick();
     c.thread_scratch = cpu_scratch(ce, sizeof(float) * c.thread_scratch_floats * (size_t)ce->nth);
+    float *nr = cpu_scratch(ce, sizeof(float) * (size_t)((hp->ssm_d_conv - 1) * cd));
 
     /* projections: one pass over all four weights, activations quantized per vec-dot type */
     const qtensor *ws[4] = {&L->attn_qkv, &L->attn_gate, &L->ssm_beta, &L->ssm_alpha};
@@ -306,9 +293,9 @@ void cpu_gdn_layer(cpu_engine *ce, int il, seq **seqs, int64_t n, bool chunked, 
     cpu_project(ce, h, n, ws, ys, 4);
 
     pool_for(ce->pool, n, conv_task, &c);
-    ring_points_and_update(&c);
+    ring_points_and_update(&c, nr);
     pool_for(ce->pool, n, norm_gate_task, &c);
-    pool_for(ce->pool, chunked ? Gv : n * Gv, delta_task, &c);
+    pool_for(ce->pool, (int64_t)b->n_pieces * Gv, delta_task, &c);
     pool_for(ce->pool, n * Gv, gated_norm_task, &c);
     cpu_matmul(ce, &L->ssm_out, c.o, n, out);
 }

@@ -54,7 +54,7 @@ static void mm_block(const mm_job *j, int64_t o0, int64_t o1) {
         for (int i = 0; i < m; i++) {
             const int64_t r = r0 + i;
             a[i] = j->xq + (size_t)(j->in_rows ? j->in_rows[r] : r) * j->xq_stride;
-            y[i] = j->y + (j->out_rows ? j->out_rows[r] : r) * j->y_stride + o0;
+            y[i] = (j->y_row ? j->y_row[r] : j->y + (j->out_rows ? j->out_rows[r] : r) * j->y_stride) + o0;
         }
         quant_dot_rows(w->type, K, wbase + (size_t)o0 * w->row_bytes, w->row_bytes, (int)(o1 - o0), a, m, y);
     }
@@ -87,10 +87,17 @@ static int64_t task_rows(const mm_job *j, int nth) {
     return r > ROWS_PER_TASK ? r : ROWS_PER_TASK;
 }
 
+size_t cpu_jobs_scratch(int n_jobs) { return arena_round(sizeof(int64_t) * (size_t)(2 * n_jobs + 1)); }
+
+/* an activation row is at most K f32 (float weights) plus block headers */
+size_t cpu_act_scratch(int64_t n, int64_t K, int n_types) {
+    return (size_t)n_types * arena_round((size_t)n * ((size_t)K * 4 + 64));
+}
+
 void cpu_matmul_jobs(cpu_engine *ce, const mm_job *jobs, int n_jobs) {
-    int64_t starts_local[65], rows_local[64];
-    int64_t *starts = n_jobs < 64 ? starts_local : xmalloc(sizeof(int64_t) * (size_t)(n_jobs + 1));
-    int64_t *rows = n_jobs < 64 ? rows_local : xmalloc(sizeof(int64_t) * (size_t)n_jobs);
+    const size_t mark = cpu_arena_mark(&ce->ar);
+    int64_t *starts = cpu_scratch(ce, cpu_jobs_scratch(n_jobs));
+    int64_t *rows = starts + n_jobs + 1;
     starts[0] = 0;
     for (int i = 0; i < n_jobs; i++) {
         rows[i] = task_rows(&jobs[i], ce->nth);
@@ -99,10 +106,7 @@ void cpu_matmul_jobs(cpu_engine *ce, const mm_job *jobs, int n_jobs) {
     }
     struct mm_ctx c = {jobs, n_jobs, starts, rows};
     pool_for(ce->pool, starts[n_jobs], mm_task, &c);
-    if (starts != starts_local) {
-        free(starts);
-        free(rows);
-    }
+    cpu_arena_rewind(&ce->ar, mark);
 }
 
 void cpu_matmul(cpu_engine *ce, const qtensor *w, const float *x, int64_t n, float *y) {

@@ -91,7 +91,20 @@ static void combine_task(void *arg, int64_t r, int thread) {
     }
 }
 
-void cpu_moe_layer(cpu_engine *ce, int il, const float *h2, int64_t n, float *out) {
+size_t cpu_moe_scratch(const model_hparams *hp, int64_t n) {
+    const int64_t E = hp->n_embd, X = hp->n_expert, K = hp->n_expert_used, F = hp->n_ff_exp, Fs = hp->n_ff_shexp;
+    const size_t f = sizeof(float), i32 = sizeof(int32_t), i64 = sizeof(int64_t);
+    const size_t act = quant_act_row_bytes(QT_F32, F > Fs ? F : Fs) + 64; /* the widest down activation row */
+    return arena_round(f * (size_t)(n * X)) + 2 * arena_round(i32 * (size_t)(n * K)) + arena_round(f * (size_t)(n * K)) +
+           arena_round(i64 * (size_t)(X + 1)) + arena_round(i32 * (size_t)(n * K)) + arena_round(i64 * (size_t)X) +
+           cpu_act_scratch(n, E, 4) + 2 * arena_round(f * (size_t)(n * K * F + n * Fs)) +
+           arena_round(sizeof(mm_job) * (size_t)(2 * X + 2)) + arena_round(act * (size_t)(n * K + n)) +
+           arena_round(f * (size_t)(n * K * E)) + arena_round(f * (size_t)(n * E)) + cpu_jobs_scratch((int)(2 * X + 2)) +
+           cpu_act_scratch(n, E, 1) + cpu_jobs_scratch(1); /* the router's matmul */
+}
+
+void cpu_moe_layer(cpu_engine *ce, int il, const cpu_batch *b, const float *h2, float *out) {
+    const int64_t n = b->n;
     const model *m = ce->base.m;
     const model_hparams *hp = &m->hp;
     const model_layer *L = &m->layers[il];
@@ -102,9 +115,9 @@ void cpu_moe_layer(cpu_engine *ce, int il, const float *h2, int64_t n, float *ou
     c.wsel = cpu_scratch(ce, sizeof(float) * (size_t)(n * K));
     cpu_matmul(ce, &L->ffn_gate_inp, h2, n, c.logits);
     pool_for(ce->pool, n, route_task, &c);
-    if (ce->base.route_trace) /* tests compare routed expert choices: (row, layer, K) */
+    if (ce->base.route_trace) /* tests compare routed expert choices: (row of the call, layer, K) */
         for (int64_t r = 0; r < n; r++)
-            memcpy(ce->base.route_trace + (size_t)((ce->route_row0 + r) * hp->n_layer + il) * (size_t)K, c.sel + r * K,
+            memcpy(ce->base.route_trace + (size_t)(b->row_call[r] * hp->n_layer + il) * (size_t)K, c.sel + r * K,
                    sizeof(int32_t) * (size_t)K);
 
     /* group the (row, slot) pairs by expert, rows ascending */

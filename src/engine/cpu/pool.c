@@ -37,7 +37,7 @@ static void work(pool *p, uint64_t gen, int ith) {
     for (;;) {
         if ((c >> 32) != gen) return;
         uint64_t t = c & 0xffffffffu;
-        if ((int64_t)t >= p->n_tasks) return;
+        if (t == 0xffffffffu || (int64_t)t >= p->n_tasks) return; /* a closed generation, or every task claimed */
         if (!atomic_compare_exchange_weak_explicit(&p->claim, &c, c + 1, memory_order_acq_rel, memory_order_acquire))
             continue;
         p->fn(p->ctx, (int64_t)t, ith);
@@ -92,17 +92,26 @@ pool *pool_new(int n_threads) {
 int pool_size(const pool *p) { return p->n; }
 
 void pool_for(pool *p, int64_t n_tasks, pool_task fn, void *ctx) {
-    HEARTH_CHECK(n_tasks >= 0 && n_tasks < ((int64_t)1 << 32));
+    HEARTH_CHECK(n_tasks >= 0 && n_tasks < ((int64_t)1 << 32) - 1);
     if (n_tasks == 0) return;
     if (p->n == 1 || n_tasks == 1) {
         for (int64_t t = 0; t < n_tasks; t++) fn(ctx, t, 0);
         return;
     }
+    /* First close the old op: a worker still inside work() of the previous generation may
+     * have read "task t" and be about to compare t with n_tasks; were fn, ctx and n_tasks
+     * changed under it while the old claim word stood, its compare-and-swap would succeed
+     * and it would run a task of the new op that is also handed out again (a task run twice:
+     * an in-place update applied twice, and `done` miscounted). A generation whose next
+     * task is past every count makes that CAS fail; the new op then opens one generation
+     * later. */
+    uint64_t gen = (atomic_load(&p->claim) >> 32) + 1;
+    atomic_store(&p->claim, gen << 32 | 0xffffffffu);
     p->fn = fn;
     p->ctx = ctx;
     p->n_tasks = n_tasks;
     atomic_store_explicit(&p->done, 0, memory_order_relaxed);
-    uint64_t gen = (atomic_load(&p->claim) >> 32) + 1;
+    gen++;
     atomic_store(&p->claim, gen << 32); /* seq_cst: pairs with the sleepers count (no lost wake-up) */
     if (atomic_load(&p->sleepers) > 0) {
         pthread_mutex_lock(&p->mu);

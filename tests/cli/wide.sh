@@ -1,0 +1,19 @@
+# wide.sh: the engine at the real widths of Qwen3.6-35B-A3B (vocab 248,320, 256 experts
+# top-8, hidden 2048, 16/2 attention heads, 16/32 GDN heads, expert widths 512) with few
+# layers (3 GDN + 1 attention: `hearth gen --preset wide`, 2.7 GB at q4_k_m): run with
+# prompts of 1, 512, 513 and 2,048 rows (one, two and four passes), bench, and the gates
+# that cross passes. Toy shapes alone once hid an abort at 512 rows here.
+. "$(dirname "$0")/lib.sh"
+W=$TMP/shared-wide-q4_k_m.gguf  # models.h's test_model() finds it under this name
+check "gen wide q4_k_m" "$HEARTH" gen --preset wide --quant q4_k_m --seed 1 -o "$W"
+ids() { seq 1 "$1" | awk '{printf "%s%d", (NR > 1 ? "," : ""), ($1 * 7919) % 248320}'; }
+for n in 1 512 513 2048; do
+    check "run at the real widths, prompt of $n rows" "$HEARTH" run -m "$W" --ids "$(ids "$n")" -n 2 -t 2 --ids-out \
+        --marks "$( [ "$n" -gt 1 ] && echo "1,$((n - 1)),$n" || echo 1)"
+done
+check "bench at the real widths, pp512 tg4" "$HEARTH" bench -m "$W" -p 512 -n 4 -r 1 -t 2
+for g in k_keep stale; do
+    check "gate $g at the real widths" build/gates "$g" wide
+done
+rm -f "$W"
+summary
