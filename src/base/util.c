@@ -1,12 +1,16 @@
-/* util.c: error records, checked allocation, RNG helpers, clock. */
+/* util.c: error records, checked allocation, RNG helpers, clock, whole-file reads. */
 #include "base/util.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 int herr_set(herr *e, const char *fmt, ...) {
     if (e) {
@@ -99,4 +103,52 @@ double time_now(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+int read_file(const char *path, char **data, size_t *len, herr *e) {
+    *data = NULL;
+    if (len) *len = 0;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        int err = errno;
+        herr_set(e, "%s: %s", path, strerror(err));
+        errno = err;
+        return -1;
+    }
+    struct stat st;
+    int err = 0;
+    size_t cap = 1 << 16, n = 0;
+    if (fstat(fd, &st) == 0) {
+        if (S_ISDIR(st.st_mode)) err = EISDIR;
+        else if (S_ISREG(st.st_mode) && (uint64_t)st.st_size >= READ_FILE_MAX) err = EFBIG;
+        else if (S_ISREG(st.st_mode)) cap = (size_t)st.st_size + 2; /* the NUL, and a read that sees the end */
+    }
+    char *buf = err ? NULL : xmalloc(cap);
+    while (!err) {
+        if (n + 1 >= cap) { /* room for one more byte and the NUL */
+            if (cap >= READ_FILE_MAX) {
+                err = EFBIG;
+                break;
+            }
+            cap = cap * 2 < READ_FILE_MAX ? cap * 2 : READ_FILE_MAX;
+            buf = xrealloc(buf, cap);
+        }
+        ssize_t r = read(fd, buf + n, cap - 1 - n);
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0) err = errno;
+        if (r <= 0) break;
+        n += (size_t)r;
+    }
+    close(fd);
+    if (err) {
+        free(buf);
+        if (err == EFBIG) herr_set(e, "%s: larger than %zu GiB", path, READ_FILE_MAX >> 30);
+        else herr_set(e, "%s: %s", path, strerror(err));
+        errno = err;
+        return -1;
+    }
+    buf[n] = 0;
+    *data = buf;
+    if (len) *len = n;
+    return 0;
 }

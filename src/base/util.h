@@ -1,5 +1,6 @@
 /* util.h: the small things every layer uses: the error record for bad input,
- * abort-with-location for broken invariants, checked allocation, a counter-based RNG.
+ * abort-with-location for broken invariants, checked allocation, a counter-based RNG,
+ * reading a whole file.
  * Two classes of error (STYLE.md 5): bytes from outside get a herr and a return code;
  * impossible states call HEARTH_DIE and never return. */
 #ifndef HEARTH_UTIL_H
@@ -57,5 +58,11 @@ uint64_t rng_key(uint64_t seed, const char *name); /* a key per (seed, tensor na
 float rng_normal(uint64_t key, uint64_t i);
 
 double time_now(void); /* seconds, monotonic */
+
+/* The whole file into *data (malloc'd, NUL-terminated; *len excludes the NUL; len may be
+ * NULL). Reads pipes and /dev/stdin too. Returns 0, or -1 with e = "PATH: why" (the errno
+ * text) and errno left saying why (ENOENT: no such file; EFBIG: over READ_FILE_MAX). */
+#define READ_FILE_MAX ((size_t)1 << 31)
+int read_file(const char *path, char **data, size_t *len, herr *e);
 
 #endif

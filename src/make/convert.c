@@ -61,29 +61,16 @@ static bool file_exists(const char *path) {
 static int json_load(const char *path, cJSON **out, herr *e) {
     const char *slash = strrchr(path, '/');
     const char *shown = slash ? slash + 1 : path;
-    FILE *fp = fopen(path, "rb");
-    if (!fp) return herr_set(e, "%s: %s", shown, strerror(errno));
-    char *buf = NULL;
-    size_t len = 0, cap = 0;
-    for (;;) {
-        if (len == cap) {
-            if (cap >= ((size_t)256 << 20)) {
-                fclose(fp);
-                free(buf);
-                return herr_set(e, "%s: larger than 256 MiB", shown);
-            }
-            cap = cap ? cap * 2 : 65536;
-            buf = xrealloc(buf, cap);
-        }
-        size_t r = fread(buf + len, 1, cap - len, fp);
-        len += r;
-        if (r == 0) break;
-    }
-    bool bad = ferror(fp);
-    fclose(fp);
-    if (bad) {
-        free(buf);
-        return herr_set(e, "%s: read error", shown);
+    struct stat sb;
+    if (stat(path, &sb) == 0 && S_ISREG(sb.st_mode) && (uint64_t)sb.st_size > ((uint64_t)256 << 20))
+        return herr_set(e, "%s: larger than 256 MiB", shown);
+    char *buf;
+    size_t len;
+    if (read_file(path, &buf, &len, e) < 0) {
+        /* read_file's message begins with the path: keep it from the file name on */
+        size_t skip = (size_t)(shown - path);
+        if (e && !strncmp(e->msg, path, skip)) memmove(e->msg, e->msg + skip, strlen(e->msg + skip) + 1);
+        return -1;
     }
     *out = cJSON_ParseWithLength(buf, len);
     free(buf);

@@ -272,44 +272,14 @@ void vocab_def_builtin(vocab_def *v) {
 
 #define VOCAB_MAX_ID ((int64_t)1 << 22) /* model_hparams_check's bound on n_vocab */
 
-static int read_file(const char *path, char **out, size_t *size, bool *missing, herr *e) {
-    *missing = false;
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        *missing = errno == ENOENT;
-        return herr_set(e, "%s: cannot open: %s", path, strerror(errno));
-    }
-    size_t cap = 1 << 16, n = 0;
-    char *buf = xmalloc(cap);
-    for (;;) {
-        if (n == cap) {
-            if (cap >= ((size_t)1 << 31)) {
-                fclose(f);
-                free(buf);
-                return herr_set(e, "%s: larger than 2 GiB", path);
-            }
-            cap *= 2;
-            buf = xrealloc(buf, cap);
-        }
-        size_t r = fread(buf + n, 1, cap - n, f);
-        n += r;
-        if (r == 0) break;
-    }
-    bool bad = ferror(f);
-    fclose(f);
-    if (bad) {
-        free(buf);
-        return herr_set(e, "%s: read error", path);
-    }
-    *out = buf;
-    *size = n;
-    return 0;
-}
-
 static int parse_json(const char *path, cJSON **out, bool *missing, herr *e) {
     char *buf = NULL;
     size_t n = 0;
-    if (read_file(path, &buf, &n, missing, e) < 0) return -1;
+    *missing = false;
+    if (read_file(path, &buf, &n, e) < 0) {
+        *missing = errno == ENOENT;
+        return -1;
+    }
     const char *end = NULL;
     cJSON *j = cJSON_ParseWithLengthOpts(buf, n, &end, false);
     if (!j) {

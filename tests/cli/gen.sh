@@ -31,7 +31,7 @@ check_fails "bad -t" "-t '0' must be a thread count" "${G[@]}" --preset tiny -t 
 check_rc "usage errors exit 2" 2 "${G[@]}" --preset huge -o "$T/x.gguf"
 
 # ---- bad tokenizer files ----
-check_fails "unreadable tokenizer" "nope/tokenizer.json: cannot open" \
+check_fails "unreadable tokenizer" "nope/tokenizer.json: No such file" \
     "${G[@]}" --preset tiny --quant f32 --tokenizer "$T/nope/tokenizer.json" -o "$T/x.gguf"
 printf '{"model": {"type": "BPE", "vocab": {"a": 0}, "merges": [' >"$T/bad.json"
 check_fails "malformed tokenizer.json" "bad.json: not valid JSON" \

@@ -10,6 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/util.h"
+
 static int harness_passed, harness_failed, harness_skipped;
 static int harness_cur_failed;
 static const char *harness_skip_why;
@@ -46,6 +48,17 @@ static const char *harness_skip_why;
         }                                                                                 \
         fflush(stdout);                                                                   \
     } while (0)
+
+/* A whole file (read_file: NUL-terminated), or NULL with the reason on stderr. */
+static inline void *test_read(const char *path, size_t *n) {
+    char *b;
+    herr e;
+    if (read_file(path, &b, n, &e) < 0) {
+        fprintf(stderr, "    %s\n", e.msg);
+        return NULL;
+    }
+    return b;
+}
 
 static inline int harness_done(void) {
     printf("%d passed, %d failed, %d skipped\n", harness_passed, harness_failed, harness_skipped);

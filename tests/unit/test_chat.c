@@ -24,19 +24,6 @@
 
 static char tmpdir[256];
 
-static char *slurp(const char *path, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long len = ftell(f);
-    rewind(f);
-    char *b = malloc((size_t)len + 1);
-    *n = fread(b, 1, (size_t)len, f);
-    b[*n] = 0;
-    fclose(f);
-    return b;
-}
-
 static uint64_t fnv1a64(const char *p, size_t n) {
     uint64_t h = 0xcbf29ce484222325ull;
     for (size_t i = 0; i < n; i++) h = (h ^ (uint8_t)p[i]) * 0x100000001b3ull;
@@ -45,7 +32,7 @@ static uint64_t fnv1a64(const char *p, size_t n) {
 
 static chat_template *load_template(const char *path) {
     size_t n;
-    char *src = slurp(path, &n);
+    char *src = test_read(path, &n);
     if (!src) return NULL;
     herr e;
     chat_template *t = chat_template_parse(src, n, &e);
@@ -56,7 +43,7 @@ static chat_template *load_template(const char *path) {
 
 static cJSON *load_chats(void) {
     size_t n;
-    char *s = slurp("tests/fixtures/chat/chats.json", &n);
+    char *s = test_read("tests/fixtures/chat/chats.json", &n);
     cJSON *j = s ? cJSON_ParseWithLength(s, n) : NULL;
     free(s);
     return j;
@@ -67,7 +54,7 @@ static int check_template(const char *name, const char *tpath, const char *hpath
     chat_template *t = load_template(tpath);
     CHECK_MSG(t, "%s does not parse", tpath);
     size_t n;
-    char *exp = slurp(hpath, &n);
+    char *exp = test_read(hpath, &n);
     CHECK_MSG(exp, "cannot read %s", hpath);
     if (!t || !exp) { chat_template_free(t); free(exp); return 0; }
     int total = 0, same = 0, refused = 0;
@@ -430,7 +417,7 @@ TEST(message_starts_qwen3_real) {
     if (tok && t && chats) {
         size_t n, m;
         const char *src = chat_template_source(t, &n);
-        char *fx = slurp("tests/fixtures/templates/Qwen-Qwen3-0.6B.jinja", &m);
+        char *fx = test_read("tests/fixtures/templates/Qwen-Qwen3-0.6B.jinja", &m);
         CHECK_MSG(fx && n == m && !memcmp(src, fx, n), "tokenizer_config.json's chat_template differs from the fixture");
         free(fx);
         int rendered;

@@ -25,18 +25,6 @@ static const char *tmp_path(const char *name) {
     return buf;
 }
 
-static uint8_t *slurp(const char *path, size_t *n) {
-    FILE *fp = fopen(path, "rb");
-    if (!fp) return NULL;
-    fseek(fp, 0, SEEK_END);
-    long len = ftell(fp);
-    fseek(fp, 0, SEEK_SET);
-    uint8_t *b = malloc((size_t)len + 1);
-    *n = fread(b, 1, (size_t)len, fp);
-    fclose(fp);
-    return b;
-}
-
 /* Deterministic tensor bytes: byte j of tensor i. */
 static uint8_t tbyte(int64_t i, uint64_t j) { return (uint8_t)(i * 131 + j * 7 + 1); }
 
@@ -241,7 +229,7 @@ TEST(rewrite_is_byte_identical) {
         snprintf(in, sizeof in, "%s", tmp_path(names[k][0]));
         CHECK_MSG(rewrite(in, tmp_path(names[k][1]), &e) == 0, "%s", e.msg);
         size_t na = 0, nb = 0;
-        uint8_t *a = slurp(in, &na), *b = slurp(tmp_path(names[k][1]), &nb);
+        uint8_t *a = test_read(in, &na), *b = test_read(tmp_path(names[k][1]), &nb);
         CHECK_MSG(a && b && na == nb && !memcmp(a, b, na), "%s: %zu vs %zu bytes", names[k][0], na, nb);
         free(a);
         free(b);
@@ -344,7 +332,7 @@ TEST(writer_threads_and_checks) {
     CHECK_MSG(gguf_writer_close(w, &e) == 0, "%s", e.msg);
     gguf_writer_free(w);
     size_t na, nb;
-    uint8_t *a = slurp(tmp_path("threads.gguf"), &na), *b = slurp(tmp_path("ref32.gguf"), &nb);
+    uint8_t *a = test_read(tmp_path("threads.gguf"), &na), *b = test_read(tmp_path("ref32.gguf"), &nb);
     CHECK(a && b && na == nb && !memcmp(a, b, na));
     free(a);
     free(b);
@@ -621,7 +609,7 @@ TEST(fuzz_regressions) {
         char path[512];
         snprintf(path, sizeof path, "tests/fuzz/regress/%s", de->d_name);
         size_t nb;
-        uint8_t *b = slurp(path, &nb);
+        uint8_t *b = test_read(path, &nb);
         herr e;
         CHECK(b != NULL);
         if (b) open_copy(b, nb, &e);
@@ -640,7 +628,7 @@ int main(void) {
     RUN(rewrite_is_byte_identical);
     RUN(getter_conversions_and_errors);
     RUN(writer_threads_and_checks);
-    ref = slurp(tmp_path("ref32.gguf"), &ref_n);
+    ref = test_read(tmp_path("ref32.gguf"), &ref_n);
     RUN(every_truncation_fails_cleanly);
     RUN(corrupted_fields_are_named);
     RUN(hand_built_bad_files);

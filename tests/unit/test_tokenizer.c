@@ -17,19 +17,6 @@ static char tmpdir[] = "/tmp/hearth-tok-XXXXXX";
 static tokenizer *tok_q2, *tok_q35;
 static gguf_file *gg_q2, *gg_q35;
 
-static char *slurp(const char *path, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long len = ftell(f);
-    rewind(f);
-    char *b = malloc((size_t)len + 1);
-    *n = fread(b, 1, (size_t)len, f);
-    b[*n] = 0;
-    fclose(f);
-    return b;
-}
-
 /* The vocab-only files are committed gzipped; they are unpacked into tmpdir. */
 static tokenizer *load_vocab(const char *name, gguf_file **g) {
     char cmd[512], path[256];
@@ -56,7 +43,7 @@ static void check_vectors(tokenizer *t, const char *name) {
     snprintf(p1, sizeof p1, "tests/fixtures/vocab/%s.inp", name);
     snprintf(p2, sizeof p2, "tests/fixtures/vocab/%s.out", name);
     size_t ni, no;
-    char *inp = slurp(p1, &ni), *outp = slurp(p2, &no);
+    char *inp = test_read(p1, &ni), *outp = test_read(p2, &no);
     CHECK_MSG(inp && outp, "missing %s or %s", p1, p2);
     if (!inp || !outp) { free(inp); free(outp); return; }
     const char *sep = "\n__ggml_vocab_test__\n";
@@ -105,7 +92,7 @@ static corpus C;
 
 static void load_corpus(void) {
     size_t n;
-    char *all = slurp("tests/fixtures/tok/corpus.jsonl", &n);
+    char *all = test_read("tests/fixtures/tok/corpus.jsonl", &n);
     if (!all) return;
     int cap = 4096;
     C.text = malloc(sizeof(char *) * (size_t)cap);
@@ -148,7 +135,7 @@ static void check_corpus(tokenizer *t, const char *vocab) {
     char path[256];
     snprintf(path, sizeof path, "tests/fixtures/tok/expected.%s.jsonl", vocab);
     size_t n;
-    char *all = slurp(path, &n);
+    char *all = test_read(path, &n);
     CHECK_MSG(all && C.n > 0, "missing %s or the corpus", path);
     if (!all || !C.n) { free(all); return; }
     int idx = 0, compared = 0, bad = 0, aborts = 0;
