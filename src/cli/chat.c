@@ -12,29 +12,6 @@
 #include "format/gguf.h"
 #include "text/tokenizer.h"
 
-static void usage_template(FILE *out) {
-    fprintf(out,
-            "usage: hearth template (-m FILE | --template FILE.jinja [-m FILE]) --messages FILE\n"
-            "                       [--add-generation-prompt] [--enable-thinking 0|1] [--tools FILE]\n"
-            "                       [--bos TEXT] [--eos TEXT] [--now SECONDS] [--json | --batch]\n\n"
-            "Renders a chat template as Hugging Face transformers would and prints the text.\n"
-            "  -m, --model FILE     GGUF file: its tokenizer.chat_template (ChatML when it has none)\n"
-            "                       and its vocabulary (for --json's token positions)\n"
-            "  --template FILE      a Jinja template file instead of the GGUF's\n"
-            "  --messages FILE      JSON: an array of messages, or an object with \"messages\" and\n"
-            "                       optionally \"tools\", \"add_generation_prompt\", \"enable_thinking\",\n"
-            "                       \"bos_token\", \"eos_token\", \"extra\" (more variables); - is stdin\n"
-            "  --tools FILE         JSON array of tool definitions (overrides the messages file's)\n"
-            "  --add-generation-prompt, --enable-thinking 0|1, --bos TEXT, --eos TEXT\n"
-            "                       override the messages file's settings\n"
-            "  --now SECONDS        the time strftime_now formats (seconds since 1970, UTC; default: now)\n"
-            "  --json               print {\"text\", \"n_tokens\", \"starts\"}: starts are the token\n"
-            "                       positions where messages begin (needs -m)\n"
-            "  --batch              the messages file is an array of such objects: print one JSON\n"
-            "                       line per chat, {\"ok\": true, \"text\": ...} or {\"ok\": false, \"error\": ...}\n"
-            "                       (what tools/ref/jinja_render.py --batch prints)\n");
-}
-
 static int render_batch(const chat_template *t, const char *json, size_t len, int64_t now) {
     cJSON *all = cJSON_ParseWithLength(json, len);
     if (!cJSON_IsArray(all)) {
@@ -67,56 +44,59 @@ static int render_batch(const chat_template *t, const char *json, size_t len, in
     return 0;
 }
 
-static char *slurp(const char *path, size_t *len) {
-    FILE *f = strcmp(path, "-") ? fopen(path, "rb") : stdin;
-    if (!f) return NULL;
-    size_t cap = 1 << 16, n = 0;
-    char *buf = malloc(cap);
-    size_t r;
-    while (buf && (r = fread(buf + n, 1, cap - n, f)) > 0) {
-        n += r;
-        if (n == cap) {
-            char *nb = realloc(buf, cap *= 2);
-            if (!nb) { free(buf); buf = NULL; }
-            buf = nb;
-        }
-    }
-    if (f != stdin) fclose(f);
-    if (buf) { *len = n; buf[n < cap ? n : cap - 1] = 0; }
-    return buf;
+/* A file, or standard input for "-"; false with the message printed. */
+static bool read_input(const char *path, char **data, size_t *len) {
+    herr e;
+    if (read_file(strcmp(path, "-") ? path : "/dev/stdin", data, len, &e) == 0) return true;
+    fprintf(stderr, "hearth template: %s\n", e.msg);
+    return false;
 }
 
 int cmd_template(int argc, char **argv) {
-    const char *model = NULL, *tmpl_path = NULL, *msgs_path = NULL, *tools_path = NULL, *bos = NULL, *eos = NULL, *now_s = NULL;
-    int gen_prompt = -1, thinking = -2;
-    bool json = false, batch = false;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        const char *val = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage_template(stdout); return 0; }
-        if (!strcmp(a, "--add-generation-prompt")) { gen_prompt = 1; continue; }
-        if (!strcmp(a, "--json")) { json = true; continue; }
-        if (!strcmp(a, "--batch")) { batch = true; continue; }
-        const char **dst = !strcmp(a, "-m") || !strcmp(a, "--model") ? &model : !strcmp(a, "--template") ? &tmpl_path
-                         : !strcmp(a, "--messages") ? &msgs_path : !strcmp(a, "--tools") ? &tools_path
-                         : !strcmp(a, "--bos") ? &bos : !strcmp(a, "--eos") ? &eos : !strcmp(a, "--now") ? &now_s : NULL;
-        if (!dst && strcmp(a, "--enable-thinking")) {
-            fprintf(stderr, "hearth template: unknown option '%s'\n", a);
-            usage_template(stderr);
-            return 2;
-        }
-        if (!val) { fprintf(stderr, "hearth template: %s needs a value\n", a); return 2; }
-        i++;
-        if (dst) { *dst = val; continue; }
-        if (strcmp(val, "0") && strcmp(val, "1")) { fprintf(stderr, "hearth template: --enable-thinking takes 0 or 1\n"); return 2; }
-        thinking = val[0] - '0';
-    }
+    const char *model = NULL, *tmpl_path = NULL, *msgs_path = NULL, *tools_path = NULL, *bos = NULL, *eos = NULL;
+    int thinking = -1; /* not given; else the index of "0" or "1" */
+    int64_t now = 0;
+    bool gen_prompt = false, json = false, batch = false;
+    static const char *const zero_one[] = {"0", "1", NULL};
+    const arg_opt opts[] = {
+        ARG_STR("--model", "-m", &model, "FILE",
+                "GGUF file: its tokenizer.chat_template (ChatML when it has none)\n"
+                "and its vocabulary (for --json's token positions)"),
+        ARG_STR("--template", NULL, &tmpl_path, "FILE", "a Jinja template file instead of the GGUF's"),
+        ARG_STR("--messages", NULL, &msgs_path, "FILE",
+                "JSON: an array of messages, or an object with \"messages\" and\n"
+                "optionally \"tools\", \"add_generation_prompt\", \"enable_thinking\",\n"
+                "\"bos_token\", \"eos_token\", \"extra\" (more variables); - is stdin"),
+        ARG_STR("--tools", NULL, &tools_path, "FILE", "JSON array of tool definitions (overrides the messages file's)"),
+        ARG_FLAG("--add-generation-prompt", NULL, &gen_prompt, "override the messages file's add_generation_prompt"),
+        ARG_ENUM("--enable-thinking", NULL, &thinking, zero_one, "override the messages file's enable_thinking"),
+        ARG_STR("--bos", NULL, &bos, "TEXT", "override the messages file's bos_token"),
+        ARG_STR("--eos", NULL, &eos, "TEXT", "override the messages file's eos_token"),
+        ARG_I64("--now", NULL, &now, 1, INT64_MAX / 2, "SECONDS",
+                "the time strftime_now formats (seconds since 1970, UTC; default: now)"),
+        ARG_FLAG("--json", NULL, &json,
+                 "print {\"text\", \"n_tokens\", \"starts\"}: starts are the token\n"
+                 "positions where messages begin (needs -m)"),
+        ARG_FLAG("--batch", NULL, &batch,
+                 "the messages file is an array of such objects: print one JSON\n"
+                 "line per chat, {\"ok\": true, \"text\": ...} or {\"ok\": false, \"error\": ...}\n"
+                 "(what tools/ref/jinja_render.py --batch prints)"),
+        ARG_END,
+    };
+    const arg_cmd cmd = {
+        .name = "template",
+        .usage = "hearth template (-m FILE | --template FILE.jinja [-m FILE]) --messages FILE\n"
+                 "                       [--add-generation-prompt] [--enable-thinking 0|1] [--tools FILE]\n"
+                 "                       [--bos TEXT] [--eos TEXT] [--now SECONDS] [--json | --batch]",
+        .about = "Renders a chat template as Hugging Face transformers would and prints the text.",
+        .opts = opts,
+    };
+    int prc = args_parse(&cmd, argc, argv, NULL, NULL);
+    if (prc != ARGS_RUN) return prc;
     if (!msgs_path || (!model && !tmpl_path)) {
         fprintf(stderr, "hearth template: --messages and one of -m or --template are required\n");
         return 2;
     }
-    int64_t now = 0;
-    if (now_s && !arg_i64("--now", now_s, 1, INT64_MAX / 2, &now, "template")) return 2;
     if (json && !model) { fprintf(stderr, "hearth template: --json needs -m FILE for the vocabulary\n"); return 2; }
     int rc = 1;
     herr e;
@@ -133,13 +113,13 @@ int cmd_template(int argc, char **argv) {
         if (json && tokenizer_load(&tok, g, &e) != 0) { fprintf(stderr, "hearth template: %s: %s\n", model, e.msg); goto done; }
     }
     if (tmpl_path) {
-        if (!(src = slurp(tmpl_path, &len))) { fprintf(stderr, "hearth template: cannot read %s\n", tmpl_path); goto done; }
+        if (!read_input(tmpl_path, &src, &len)) goto done;
         t = chat_template_parse(src, len, &e);
     } else {
         t = chat_template_from_gguf(g, &e);
     }
     if (!t) { fprintf(stderr, "hearth template: %s: %s\n", tmpl_path ? tmpl_path : model, e.msg); goto done; }
-    if (!(msgs = slurp(msgs_path, &len))) { fprintf(stderr, "hearth template: cannot read %s\n", msgs_path); goto done; }
+    if (!read_input(msgs_path, &msgs, &len)) goto done;
     if (batch) {
         rc = render_batch(t, msgs, len, now);
         goto done;
@@ -147,13 +127,14 @@ int cmd_template(int argc, char **argv) {
     chat_input in;
     if (chat_input_parse(msgs, len, &in, &root, &e) != 0) { fprintf(stderr, "hearth template: %s: %s\n", msgs_path, e.msg); goto done; }
     if (tools_path) {
-        if (!(tsrc = slurp(tools_path, &len)) || !(tools = cJSON_ParseWithLength(tsrc, len)) || !cJSON_IsArray(tools)) {
+        if (!read_input(tools_path, &tsrc, &len)) goto done;
+        if (!(tools = cJSON_ParseWithLength(tsrc, len)) || !cJSON_IsArray(tools)) {
             fprintf(stderr, "hearth template: %s: expected a JSON array of tools\n", tools_path);
             goto done;
         }
         in.tools = tools;
     }
-    if (gen_prompt >= 0) in.add_generation_prompt = gen_prompt;
+    if (gen_prompt) in.add_generation_prompt = true;
     if (thinking >= 0) in.enable_thinking = thinking;
     if (bos) in.bos_token = bos;
     if (eos) in.eos_token = eos;

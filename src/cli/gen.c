@@ -1,92 +1,48 @@
 /* cli/gen.c: `hearth gen`: writes a synthetic qwen35moe GGUF of a preset's shapes with random
  * weights (src/gen.h) and a built-in or imported tokenizer (src/vocab_import.h). */
-#include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli/args.h"
 #include "cli/cli.h"
 #include "make/gen.h"
 
-static void gen_usage(FILE *out) {
-    fprintf(out,
-            "usage: hearth gen --preset tiny|small|q36 --quant f32|q8_0|q4_k_m -o FILE\n"
-            "                  [--seed N] [--tokenizer tokenizer.json|DIR] [-t THREADS]\n"
-            "\n"
-            "Writes a qwen35moe GGUF with random weights (deterministic per seed, whatever the\n"
-            "thread count) in llama.cpp's F32, Q8_0 or Q4_K_M tensor-type mix.\n"
-            "  --preset      tiny (4 layers, 8 experts), small (8 layers, 64 experts, CPU benches),\n"
-            "                q36 (the shapes of Qwen3.6-35B-A3B: 40 layers, 256 experts, ~21 GB at q4_k_m)\n"
-            "  --quant       f32 | q8_0 | q4_k_m (default q4_k_m)\n"
-            "  --seed        weights' seed (default 1)\n"
-            "  --tokenizer   a Hugging Face byte-level BPE tokenizer.json (tokenizer_config.json\n"
-            "                beside it is read too); default: a small built-in vocabulary with\n"
-            "                Qwen's special tokens and a ChatML template\n"
-            "  -t, --threads writer threads (default: every core)\n"
-            "  -o, --output  the file to write\n");
-}
-
-static int parse_u64(const char *s, uint64_t *out) {
-    if (!s || !*s || *s == '-') return -1;
-    char *end;
-    errno = 0;
-    unsigned long long v = strtoull(s, &end, 0);
-    if (errno || *end) return -1;
-    *out = v;
-    return 0;
-}
+static int parse_quant(const char *v, void *dst, herr *e) { return gen_quant_parse(v, (gen_quant *)dst, e); }
 
 int cmd_gen(int argc, char **argv) {
     gen_opts o = {.preset = NULL, .quant = GEN_Q4_K_M, .seed = 1, .n_threads = 0, .log = stderr};
+    int64_t seed = 1;
     herr e;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            gen_usage(stdout);
-            return 0;
-        }
-        const char *val = i + 1 < argc ? argv[i + 1] : NULL;
-        bool takes = !strcmp(a, "--preset") || !strcmp(a, "--quant") || !strcmp(a, "--seed") ||
-                     !strcmp(a, "--tokenizer") || !strcmp(a, "-t") || !strcmp(a, "--threads") ||
-                     !strcmp(a, "-o") || !strcmp(a, "--output");
-        if (!takes) {
-            fprintf(stderr, "hearth gen: unknown option '%s'\n", a);
-            gen_usage(stderr);
-            return 2;
-        }
-        if (!val) {
-            fprintf(stderr, "hearth gen: %s needs a value\n", a);
-            return 2;
-        }
-        i++;
-        if (!strcmp(a, "--preset")) {
-            o.preset = val;
-        } else if (!strcmp(a, "--quant")) {
-            if (gen_quant_parse(val, &o.quant, &e) < 0) {
-                fprintf(stderr, "hearth gen: %s\n", e.msg);
-                return 2;
-            }
-        } else if (!strcmp(a, "--seed")) {
-            if (parse_u64(val, &o.seed) < 0) {
-                fprintf(stderr, "hearth gen: --seed '%s' is not a non-negative integer\n", val);
-                return 2;
-            }
-        } else if (!strcmp(a, "--tokenizer")) {
-            o.tokenizer = val;
-        } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
-            uint64_t t;
-            if (parse_u64(val, &t) < 0 || t < 1 || t > 1024) {
-                fprintf(stderr, "hearth gen: %s '%s' must be a thread count in [1, 1024]\n", a, val);
-                return 2;
-            }
-            o.n_threads = (int)t;
-        } else {
-            o.out_path = val;
-        }
-    }
+    const arg_opt opts[] = {
+        ARG_STR("--preset", NULL, &o.preset, "NAME",
+                "tiny (4 layers, 8 experts), small (8 layers, 64 experts, CPU benches),\n"
+                "wide (every width of q36: vocab, experts, heads; 3 GDN + 1 attention layer),\n"
+                "q36 (the shapes of Qwen3.6-35B-A3B: 40 layers, 256 experts, ~21 GB at q4_k_m)"),
+        ARG_FN("--quant", NULL, &o.quant, parse_quant, "f32|q8_0|q4_k_m", "tensor types (default q4_k_m)"),
+        ARG_I64("--seed", NULL, &seed, 0, INT64_MAX, "N", "weights' seed (default 1)"),
+        ARG_STR("--tokenizer", NULL, &o.tokenizer, "FILE|DIR",
+                "a Hugging Face byte-level BPE tokenizer.json (tokenizer_config.json\n"
+                "beside it is read too); default: a small built-in vocabulary with\n"
+                "Qwen's special tokens and a ChatML template"),
+        ARG_INT("--threads", "-t", &o.n_threads, 1, 1024, "N", "writer threads (default: every core)"),
+        ARG_STR("--output", "-o", &o.out_path, "FILE", "the file to write"),
+        ARG_END,
+    };
+    const arg_cmd cmd = {
+        .name = "gen",
+        .usage = "hearth gen --preset tiny|small|wide|q36 --quant f32|q8_0|q4_k_m -o FILE\n"
+                 "                  [--seed N] [--tokenizer tokenizer.json|DIR] [-t THREADS]",
+        .about = "Writes a qwen35moe GGUF with random weights (deterministic per seed, whatever the\n"
+                 "thread count) in llama.cpp's F32, Q8_0 or Q4_K_M tensor-type mix.",
+        .opts = opts,
+    };
+    int rc = args_parse(&cmd, argc, argv, NULL, NULL);
+    if (rc != ARGS_RUN) return rc;
+    o.seed = (uint64_t)seed;
     if (!o.preset) {
-        fprintf(stderr, "hearth gen: --preset is required (tiny, small, q36)\n");
+        fprintf(stderr, "hearth gen: --preset is required (tiny, small, wide, q36)\n");
         return 2;
     }
     model_hparams hp;

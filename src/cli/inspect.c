@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli/args.h"
 #include "cli/cli.h"
 #include "format/gguf.h"
 #include "format/quant.h"
@@ -13,13 +14,17 @@
 #define STR_SHOWN 80     /* bytes of a long string shown before "..." */
 #define ARR_SHOWN 6      /* elements of an array shown */
 
-static void usage(FILE *out) {
-    fprintf(out, "usage: hearth inspect FILE\n\n"
-                 "Prints a GGUF file's header, every metadata key with its type and value (arrays\n"
-                 "and long strings abridged) and the tensor table: name, type, shape (ggml order,\n"
-                 "ne[0] first), bytes, with totals of bytes and parameters and a count by type.\n"
-                 "Exits 1 with a message naming the field and its byte offset if the file is malformed.\n");
-}
+static const arg_cmd inspect_cmd = {
+    .name = "inspect",
+    .usage = "hearth inspect FILE",
+    .about = "Prints a GGUF file's header, every metadata key with its type and value (arrays\n"
+             "and long strings abridged) and the tensor table: name, type, shape (ggml order,\n"
+             "ne[0] first), bytes, with totals of bytes and parameters and a count by type.\n"
+             "Exits 1 with a message naming the field and its byte offset if the file is malformed.\n",
+    .opts = (const arg_opt[]){ARG_END},
+    .pos_name = "FILE",
+    .max_pos = 1,
+};
 
 /* A string quoted, with escapes for quotes, backslashes and control bytes; UTF-8 passes. */
 static void put_quoted(const char *p, uint64_t n, uint64_t max) {
@@ -119,25 +124,11 @@ static void put_shape(const gguf_tensor *t, char *buf, size_t cap) {
 
 int cmd_inspect(int argc, char **argv) {
     const char *path = NULL;
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-            usage(stdout);
-            return 0;
-        }
-        if (argv[i][0] == '-' && argv[i][1]) {
-            fprintf(stderr, "hearth inspect: unknown option '%s'\n", argv[i]);
-            usage(stderr);
-            return 2;
-        }
-        if (path) {
-            fprintf(stderr, "hearth inspect: one FILE only\n");
-            usage(stderr);
-            return 2;
-        }
-        path = argv[i];
-    }
+    int n_pos, rc = args_parse(&inspect_cmd, argc, argv, &path, &n_pos);
+    if (rc != ARGS_RUN) return rc;
     if (!path) {
-        usage(stderr);
+        fprintf(stderr, "hearth inspect: FILE is required\n");
+        args_usage(&inspect_cmd, stderr);
         return 2;
     }
     gguf_file *f;

@@ -7,73 +7,60 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli/args.h"
 #include "cli/cli.h"
 #include "format/gguf.h"
 #include "text/tokenizer.h"
 
-static void usage_tokenize(FILE *out) {
-    fprintf(out,
-            "usage: hearth tokenize -m FILE [--no-parse-special] [--no-bos] [TEXT]\n\n"
-            "Prints the ids of TEXT as a JSON list, like llama-tokenize --ids. Without TEXT, reads\n"
-            "standard input one JSON string per line (\"hi\\n\") and prints one list per line.\n"
-            "  -m, --model FILE     GGUF file whose vocabulary to use (vocab-only files work)\n"
-            "  --no-parse-special   do not turn control-token texts such as <|im_start|> into\n"
-            "                       their ids (user-defined tokens are still split out)\n"
-            "  --no-bos             do not prepend BOS even where the vocabulary asks for it\n");
-}
-
-static void usage_detokenize(FILE *out) {
-    fprintf(out,
-            "usage: hearth detokenize -m FILE [--no-render-special] [IDS]\n\n"
-            "Writes the text of IDS, a JSON list such as [9707, 1879], to standard output as it is.\n"
-            "Without IDS, reads standard input one JSON list per line and prints one JSON string\n"
-            "per line (bytes that are not UTF-8 are passed through inside the quotes).\n"
-            "  -m, --model FILE      GGUF file whose vocabulary to use\n"
-            "  --no-render-special   control tokens (<|im_end|>, ...) give no text\n");
-}
-
 typedef struct opts {
     const char *model, *input;
-    bool parse_special, no_bos, render_special;
+    bool no_parse_special, no_bos, no_render_special;
 } opts;
 
-/* Parses the shared flags; returns 0 to run, or an exit code. */
+/* Parses the flags of tokenize or detokenize; returns ARGS_RUN to run, or an exit code. */
 static int parse_args(int argc, char **argv, opts *o, bool detok) {
-    const char *cmd = argv[0];
-    *o = (opts){.parse_special = true, .render_special = true};
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            detok ? usage_detokenize(stdout) : usage_tokenize(stdout);
-            return -1;
-        } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
-            if (++i >= argc) { fprintf(stderr, "hearth %s: %s needs a file\n", cmd, a); return 2; }
-            o->model = argv[i];
-        } else if (!detok && !strcmp(a, "--no-parse-special")) {
-            o->parse_special = false;
-        } else if (!detok && !strcmp(a, "--no-bos")) {
-            o->no_bos = true;
-        } else if (detok && !strcmp(a, "--no-render-special")) {
-            o->render_special = false;
-        } else if (!strcmp(a, "--")) {
-            if (i + 1 < argc) o->input = argv[++i];
-            if (i + 1 < argc) { fprintf(stderr, "hearth %s: one input at most\n", cmd); return 2; }
-        } else if (a[0] == '-' && a[1] != 0) {
-            fprintf(stderr, "hearth %s: unknown option '%s'\n", cmd, a);
-            detok ? usage_detokenize(stderr) : usage_tokenize(stderr);
-            return 2;
-        } else if (o->input) {
-            fprintf(stderr, "hearth %s: one input at most (quote the text)\n", cmd);
-            return 2;
-        } else {
-            o->input = a;
-        }
-    }
+    *o = (opts){0};
+    const arg_opt tok_opts[] = {
+        ARG_STR("--model", "-m", &o->model, "FILE", "GGUF file whose vocabulary to use (vocab-only files work)"),
+        ARG_FLAG("--no-parse-special", NULL, &o->no_parse_special,
+                 "do not turn control-token texts such as <|im_start|> into\n"
+                 "their ids (user-defined tokens are still split out)"),
+        ARG_FLAG("--no-bos", NULL, &o->no_bos, "do not prepend BOS even where the vocabulary asks for it"),
+        ARG_END,
+    };
+    const arg_opt detok_opts[] = {
+        ARG_STR("--model", "-m", &o->model, "FILE", "GGUF file whose vocabulary to use"),
+        ARG_FLAG("--no-render-special", NULL, &o->no_render_special, "control tokens (<|im_end|>, ...) give no text"),
+        ARG_END,
+    };
+    const arg_cmd tok_cmd = {
+        .name = "tokenize",
+        .usage = "hearth tokenize -m FILE [--no-parse-special] [--no-bos] [TEXT]",
+        .about = "Prints the ids of TEXT as a JSON list, like llama-tokenize --ids. Without TEXT, reads\n"
+                 "standard input one JSON string per line (\"hi\\n\") and prints one list per line.",
+        .opts = tok_opts,
+        .pos_name = "TEXT",
+        .max_pos = 1,
+    };
+    const arg_cmd detok_cmd = {
+        .name = "detokenize",
+        .usage = "hearth detokenize -m FILE [--no-render-special] [IDS]",
+        .about = "Writes the text of IDS, a JSON list such as [9707, 1879], to standard output as it is.\n"
+                 "Without IDS, reads standard input one JSON list per line and prints one JSON string\n"
+                 "per line (bytes that are not UTF-8 are passed through inside the quotes).",
+        .opts = detok_opts,
+        .pos_name = "IDS",
+        .max_pos = 1,
+    };
+    const arg_cmd *cmd = detok ? &detok_cmd : &tok_cmd;
+    int rc = args_parse(cmd, argc, argv, &o->input, NULL);
+    if (rc != ARGS_RUN) return rc;
     if (!o->model) {
-        fprintf(stderr, "hearth %s: -m FILE is required\n", cmd);
+        fprintf(stderr, "hearth %s: -m FILE is required\n", cmd->name);
+        args_usage(cmd, stderr);
         return 2;
     }
-    return 0;
+    return ARGS_RUN;
 }
 
 static int open_vocab(const char *cmd, const char *path, gguf_file **g, tokenizer **t) {
@@ -101,7 +88,7 @@ static char *read_line(FILE *in, char **buf, size_t *cap, size_t *len) {
 
 static void print_ids(const tokenizer *t, const opts *o, const char *text, size_t len) {
     int64_t n;
-    int32_t *ids = tokenizer_encode_alloc(t, text, len, o->parse_special, &n);
+    int32_t *ids = tokenizer_encode_alloc(t, text, len, !o->no_parse_special, &n);
     putchar('[');
     bool first = true;
     if (tokenizer_add_bos(t) && !o->no_bos) {
@@ -119,7 +106,7 @@ static void print_ids(const tokenizer *t, const opts *o, const char *text, size_
 int cmd_tokenize(int argc, char **argv) {
     opts o;
     int rc = parse_args(argc, argv, &o, false);
-    if (rc) return rc < 0 ? 0 : rc;
+    if (rc != ARGS_RUN) return rc;
     gguf_file *g;
     tokenizer *t;
     if (open_vocab(argv[0], o.model, &g, &t)) return 1;
@@ -195,7 +182,7 @@ static void put_json_string(const char *p, size_t n) {
 int cmd_detokenize(int argc, char **argv) {
     opts o;
     int rc = parse_args(argc, argv, &o, true);
-    if (rc) return rc < 0 ? 0 : rc;
+    if (rc != ARGS_RUN) return rc;
     gguf_file *g;
     tokenizer *t;
     if (open_vocab(argv[0], o.model, &g, &t)) return 1;
@@ -225,7 +212,7 @@ int cmd_detokenize(int argc, char **argv) {
         size_t tl = 0;
         for (int64_t i = 0; i < n; i++) {
             size_t pl;
-            const char *p = tokenizer_piece(t, ids[i], o.render_special, &pl);
+            const char *p = tokenizer_piece(t, ids[i], !o.no_render_special, &pl);
             if (tl + pl > text_cap) {
                 text_cap = 2 * (tl + pl) + 64;
                 text = xrealloc(text, text_cap);

@@ -20,14 +20,14 @@ check_rc() {
 }
 
 # ---- usage errors ----
-check_fails "unknown preset" "unknown preset 'huge' \(tiny, small, q36\)" "${G[@]}" --preset huge --quant f32 -o "$T/x.gguf"
+check_fails "unknown preset" "unknown preset 'huge' \(tiny, small, wide, q36\)" "${G[@]}" --preset huge --quant f32 -o "$T/x.gguf"
 check_fails "bad --quant" "unknown quantization 'q5_k' \(f32, q8_0, q4_k_m\)" "${G[@]}" --preset tiny --quant q5_k -o "$T/x.gguf"
 check_fails "missing -o" "-o FILE is required" "${G[@]}" --preset tiny --quant f32
 check_fails "missing --preset" "--preset is required" "${G[@]}" --quant f32 -o "$T/x.gguf"
 check_fails "unknown option" "unknown option '--frobnicate'" "${G[@]}" --preset tiny --frobnicate -o "$T/x.gguf"
 check_fails "option without a value" "-o needs a value" "${G[@]}" --preset tiny -o
-check_fails "bad --seed" "--seed '-3' is not a non-negative integer" "${G[@]}" --preset tiny --seed -3 -o "$T/x.gguf"
-check_fails "bad -t" "-t '0' must be a thread count" "${G[@]}" --preset tiny -t 0 -o "$T/x.gguf"
+check_fails "bad --seed" "--seed expects a whole number in \\[0, [0-9]+\\], got '-3'" "${G[@]}" --preset tiny --seed -3 -o "$T/x.gguf"
+check_fails "bad -t" "-t expects a whole number in \\[1, 1024\\], got '0'" "${G[@]}" --preset tiny -t 0 -o "$T/x.gguf"
 check_rc "usage errors exit 2" 2 "${G[@]}" --preset huge -o "$T/x.gguf"
 
 # ---- bad tokenizer files ----
