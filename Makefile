@@ -24,6 +24,17 @@ CLI_OBJ := $(CLI_SRC:%.c=$(BUILD)/obj/%.o)
 REF_OBJ := $(REF_SRC:%.c=$(BUILD)/obj/%.o)
 TEST_BIN := $(TEST_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 
+# `hearth --version` names the commit; main.o is rebuilt when the description changes (the
+# stamp file is rewritten only then). Outside a git checkout: "unknown".
+HEARTH_GIT := $(shell git describe --always --dirty 2>/dev/null || echo unknown)
+GIT_STAMP := $(BUILD)/git-describe.txt
+ifneq ($(MAKECMDGOALS),clean)
+$(shell mkdir -p $(BUILD) && [ "$$(cat $(GIT_STAMP) 2>/dev/null)" = "$(HEARTH_GIT)" ] || echo "$(HEARTH_GIT)" >$(GIT_STAMP))
+endif
+$(BUILD)/obj/src/cli/main.o: CFLAGS += -DHEARTH_GIT='"$(HEARTH_GIT)"'
+$(BUILD)/obj/src/cli/main.o: $(GIT_STAMP)
+$(GIT_STAMP): ;
+
 # SIMD kernels: compiled for AVX2/FMA/F16C, called only after a run-time CPU check.
 $(BUILD)/obj/src/format/quant_avx2.o: CFLAGS += -mavx2 -mfma -mf16c
 $(BUILD)/obj/src/engine/cpu/%_avx2.o: CFLAGS += -mavx2 -mfma -mf16c

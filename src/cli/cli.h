@@ -4,6 +4,8 @@
 #ifndef HEARTH_CLI_H
 #define HEARTH_CLI_H
 
+#define HEARTH_VERSION "0.5.0" /* `hearth --version` */
+
 int cmd_inspect(int argc, char **argv);
 int cmd_gen(int argc, char **argv);
 int cmd_bench(int argc, char **argv);

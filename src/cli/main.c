@@ -4,19 +4,32 @@
 
 #include "cli/cli.h"
 
+/* the commit, from the Makefile: `git describe --always --dirty`, or "unknown" */
+#ifndef HEARTH_GIT
+#define HEARTH_GIT "unknown"
+#endif
+
+static int cmd_version(int argc, char **argv) {
+    (void)argc;
+    (void)argv;
+    printf("hearth %s (git %s)\n", HEARTH_VERSION, HEARTH_GIT);
+    return 0;
+}
+
 static const struct {
     const char *name;
     int (*fn)(int argc, char **argv);
     const char *what;
 } commands[] = {
     {"inspect", cmd_inspect, "print a GGUF file's metadata and tensor table"},
-    {"gen", cmd_gen, "write a synthetic qwen35moe GGUF (tiny, small, q36)"},
+    {"gen", cmd_gen, "write a synthetic qwen35moe GGUF (tiny, small, wide, q36)"},
     {"run", cmd_run, "generate from a prompt on the CPU engine"},
     {"bench", cmd_bench, "prompt and decode throughput (pp/tg rows, medians)"},
     {"tokenize", cmd_tokenize, "text to token ids (JSON), like llama-tokenize --ids"},
     {"detokenize", cmd_detokenize, "token ids (JSON list) to text"},
     {"convert", cmd_convert, "convert a Hugging Face Qwen3.5/3.6 MoE checkpoint to GGUF"},
     {"template", cmd_template, "render a chat template (and show where messages begin)"},
+    {"version", cmd_version, "print the version and the commit it was built from (also --version)"},
 };
 
 static void usage(FILE *out) {
@@ -31,6 +44,7 @@ int main(int argc, char **argv) {
         usage(stderr);
         return 2;
     }
+    if (!strcmp(argv[1], "--version")) return cmd_version(argc - 1, argv + 1);
     if (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "help")) {
         usage(stdout);
         return 0;
