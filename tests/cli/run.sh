@@ -17,8 +17,10 @@ if [ -n "$s1" ] && [ "$s1" = "$s2" ]; then ok "sampling is reproducible per seed
 ids=$(python3 -c "print(','.join(str(i % 900 + 1) for i in range(100)))")
 check "--marks reports each point" bash -c "$HEARTH run -m $m --ids $ids -n 1 --marks 30,99 2>&1 | grep -q 'point 1: position 99, [0-9]* bytes'"
 
-check_fails "prompt past the context" "exceeds the context" $HEARTH run -m "$m" --ids "$ids" -n 1 -c 50
-check_fails "mark past the prompt" "mark 200 is outside" $HEARTH run -m "$m" --ids 1,2,3 -n 1 --marks 200
+check_fails "prompt past the context" "exceed the context of 50 tokens \(-c\)" $HEARTH run -m "$m" --ids "$ids" -n 1 -c 50
+check_fails "context fills before -n tokens: exit 1" "the context of 10 tokens \(-c\) filled after" $HEARTH run -m "$m" --ids 1,2,3 -n 20 -c 10
+check_fails "mark past the prompt" "position 200 is outside the prompt's positions" $HEARTH run -m "$m" --ids 1,2,3 -n 1 --marks 200
+check_fails "marks out of order" "position 2 does not come after" $HEARTH run -m "$m" --ids 1,2,3 -n 1 --marks 3,2
 check_fails "token id outside the vocabulary" "outside the vocabulary" $HEARTH run -m "$m" --ids 1,99999 -n 1
 check_fails "bad -n" "-n expects a whole number" $HEARTH run -m "$m" -p hi -n abc
 check_fails "bad --temp" "--temp expects a number" $HEARTH run -m "$m" -p hi --temp -1
