@@ -17,7 +17,7 @@ log() { echo "peer: $*" >&2; }
 
 if [ -z "$(peer_missing)" ]; then echo "$PEER_BIN"; exit 0; fi
 
-for tool in npm git cmake c++ tar; do
+for tool in git cmake c++ tar; do
     command -v "$tool" >/dev/null 2>&1 || { log "needs $tool (see scripts/setup-deps.sh)"; exit 1; }
 done
 mkdir -p "$PEER_DIR"
@@ -32,6 +32,7 @@ t0=$SECONDS
 if [ ! -d "$PEER_SRC/.git" ]; then
     if [ ! -f "$bundle" ]; then
         if [ ! -f "$tgz" ]; then
+            command -v npm >/dev/null 2>&1 || { log "needs npm (see scripts/setup-deps.sh)"; exit 1; }
             log "fetching $PEER_NPM_PKG@$PEER_NPM_VERSION from npm"
             (cd "$PEER_DIR" && npm pack --silent "$PEER_NPM_PKG@$PEER_NPM_VERSION" >&2)
         fi
