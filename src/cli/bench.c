@@ -33,35 +33,39 @@ static double active_bytes(const model *m) {
     return total;
 }
 
-static void usage(FILE *o) {
-    fprintf(o, "usage: hearth bench -m FILE [-p 512] [-n 128] [-t threads] [-r reps] [--kv f16] [--marks m1,m2,...]\n"
-               "                    [--device cpu|cuda|auto]\n"
-               "  prints pp (prompt) and tg (decode) tok/s, medians of reps after one warm-up;\n"
-               "  with --marks, the prompt pass also runs with those marks (alternating reps) and the\n"
-               "  time the points added is printed\n");
-}
-
 int cmd_bench(int argc, char **argv) {
-    const char *path = NULL;
-    int64_t n_prompt = 512, n_gen = 128, threads = 0, reps = 5;
-    bool kv_f16 = false;
-    const char *marks_arg = NULL;
-    int64_t n_marks = 0;
+    const char *path = NULL, *marks_arg = NULL;
+    int64_t n_prompt = 512, n_gen = 128, threads = 0, reps = 5, n_marks = 0;
+    int kv = 0;
     engine_device device = ENGINE_AUTO;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 0; }
-        else if (!strcmp(a, "-m")) { if (!v) goto bad; path = v; i++; }
-        else if (!strcmp(a, "-p")) { if (!arg_i64(a, v, 0, 1 << 20, &n_prompt, "bench")) return 2; i++; }
-        else if (!strcmp(a, "-n")) { if (!arg_i64(a, v, 0, 1 << 20, &n_gen, "bench")) return 2; i++; }
-        else if (!strcmp(a, "-t")) { if (!arg_i64(a, v, 1, 512, &threads, "bench")) return 2; i++; }
-        else if (!strcmp(a, "-r")) { if (!arg_i64(a, v, 1, 1000, &reps, "bench")) return 2; i++; }
-        else if (!strcmp(a, "--marks")) { if (!v) goto bad; marks_arg = v; i++; }
-        else if (!strcmp(a, "--device")) { if (!cli_device(v, &device, "bench")) return 2; i++; }
-        else if (!strcmp(a, "--kv")) { if (!v || (strcmp(v, "f16") && strcmp(v, "f32"))) goto bad; kv_f16 = !strcmp(v, "f16"); i++; }
-        else { fprintf(stderr, "hearth bench: unknown option '%s'\n", a); usage(stderr); return 2; }
+    static const char *const kv_types[] = {"f32", "f16", NULL};
+    const arg_opt opts[] = {
+        ARG_STR("--model", "-m", &path, "FILE", "the GGUF file"),
+        ARG_I64("--n-prompt", "-p", &n_prompt, 0, 1 << 20, "N", "prompt tokens of the pp row (default 512; 0: none)"),
+        ARG_I64("--n-gen", "-n", &n_gen, 0, 1 << 20, "N", "decode steps of the tg row (default 128; 0: none)"),
+        ARG_I64("--threads", "-t", &threads, 1, 512, "N", "CPU threads (default: every core)"),
+        ARG_I64("--repetitions", "-r", &reps, 1, 1000, "N", "measured reps after one warm-up (default 5)"),
+        ARG_ENUM("--kv", NULL, &kv, kv_types, "KV rows stored as f32 (default) or f16"),
+        ARG_STR("--marks", NULL, &marks_arg, "m1,m2,...",
+                "also run the prompt pass with these marks (alternating reps) and print the\n"
+                "time the points added"),
+        ARG_FN("--device", NULL, &device, cli_parse_device, "cpu|cuda|auto", "the engine (default auto)"),
+        ARG_END,
+    };
+    const arg_cmd cmd = {
+        .name = "bench",
+        .usage = "hearth bench -m FILE [-p 512] [-n 128] [-t threads] [-r reps] [--kv f16] [--marks m1,...]",
+        .about = "Prints pp (prompt) and tg (decode) tok/s like llama-bench, medians of reps after one warm-up.",
+        .opts = opts,
+    };
+    int prc = args_parse(&cmd, argc, argv, NULL, NULL);
+    if (prc != ARGS_RUN) return prc;
+    const bool kv_f16 = kv == 1;
+    if (!path) {
+        fprintf(stderr, "hearth bench: -m FILE is required\n");
+        args_usage(&cmd, stderr);
+        return 2;
     }
-    if (!path) goto bad;
     int64_t *marks = NULL;
     if (marks_arg && !cli_marks(marks_arg, n_prompt, &marks, &n_marks, "bench")) return 2;
     herr e;
@@ -145,7 +149,4 @@ int cmd_bench(int argc, char **argv) {
     engine_free(eng);
     model_free(m);
     return 0;
-bad:
-    usage(stderr);
-    return 2;
 }

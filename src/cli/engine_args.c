@@ -7,15 +7,17 @@
 #include <stdlib.h>
 #include <string.h>
 
-bool cli_device(const char *v, engine_device *out, const char *cmd) {
+bool cli_device_value(const char *v, engine_device *out) {
     if (v && !strcmp(v, "cpu")) *out = ENGINE_CPU;
     else if (v && !strcmp(v, "cuda")) *out = ENGINE_CUDA;
     else if (v && !strcmp(v, "auto")) *out = ENGINE_AUTO;
-    else {
-        fprintf(stderr, "hearth %s: --device expects cpu, cuda or auto, got '%s'\n", cmd, v ? v : "(nothing)");
-        return false;
-    }
+    else return false;
     return true;
+}
+
+int cli_parse_device(const char *v, void *dst, herr *e) {
+    if (!cli_device_value(v, (engine_device *)dst)) return herr_set(e, "expects cpu, cuda or auto, got '%s'", v);
+    return 0;
 }
 
 bool cli_marks(const char *v, int64_t n_prompt, int64_t **out, int64_t *n, const char *cmd) {

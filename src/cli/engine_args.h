@@ -8,7 +8,9 @@
 #include <stdint.h>
 #include "engine/engine.h"
 
-bool cli_device(const char *v, engine_device *out, const char *cmd);
+bool cli_device_value(const char *v, engine_device *out); /* false when v is none of cpu, cuda, auto */
+/* the same as an args.h ARG_FN parser: ARG_FN("--device", NULL, &dev, cli_parse_device, ...) */
+int cli_parse_device(const char *v, void *dst, herr *e);
 /* "m1,m2,..." -> positions, each in [1, n_prompt], strictly ascending; *out is malloc'd */
 bool cli_marks(const char *v, int64_t n_prompt, int64_t **out, int64_t *n, const char *cmd);
 

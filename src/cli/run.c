@@ -14,54 +14,49 @@
 #include <stdlib.h>
 #include <string.h>
 
-static void usage(FILE *o) {
-    fprintf(o,
-            "usage: hearth run -m FILE (-p TEXT | --ids 1,2,3) [-n 32] [-t threads] [-c ctx]\n"
-            "                  [--temp T] [--top-k K] [--top-p P] [--min-p P] [--seed S]\n"
-            "                  [--ids-out] [--marks m1,m2,...] [--kv f16] [--ignore-eos] [--no-parse-special]\n"
-            "                  [--device cpu|cuda|auto]\n"
-            "  greedy unless --temp > 0. Marks are prompt positions (1 <= m <= prompt length): each\n"
-            "  takes a recurrent-state point inside the prompt pass, reported with its size.\n"
-            "  Exits 1 when the context (-c) fills before -n tokens are generated.\n");
-}
-
 int cmd_run(int argc, char **argv) {
     const char *path = NULL, *prompt = NULL, *ids_arg = NULL, *marks_arg = NULL;
     int64_t n_gen = 32, threads = 0, n_ctx = 0, seed = 0, top_k = 0;
     float temp = 0, top_p = 1, min_p = 0;
-    bool ids_out = false, kv_f16 = false, ignore_eos = false, parse_special = true;
+    bool ids_out = false, ignore_eos = false, no_parse_special = false;
+    int kv = 0; /* index in kv_types */
     engine_device device = ENGINE_AUTO;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 0; }
-        else if (!strcmp(a, "-m")) { if (!v) goto missing; path = v; i++; }
-        else if (!strcmp(a, "-p")) { if (!v) goto missing; prompt = v; i++; }
-        else if (!strcmp(a, "--ids")) { if (!v) goto missing; ids_arg = v; i++; }
-        else if (!strcmp(a, "--marks")) { if (!v) goto missing; marks_arg = v; i++; }
-        else if (!strcmp(a, "-n")) { if (!arg_i64(a, v, 0, 1 << 24, &n_gen, "run")) return 2; i++; }
-        else if (!strcmp(a, "-t")) { if (!arg_i64(a, v, 1, 512, &threads, "run")) return 2; i++; }
-        else if (!strcmp(a, "-c")) { if (!arg_i64(a, v, 1, (int64_t)1 << 24, &n_ctx, "run")) return 2; i++; }
-        else if (!strcmp(a, "--seed")) { if (!arg_i64(a, v, 0, INT64_MAX, &seed, "run")) return 2; i++; }
-        else if (!strcmp(a, "--top-k")) { if (!arg_i64(a, v, 0, 1 << 30, &top_k, "run")) return 2; i++; }
-        else if (!strcmp(a, "--temp")) { if (!arg_f32(a, v, 0, 100, &temp, "run")) return 2; i++; }
-        else if (!strcmp(a, "--top-p")) { if (!arg_f32(a, v, 0, 1, &top_p, "run")) return 2; i++; }
-        else if (!strcmp(a, "--min-p")) { if (!arg_f32(a, v, 0, 1, &min_p, "run")) return 2; i++; }
-        else if (!strcmp(a, "--device")) { if (!cli_device(v, &device, "run")) return 2; i++; }
-        else if (!strcmp(a, "--ids-out")) ids_out = true;
-        else if (!strcmp(a, "--ignore-eos")) ignore_eos = true;
-        else if (!strcmp(a, "--no-parse-special")) parse_special = false;
-        else if (!strcmp(a, "--kv")) {
-            if (!v || (strcmp(v, "f16") && strcmp(v, "f32"))) {
-                fprintf(stderr, "hearth run: --kv expects f16 or f32\n");
-                return 2;
-            }
-            kv_f16 = !strcmp(v, "f16");
-            i++;
-        } else { fprintf(stderr, "hearth run: unknown option '%s'\n", a); usage(stderr); return 2; }
-    }
+    static const char *const kv_types[] = {"f32", "f16", NULL};
+    const arg_opt opts[] = {
+        ARG_STR("--model", "-m", &path, "FILE", "the GGUF file"),
+        ARG_STR("--prompt", "-p", &prompt, "TEXT", "the prompt as text (special tokens parsed)"),
+        ARG_STR("--ids", NULL, &ids_arg, "1,2,3", "the prompt as token ids"),
+        ARG_I64("--n-predict", "-n", &n_gen, 0, 1 << 24, "N", "tokens to generate (default 32)"),
+        ARG_I64("--threads", "-t", &threads, 1, 512, "N", "CPU threads (default: every core)"),
+        ARG_I64("--ctx-size", "-c", &n_ctx, 1, (int64_t)1 << 24, "N", "context (default: prompt + -n)"),
+        ARG_F32("--temp", NULL, &temp, 0, 100, "T", "temperature (default 0: greedy)"),
+        ARG_I64("--top-k", NULL, &top_k, 0, 1 << 30, "K", "top-k (0: off)"),
+        ARG_F32("--top-p", NULL, &top_p, 0, 1, "P", "top-p (1: off)"),
+        ARG_F32("--min-p", NULL, &min_p, 0, 1, "P", "min-p (0: off)"),
+        ARG_I64("--seed", NULL, &seed, 0, INT64_MAX, "S", "sampler seed (default 0)"),
+        ARG_STR("--marks", NULL, &marks_arg, "m1,m2,...",
+                "prompt positions (1..prompt length, ascending): each takes a recurrent-state\n"
+                "point inside the prompt pass, reported with its size"),
+        ARG_ENUM("--kv", NULL, &kv, kv_types, "KV rows stored as f32 (default) or f16"),
+        ARG_FN("--device", NULL, &device, cli_parse_device, "cpu|cuda|auto", "the engine (default auto)"),
+        ARG_FLAG("--ids-out", NULL, &ids_out, "print the generated ids as a JSON list instead of text"),
+        ARG_FLAG("--ignore-eos", NULL, &ignore_eos, "go on past an end-of-generation token"),
+        ARG_FLAG("--no-parse-special", NULL, &no_parse_special, "special tokens in -p are plain text"),
+        ARG_END,
+    };
+    const arg_cmd cmd = {
+        .name = "run",
+        .usage = "hearth run -m FILE (-p TEXT | --ids 1,2,3) [-n 32] [-t threads] [-c ctx] [options]",
+        .about = "Runs the prompt in one pass, then decodes -n tokens (greedy unless --temp > 0).\n"
+                 "Exits 1 when the context (-c) fills before -n tokens are generated.",
+        .opts = opts,
+    };
+    int prc = args_parse(&cmd, argc, argv, NULL, NULL);
+    if (prc != ARGS_RUN) return prc;
+    const bool kv_f16 = kv == 1, parse_special = !no_parse_special;
     if (!path || (!prompt == !ids_arg)) {
         fprintf(stderr, "hearth run: need -m FILE and exactly one of -p TEXT or --ids LIST\n");
-        usage(stderr);
+        args_usage(&cmd, stderr);
         return 2;
     }
     herr e;
@@ -178,7 +173,4 @@ int cmd_run(int argc, char **argv) {
     if (tok) tokenizer_free(tok);
     model_free(m);
     return rc;
-missing:
-    fprintf(stderr, "hearth run: option needs a value\n");
-    return 2;
 }
