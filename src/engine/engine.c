@@ -48,10 +48,11 @@ static int64_t n_gdn_layers(const model_hparams *hp) {
     return n;
 }
 
-static size_t point_payload(const model_hparams *hp) {
-    return (size_t)n_gdn_layers(hp) *
-           (size_t)(hp->ssm_dt_rank * hp->ssm_d_state * hp->ssm_d_state + (hp->ssm_d_conv - 1) * hp_conv_dim(hp)) *
-           sizeof(float);
+/* an empty point of this model's shape: the one place its sizes are worked out */
+static engine_point point_shape(const model_hparams *hp) {
+    return (engine_point){.pos = -1, .n_gdn = n_gdn_layers(hp),
+                          .lane_floats = (size_t)(hp->ssm_dt_rank * hp->ssm_d_state * hp->ssm_d_state),
+                          .ring_floats = (size_t)((hp->ssm_d_conv - 1) * hp_conv_dim(hp))};
 }
 
 int engine_init(engine *eng, const engine_backend *be, const model *m, const engine_opts *o, herr *e) {
@@ -81,7 +82,8 @@ int engine_init(engine *eng, const engine_backend *be, const model *m, const eng
     in->n_threads = op->n_threads;
     int64_t n_attn = hp->n_layer - n_gdn_layers(hp);
     in->kv_bytes_per_token = (size_t)(2 * n_attn * hp->n_head_kv * hp->head_dim) * (op->kv_f16 ? 2 : 4);
-    in->point_bytes = point_payload(hp);
+    const engine_point shape = point_shape(hp);
+    in->point_bytes = engine_point_size(&shape);
     in->cache_budget = op->cache_budget;
     /* KV rows are held per sequence for its whole context: the budget must cover them all */
     const double need = (double)in->kv_bytes_per_token * (double)op->n_ctx * (double)op->n_seq_max;
@@ -246,10 +248,7 @@ size_t engine_point_size(const engine_point *p) {
 }
 
 int engine_point_new(engine *eng, engine_point **out, herr *e) {
-    const model_hparams *hp = &eng->m->hp;
-    engine_point tmpl = {.pos = -1, .n_gdn = n_gdn_layers(hp)};
-    tmpl.lane_floats = (size_t)(hp->ssm_dt_rank * hp->ssm_d_state * hp->ssm_d_state);
-    tmpl.ring_floats = (size_t)((hp->ssm_d_conv - 1) * hp_conv_dim(hp));
+    const engine_point tmpl = point_shape(&eng->m->hp);
     if (cache_take(eng, engine_point_size(&tmpl), "a point", e) < 0) return -1;
     engine_point *p = calloc(1, sizeof *p);
     if (p) {

@@ -129,7 +129,7 @@ static void check_file(const char *preset, const char *quant) {
     CHECK_MSG(far_flips == 0, "%s %s: %lld routing differences are no near-ties", preset, quant, (long long)far_flips);
     CHECK_MSG(strcmp(quant, "f32") || flips == 0, "%s f32: routing differs from the reference", preset);
 
-    float *lg = xmalloc(sizeof(float) * (size_t)V), *lg2 = xmalloc(sizeof(float) * (size_t)V);
+    float *lg = xmalloc(sizeof(float) * (size_t)V);
     for (size_t li = 0; li < N_LEN; li++) {
         const int64_t n = lengths[li];
         const double *ref = ref_logits + (int64_t)li * V;
@@ -188,7 +188,6 @@ static void check_file(const char *preset, const char *quant) {
     free(all);
     free(routes);
     free(lg);
-    free(lg2);
     free(ref_logits);
     free(ids);
     model_free(m);
