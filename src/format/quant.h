@@ -75,7 +75,7 @@ size_t quant_act_row_bytes(uint32_t wtype, int64_t n);    /* bytes quant_quantiz
 float quant_dot_avx2(uint32_t t, const void *w, const void *a, int64_t n);
 void quant_dot_rows_avx2(uint32_t t, int64_t n, const void *w, size_t w_stride, int nw, const void *const *a, int na,
                          float *const *y);
-/* whether quant_dot_rows_avx2 uses its AVX-512BW tiles (CPU check; HEARTH_NO_AVX512=1 keeps AVX2) */
+/* whether quant_dot_rows_avx2 uses its AVX-512BW+VNNI tiles (CPU check; HEARTH_NO_AVX512=1 keeps AVX2) */
 bool quant_avx512_active(void);
 
 #endif
