@@ -60,8 +60,12 @@ struct ref_seq {
     const int32_t *forced;                         /* (L, K) experts to use in the next step */
     double *expert_w;                              /* (L, K) */
     double *hidden;                                /* (L, E) */
+    bool act_round;                                /* ref_seq_round_activations */
     /* scratch */
     float *row;                                    /* (max_row) */
+    float *xf;                                     /* (max_row) an input vector as float */
+    void *xblk;                                    /* its 8-bit blocks */
+    double *xr;                                    /* (max_row) the rounded input */
     double *x, *h, *out, *moe_out;                 /* (E) */
     double *qkv, *y, *z, *bb, *aa, *o;             /* GDN */
     double *qg, *k, *v, *scores, *att;             /* attention */
@@ -268,8 +272,16 @@ static const float *mat_row(const ref_mat *m, int64_t r, float *buf) {
 }
 
 /* y[r] = row (row0 + r) · x for r in [0, n): a matrix-vector product on a row range. */
-static void matvec(const ref_mat *m, int64_t row0, int64_t n, const double *x, double *y, float *buf) {
-    for (int64_t r = 0; r < n; r++) y[r] = dot_fd(mat_row(m, row0 + r, buf), x, m->n_in);
+static void matvec(ref_seq *s, const ref_mat *m, int64_t row0, int64_t n, const double *x, double *y) {
+    const uint32_t t = m->q->type;
+    if (s->act_round && quant_vec_dot_type(t) != QT_F32) { /* the engine's 8-bit input blocks, exactly */
+        for (int64_t i = 0; i < m->n_in; i++) s->xf[i] = (float)x[i];
+        quant_quantize_act(t, s->xf, s->xblk, m->n_in);
+        quant_dequantize_row(quant_vec_dot_type(t), s->xblk, s->xf, m->n_in);
+        for (int64_t i = 0; i < m->n_in; i++) s->xr[i] = s->xf[i];
+        x = s->xr;
+    }
+    for (int64_t r = 0; r < n; r++) y[r] = dot_fd(mat_row(m, row0 + r, s->row), x, m->n_in);
 }
 
 /* ---------------------------------------------------------------- sequence */
@@ -299,6 +311,9 @@ ref_seq *ref_seq_new(ref_model *rm, int64_t max_tokens) {
     s->expert_w = xcalloc((size_t)(L * K), sizeof(double));
     s->hidden = xcalloc((size_t)(L * E), sizeof(double));
     s->row = xcalloc((size_t)rm->max_row, sizeof(float));
+    s->xf = xcalloc((size_t)rm->max_row, sizeof(float));
+    s->xr = xcalloc((size_t)rm->max_row, sizeof(double));
+    s->xblk = xcalloc((size_t)rm->max_row, sizeof(float)); /* 8-bit blocks take < 4 bytes a value */
 #define D_ALLOC(n) ((double *)xcalloc((size_t)(n), sizeof(double)))
     s->x = D_ALLOC(E); s->h = D_ALLOC(E); s->out = D_ALLOC(E); s->moe_out = D_ALLOC(E);
     s->qkv = D_ALLOC(C); s->y = D_ALLOC(C); s->z = D_ALLOC(Gv * S); s->bb = D_ALLOC(Gv); s->aa = D_ALLOC(Gv);
@@ -316,6 +331,7 @@ ref_seq *ref_seq_clone(const ref_seq *src) {
     const int64_t Hkv = hp->n_head_kv, D = hp->head_dim, S = hp->ssm_d_state, Gv = hp->ssm_dt_rank;
     const int64_t C = hp_conv_dim(hp), W = hp->ssm_d_conv, L = hp->n_layer, K = hp->n_expert_used;
     s->pos = src->pos;
+    s->act_round = src->act_round;
     for (int il = 0; il < L; il++) {
         if (src->lane[il]) memcpy(s->lane[il], src->lane[il], (size_t)(Gv * S * S) * sizeof(double));
         if (src->ring[il]) memcpy(s->ring[il], src->ring[il], (size_t)((W - 1) * C) * sizeof(double));
@@ -337,7 +353,7 @@ void ref_seq_free(ref_seq *s) {
     for (int il = 0; il < MODEL_MAX_LAYERS; il++) {
         free(s->kv_k[il]); free(s->kv_v[il]); free(s->lane[il]); free(s->ring[il]);
     }
-    free(s->experts); free(s->own); free(s->probs_all); free(s->expert_w); free(s->hidden); free(s->row);
+    free(s->experts); free(s->own); free(s->probs_all); free(s->expert_w); free(s->hidden); free(s->row); free(s->xf); free(s->xr); free(s->xblk);
     free(s->x); free(s->h); free(s->out); free(s->moe_out);
     free(s->qkv); free(s->y); free(s->z); free(s->bb); free(s->aa); free(s->o);
     free(s->qg); free(s->k); free(s->v); free(s->scores); free(s->att);
@@ -355,10 +371,10 @@ static void gdn_mixer(ref_seq *s, int il, const double *h, double *out) {
     const double eps = hp->rms_eps;
     double *ring = s->ring[il], *lane = s->lane[il];
 
-    matvec(&l->qkv, 0, C, h, s->qkv, s->row);
-    matvec(&l->gate_z, 0, Gv * S, h, s->z, s->row);
-    matvec(&l->beta, 0, Gv, h, s->bb, s->row);
-    matvec(&l->alpha, 0, Gv, h, s->aa, s->row);
+    matvec(s, &l->qkv, 0, C, h, s->qkv);
+    matvec(s, &l->gate_z, 0, Gv * S, h, s->z);
+    matvec(s, &l->beta, 0, Gv, h, s->bb);
+    matvec(s, &l->alpha, 0, Gv, h, s->aa);
 
     /* causal conv over [ring rows (oldest first), current row], then SiLU */
     for (int64_t c = 0; c < C; c++) {
@@ -388,7 +404,7 @@ static void gdn_mixer(ref_seq *s, int il, const double *h, double *out) {
         ref_rmsnorm(o, S, eps, l->ssm_norm);
         for (int64_t i = 0; i < S; i++) o[i] *= silu(s->z[hh * S + i]);
     }
-    matvec(&l->ssm_out, 0, E, s->o, out, s->row);
+    matvec(s, &l->ssm_out, 0, E, s->o, out);
 }
 
 static void attn_mixer(ref_seq *s, int il, const double *h, double *out) {
@@ -398,9 +414,9 @@ static void attn_mixer(ref_seq *s, int il, const double *h, double *out) {
     const int64_t pos = s->pos, group = H / Hkv;
     const double eps = hp->rms_eps, theta = hp->rope_theta;
 
-    matvec(&l->wq, 0, 2 * H * D, h, s->qg, s->row);
-    matvec(&l->wk, 0, Hkv * D, h, s->k, s->row);
-    matvec(&l->wv, 0, Hkv * D, h, s->v, s->row);
+    matvec(s, &l->wq, 0, 2 * H * D, h, s->qg);
+    matvec(s, &l->wk, 0, Hkv * D, h, s->k);
+    matvec(s, &l->wv, 0, Hkv * D, h, s->v);
     for (int64_t j = 0; j < Hkv; j++) {
         ref_rmsnorm(s->k + j * D, D, eps, l->k_norm);
         ref_rope(s->k + j * D, hp->rope_dims, pos, theta, hp->rope_sections);
@@ -426,7 +442,7 @@ static void attn_mixer(ref_seq *s, int il, const double *h, double *out) {
         }
         for (int64_t i = 0; i < D; i++) o[i] *= sigmoid(gate[i]);
     }
-    matvec(&l->wo, 0, E, s->att, out, s->row);
+    matvec(s, &l->wo, 0, E, s->att, out);
 }
 
 void ref_mixer(ref_seq *s, int il, const double *h, double *out) {
@@ -460,10 +476,10 @@ static ref_mat expert_mat(ref_model *rm, const ref_mat *m, float **slot, int64_t
 static void swiglu(ref_seq *s, const ref_mat *gate, int64_t gate0, const ref_mat *up, int64_t up0,
                    const ref_mat *down, int64_t down0, int64_t F, const double *x, double *y) {
     const int64_t E = s->rm->m->hp.n_embd;
-    matvec(gate, gate0, F, x, s->g, s->row);
-    matvec(up, up0, F, x, s->u, s->row);
+    matvec(s, gate, gate0, F, x, s->g);
+    matvec(s, up, up0, F, x, s->u);
     for (int64_t i = 0; i < F; i++) s->g[i] = silu(s->g[i]) * s->u[i];
-    matvec(down, down0, E, s->g, y, s->row);
+    matvec(s, down, down0, E, s->g, y);
 }
 
 void ref_moe(ref_seq *s, int il, const double *h2, double *out) {
@@ -473,7 +489,7 @@ void ref_moe(ref_seq *s, int il, const double *h2, double *out) {
     int32_t *ids = s->experts + il * K;
     double *wts = s->expert_w + il * K;
 
-    matvec(&l->router, 0, X, h2, s->probs, s->row);
+    matvec(s, &l->router, 0, X, h2, s->probs);
     softmax(s->probs, X);
     double sum = 0;
     for (int64_t k = 0; k < K; k++) {             /* top-K, ties to the lower index */
@@ -541,7 +557,7 @@ void ref_step(ref_seq *s, int32_t token, double *logits) {
     if (logits) {
         memcpy(s->h, s->x, (size_t)E * sizeof(double));
         ref_rmsnorm(s->h, E, eps, rm->output_norm);
-        matvec(&rm->output, 0, hp->n_vocab, s->h, logits, s->row);
+        matvec(s, &rm->output, 0, hp->n_vocab, s->h, logits);
     }
     ref_seq_advance(s);
 }
@@ -562,6 +578,7 @@ const int32_t *ref_seq_experts(const ref_seq *s, int il) { return s->experts + i
 const int32_t *ref_seq_own_experts(const ref_seq *s, int il) { return s->own + il * s->rm->m->hp.n_expert_used; }
 const double *ref_seq_router_probs(const ref_seq *s, int il) { return s->probs_all + il * s->rm->m->hp.n_expert; }
 void ref_seq_force_experts(ref_seq *s, const int32_t *experts) { s->forced = experts; }
+void ref_seq_round_activations(ref_seq *s, bool on) { s->act_round = on; }
 const double *ref_seq_expert_weights(const ref_seq *s, int il) {
     return s->expert_w + il * s->rm->m->hp.n_expert_used;
 }

@@ -130,6 +130,11 @@ const double *ref_seq_router_probs(const ref_seq *s, int il);
  * apart. */
 void ref_seq_force_experts(ref_seq *s, const int32_t *experts);
 const double *ref_seq_expert_weights(const ref_seq *s, int il);
+/* Activation rounding: with on, every matrix-vector product whose weights are quantized
+ * first rounds its input as the engines do (float, then quant_quantize_act's 8-bit blocks:
+ * Q8_K for K-quants, Q8_0 for Q8_0), the rest stays double. A second, independent draw of
+ * the noise that rounding adds, so a test can measure that noise instead of guessing it. */
+void ref_seq_round_activations(ref_seq *s, bool on);
 /* The residual stream (E) after layer il in the last step. */
 const double *ref_seq_hidden(const ref_seq *s, int il);
 

@@ -45,6 +45,15 @@ static inline double rel_rms_ff(const float *a, const float *b, int64_t n) {
     return sqrt(d / (r > 0 ? r : 1));
 }
 
+static inline double rel_rms_dd(const double *a, const double *b, int64_t n) {
+    double d = 0, r = 0;
+    for (int64_t i = 0; i < n; i++) {
+        d += (a[i] - b[i]) * (a[i] - b[i]);
+        r += b[i] * b[i];
+    }
+    return sqrt(d / (r > 0 ? r : 1));
+}
+
 static inline int64_t argmax_d(const double *x, int64_t n) {
     int64_t b = 0;
     for (int64_t i = 1; i < n; i++) if (x[i] > x[b]) b = i;

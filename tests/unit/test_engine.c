@@ -33,44 +33,37 @@ static double rms_d(const double *x, int64_t n) {
 }
 
 /* Bands, relative RMS of the logits against the reference.
- * f32 files: weights and activations stay f32; each dot of length K <= 1024 rounds with
- * relative error ~ sqrt(K) * 2^-24 = 1.9e-6 (random walk of round-offs), and a token's
- * logits pass through ~4 stages per layer (mixer in/out, FFN in/out) over L <= 8 layers,
- * errors adding in quadrature: sqrt(4*8+1) * 1.9e-6 = 1.1e-5; the recurrent state carries
- * errors of every earlier token forward, decayed, at most sqrt(700) = 26x more: 2.9e-4.
- * Band: 1e-3 (3x that, for the chunked form's reordered sums and expf/logf's own ulps).
- * Quantized files: activations are rounded to 8 bits per block (Q8_K: 256, Q8_0: 32) with
- * step d = amax/127; the error per element is uniform in +-d/2, std d/sqrt(12); for rows
- * whose amax is <= 4 rms (true of these normalised activations) that is <= 4/127/3.46 =
- * 0.91% of the row's rms per stage. Over sqrt(33) stages in quadrature: 5.2%; random
- * routing flips (an expert swap when two router probabilities are within that noise) are
- * caught separately by the top-1 check. Band: 10%, about 2x. */
-#define BAND_F32 1e-3
-#define BAND_Q 0.10
-/* Batched (chunked GDN) against stepped (sequential GDN) runs of the same engine: only the
- * delta rule's summation order differs, f32 round-off ~2^-24 * sqrt(S * C) = 5.4e-6 per
- * state entry, carried like the f32 case: 1e-3 for f32 files. For quantized files those
- * round-off differences reach the 8-bit activation quantizer, where any element near a
- * rounding boundary rounds the other way; at worst every stage's rounding noise is drawn
- * independently in the two runs: sqrt(2) x the 5.2% above = 7.4%: the same 10% band. */
-#define BAND_STEP_F32 1e-3
-#define BAND_STEP_Q 0.10
-
-
-/* Routing flips. A flip (the engine and the reference choosing different experts for the
- * same row) is a near-tie the two arithmetics resolve differently. Its threshold: the
- * router's input h2 is RMS-normalised, so an h2 error of relative size eps moves a router
- * logit by about eps * sigma_r (sigma_r: the spread of the layer's router logits, taken
- * from the reference's log-probabilities), and a difference of two logits by sqrt(2) times
- * that. At 4 sigma with eps = the file's band, a swap between experts whose log-probabilities
- * are further apart than tau = 4 * sqrt(2) * band * sigma_r is no near-tie but a bug. */
-static double flip_threshold(const double *probs, int64_t X, double band) {
-    double m = 0, v = 0;
-    for (int64_t e = 0; e < X; e++) m += log(probs[e]);
-    m /= (double)X;
-    for (int64_t e = 0; e < X; e++) v += (log(probs[e]) - m) * (log(probs[e]) - m);
-    return 4 * sqrt(2.0) * band * sqrt(v / (double)X);
-}
+ * f32 files: weights and activations stay f32; a dot of length K <= 1024 rounds with
+ * relative error at most ~ sqrt(K) * 2^-24 = 1.9e-6 (a random walk of round-offs, before
+ * the lane-wise partial sums shorten it), and a token's logits pass through ~4 such stages
+ * per layer (mixer in/out, FFN in/out) over L <= 8 layers, adding in quadrature:
+ * sqrt(4*8+1) * 1.9e-6 = 1.1e-5. The recurrent state does not add to it: the decay bounds
+ * how far back an error reaches (measured: 1.3e-6 at 700 rows as at 1). Measured on tiny and
+ * small: 3.0e-7 .. 1.6e-6, so the band sits 7x above the worst. */
+#define BAND_F32 1.1e-5
+/* Batched against stepped runs of the same engine (a step is a chunk of one row): the
+ * delta rule's summation order differs, the same f32 round-off per stage: the same band
+ * (measured 1.1e-6 .. 1.3e-6). */
+#define BAND_STEP_F32 1.1e-5
+/* Quantized files: every matrix input is rounded to 8-bit blocks (Q8_K, Q8_0). Any f32
+ * difference moves an element across a rounding step now and then, and that step (~3% of
+ * the row's rms) moves the next stage's inputs across more steps: within a few stages any
+ * two arithmetics that differ at all reach the full rounding noise, 2-5% of the logits. No
+ * fixed band separates that from a defect of the same size (a ring reversal measured 4-6%).
+ * So the noise is measured, not guessed: a second reference sequence rounds its inputs as
+ * the engine does (ref_seq_round_activations), an independent draw of the same noise.
+ *  - Where no step is crossed, the rounded reference and the engine are the same function:
+ *    one-row prompts agree to BAND_F32 (measured 4e-8 .. 4e-7); a row where some element
+ *    lay within f32 round-off of a step jumps to the full noise (measured: 1 and 4 of 16
+ *    rows on tiny). A defect in any one-row path moves every row; the majority must agree.
+ *  - Longer prompts: the engine's distance to the double reference and the rounded
+ *    reference's are two draws of one noise; their ratio measured 0.86 .. 1.12 over 28
+ *    (file, length) pairs (|log| <= 0.15). RATIO_Q = 1.3 (|log| 0.26, 1.75x the widest). An
+ *    added error of a times the noise gives sqrt(1 + a^2): red from a = 0.83 on.
+ *  - Batched against stepped: two draws against each other, sqrt(2) times one draw's noise
+ *    (the rounded reference's, at its worst length) times RATIO_Q. */
+#define RATIO_Q 1.3
+#define ROW0_PROMPTS 16
 
 static void check_file(const char *preset, const char *quant) {
     const char *path = test_model(preset, quant);
@@ -79,7 +72,6 @@ static void check_file(const char *preset, const char *quant) {
     if (model_load(&m, path, &e) < 0) { CHECK_MSG(0, "%s", e.msg); return; }
     const int64_t V = m->hp.n_vocab, N = lengths[N_LEN - 1];
     const int64_t NL = m->hp.n_layer, K = m->hp.n_expert_used, X = m->hp.n_expert;
-    const double band = strcmp(quant, "f32") ? BAND_Q : BAND_F32;
     int32_t *ids = test_ids(N, V, 7);
 
     /* the engine: one pass over all N rows, every row's logits and routes. A row's outputs
@@ -95,50 +87,129 @@ static void check_file(const char *preset, const char *quant) {
     engine_debug_route_trace(eng, NULL);
 
     /* the reference, routed as the engine routed, so the logits compare arithmetic only;
-     * its own choices are counted as flips and each must be a near-tie */
+     * its own choices are counted as flips and each must be a near-tie. On quantized files a
+     * second reference sequence rounds its matrix inputs to 8 bits as the engine does (same
+     * routes): its distance from the first is a measured draw of the rounding noise that the
+     * engine's distance is held to, and its router log-probabilities say how far that noise
+     * moves a router logit. */
+    const bool quantized = strcmp(quant, "f32") != 0;
     ref_model *rm = ref_model_new(m);
-    ref_seq *rs = ref_seq_new(rm, N);
+    ref_seq *rs = ref_seq_new(rm, N), *rq = quantized ? ref_seq_new(rm, N) : NULL;
+    if (rq) ref_seq_round_activations(rq, true);
     double *ref_logits = xmalloc(sizeof(double) * (size_t)(V * N_LEN));
-    int64_t flips = 0, far_flips = 0;
+    double *rq_logits = xmalloc(sizeof(double) * (size_t)(V * N_LEN));
+    /* per (row, layer): the largest log-probability gap the engine's choice jumped (0: no flip) */
+    double *gap = xcalloc((size_t)(N * NL), sizeof(double));
+    double noise2[MODEL_MAX_LAYERS] = {0};             /* sum of squared router log-prob noise */
+    int64_t flips = 0, q_flips = 0;
     for (int64_t t = 0, li = 0; t < N; t++) {
         bool want = t + 1 == lengths[li];
         ref_seq_force_experts(rs, routes + t * NL * K);
         ref_step(rs, ids[t], want ? ref_logits + li * V : NULL);
+        if (rq) {
+            ref_seq_force_experts(rq, routes + t * NL * K);
+            ref_step(rq, ids[t], want ? rq_logits + li * V : NULL);
+        }
         for (int64_t il = 0; il < NL; il++) {
             const int32_t *own = ref_seq_own_experts(rs, (int)il), *used = ref_seq_experts(rs, (int)il);
             const double *p = ref_seq_router_probs(rs, (int)il);
             double kth = 1;
             for (int64_t k = 0; k < K; k++) kth = p[own[k]] < kth ? p[own[k]] : kth;
-            bool flipped = false;
             for (int64_t k = 0; k < K; k++) {
                 bool in = false;
                 for (int64_t j = 0; j < K; j++) in |= used[k] == own[j];
                 if (in) continue;
-                flipped = true;
                 /* the engine took used[k] over one of the reference's top-K */
-                if (log(kth) - log(p[used[k]]) > flip_threshold(p, X, band)) far_flips++;
+                double g = log(kth) - log(p[used[k]]);
+                gap[t * NL + il] = g > gap[t * NL + il] ? g : gap[t * NL + il];
             }
-            flips += flipped;
+            flips += gap[t * NL + il] > 0;
+            if (!rq) continue;
+            const double *pq = ref_seq_router_probs(rq, (int)il);
+            const int32_t *own_q = ref_seq_own_experts(rq, (int)il);
+            bool q_flip = false;
+            for (int64_t x = 0; x < X; x++) noise2[il] += (log(pq[x]) - log(p[x])) * (log(pq[x]) - log(p[x]));
+            for (int64_t k = 0; k < K; k++) {
+                bool in = false;
+                for (int64_t j = 0; j < K; j++) in |= own_q[k] == own[j];
+                q_flip |= !in;
+            }
+            q_flips += q_flip;
         }
         if (want) li++;
     }
     ref_seq_free(rs);
+    if (rq) ref_seq_free(rq);
     ref_model_free(rm);
-    printf("  %s %s: %lld of %lld (row, layer) routings differ from the reference's own; %lld beyond a near-tie\n",
-           preset, quant, (long long)flips, (long long)(N * NL), (long long)far_flips);
+    int64_t far_flips = 0;
+    double worst_gap_ratio = 0;
+    for (int64_t il = 0; il < NL; il++) {
+        /* a flip is a near-tie when the gap it jumped is within 4 sigma of the difference
+         * of two router log-probabilities, each moved by the measured noise (rms delta_l):
+         * tau_l = 4 * sqrt(2) * delta_l */
+        const double tau = 4 * sqrt(2.0) * sqrt(noise2[il] / (double)(N * X));
+        for (int64_t t = 0; t < N; t++) {
+            if (gap[t * NL + il] == 0) continue;
+            if (quantized) worst_gap_ratio = fmax(worst_gap_ratio, gap[t * NL + il] / tau);
+            far_flips += !quantized || gap[t * NL + il] > tau;
+        }
+    }
+    /* the flips themselves: the engine's and the rounded reference's counts are two draws of
+     * one rate (measured 50/49, 67/66, 395/397, 692/676), so their difference has a spread
+     * of about sqrt(2 * count); more than 4 of those (plus 4 for small counts) is too many
+     * near-ties to excuse */
+    const int64_t flip_cap = quantized ? q_flips + (int64_t)(4 * sqrt(2.0 * (double)q_flips)) + 4 : 0;
+    printf("  %s %s: %lld of %lld (row, layer) routings differ from the reference's own (rounded reference: %lld, "
+           "cap %lld); %lld beyond a near-tie (worst gap %.2f tau)\n", preset, quant, (long long)flips,
+           (long long)(N * NL), (long long)q_flips, (long long)flip_cap, (long long)far_flips, worst_gap_ratio);
     CHECK_MSG(far_flips == 0, "%s %s: %lld routing differences are no near-ties", preset, quant, (long long)far_flips);
-    CHECK_MSG(strcmp(quant, "f32") || flips == 0, "%s f32: routing differs from the reference", preset);
+    CHECK_MSG(flips <= flip_cap, "%s %s: %lld routing differences, more than the %lld excused", preset, quant,
+              (long long)flips, (long long)flip_cap);
+    free(gap);
 
     float *lg = xmalloc(sizeof(float) * (size_t)V);
+    if (quantized) { /* one-row prompts: the engine against the rounded reference */
+        double *lq = xmalloc(sizeof(double) * (size_t)V);
+        int32_t *rt = xmalloc(sizeof(int32_t) * (size_t)(NL * K));
+        rm = ref_model_new(m);
+        int exact = 0;
+        double worst_exact = 0;
+        for (int k = 0; k < ROW0_PROMPTS; k++) {
+            const int32_t id = ids[k * 37];
+            ref_seq *r1 = ref_seq_new(rm, 1);
+            ref_seq_round_activations(r1, true);
+            engine_seq_clear(eng, 0);
+            engine_debug_route_trace(eng, rt);
+            CHECK(test_run(eng, 0, &id, 1, lg, ENGINE_LOGITS_LAST, &e) == 0);
+            engine_debug_route_trace(eng, NULL);
+            ref_seq_force_experts(r1, rt);
+            ref_step(r1, id, lq);
+            double r1_rel = rel_rms_fd(lg, lq, V);
+            if (r1_rel <= BAND_F32) { exact++; worst_exact = fmax(worst_exact, r1_rel); }
+            ref_seq_free(r1);
+        }
+        ref_model_free(rm);
+        printf("  %s %s: %d of %d one-row prompts equal the rounded reference within %.1e (worst %.2e)\n", preset,
+               quant, exact, ROW0_PROMPTS, BAND_F32, worst_exact);
+        CHECK_MSG(2 * exact > ROW0_PROMPTS, "%s %s: only %d of %d one-row prompts equal the rounded reference", preset,
+                  quant, exact, ROW0_PROMPTS);
+        free(lq);
+        free(rt);
+    }
+    double noise_q = 0; /* the rounded reference's distance at its worst length */
+    for (size_t li = 0; quantized && li < N_LEN; li++)
+        noise_q = fmax(noise_q, rel_rms_dd(rq_logits + (int64_t)li * V, ref_logits + (int64_t)li * V, V));
     for (size_t li = 0; li < N_LEN; li++) {
         const int64_t n = lengths[li];
         const double *ref = ref_logits + (int64_t)li * V;
         const float *row = all + (n - 1) * V;
-        double rel = rel_rms_fd(row, ref, V);
+        const double rel = rel_rms_fd(row, ref, V);
+        /* the band: BAND_F32, or RATIO_Q times the rounded reference's distance at this length */
+        const double band = quantized ? RATIO_Q * rel_rms_dd(rq_logits + (int64_t)li * V, ref, V) : BAND_F32;
         int64_t top_e = sampler_argmax(row, V), top_r = argmax_d(ref, V);
-        printf("  %s %s n=%-4lld rel %.2e (band %.0e) top1 %s margin %.3g\n", preset, quant, (long long)n, rel, band,
+        printf("  %s %s n=%-4lld rel %.2e (band %.2e) top1 %s margin %.3g\n", preset, quant, (long long)n, rel, band,
                top_e == top_r ? "same" : "DIFF", top_margin(ref, V));
-        CHECK_MSG(rel <= band, "%s %s n=%lld: logits rel rms %.3e > band %.1e", preset, quant, (long long)n, rel, band);
+        CHECK_MSG(rel <= band, "%s %s n=%lld: logits rel rms %.3e > band %.2e", preset, quant, (long long)n, rel, band);
         /* top-1 must agree unless the reference's own margin is inside the band's noise */
         CHECK_MSG(top_e == top_r || top_margin(ref, V) < 2 * band * rms_d(ref, V),
                   "%s %s n=%lld: top-1 %lld vs reference %lld", preset, quant, (long long)n, (long long)top_e,
@@ -158,22 +229,22 @@ static void check_file(const char *preset, const char *quant) {
             }
             engine_debug_route_trace(eng, NULL);
             /* Rows before the first routing difference went through the same experts in both
-             * runs: their logits compare on summation order alone, within the band; from the
+             * runs: their logits compare on arithmetic alone, within the band; from the
              * first flip on, the two runs are different functions and no band holds. */
             int64_t first_flip = n;
             for (int64_t t = 0; t < n && first_flip == n; t++)
                 for (int64_t i = 0; i < NL * K; i++)
                     if (rt2[t * NL * K + i] != routes[t * NL * K + i]) { first_flip = t; break; }
-            const double bs = strcmp(quant, "f32") ? BAND_STEP_Q : BAND_STEP_F32;
+            const double bs = quantized ? sqrt(2.0) * RATIO_Q * noise_q : BAND_STEP_F32;
             double worst = 0;
             for (int64_t t = 0; t < first_flip; t++) {
                 double r_ = rel_rms_ff(step_lg + t * V, all + t * V, V);
                 worst = r_ > worst ? r_ : worst;
-                CHECK_MSG(r_ <= bs, "%s %s row %lld of %lld: batched vs stepped %.3e > %.1e", preset, quant, (long long)t,
+                CHECK_MSG(r_ <= bs, "%s %s row %lld of %lld: batched vs stepped %.3e > %.2e", preset, quant, (long long)t,
                           (long long)n, r_, bs);
             }
-            printf("  %s %s n=%-4lld batched vs stepped: worst rel %.2e over the %lld rows before the first routing "
-                   "difference\n", preset, quant, (long long)n, worst, (long long)first_flip);
+            printf("  %s %s n=%-4lld batched vs stepped: worst rel %.2e (band %.2e) over the %lld rows before the first "
+                   "routing difference\n", preset, quant, (long long)n, worst, bs, (long long)first_flip);
             /* a flip is a near-tie (counted and bounded against the reference above); quantized
              * small files have 7-12% of them, so the first can come early, but never at row 0:
              * a span's first row and a one-row span run the same operations */
@@ -189,6 +260,7 @@ static void check_file(const char *preset, const char *quant) {
     free(routes);
     free(lg);
     free(ref_logits);
+    free(rq_logits);
     free(ids);
     model_free(m);
 }
