@@ -54,8 +54,10 @@ static double rms_d(const double *x, int64_t n) {
  * the engine does (ref_seq_round_activations), an independent draw of the same noise.
  *  - Where no step is crossed, the rounded reference and the engine are the same function:
  *    one-row prompts agree to BAND_F32 (measured 4e-8 .. 4e-7); a row where some element
- *    lay within f32 round-off of a step jumps to the full noise (measured: 1 and 4 of 16
- *    rows on tiny). A defect in any one-row path moves every row; the majority must agree.
+ *    lay within f32 round-off of a step jumps to the full noise, and the more elements a
+ *    row rounds, the likelier that is (measured: 1 and 4 of 16 rows on tiny, 9 of 16 on
+ *    small q8_0). A defect in any one-row path moves every row, so at least ROW0_EXACT of
+ *    the 16 must agree: at a hit rate of 9/16, 15 or 16 hits have probability 1.4e-3.
  *  - Longer prompts: the engine's distance to the double reference and the rounded
  *    reference's are two draws of one noise; their ratio measured 0.86 .. 1.12 over 28
  *    (file, length) pairs (|log| <= 0.15). RATIO_Q = 1.3 (|log| 0.26, 1.75x the widest). An
@@ -64,6 +66,7 @@ static double rms_d(const double *x, int64_t n) {
  *    (the rounded reference's, at its worst length) times RATIO_Q. */
 #define RATIO_Q 1.3
 #define ROW0_PROMPTS 16
+#define ROW0_EXACT 2
 
 static void check_file(const char *preset, const char *quant) {
     const char *path = test_model(preset, quant);
@@ -191,7 +194,7 @@ static void check_file(const char *preset, const char *quant) {
         ref_model_free(rm);
         printf("  %s %s: %d of %d one-row prompts equal the rounded reference within %.1e (worst %.2e)\n", preset,
                quant, exact, ROW0_PROMPTS, BAND_F32, worst_exact);
-        CHECK_MSG(2 * exact > ROW0_PROMPTS, "%s %s: only %d of %d one-row prompts equal the rounded reference", preset,
+        CHECK_MSG(exact >= ROW0_EXACT, "%s %s: only %d of %d one-row prompts equal the rounded reference", preset,
                   quant, exact, ROW0_PROMPTS);
         free(lq);
         free(rt);
