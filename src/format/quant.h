@@ -58,7 +58,7 @@ bool quant_simd_active(void);              /* true when the AVX2/FMA kernels are
 
 /* Many dots at once: y[r][o] = quant_dot(t, w + o * w_stride, a[r], n) for o < nw, r < na,
  * bit for bit (so results do not depend on how callers tile their work). The AVX2 path
- * unpacks each K-quant weight block once for up to 4 activation rows. */
+ * unpacks each K-quant weight block once for up to 4 activation rows (8 with AVX-512). */
 void quant_dot_rows(uint32_t t, int64_t n, const void *w, size_t w_stride, int nw, const void *const *a, int na,
                     float *const *y);
 void quant_dot_rows_ref(uint32_t t, int64_t n, const void *w, size_t w_stride, int nw, const void *const *a, int na,

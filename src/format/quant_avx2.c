@@ -465,154 +465,249 @@ ROWS_INLINE void tile_q6_k(const uint8_t *const *xw, const block_q8_K *const *y,
     }
 
 /* ---- the same tiles with AVX-512BW and VNNI (512-bit registers, picked at run time) ----
- * One 64-byte step covers two sub-blocks: a Q4_K/Q5_K chunk's low nibbles in the low half
- * and its high nibbles in the high half, matching 64 contiguous activation bytes; Q6_K's
- * ql/qh halves line up the same way. Integer sums are exact, and the block finish is the
- * AVX2 tiles' lane-wise expression, so every pair keeps quant_dot's bits. VNNI's dpwssd
- * fuses the scale madd with the accumulate (pp512 -t 1 on small: ~460 -> ~505 tok/s); a
- * CPU with AVX-512BW but no VNNI (Skylake-SP) keeps the AVX2 tiles. */
+ * Two weight rows share each register: the low 256 bits hold row 0's values, the high
+ * 256 row 1's, against one activation chunk broadcast to both halves, so one accumulator
+ * per activation row serves both weight rows, and a last odd weight row is simply paired
+ * with itself. Up to PAIR_ROWS activation rows go through a tile at once, in groups of 4,
+ * and the block finish runs lane-wise over a group's 8 pairs with quant_dot's expression,
+ * so every pair keeps its bits. VNNI's dpwssd fuses the scale madd with the accumulate
+ * (pp512 -t 1 on small: ~460 -> ~505 tok/s); the paired rows, 8 activation rows and one
+ * reduction per 8 pairs took it to ~635 (the per-block finish had cost as much as the
+ * multiplies; 16 activation rows measured no faster). A CPU with AVX-512BW but no VNNI
+ * (Skylake-SP) keeps the AVX2 tiles. */
 #define AVX512_FN __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")))
 #define ROWS512_INLINE static inline __attribute__((always_inline)) AVX512_FN
+#define PAIR_ROWS 8
 
-ROWS512_INLINE __m256i fold512(__m512i v) {
-    return _mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1));
+/* [lo | hi] from two 32-byte loads */
+ROWS512_INLINE __m512i load_pair(const void *lo, const void *hi) {
+    return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)lo)),
+                              _mm256_loadu_si256((const __m256i *)hi), 1);
 }
+
+ROWS512_INLINE __m512i bcast256(const void *p) { return _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)p)); }
+
+/* One transposing reduction for a group of 4 activation rows: t[2a] is activation row a's
+ * accumulator, t[2a + 1] its side sums (Q4_K/Q5_K: mins x bsums; Q6_K: scales x bsums, for
+ * the -32 offset), each [weight row 0 | weight row 1]. Lane w * 4 + a of the result is the
+ * sum of pair (w, a)'s accumulator lanes, lane 8 + w * 4 + a that of its side sums. Each
+ * level adds lanes of one pair only, so the sums are exact. */
+ROWS512_INLINE __m512i reduce_pairs(const __m512i t[8]) {
+    __m512i u[4];
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; k++)
+        u[k] = _mm512_add_epi32(_mm512_shuffle_i64x2(t[2 * k], t[2 * k + 1], 0x88),
+                                _mm512_shuffle_i64x2(t[2 * k], t[2 * k + 1], 0xdd));
+    __m512i w0 = _mm512_add_epi32(_mm512_unpacklo_epi64(u[0], u[1]), _mm512_unpackhi_epi64(u[0], u[1]));
+    __m512i w1 = _mm512_add_epi32(_mm512_unpacklo_epi64(u[2], u[3]), _mm512_unpackhi_epi64(u[2], u[3]));
+    __m512 f0 = _mm512_castsi512_ps(w0), f1 = _mm512_castsi512_ps(w1);
+    return _mm512_add_epi32(_mm512_castps_si512(_mm512_shuffle_ps(f0, f1, 0x88)),
+                            _mm512_castps_si512(_mm512_shuffle_ps(f0, f1, 0xdd)));
+}
+
+/* activation row d of a group, [a0 a1 a2 a3] in every 128-bit lane (0 past the tile) */
+ROWS512_INLINE __m128 group_d(const block_q8_K *const *y, int64_t i, int g, const int NA) {
+    float v[4];
+#pragma GCC unroll 4
+    for (int a = 0; a < 4; a++) v[a] = 4 * g + a < NA ? y[4 * g + a][i].d : 0;
+    return _mm_set_ps(v[3], v[2], v[1], v[0]);
+}
+
+/* lane w * 4 + a of a group's sum to yo[a][o + w], a < NA; the second weight row only when two */
+ROWS512_INLINE void tile_store_pairs(__m256 sum, float *const *yo, int64_t o, bool two, const int NA) {
+    const __m128 r0 = _mm256_castps256_ps128(sum), r1 = _mm256_extractf128_ps(sum, 1);
+    if (!two) {
+        tile_store(r0, yo, o, 1, NA);
+        return;
+    }
+    const __m128 lo = _mm_unpacklo_ps(r0, r1), hi = _mm_unpackhi_ps(r0, r1); /* [a w0, a w1, ...] */
+    _mm_storel_pi((__m64 *)(yo[0] + o), lo);
+    if (NA > 1) _mm_storeh_pi((__m64 *)(yo[1] + o), lo);
+    if (NA > 2) _mm_storel_pi((__m64 *)(yo[2] + o), hi);
+    if (NA > 3) _mm_storeh_pi((__m64 *)(yo[3] + o), hi);
+}
+
+/* k4_unpack for two rows at once, from each row's first 16 bytes (d, dmin, the 12 scale
+ * bytes b0-b11 at 4-15) in one 128-bit lane: per lane, bytes 0-7 take the 8 scales and
+ * bytes 8-15 the 8 mins. k4_pick[0] places b0-3 | b8-11 | b4-7 | b8-11 (the low 6 bits of
+ * scales/mins 0-3, the nibbles of 4-7), k4_pick[1] b0-3 and b4-7 under the scales/mins 4-7
+ * their top 2 bits belong to (0x80: zero). */
+static const uint8_t k4_pick[2][16] = {{4, 5, 6, 7, 12, 13, 14, 15, 8, 9, 10, 11, 12, 13, 14, 15},
+                                       {0x80, 0x80, 0x80, 0x80, 4, 5, 6, 7, 0x80, 0x80, 0x80, 0x80, 8, 9, 10, 11}};
+static const uint8_t k4_low[16] = {0x3f, 0x3f, 0x3f, 0x3f, 0x0f, 0x0f, 0x0f, 0x0f, 0x3f, 0x3f, 0x3f, 0x3f, 0, 0, 0, 0};
+static const uint8_t k4_high[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x0f, 0x0f, 0x0f, 0x0f};
+ROWS512_INLINE __m256i k4_unpack2(__m256i s) {
+    const __m256i p = _mm256_shuffle_epi8(s, _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)k4_pick[0])));
+    const __m256i q = _mm256_shuffle_epi8(s, _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)k4_pick[1])));
+    /* masked after each 16-bit shift, so no bits cross bytes; 0xea: (a & b) | c */
+    const __m256i top = _mm256_and_si256(_mm256_srli_epi16(q, 2), _mm256_set1_epi8(0x30));
+    const __m256i hi = _mm256_ternarylogic_epi32(_mm256_srli_epi16(p, 4),
+                                                 _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)k4_high)), top, 0xea);
+    return _mm256_ternarylogic_epi32(p, _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)k4_low)), hi, 0xea);
+}
+
+/* int16 picks from k4_unpack2's bytes widened to int16: each min of row 0 (int16 8-15) and
+ * row 1 (24-31) twice, filling an int32 lane to meet the bsums pair of its sub-block */
+#define MP(h, j) 8 + 16 * h + j, 8 + 16 * h + j
+static const int16_t k4_min_pick[32] = {MP(0, 0), MP(0, 1), MP(0, 2), MP(0, 3), MP(0, 4), MP(0, 5), MP(0, 6), MP(0, 7),
+                                        MP(1, 0), MP(1, 1), MP(1, 2), MP(1, 3), MP(1, 4), MP(1, 5), MP(1, 6), MP(1, 7)};
+#undef MP
+
+/* x16 permutation for Q4_K/Q5_K: [d0, dmin0, d1, dmin1] to d of weight row 0 (lanes 0-3),
+ * of row 1 (4-7), then dmin of row 0 (8-11) and row 1 (12-15) */
+static const int32_t k4_scale_lanes[16] = {0, 0, 0, 0, 2, 2, 2, 2, 1, 1, 1, 1, 3, 3, 3, 3};
 
 ROWS512_INLINE void tile_k4_512(const bool q5, const uint8_t *const *xw, size_t xb, const block_q8_K *const *y,
-                                int64_t nb, float *const *yo, int64_t o, const int NW, const int NA) {
-    const __m512i m4 = _mm512_set1_epi8(0x0f), m1 = _mm512_set1_epi8(1);
-    /* 16-bit shift counts: 0 in the low half (low nibbles), 4 in the high half */
-    const __m512i nib_shift = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(4), 1);
-    const __m512i bit_base = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(1), 1);
-    __m128 sum = _mm_setzero_ps();
+                                int64_t nb, float *const *yo, int64_t o, bool two, const int NA) {
+    const __m512i m4 = _mm512_set1_epi8(0x0f), bit4 = _mm512_set1_epi8(0x10);
+    const __m512i xperm = _mm512_loadu_si512((const void *)k4_scale_lanes), mnpick = _mm512_loadu_si512((const void *)k4_min_pick);
+    __m256 sum[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
     for (int64_t i = 0; i < nb; i++) {
-        const block_q4_K *x4[4];
-        __m128i m16[4];
-        __m512i sc16[4], hb[4];
-        float xd[4], xdm[4], ya[4];
-#pragma GCC unroll 4
-        for (int w = 0; w < NW; w++) {
-            x4[w] = (const block_q4_K *)(xw[w] + (size_t)i * xb);
-            uint32_t sc[2], mn[2];
-            k4_unpack(x4[w]->scales, sc, mn);
-            m16[w] = _mm_cvtepu8_epi16(_mm_set_epi32(0, 0, (int)mn[1], (int)mn[0]));
-            sc16[w] = _mm512_broadcast_i32x4(_mm_cvtepu8_epi16(_mm_set_epi32(0, 0, (int)sc[1], (int)sc[0])));
-            hb[w] = q5 ? _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)((const block_q5_K *)x4[w])->qh))
-                       : _mm512_setzero_si512();
-            xd[w] = h2f(x4[w]->d);
-            xdm[w] = h2f(x4[w]->dmin);
-        }
-        __m128i b8[4], pm[4];
-#pragma GCC unroll 4
-        for (int a = 0; a < NA; a++) {
-            __m256i bs = _mm256_loadu_si256((const __m256i *)y[a][i].bsums);
-            b8[a] = _mm_hadd_epi16(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1));
-            ya[a] = y[a][i].d;
-        }
-#pragma GCC unroll 4
-        for (int p = 0; p < 4; p++) pm[p] = p < NW * NA ? _mm_madd_epi16(m16[p / NA], b8[p % NA]) : _mm_setzero_si128();
-        __m128i summ = _mm_hadd_epi32(_mm_hadd_epi32(pm[0], pm[1]), _mm_hadd_epi32(pm[2], pm[3]));
-        __m512i acc[4] = {_mm512_setzero_si512(), _mm512_setzero_si512(), _mm512_setzero_si512(), _mm512_setzero_si512()};
+        /* Q4_K and Q5_K share d, dmin, scales at the block start; qs follows qh in Q5_K */
+        const block_q4_K *x0 = (const block_q4_K *)(xw[0] + (size_t)i * xb), *x1 = (const block_q4_K *)(xw[1] + (size_t)i * xb);
+        const __m256i head = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)x0)),
+                                                     _mm_loadu_si128((const __m128i *)x1), 1);
+        const __m512i u16 = _mm512_cvtepu8_epi16(k4_unpack2(head));
+        /* the 8 scales of row 0 as int16 in lanes 0-1, of row 1 in lanes 2-3, for pair_shuffle */
+        const __m512i sc = _mm512_shuffle_i64x2(u16, u16, 0xa0);
+        const __m512i mn = _mm512_permutexvar_epi16(mnpick, u16);
+        const __m512i hb = q5 ? load_pair(((const block_q5_K *)x0)->qh, ((const block_q5_K *)x1)->qh) : _mm512_setzero_si512();
+        const uint8_t *q0 = q5 ? ((const block_q5_K *)x0)->qs : x0->qs, *q1 = q5 ? ((const block_q5_K *)x1)->qs : x1->qs;
+        __m512i acc[PAIR_ROWS];
+#pragma GCC unroll 8
+        for (int a = 0; a < NA; a++) acc[a] = _mm512_setzero_si512();
 #pragma GCC unroll 4
         for (int j = 0; j < 4; j++) {
-            __m512i wv[4], sv[4];
-            /* scale 2j in the low half, 2j+1 in the high half: pair_shuffle rows 2j, 2j+1 are adjacent */
-            const __m512i shuf = _mm512_loadu_si512((const void *)pair_shuffle[2 * j]);
-#pragma GCC unroll 4
-            for (int w = 0; w < NW; w++) {
-                const uint8_t *q = (q5 ? ((const block_q5_K *)x4[w])->qs : x4[w]->qs) + 32 * j;
-                __m512i qb = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)q));
-                wv[w] = _mm512_and_si512(_mm512_srlv_epi16(qb, nib_shift), m4);
-                if (q5) { /* fifth bits: bit 2j of each qh byte (low half), bit 2j+1 (high half) */
-                    __m512i cnt = _mm512_add_epi16(bit_base, _mm512_set1_epi16((short)(2 * j)));
-                    __m512i h = _mm512_and_si512(_mm512_srlv_epi16(hb[w], cnt), m1);
-                    wv[w] = _mm512_or_si512(wv[w], _mm512_slli_epi16(h, 4));
-                }
-                sv[w] = _mm512_shuffle_epi8(sc16[w], shuf);
+            const __m512i qb = load_pair(q0 + 32 * j, q1 + 32 * j);
+            __m512i lo = _mm512_and_si512(qb, m4), hi = _mm512_and_si512(_mm512_srli_epi16(qb, 4), m4);
+            if (q5) { /* bit 2j of each qh byte is the fifth bit of sub-block 2j, bit 2j+1 of 2j+1 */
+                lo = _mm512_mask_add_epi8(lo, _mm512_test_epi8_mask(hb, _mm512_set1_epi8((char)(1 << (2 * j)))), lo, bit4);
+                hi = _mm512_mask_add_epi8(hi, _mm512_test_epi8_mask(hb, _mm512_set1_epi8((char)(2 << (2 * j)))), hi, bit4);
             }
-#pragma GCC unroll 4
+            const __m512i sl = _mm512_shuffle_epi8(sc, bcast256(pair_shuffle[2 * j]));
+            const __m512i sh = _mm512_shuffle_epi8(sc, bcast256(pair_shuffle[2 * j + 1]));
+#pragma GCC unroll 8
             for (int a = 0; a < NA; a++) {
-                const __m512i av = _mm512_loadu_si512((const void *)(y[a][i].qs + 64 * j));
-#pragma GCC unroll 4
-                for (int w = 0; w < NW; w++)
-                    acc[w * NA + a] = _mm512_dpwssd_epi32(acc[w * NA + a], sv[w], _mm512_maddubs_epi16(wv[w], av));
+                acc[a] = _mm512_dpwssd_epi32(acc[a], sl, _mm512_maddubs_epi16(lo, bcast256(y[a][i].qs + 64 * j)));
+                acc[a] = _mm512_dpwssd_epi32(acc[a], sh, _mm512_maddubs_epi16(hi, bcast256(y[a][i].qs + 64 * j + 32)));
             }
         }
-        __m256i acc8[4];
+        /* d | dmin of each pair: y.d * x.d, one float multiply each, like quant_dot's */
+        const __m128i dd = _mm256_castsi256_si128(_mm256_permutevar8x32_epi32(head, _mm256_setr_epi32(0, 4, 0, 0, 0, 0, 0, 0)));
+        const __m512 xd = _mm512_permutexvar_ps(xperm, _mm512_castps128_ps512(_mm_cvtph_ps(dd)));
+#pragma GCC unroll 2
+        for (int g = 0; g < (NA + 3) / 4; g++) {
+            __m512i t[8];
 #pragma GCC unroll 4
-        for (int p = 0; p < 4; p++) acc8[p] = fold512(acc[p]);
-        __m128 d = pair_scales(ya, xd, NW, NA), dmin = pair_scales(ya, xdm, NW, NA);
-        __m128 t = _mm_sub_ps(_mm_mul_ps(d, _mm_cvtepi32_ps(hsum4_epi32(acc8))), _mm_mul_ps(dmin, _mm_cvtepi32_ps(summ)));
-        sum = _mm_add_ps(sum, t);
+            for (int k = 0; k < 4; k++) {
+                const int a = 4 * g + k;
+                t[2 * k] = a < NA ? acc[a] : _mm512_setzero_si512();
+                t[2 * k + 1] = a < NA ? _mm512_madd_epi16(mn, bcast256(y[a][i].bsums))
+                                      : _mm512_setzero_si512();
+            }
+            const __m512 si = _mm512_cvtepi32_ps(reduce_pairs(t)); /* sumi | summ */
+            const __m512 pr = _mm512_mul_ps(si, _mm512_mul_ps(_mm512_broadcast_f32x4(group_d(y, i, g, NA)), xd));
+            const __m256 dm = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(pr), 1));
+            sum[g] = _mm256_add_ps(sum[g], _mm256_sub_ps(_mm512_castps512_ps256(pr), dm));
+        }
     }
-    tile_store(sum, yo, o, NW, NA);
+#pragma GCC unroll 2
+    for (int g = 0; g < (NA + 3) / 4; g++) tile_store_pairs(sum[g], yo + 4 * g, o, two, NA - 4 * g < 4 ? NA - 4 * g : 4);
 }
 
+/* Q6_K scale picks for the 32 values of step s (groups 2s, 2s+1): int16 index per lane
+ * into [row 0's 16 scales | row 1's 16] */
+#define Q6S(s) {2*s,2*s,2*s,2*s,2*s,2*s,2*s,2*s, 2*s+1,2*s+1,2*s+1,2*s+1,2*s+1,2*s+1,2*s+1,2*s+1, \
+                16+2*s,16+2*s,16+2*s,16+2*s,16+2*s,16+2*s,16+2*s,16+2*s, \
+                17+2*s,17+2*s,17+2*s,17+2*s,17+2*s,17+2*s,17+2*s,17+2*s}
+static const int16_t q6_scale_pick[8][32] = {Q6S(0), Q6S(1), Q6S(2), Q6S(3), Q6S(4), Q6S(5), Q6S(6), Q6S(7)};
+#undef Q6S
+
+/* The 6-bit values are used unsigned, as in dot_q6_k; 32 values of each row per step. */
 ROWS512_INLINE void tile_q6_k_512(const uint8_t *const *xw, const block_q8_K *const *y, int64_t nb,
-                                  float *const *yo, int64_t o, const int NW, const int NA) {
-    const __m512i m4 = _mm512_set1_epi8(0x0f), m3 = _mm512_set1_epi8(3);
-    /* 16-bit shift counts for the qh bits: values 0-31 | 32-63 take bits 0-1 | 2-3, values 64-95 | 96-127 bits 4-5 | 6-7 */
-    const __m512i sh01 = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(2), 1);
-    const __m512i sh23 = _mm512_inserti64x4(_mm512_set1_epi16(4), _mm256_set1_epi16(6), 1);
-    __m128 sum = _mm_setzero_ps();
+                                  float *const *yo, int64_t o, bool two, const int NA) {
+    const __m512i m4 = _mm512_set1_epi8(0x0f), m30 = _mm512_set1_epi8(0x30);
+    /* d of weight row 0 in lanes 0-3, of row 1 in 4-7 */
+    const __m256i xperm = _mm256_set_epi32(1, 1, 1, 1, 0, 0, 0, 0);
+    __m256 sum[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
     for (int64_t i = 0; i < nb; i++) {
-        const block_q6_K *x[4];
-        __m128i sc8[4];
-        float xd[4], ya[4];
-        __m256i corr[4] = {_mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256()};
-        __m512i acc[4] = {_mm512_setzero_si512(), _mm512_setzero_si512(), _mm512_setzero_si512(), _mm512_setzero_si512()};
-#pragma GCC unroll 4
-        for (int w = 0; w < NW; w++) {
-            x[w] = (const block_q6_K *)xw[w] + i;
-            sc8[w] = _mm_loadu_si128((const __m128i *)x[w]->scales);
-            xd[w] = h2f(x[w]->d);
-            __m256i sc16 = _mm256_cvtepi8_epi16(sc8[w]);
-#pragma GCC unroll 4
-            for (int a = 0; a < NA; a++) {
-                __m256i bs = _mm256_loadu_si256((const __m256i *)y[a][i].bsums);
-                corr[w * NA + a] = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(_mm256_madd_epi16(sc16, bs), 5));
-            }
-        }
-#pragma GCC unroll 4
-        for (int a = 0; a < NA; a++) ya[a] = y[a][i].d;
+        const block_q6_K *x0 = (const block_q6_K *)xw[0] + i, *x1 = (const block_q6_K *)xw[1] + i;
+        const __m512i sc = _mm512_cvtepi8_epi16(_mm256_inserti128_si256(
+            _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)x0->scales)), _mm_loadu_si128((const __m128i *)x1->scales), 1));
+        __m512i acc[PAIR_ROWS];
+#pragma GCC unroll 8
+        for (int a = 0; a < NA; a++) acc[a] = _mm512_setzero_si512();
 #pragma GCC unroll 2
         for (int h = 0; h < 2; h++) {
-#pragma GCC unroll 2
-            for (int half = 0; half < 2; half++) {
-                __m512i wv[2], sv[2];
-#pragma GCC unroll 2
-                for (int w = 0; w < NW; w++) {
-                    __m512i l = _mm512_loadu_si512((const void *)(x[w]->ql + 64 * h));
-                    __m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(x[w]->qh + 32 * h)));
-                    l = half ? _mm512_and_si512(_mm512_srli_epi16(l, 4), m4) : _mm512_and_si512(l, m4);
-                    qh = _mm512_and_si512(_mm512_srlv_epi16(qh, half ? sh23 : sh01), m3);
-                    wv[w] = _mm512_or_si512(l, _mm512_slli_epi16(qh, 4));
-                    /* scales of groups 8h + 4 half + 0..3, one per 128-bit lane (lane_pair rows are adjacent) */
-                    __m256i s8 = _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(sc8[w]),
-                                                     _mm256_loadu_si256((const __m256i *)lane_pair[4 * h + 2 * half]));
-                    sv[w] = _mm512_cvtepi8_epi16(s8);
-                }
+            const __m512i l0 = load_pair(x0->ql + 64 * h, x1->ql + 64 * h);
+            const __m512i l1 = load_pair(x0->ql + 64 * h + 32, x1->ql + 64 * h + 32);
+            const __m512i qh = load_pair(x0->qh + 32 * h, x1->qh + 32 * h);
+            /* value bits 4-5 from qh bits 2k..2k+1; masking after each 16-bit shift keeps bytes apart */
+            __m512i q[4];
+            q[0] = _mm512_or_si512(_mm512_and_si512(l0, m4), _mm512_and_si512(_mm512_slli_epi16(qh, 4), m30));
+            q[1] = _mm512_or_si512(_mm512_and_si512(l1, m4), _mm512_and_si512(_mm512_slli_epi16(qh, 2), m30));
+            q[2] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(l0, 4), m4), _mm512_and_si512(qh, m30));
+            q[3] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(l1, 4), m4),
+                                   _mm512_and_si512(_mm512_srli_epi16(qh, 2), m30));
 #pragma GCC unroll 4
-                for (int a = 0; a < NA; a++) {
-                    const __m512i av = _mm512_loadu_si512((const void *)(y[a][i].qs + 128 * h + 64 * half));
-#pragma GCC unroll 2
-                    for (int w = 0; w < NW; w++)
-                        acc[w * NA + a] = _mm512_dpwssd_epi32(acc[w * NA + a], sv[w], _mm512_maddubs_epi16(wv[w], av));
-                }
+            for (int k = 0; k < 4; k++) {
+                const __m512i s = _mm512_permutexvar_epi16(_mm512_loadu_si512((const void *)q6_scale_pick[4 * h + k]), sc);
+#pragma GCC unroll 8
+                for (int a = 0; a < NA; a++)
+                    acc[a] = _mm512_dpwssd_epi32(acc[a], s, _mm512_maddubs_epi16(q[k], bcast256(y[a][i].qs + 128 * h + 32 * k)));
             }
         }
-        __m256i acc8[4];
+        const __m256 xd = _mm256_permutevar8x32_ps(_mm256_castps128_ps256(_mm_cvtph_ps(_mm_set_epi16(0, 0, 0, 0, 0, 0, (short)x1->d, (short)x0->d))), xperm);
+#pragma GCC unroll 2
+        for (int g = 0; g < (NA + 3) / 4; g++) {
+            __m512i t[8];
 #pragma GCC unroll 4
-        for (int p = 0; p < 4; p++) acc8[p] = _mm256_add_epi32(fold512(acc[p]), corr[p]);
-        __m128 d = pair_scales(ya, xd, NW, NA);
-        sum = _mm_add_ps(sum, _mm_mul_ps(d, _mm_cvtepi32_ps(hsum4_epi32(acc8))));
+            for (int k = 0; k < 4; k++) {
+                const int a = 4 * g + k;
+                t[2 * k] = a < NA ? acc[a] : _mm512_setzero_si512();
+                t[2 * k + 1] = a < NA ? _mm512_madd_epi16(sc, bcast256(y[a][i].bsums))
+                                      : _mm512_setzero_si512();
+            }
+            const __m512i r = reduce_pairs(t);
+            const __m256i sumi = _mm256_sub_epi32(_mm512_castsi512_si256(r), _mm256_slli_epi32(_mm512_extracti64x4_epi64(r, 1), 5));
+            const __m128 yd = group_d(y, i, g, NA);
+            const __m256 d = _mm256_mul_ps(_mm256_set_m128(yd, yd), xd);
+            sum[g] = _mm256_add_ps(sum[g], _mm256_mul_ps(d, _mm256_cvtepi32_ps(sumi)));
+        }
     }
-    tile_store(sum, yo, o, NW, NA);
+#pragma GCC unroll 2
+    for (int g = 0; g < (NA + 3) / 4; g++) tile_store_pairs(sum[g], yo + 4 * g, o, two, NA - 4 * g < 4 ? NA - 4 * g : 4);
 }
 
+/* two weight rows per tile (a last odd row paired with itself), na = 2..PAIR_ROWS activation rows */
 static AVX512_FN void tiles_512(uint32_t t, const uint8_t *w, size_t w_stride, int64_t nw, const block_q8_K *const *y,
                                 int na, int64_t nb, float *const *yo) {
-    TILE_LOOP(_512)
+    const bool q5 = t == QT_Q5_K;
+    const size_t xb = q5 ? sizeof(block_q5_K) : sizeof(block_q4_K);
+    for (int64_t o = 0; o < nw; o += 2) {
+        const bool two = o + 1 < nw;
+        const uint8_t *xw[2] = {w + (size_t)o * w_stride, w + (size_t)(o + two) * w_stride};
+#define SHAPES(CALL)                      \
+    switch (na) {                         \
+    case 2: CALL(2); break;               \
+    case 3: CALL(3); break;               \
+    case 4: CALL(4); break;               \
+    case 5: CALL(5); break;               \
+    case 6: CALL(6); break;               \
+    case 7: CALL(7); break;               \
+    default: CALL(8); break;              \
+    }
+#define Q6(NA) tile_q6_k_512(xw, y, nb, yo, o, two, NA)
+#define Q5(NA) tile_k4_512(true, xw, xb, y, nb, yo, o, two, NA)
+#define Q4(NA) tile_k4_512(false, xw, xb, y, nb, yo, o, two, NA)
+        if (t == QT_Q6_K) SHAPES(Q6)
+        else if (q5) SHAPES(Q5)
+        else SHAPES(Q4)
+#undef Q6
+#undef Q5
+#undef Q4
+#undef SHAPES
+    }
 }
 
 static pthread_once_t avx512_once = PTHREAD_ONCE_INIT;
@@ -644,8 +739,9 @@ void quant_dot_rows_avx2(uint32_t t, int64_t n, const void *w, size_t w_stride, 
     }
     HEARTH_CHECK(n % QK_K == 0);
     const bool wide = quant_avx512_active();
-    for (int r0 = 0; r0 < na; r0 += 4) {
-        const int m = na - r0 < 4 ? na - r0 : 4;
+    const int group = wide ? PAIR_ROWS : 4;
+    for (int r0 = 0; r0 < na; r0 += group) {
+        const int m = na - r0 < group ? na - r0 : group;
         if (m == 1) { /* one row (decode): the single-row dot streams a large matrix from memory faster than tiles */
             for (int o = 0; o < nw; o++) y[r0][o] = quant_dot_avx2(t, (const uint8_t *)w + (size_t)o * w_stride, a[r0], n);
             continue;
