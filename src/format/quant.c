@@ -197,7 +197,17 @@ static inline int q6_value(const block_q6_K *b, int k) {
 static void dequant_q6_k(const block_q6_K *b, float *y, int64_t nb) {
     for (int64_t i = 0; i < nb; i++, y += QK_K) {
         float d = f16_to_f32(b[i].d);
-        for (int k = 0; k < QK_K; k++) y[k] = d * b[i].scales[k / 16] * (q6_value(&b[i], k) - 32);
+        for (int h = 0; h < 2; h++) { /* the layout of q6_value, a 128-half at a time */
+            const uint8_t *ql = b[i].ql + 64 * h, *qh = b[i].qh + 32 * h;
+            const int8_t *sc = b[i].scales + 8 * h;
+            float *yh = y + 128 * h;
+            for (int l = 0; l < 32; l++) {
+                yh[l] = d * sc[l / 16] * (((ql[l] & 0x0f) | ((qh[l] & 3) << 4)) - 32);
+                yh[l + 32] = d * sc[2 + l / 16] * (((ql[l + 32] & 0x0f) | (((qh[l] >> 2) & 3) << 4)) - 32);
+                yh[l + 64] = d * sc[4 + l / 16] * (((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32);
+                yh[l + 96] = d * sc[6 + l / 16] * (((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32);
+            }
+        }
     }
 }
 

@@ -1,9 +1,13 @@
 # wide.sh: the engine at the real widths of Qwen3.6-35B-A3B (vocab 248,320, 256 experts
 # top-8, hidden 2048, 16/2 attention heads, 16/32 GDN heads, expert widths 512) with few
 # layers (3 GDN + 1 attention: `hearth gen --preset wide`, 2.7 GB at q4_k_m): run with
-# prompts of 1, 512, 513 and 2,048 rows (one, two and four passes), bench, and the gates
-# that cross passes. Toy shapes alone once hid an abort at 512 rows here.
+# prompts of 1, 512, 513 and 2,048 rows (one, two and four passes), bench, every gate, and
+# the engine tests (test_engine --wide: logits against the float64 reference through 513
+# rows, batched against stepped, bits across thread counts after 2,048 rows). Toy shapes
+# alone once hid an abort at 512 rows here. About 9 minutes on 2 cores, most of it the
+# float64 reference (accuracy 3.3 min, 13.7 GB peak; test_engine 3.2 min).
 . "$(dirname "$0")/lib.sh"
+export HEARTH_TMP=$TMP  # where the programs below find the shared file
 W=$TMP/shared-wide-q4_k_m.gguf  # models.h's test_model() finds it under this name
 check "gen wide q4_k_m" "$HEARTH" gen --preset wide --quant q4_k_m --seed 1 -o "$W"
 ids() { seq 1 "$1" | awk '{printf "%s%d", (NR > 1 ? "," : ""), ($1 * 7919) % 248320}'; }
@@ -12,8 +16,9 @@ for n in 1 512 513 2048; do
         --marks "$( [ "$n" -gt 1 ] && echo "1,$((n - 1)),$n" || echo 1)"
 done
 check "bench at the real widths, pp512 tg4" "$HEARTH" bench -m "$W" -p 512 -n 4 -r 1 -t 2
-for g in k_keep stale; do
+for g in delta_rows_snap q_mark resume stale k_keep batch_inv accuracy; do
     check "gate $g at the real widths" build/gates "$g" wide
 done
+check "engine tests at the real widths" build/tests/test_engine --wide
 rm -f "$W"
 summary

@@ -1,6 +1,7 @@
 /* test_engine.c: the CPU engine against the float64 reference (tests/ref), batched
  * prompts against token-by-token steps, and determinism across runs and thread counts,
- * on the tiny and small presets at f32, q8_0 and q4_k_m. */
+ * on the tiny and small presets at f32, q8_0 and q4_k_m; with --wide, on the wide preset
+ * (every width of Qwen3.6-35B-A3B, 4 layers) at q4_k_m, which tests/cli/wide.sh writes. */
 #include "harness.h"
 #include "models.h"
 #include "ref/ref.h"
@@ -9,14 +10,30 @@
 #include "engine/sampler.h"
 
 #include <math.h>
+#include <pthread.h>
 
-static const int64_t lengths[] = {1, 5, 63, 64, 65, 130, 700};
-#define N_LEN (sizeof lengths / sizeof lengths[0])
+/* prompt lengths whose last row is compared with the reference: one row, a GDN chunk
+ * (64) and its neighbours, a few chunks, and past one pass (512 rows); and the ones run
+ * token by token as well */
+static const int64_t lengths_toy[] = {1, 5, 63, 64, 65, 130, 700, 0};
+static const int64_t stepped_toy[] = {5, 65, 130, 0};
+/* At the real widths a reference row costs ~0.23 s (240M multiply-adds of float weights
+ * read from memory, plus the 248,320-row vocabulary head, 0.9 s, where logits are
+ * wanted), so the rows stop just past the first pass boundary: 513 rows, two reference
+ * sequences on two threads, ~2 minutes. 2,048-row prompts run in wide.sh and in the
+ * thread-count check below, without the reference. */
+static const int64_t lengths_wide[] = {1, 63, 64, 65, 512, 513, 0};
+static const int64_t stepped_wide[] = {65, 0};
 
+static bool in_list(const int64_t *list, int64_t n) {
+    for (; *list; list++) if (*list == n) return true;
+    return false;
+}
 
-
-
-
+static bool in_set(const int32_t *set, int64_t n, int32_t x) {
+    for (int64_t i = 0; i < n; i++) if (set[i] == x) return true;
+    return false;
+}
 /* the gap between the best and the second-best logit: a top-1 disagreement inside the band
  * is only a failure when the reference's margin is larger than the band allows */
 static double top_margin(const double *x, int64_t n) {
@@ -68,11 +85,51 @@ static double rms_d(const double *x, int64_t n) {
 #define ROW0_PROMPTS 16
 #define ROW0_EXACT 2
 
-static void check_file(const char *preset, const char *quant) {
+/* One reference sequence over ids[0..N), routed as the engine routed (routes: N x L x K):
+ * its logits at each of lengths' rows, and per (row, layer) its router probabilities (X)
+ * and its own top-K. Each job has its own ref_model (its expert copies fill as it runs),
+ * so two run on two threads. */
+typedef struct {
+    const model *m;
+    const int32_t *ids, *routes;
+    int64_t N;
+    const int64_t *lengths;
+    bool round;        /* round matrix inputs as the engine does */
+    double *logits;    /* V per length */
+    double *probs;     /* N x L x X */
+    int32_t *own;      /* N x L x K */
+} ref_job;
+
+static void *ref_job_run(void *arg) {
+    ref_job *j = arg;
+    const model_hparams *hp = &j->m->hp;
+    const int64_t V = hp->n_vocab, NL = hp->n_layer, K = hp->n_expert_used, X = hp->n_expert;
+    ref_model *rm = ref_model_new(j->m);
+    ref_seq *rs = ref_seq_new(rm, j->N);
+    ref_seq_round_activations(rs, j->round);
+    for (int64_t t = 0, li = 0; t < j->N; t++) {
+        const bool want = t + 1 == j->lengths[li];
+        ref_seq_force_experts(rs, j->routes + t * NL * K);
+        ref_step(rs, j->ids[t], want ? j->logits + li * V : NULL);
+        for (int il = 0; il < NL; il++) {
+            memcpy(j->probs + (t * NL + il) * X, ref_seq_router_probs(rs, il), sizeof(double) * (size_t)X);
+            memcpy(j->own + (t * NL + il) * K, ref_seq_own_experts(rs, il), sizeof(int32_t) * (size_t)K);
+        }
+        li += want;
+    }
+    ref_seq_free(rs);
+    ref_model_free(rm);
+    return NULL;
+}
+
+/* lengths and stepped: 0-terminated, ascending; the last length is the longest prompt */
+static void check_file(const char *preset, const char *quant, const int64_t *lengths, const int64_t *stepped) {
     const char *path = test_model(preset, quant);
     herr e;
     model *m;
     if (model_load(&m, path, &e) < 0) { CHECK_MSG(0, "%s", e.msg); return; }
+    size_t N_LEN = 0;
+    while (lengths[N_LEN]) N_LEN++;
     const int64_t V = m->hp.n_vocab, N = lengths[N_LEN - 1];
     const int64_t NL = m->hp.n_layer, K = m->hp.n_expert_used, X = m->hp.n_expert;
     int32_t *ids = test_ids(N, V, 7);
@@ -96,54 +153,45 @@ static void check_file(const char *preset, const char *quant) {
      * engine's distance is held to, and its router log-probabilities say how far that noise
      * moves a router logit. */
     const bool quantized = strcmp(quant, "f32") != 0;
-    ref_model *rm = ref_model_new(m);
-    ref_seq *rs = ref_seq_new(rm, N), *rq = quantized ? ref_seq_new(rm, N) : NULL;
-    if (rq) ref_seq_round_activations(rq, true);
-    double *ref_logits = xmalloc(sizeof(double) * (size_t)(V * N_LEN));
-    double *rq_logits = xmalloc(sizeof(double) * (size_t)(V * N_LEN));
+    ref_job jobs[2];
+    for (int k = 0; k < 2; k++)
+        jobs[k] = (ref_job){.m = m, .ids = ids, .routes = routes, .N = N, .lengths = lengths, .round = k == 1,
+                            .logits = xmalloc(sizeof(double) * (size_t)(V * (int64_t)N_LEN)),
+                            .probs = xmalloc(sizeof(double) * (size_t)(N * NL * X)),
+                            .own = xmalloc(sizeof(int32_t) * (size_t)(N * NL * K))};
+    pthread_t th;
+    const bool threaded = quantized && pthread_create(&th, NULL, ref_job_run, &jobs[1]) == 0;
+    ref_job_run(&jobs[0]);
+    if (threaded) pthread_join(th, NULL);
+    else if (quantized) ref_job_run(&jobs[1]);
+    const double *ref_logits = jobs[0].logits, *rq_logits = jobs[1].logits;
     /* per (row, layer): the largest log-probability gap the engine's choice jumped (0: no flip) */
     double *gap = xcalloc((size_t)(N * NL), sizeof(double));
     double noise2[MODEL_MAX_LAYERS] = {0};             /* sum of squared router log-prob noise */
     int64_t flips = 0, q_flips = 0;
-    for (int64_t t = 0, li = 0; t < N; t++) {
-        bool want = t + 1 == lengths[li];
-        ref_seq_force_experts(rs, routes + t * NL * K);
-        ref_step(rs, ids[t], want ? ref_logits + li * V : NULL);
-        if (rq) {
-            ref_seq_force_experts(rq, routes + t * NL * K);
-            ref_step(rq, ids[t], want ? rq_logits + li * V : NULL);
-        }
+    for (int64_t t = 0; t < N; t++) {
         for (int64_t il = 0; il < NL; il++) {
-            const int32_t *own = ref_seq_own_experts(rs, (int)il), *used = ref_seq_experts(rs, (int)il);
-            const double *p = ref_seq_router_probs(rs, (int)il);
+            const int32_t *own = jobs[0].own + (t * NL + il) * K, *used = routes + (t * NL + il) * K;
+            const double *p = jobs[0].probs + (t * NL + il) * X;
             double kth = 1;
             for (int64_t k = 0; k < K; k++) kth = p[own[k]] < kth ? p[own[k]] : kth;
             for (int64_t k = 0; k < K; k++) {
-                bool in = false;
-                for (int64_t j = 0; j < K; j++) in |= used[k] == own[j];
-                if (in) continue;
+                if (in_set(own, K, used[k])) continue;
                 /* the engine took used[k] over one of the reference's top-K */
                 double g = log(kth) - log(p[used[k]]);
                 gap[t * NL + il] = g > gap[t * NL + il] ? g : gap[t * NL + il];
             }
             flips += gap[t * NL + il] > 0;
-            if (!rq) continue;
-            const double *pq = ref_seq_router_probs(rq, (int)il);
-            const int32_t *own_q = ref_seq_own_experts(rq, (int)il);
+            if (!quantized) continue;
+            const double *pq = jobs[1].probs + (t * NL + il) * X;
+            const int32_t *own_q = jobs[1].own + (t * NL + il) * K;
             bool q_flip = false;
             for (int64_t x = 0; x < X; x++) noise2[il] += (log(pq[x]) - log(p[x])) * (log(pq[x]) - log(p[x]));
-            for (int64_t k = 0; k < K; k++) {
-                bool in = false;
-                for (int64_t j = 0; j < K; j++) in |= own_q[k] == own[j];
-                q_flip |= !in;
-            }
+            for (int64_t k = 0; k < K; k++) q_flip |= !in_set(own, K, own_q[k]);
             q_flips += q_flip;
         }
-        if (want) li++;
     }
-    ref_seq_free(rs);
-    if (rq) ref_seq_free(rq);
-    ref_model_free(rm);
+    for (int k = 0; k < 2; k++) { free(jobs[k].probs); free(jobs[k].own); }
     int64_t far_flips = 0;
     double worst_gap_ratio = 0;
     for (int64_t il = 0; il < NL; il++) {
@@ -174,11 +222,11 @@ static void check_file(const char *preset, const char *quant) {
     if (quantized) { /* one-row prompts: the engine against the rounded reference */
         double *lq = xmalloc(sizeof(double) * (size_t)V);
         int32_t *rt = xmalloc(sizeof(int32_t) * (size_t)(NL * K));
-        rm = ref_model_new(m);
+        ref_model *rm = ref_model_new(m);
         int exact = 0;
         double worst_exact = 0;
         for (int k = 0; k < ROW0_PROMPTS; k++) {
-            const int32_t id = ids[k * 37];
+            const int32_t id = ids[(k * 37) % N];
             ref_seq *r1 = ref_seq_new(rm, 1);
             ref_seq_round_activations(r1, true);
             engine_seq_clear(eng, 0);
@@ -223,7 +271,7 @@ static void check_file(const char *preset, const char *quant) {
         CHECK(test_run(eng, 0, ids, n, lg, ENGINE_LOGITS_LAST, &e) == 0);
         CHECK_MSG(!memcmp(lg, row, sizeof(float) * (size_t)V), "%s %s n=%lld: prefill of n rows differs from row n-1",
                   preset, quant, (long long)n);
-        if (n == 5 || n == 65 || n == 130) { /* the same ids token by token */
+        if (in_list(stepped, n)) { /* the same ids token by token */
             engine_seq_clear(eng, 1);
             int32_t *rt2 = xmalloc(sizeof(int32_t) * (size_t)(n * NL * K));
             float *step_lg = xmalloc(sizeof(float) * (size_t)(n * V));
@@ -263,26 +311,26 @@ static void check_file(const char *preset, const char *quant) {
     free(all);
     free(routes);
     free(lg);
-    free(ref_logits);
-    free(rq_logits);
+    free(jobs[0].logits);
+    free(jobs[1].logits);
     free(ids);
     model_free(m);
 }
 
 /* greedy decoding: identical ids and identical logit bits across runs and thread counts */
-static void check_determinism(const char *preset, const char *quant) {
+static void check_determinism(const char *preset, const char *quant, int64_t n_prompt) {
     const char *path = test_model(preset, quant);
     herr e;
     model *m;
     if (model_load(&m, path, &e) < 0) { CHECK_MSG(0, "%s", e.msg); return; }
-    const int64_t V = m->hp.n_vocab, n_prompt = 70, n_gen = 12;
+    const int64_t V = m->hp.n_vocab, n_gen = 12;
     int32_t *ids = test_ids(n_prompt, V, 11);
     int32_t first[32];
     float *first_lg = xmalloc(sizeof(float) * (size_t)V), *lg = xmalloc(sizeof(float) * (size_t)V);
     const int threads[] = {1, 2, 3, 2};
     for (int run = 0; run < 4; run++) {
         engine *eng;
-        engine_opts eo = {.n_threads = threads[run], .n_ctx = 128};
+        engine_opts eo = {.n_threads = threads[run], .n_ctx = n_prompt + n_gen + 1};
         if (engine_open(&eng, m, &eo, &e) < 0) { CHECK_MSG(0, "%s", e.msg); break; }
         CHECK(test_run(eng, 0, ids, n_prompt, lg, ENGINE_LOGITS_LAST, &e) == 0);
         int32_t out[32];
@@ -307,22 +355,30 @@ static void check_determinism(const char *preset, const char *quant) {
     model_free(m);
 }
 
-TEST(tiny_f32) { check_file("tiny", "f32"); }
-TEST(tiny_q8_0) { check_file("tiny", "q8_0"); }
-TEST(tiny_q4_k_m) { check_file("tiny", "q4_k_m"); }
-TEST(small_f32) { check_file("small", "f32"); }
-TEST(small_q8_0) { check_file("small", "q8_0"); }
-TEST(small_q4_k_m) { check_file("small", "q4_k_m"); }
-TEST(determinism_tiny) { check_determinism("tiny", "q4_k_m"); check_determinism("tiny", "f32"); }
-TEST(determinism_small) { check_determinism("small", "q4_k_m"); }
+TEST(tiny_f32) { check_file("tiny", "f32", lengths_toy, stepped_toy); }
+TEST(tiny_q8_0) { check_file("tiny", "q8_0", lengths_toy, stepped_toy); }
+TEST(tiny_q4_k_m) { check_file("tiny", "q4_k_m", lengths_toy, stepped_toy); }
+TEST(small_f32) { check_file("small", "f32", lengths_toy, stepped_toy); }
+TEST(small_q8_0) { check_file("small", "q8_0", lengths_toy, stepped_toy); }
+TEST(small_q4_k_m) { check_file("small", "q4_k_m", lengths_toy, stepped_toy); }
+TEST(wide_q4_k_m) { check_file("wide", "q4_k_m", lengths_wide, stepped_wide); }
+TEST(determinism_tiny) { check_determinism("tiny", "q4_k_m", 70); check_determinism("tiny", "f32", 70); }
+TEST(determinism_small) { check_determinism("small", "q4_k_m", 70); }
+/* four passes of 512 rows, then steps: the same bits at every thread count */
+TEST(determinism_wide) { check_determinism("wide", "q4_k_m", 2048); }
 
 int main(int argc, char **argv) {
-    bool tiny_only = argc > 1 && !strcmp(argv[1], "--tiny");
+    const char *mode = argc > 1 ? argv[1] : "";
+    if (!strcmp(mode, "--wide")) { /* tests/cli/wide.sh: the file it wrote, shared */
+        RUN(wide_q4_k_m);
+        RUN(determinism_wide);
+        return harness_done();
+    }
     RUN(tiny_f32);
     RUN(tiny_q8_0);
     RUN(tiny_q4_k_m);
     RUN(determinism_tiny);
-    if (!tiny_only) {
+    if (strcmp(mode, "--tiny")) {
         RUN(small_q4_k_m);
         RUN(small_q8_0);
         RUN(small_f32);

@@ -41,7 +41,8 @@ struct mm_ctx {
 };
 
 /* Rows are handed to quant_dot_rows in groups (it reuses each weight block across up to 4
- * activation rows); each output is still one quant_dot's bits, whatever the grouping. */
+ * activation rows, 8 on AVX-512); each output is still one quant_dot's bits, whatever the
+ * grouping. */
 #define MM_GROUP 32
 static void mm_block(const mm_job *j, int64_t o0, int64_t o1) {
     const qtensor *w = j->w;
