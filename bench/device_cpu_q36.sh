@@ -4,7 +4,8 @@
 # carried: the npm package's llama.cpp bundle and Debian's libcjson packages, since the host
 # reaches no registry). Builds both, writes the q36 file to /dev/shm, then runs
 # bench/cpu_vs_llama.sh interleaved at -t 16. Logs and the table go to $OUT.
-#   REPS (default 5) measured reps per test after one dropped warm-up
+#   REPS (default 4: with the builds, 5 reps of ~75 s each fill the 600 s a device command
+#   may run) measured reps per test after one dropped warm-up
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-/tmp/out}; mkdir -p "$out"
@@ -19,7 +20,7 @@ build/hearth gen --preset q36 --quant q4_k_m --seed 1 -o /dev/shm/q36.gguf >"$ou
     || { cat "$out/gen.log"; exit 1; }
 wait $peer_pid || { tail -20 "$out/peer.log"; exit 1; }
 uptime >>"$out/host.txt"
-REPS=${REPS:-5} bench/cpu_vs_llama.sh -t 16 -m /dev/shm/q36.gguf --log "$out/samples.tsv" >"$out/q36.md" 2>"$out/bench.err"
+REPS=${REPS:-4} bench/cpu_vs_llama.sh -t 16 -m /dev/shm/q36.gguf --log "$out/samples.tsv" >"$out/q36.md" 2>"$out/bench.err"
 rc=$?
 cat "$out/q36.md"; tail -3 "$out/bench.err"
 exit $rc
