@@ -5,12 +5,12 @@ BUILD   ?= build
 OPT     ?= -O2
 CFLAGS  += -std=c11 $(OPT) -g -Wall -Wextra -Werror -Wshadow -Wno-unused-parameter \
            -D_GNU_SOURCE -pthread -Isrc -MMD -MP
-LDLIBS  += -lm -pthread -lcjson
+LDLIBS  += -lm -pthread -lcjson -lmicrohttpd
 
 # Layers (README "Layout"): base <- format <- model <- engine; text and make beside them;
 # cli on top. Every include is written from src/ ("format/gguf.h").
 LIB_SRC := $(wildcard src/base/*.c src/format/*.c src/model/*.c src/text/*.c src/make/*.c src/engine/*.c \
-                      src/engine/cpu/*.c)
+                      src/engine/cpu/*.c src/serve/*.c)
 CLI_SRC := $(wildcard src/cli/*.c)
 # The engine again with its planted defects compiled in (-DHEARTH_MUTANTS), for the gates only:
 # the binary users run has none.

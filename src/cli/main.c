@@ -24,6 +24,7 @@ static const struct {
     {"inspect", cmd_inspect, "print a GGUF file's metadata and tensor table"},
     {"gen", cmd_gen, "write a synthetic qwen35moe GGUF (tiny, small, wide, q36)"},
     {"run", cmd_run, "generate from a prompt on the CPU engine"},
+    {"serve", cmd_serve, "serve llama-server's and OpenAI's HTTP API (chat, completions, ...)"},
     {"bench", cmd_bench, "prompt and decode throughput (pp/tg rows, medians)"},
     {"tokenize", cmd_tokenize, "text to token ids (JSON), like llama-tokenize --ids"},
     {"detokenize", cmd_detokenize, "token ids (JSON list) to text"},

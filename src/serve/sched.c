@@ -1,0 +1,564 @@
+/* sched.c: the engine thread, its slots and queue (sched.h). */
+#include "serve/sched.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define SLOT_POINTS 256 /* points one slot keeps; past it the oldest goes */
+
+typedef enum slot_state { SLOT_IDLE = 0, SLOT_PREFILL, SLOT_GEN } slot_state;
+
+typedef struct slot_point {
+    engine_point *p;
+    double t_used;          /* made or restored from (time_now): the least recent goes first */
+} slot_point;
+
+typedef struct slot {
+    int id;                 /* = the engine sequence */
+    slot_state state;
+    sched_req *req;
+    int32_t *ids;           /* what the sequence holds: ids[0, n) */
+    int64_t n;
+    slot_point pts[SLOT_POINTS]; /* ascending pos */
+    int n_pts;
+    double t_used;
+    /* the request in flight */
+    int64_t pf_base, pf_pos;    /* resumed at, next prompt row */
+    int64_t *marks;             /* points to take: positions in (pf_base, n_ids], ascending */
+    int n_marks, mark_i;
+    int32_t next_id;            /* sampled, not yet run */
+    sampler sm;
+    float *logits;
+    /* this step's span */
+    int64_t span_b;
+    int span_marks;
+    engine_point *span_pts[SLOT_POINTS];
+    int64_t span_mark_pos[SLOT_POINTS];
+} slot;
+
+struct sched {
+    engine *eng;
+    const tokenizer *tok;
+    engine_info info;
+    int64_t V;
+    sched_opts o;
+    slot *slots;
+    pthread_t th;
+    pthread_mutex_t mu;     /* queue, stats, stopping, slot state that others read */
+    pthread_cond_t cv;
+    sched_req **q;
+    int64_t q_head, q_n;
+    bool stopping;
+    sched_stats st;
+    engine_span *spans;
+    slot **span_slot;
+    sched_slot_info *snap;  /* what sched_slots reports, published under mu */
+    bool *erase;            /* slots to empty before the next admission (under mu) */
+};
+
+/* ---------------------------------------------------------------- requests */
+
+sched_req *sched_req_new(int32_t *ids, int64_t n_ids, int64_t *marks, int n_marks) {
+    sched_req *r = xcalloc(1, sizeof *r);
+    r->ids = ids;
+    r->n_ids = n_ids;
+    r->marks = marks;
+    r->n_marks = n_marks;
+    r->n_predict = -1;
+    r->slot_wanted = -1;
+    r->slot = -1;
+    r->refs = 2;
+    pthread_mutex_init(&r->mu, NULL);
+    pthread_cond_init(&r->cv, NULL);
+    return r;
+}
+
+static void req_unref(sched_req *r) {
+    pthread_mutex_lock(&r->mu);
+    const int left = --r->refs;
+    pthread_mutex_unlock(&r->mu);
+    if (left > 0) return;
+    pthread_mutex_destroy(&r->mu);
+    pthread_cond_destroy(&r->cv);
+    free(r->ids);
+    free(r->marks);
+    free(r->out);
+    free(r);
+}
+
+void sched_release(sched_req *r) { req_unref(r); }
+
+void sched_cancel(sched_req *r) {
+    pthread_mutex_lock(&r->mu);
+    r->cancel = true;
+    pthread_mutex_unlock(&r->mu);
+}
+
+int64_t sched_wait(sched_req *r, int64_t n_seen, double timeout_s) {
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    if (timeout_s > 0) {
+        until.tv_sec += (time_t)timeout_s;
+        until.tv_nsec += (long)((timeout_s - (double)(time_t)timeout_s) * 1e9);
+        if (until.tv_nsec >= 1000000000L) { until.tv_sec++; until.tv_nsec -= 1000000000L; }
+    }
+    pthread_mutex_lock(&r->mu);
+    while (r->n_out <= n_seen && r->finish == SCHED_RUNNING) {
+        if (timeout_s <= 0) pthread_cond_wait(&r->cv, &r->mu);
+        else if (pthread_cond_timedwait(&r->cv, &r->mu, &until) == ETIMEDOUT) break;
+    }
+    const int64_t n = r->n_out;
+    pthread_mutex_unlock(&r->mu);
+    return n;
+}
+
+/* engine thread: r's state changes, under r->mu, and the HTTP side is woken */
+static void req_push(sched_req *r, int32_t id) {
+    pthread_mutex_lock(&r->mu);
+    if (r->n_out == r->cap_out) {
+        r->cap_out = r->cap_out ? 2 * r->cap_out : 64;
+        r->out = xrealloc(r->out, sizeof(int32_t) * (size_t)r->cap_out);
+    }
+    r->out[r->n_out++] = id;
+    if (r->n_out == 1) r->t_first = time_now();
+    pthread_cond_broadcast(&r->cv);
+    pthread_mutex_unlock(&r->mu);
+}
+
+static void req_finish(sched_req *r, sched_finish f, const char *err) {
+    pthread_mutex_lock(&r->mu);
+    r->finish = f;
+    r->t_end = time_now();
+    if (err) snprintf(r->err, sizeof r->err, "%s", err);
+    pthread_cond_broadcast(&r->cv);
+    pthread_mutex_unlock(&r->mu);
+}
+
+static bool req_cancelled(sched_req *r) {
+    pthread_mutex_lock(&r->mu);
+    const bool c = r->cancel;
+    pthread_mutex_unlock(&r->mu);
+    return c;
+}
+
+/* ---------------------------------------------------------------- slots and points */
+
+static void slot_drop_point(sched *s, slot *sl, int i) {
+    engine_point_free(s->eng, sl->pts[i].p);
+    memmove(&sl->pts[i], &sl->pts[i + 1], sizeof sl->pts[0] * (size_t)(sl->n_pts - i - 1));
+    sl->n_pts--;
+}
+
+static void slot_drop_points_past(sched *s, slot *sl, int64_t pos) {
+    while (sl->n_pts > 0 && sl->pts[sl->n_pts - 1].p->pos > pos) slot_drop_point(s, sl, sl->n_pts - 1);
+}
+
+/* A point for a mark of slot self: when the budget is full, the least recently used point
+ * of an idle slot (or one of self's own older points) goes. NULL: none could be freed. */
+static engine_point *point_alloc(sched *s, slot *self) {
+    engine_point *p;
+    herr e;
+    for (;;) {
+        if (engine_point_new(s->eng, &p, &e) == 0) return p;
+        slot *victim = NULL;
+        int vi = -1;
+        for (int k = 0; k < s->o.n_slots; k++) {
+            slot *sl = &s->slots[k];
+            if (sl != self && sl->state != SLOT_IDLE) continue;
+            for (int i = 0; i < sl->n_pts; i++) {
+                if (sl == self && sl->pts[i].p->pos > self->pf_base) break; /* this request's own */
+                if (!victim || sl->pts[i].t_used < victim->pts[vi].t_used) { victim = sl; vi = i; }
+            }
+        }
+        if (!victim) return NULL;
+        slot_drop_point(s, victim, vi);
+        pthread_mutex_lock(&s->mu);
+        s->st.n_point_evictions++;
+        pthread_mutex_unlock(&s->mu);
+    }
+}
+
+static void slot_add_point(sched *s, slot *sl, engine_point *p) {
+    if (sl->n_pts == SLOT_POINTS) slot_drop_point(s, sl, 0);
+    int i = sl->n_pts;
+    while (i > 0 && sl->pts[i - 1].p->pos > p->pos) i--;
+    memmove(&sl->pts[i + 1], &sl->pts[i], sizeof sl->pts[0] * (size_t)(sl->n_pts - i));
+    sl->pts[i] = (slot_point){.p = p, .t_used = time_now()};
+    sl->n_pts++;
+}
+
+static int64_t common_prefix(const int32_t *a, int64_t na, const int32_t *b, int64_t nb) {
+    int64_t n = na < nb ? na : nb, i = 0;
+    while (i < n && a[i] == b[i]) i++;
+    return i;
+}
+
+/* Where r would resume on sl: the row, and the point to restore (NULL: the live state, or
+ * row 0). */
+static int64_t slot_resume(const slot *sl, const sched_req *r, int *pt) {
+    *pt = -1;
+    const int64_t common = common_prefix(sl->ids, sl->n, r->ids, r->n_ids);
+    if (sl->n > 0 && common == sl->n && sl->n < r->n_ids) return sl->n; /* the live state */
+    const int64_t lim = common < r->n_ids - 1 ? common : r->n_ids - 1;
+    for (int i = sl->n_pts - 1; i >= 0; i--)
+        if (sl->pts[i].p->pos <= lim) { *pt = i; return sl->pts[i].p->pos; }
+    return 0;
+}
+
+/* engine thread: r starts on sl at the best resume row */
+static void slot_start(sched *s, slot *sl, sched_req *r) {
+    int pt;
+    const int64_t common = common_prefix(sl->ids, sl->n, r->ids, r->n_ids);
+    int64_t at = slot_resume(sl, r, &pt);
+    char w[sizeof r->cache_why];
+    herr e;
+    if (pt >= 0) {
+        if (engine_restore(s->eng, sl->id, sl->pts[pt].p, &e) < 0) { /* cannot happen: the prefix was compared */
+            snprintf(w, sizeof w, "restore refused (%.80s)", e.msg);
+            at = 0;
+        } else {
+            sl->pts[pt].t_used = time_now();
+            snprintf(w, sizeof w, "point at %lld of slot %d (diverged at token %lld)", (long long)at, sl->id,
+                     (long long)common);
+        }
+    } else if (at > 0) {
+        snprintf(w, sizeof w, "live state of slot %d at %lld", sl->id, (long long)at);
+    } else if (sl->n == 0) {
+        snprintf(w, sizeof w, "no point (empty slot %d)", sl->id);
+    } else {
+        snprintf(w, sizeof w, "no point before token %lld, where slot %d diverged", (long long)common, sl->id);
+    }
+    if (at == 0) {
+        engine_seq_clear(s->eng, sl->id);
+        while (sl->n_pts) slot_drop_point(s, sl, sl->n_pts - 1);
+    } else {
+        slot_drop_points_past(s, sl, at);
+    }
+    sl->n = at;
+    sl->req = r;
+    sl->state = SLOT_PREFILL;
+    sl->pf_base = sl->pf_pos = at;
+    sl->t_used = time_now();
+    /* marks past the resume row, and the last prompt row */
+    free(sl->marks);
+    sl->marks = xmalloc(sizeof(int64_t) * (size_t)(r->n_marks + 1));
+    sl->n_marks = 0;
+    sl->mark_i = 0;
+    for (int i = 0; i < r->n_marks; i++)
+        if (r->marks[i] > at && r->marks[i] < r->n_ids) sl->marks[sl->n_marks++] = r->marks[i];
+    sl->marks[sl->n_marks++] = r->n_ids;
+    sampler_init(&sl->sm, &r->so, s->V);
+    pthread_mutex_lock(&r->mu);
+    r->slot = sl->id;
+    r->n_cached = at;
+    snprintf(r->cache_why, sizeof r->cache_why, "%s", w);
+    r->t_start = time_now();
+    pthread_mutex_unlock(&r->mu);
+}
+
+static void slot_end(sched *s, slot *sl, sched_finish f, const char *err) {
+    sched_req *r = sl->req;
+    req_finish(r, f, err);
+    sampler_free(&sl->sm);
+    sl->req = NULL;
+    sl->state = SLOT_IDLE;
+    sl->t_used = time_now();
+    pthread_mutex_lock(&s->mu);
+    s->st.slots_busy--;
+    s->st.n_gen_tokens += r->n_out;
+    pthread_mutex_unlock(&s->mu);
+    req_unref(r);
+}
+
+/* the sampled token: delivered, and the request goes on or ends */
+static void slot_took(sched *s, slot *sl, int32_t id) {
+    sched_req *r = sl->req;
+    const bool eog = tokenizer_is_eog(s->tok, id) && !r->ignore_eos;
+    if (eog) { slot_end(s, sl, SCHED_STOP, NULL); return; }
+    req_push(r, id);
+    if ((r->n_predict >= 0 && r->n_out >= r->n_predict) || sl->n >= s->info.n_ctx) {
+        slot_end(s, sl, SCHED_LENGTH, NULL);
+        return;
+    }
+    sl->next_id = id;
+    sl->state = SLOT_GEN;
+}
+
+/* ---------------------------------------------------------------- the engine thread */
+
+/* under s->mu: the slots' state as others may read it */
+static void publish(sched *s) {
+    for (int k = 0; k < s->o.n_slots; k++) {
+        const slot *sl = &s->slots[k];
+        int64_t n_out = 0;
+        if (sl->req) {
+            pthread_mutex_lock(&sl->req->mu);
+            n_out = sl->req->n_out;
+            pthread_mutex_unlock(&sl->req->mu);
+        }
+        s->snap[k] = (sched_slot_info){.id = k, .busy = sl->state != SLOT_IDLE, .n_held = sl->n, .n_points = sl->n_pts,
+                                       .n_prompt = sl->req ? sl->req->n_ids : 0, .n_out = n_out};
+    }
+}
+
+/* under s->mu: erasures asked for, then queued requests into free slots, the
+ * best-matching slot first */
+static void admit(sched *s) {
+    for (int k = 0; k < s->o.n_slots; k++) {
+        slot *sl = &s->slots[k];
+        if (!s->erase[k] || sl->state != SLOT_IDLE) continue;
+        s->erase[k] = false;
+        engine_seq_clear(s->eng, k);
+        while (sl->n_pts) slot_drop_point(s, sl, sl->n_pts - 1);
+        sl->n = 0;
+    }
+    while (s->q_n > 0) {
+        sched_req *r = s->q[s->q_head];
+        slot *best = NULL;
+        int64_t best_at = -1;
+        for (int k = 0; k < s->o.n_slots; k++) {
+            slot *sl = &s->slots[k];
+            if (sl->state != SLOT_IDLE || (r->slot_wanted >= 0 && r->slot_wanted != k)) continue;
+            int pt;
+            const int64_t at = slot_resume(sl, r, &pt);
+            if (at > best_at || (at == best_at && sl->t_used < best->t_used)) { best = sl; best_at = at; }
+        }
+        if (!best) return;
+        s->q_head = (s->q_head + 1) % s->o.queue_max;
+        s->q_n--;
+        s->st.queue_depth = s->q_n;
+        s->st.slots_busy++;
+        slot_start(s, best, r);
+        s->st.n_prompt_tokens += r->n_ids - r->n_cached;
+        s->st.n_cached_tokens += r->n_cached;
+        if (r->n_cached > 0) s->st.n_hits++;
+        else s->st.n_misses++;
+    }
+}
+
+/* one engine_run over every busy slot */
+static void step(sched *s) {
+    int n = 0;
+    bool prompt_rows = false;
+    const int64_t rpp = s->info.rows_per_pass;
+    for (int k = 0; k < s->o.n_slots; k++) {
+        slot *sl = &s->slots[k];
+        if (sl->state == SLOT_IDLE) continue;
+        sched_req *r = sl->req;
+        if (req_cancelled(r) || s->stopping) { slot_end(s, sl, SCHED_CANCELLED, NULL); continue; }
+        engine_span *sp = &s->spans[n];
+        *sp = (engine_span){.seq = sl->id, .logits = sl->logits};
+        if (sl->state == SLOT_PREFILL) {
+            /* the next piece ends at the next multiple of rows_per_pass from the resume row */
+            const int64_t a = sl->pf_pos;
+            int64_t b = sl->pf_base + ((a - sl->pf_base) / rpp + 1) * rpp;
+            if (b > r->n_ids) b = r->n_ids;
+            sl->span_b = b;
+            sl->span_marks = 0;
+            while (sl->mark_i < sl->n_marks && sl->marks[sl->mark_i] <= b) {
+                engine_point *p = point_alloc(s, sl);
+                if (p) {
+                    sl->span_pts[sl->span_marks] = p;
+                    sl->span_mark_pos[sl->span_marks] = sl->marks[sl->mark_i] - a;
+                    sl->span_marks++;
+                }
+                sl->mark_i++;
+            }
+            sp->ids = r->ids + a;
+            sp->n = b - a;
+            sp->marks = sl->span_mark_pos;
+            sp->n_marks = sl->span_marks;
+            sp->points = sl->span_pts;
+            sp->want = b == r->n_ids ? ENGINE_LOGITS_LAST : ENGINE_LOGITS_NONE;
+            prompt_rows = true;
+        } else {
+            sp->ids = &sl->next_id;
+            sp->n = 1;
+            sp->want = ENGINE_LOGITS_LAST;
+        }
+        s->span_slot[n++] = sl;
+    }
+    if (n == 0) return;
+    herr e;
+    const double t0 = time_now();
+    const int rc = engine_run(s->eng, s->spans, n, &e);
+    const double dt = time_now() - t0;
+    pthread_mutex_lock(&s->mu);
+    if (prompt_rows) s->st.t_prompt += dt;
+    else s->st.t_gen += dt;
+    pthread_mutex_unlock(&s->mu);
+    for (int i = 0; i < n; i++) {
+        slot *sl = s->span_slot[i];
+        sched_req *r = sl->req;
+        const engine_span *sp = &s->spans[i];
+        if (rc < 0) { /* nothing ran: the engine named why (a budget, the context) */
+            for (int j = 0; sl->state == SLOT_PREFILL && j < sl->span_marks; j++) engine_point_free(s->eng, sl->span_pts[j]);
+            slot_end(s, sl, SCHED_ERROR, e.msg);
+            continue;
+        }
+        memcpy(sl->ids + sl->n, sp->ids, sizeof(int32_t) * (size_t)sp->n);
+        sl->n += sp->n;
+        if (sl->state == SLOT_PREFILL) {
+            for (int j = 0; j < sl->span_marks; j++) slot_add_point(s, sl, sl->span_pts[j]);
+            pthread_mutex_lock(&s->mu);
+            s->st.n_points += sl->span_marks;
+            pthread_mutex_unlock(&s->mu);
+            sl->pf_pos = sl->span_b;
+            if (sl->pf_pos < r->n_ids) continue;
+        }
+        slot_took(s, sl, sampler_sample(&sl->sm, sl->logits));
+    }
+}
+
+static bool busy(const sched *s) {
+    for (int k = 0; k < s->o.n_slots; k++)
+        if (s->slots[k].state != SLOT_IDLE) return true;
+    return false;
+}
+
+static bool erase_asked(const sched *s) {
+    for (int k = 0; k < s->o.n_slots; k++)
+        if (s->erase[k]) return true;
+    return false;
+}
+
+static void *loop(void *arg) {
+    sched *s = arg;
+    pthread_mutex_lock(&s->mu);
+    for (;;) {
+        while (!s->stopping && s->q_n == 0 && !busy(s) && !erase_asked(s)) pthread_cond_wait(&s->cv, &s->mu);
+        if (s->stopping && !busy(s)) break;
+        if (!s->stopping) admit(s);
+        publish(s);
+        pthread_mutex_unlock(&s->mu);
+        step(s);
+        pthread_mutex_lock(&s->mu);
+        publish(s);
+    }
+    while (s->q_n > 0) { /* never started */
+        sched_req *r = s->q[s->q_head];
+        s->q_head = (s->q_head + 1) % s->o.queue_max;
+        s->q_n--;
+        req_finish(r, SCHED_CANCELLED, "the server is stopping");
+        req_unref(r);
+    }
+    pthread_mutex_unlock(&s->mu);
+    return NULL;
+}
+
+/* ---------------------------------------------------------------- public */
+
+int sched_start(sched **out, engine *eng, const tokenizer *tok, const sched_opts *o, herr *e) {
+    const engine_info info = engine_get_info(eng);
+    if (o->n_slots < 1 || o->n_slots > info.n_seq_max)
+        return herr_set(e, "%d slots (-np) need as many engine sequences; the engine has %d", o->n_slots, info.n_seq_max);
+    if (o->queue_max < 1) return herr_set(e, "the queue must hold at least one request");
+    sched *s = xcalloc(1, sizeof *s);
+    s->eng = eng;
+    s->tok = tok;
+    s->info = info;
+    s->V = tokenizer_n_vocab(tok);
+    s->o = *o;
+    s->slots = xcalloc((size_t)o->n_slots, sizeof *s->slots);
+    for (int k = 0; k < o->n_slots; k++) {
+        s->slots[k].id = k;
+        s->slots[k].ids = xmalloc(sizeof(int32_t) * (size_t)info.n_ctx);
+        s->slots[k].logits = xmalloc(sizeof(float) * (size_t)s->V);
+    }
+    s->q = xcalloc((size_t)o->queue_max, sizeof *s->q);
+    s->spans = xcalloc((size_t)o->n_slots, sizeof *s->spans);
+    s->span_slot = xcalloc((size_t)o->n_slots, sizeof *s->span_slot);
+    s->snap = xcalloc((size_t)o->n_slots, sizeof *s->snap);
+    s->erase = xcalloc((size_t)o->n_slots, sizeof *s->erase);
+    for (int k = 0; k < o->n_slots; k++) s->snap[k].id = k;
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->cv, NULL);
+    if (pthread_create(&s->th, NULL, loop, s) != 0) {
+        herr_set(e, "cannot start the engine thread");
+        sched_stop(s);
+        return -1;
+    }
+    *out = s;
+    return 0;
+}
+
+void sched_stop(sched *s) {
+    if (!s) return;
+    pthread_mutex_lock(&s->mu);
+    const bool started = !s->stopping;
+    s->stopping = true;
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+    if (started) pthread_join(s->th, NULL);
+    for (int k = 0; k < s->o.n_slots; k++) {
+        slot *sl = &s->slots[k];
+        while (sl->n_pts) slot_drop_point(s, sl, sl->n_pts - 1);
+        free(sl->ids);
+        free(sl->logits);
+        free(sl->marks);
+    }
+    free(s->slots);
+    free(s->q);
+    free(s->spans);
+    free(s->span_slot);
+    free(s->snap);
+    free(s->erase);
+    pthread_mutex_destroy(&s->mu);
+    pthread_cond_destroy(&s->cv);
+    free(s);
+}
+
+int sched_submit(sched *s, sched_req *r, herr *e) {
+    if (r->n_ids < 1) return herr_set(e, "the prompt is empty");
+    if (r->n_ids >= s->info.n_ctx)
+        return herr_set(e, "the prompt has %lld tokens, the context of a slot %lld (-c)", (long long)r->n_ids,
+                        (long long)s->info.n_ctx);
+    if (r->slot_wanted >= s->o.n_slots) return herr_set(e, "there is no slot %d (-np %d)", r->slot_wanted, s->o.n_slots);
+    pthread_mutex_lock(&s->mu);
+    if (s->stopping || s->q_n == s->o.queue_max) {
+        s->st.n_refused++;
+        pthread_mutex_unlock(&s->mu);
+        return herr_set(e, s->stopping ? "the server is stopping" : "the queue is full (%lld requests wait)",
+                        (long long)s->o.queue_max);
+    }
+    r->t_queued = time_now();
+    s->q[(s->q_head + s->q_n) % s->o.queue_max] = r;
+    s->q_n++;
+    s->st.queue_depth = s->q_n;
+    s->st.n_requests++;
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+    return 0;
+}
+
+sched_stats sched_get_stats(sched *s) {
+    pthread_mutex_lock(&s->mu);
+    sched_stats st = s->st;
+    pthread_mutex_unlock(&s->mu);
+    st.cache_bytes = engine_get_info(s->eng).cache_used;
+    return st;
+}
+
+int sched_slots(sched *s, sched_slot_info *out, int max) {
+    pthread_mutex_lock(&s->mu);
+    int n = s->o.n_slots < max ? s->o.n_slots : max;
+    memcpy(out, s->snap, sizeof *out * (size_t)n);
+    pthread_mutex_unlock(&s->mu);
+    return n;
+}
+
+int sched_slot_erase(sched *s, int k, herr *e) {
+    if (k < 0 || k >= s->o.n_slots) return herr_set(e, "there is no slot %d (-np %d)", k, s->o.n_slots);
+    pthread_mutex_lock(&s->mu);
+    if (s->snap[k].busy) {
+        pthread_mutex_unlock(&s->mu);
+        return herr_set(e, "slot %d is running a request", k);
+    }
+    s->erase[k] = true;
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+    return 0;
+}

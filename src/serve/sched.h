@@ -1,0 +1,109 @@
+/* sched.h: the server's scheduler. One engine thread owns the engine; N slots (engine
+ * sequences) run requests. Every step puts each generating slot's decode row and each
+ * prefilling slot's next prompt piece into one engine_run call (continuous batching).
+ *
+ * Bits: a prompt is cut into pieces of rows_per_pass rows counted from the row it resumes
+ * at, the cut a solo engine_run of the same rows makes, and the engine is batch invariant,
+ * so a request's tokens are the same bits whatever runs beside it.
+ *
+ * Prompt reuse: each slot keeps the ids its sequence holds and the points its last prompts
+ * took at their message starts (marks) and last row. A new request goes to the free slot
+ * that shares the longest prefix with it, and resumes either from the slot's live state
+ * (when the prompt extends everything the slot holds) or from the latest point inside the
+ * shared prefix (engine_restore, which checks the prefix by hash). Points are counted in the
+ * engine's cache budget (--cache-ram); when it is full the least recently used point of a
+ * free slot is dropped.
+ *
+ * A request is shared by the HTTP thread that made it and the engine thread: the HTTP side
+ * waits on it (sched_wait) and may cancel it (a disconnect, a stop string found); the last
+ * of the two to let go frees it. */
+#ifndef HEARTH_SERVE_SCHED_H
+#define HEARTH_SERVE_SCHED_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "engine/engine.h"
+#include "engine/sampler.h"
+#include "text/tokenizer.h"
+
+typedef struct sched sched;
+
+typedef enum sched_finish {
+    SCHED_RUNNING = 0,
+    SCHED_STOP,      /* an end-of-generation token (or the HTTP side found a stop string) */
+    SCHED_LENGTH,    /* n_predict tokens, or the context filled */
+    SCHED_CANCELLED, /* the client went away or the server is stopping */
+    SCHED_ERROR,     /* err says why */
+} sched_finish;
+
+typedef struct sched_req {
+    /* input, set before sched_submit and not changed after */
+    int32_t *ids;           /* the prompt (owned, freed with the request) */
+    int64_t n_ids;
+    int64_t *marks;         /* message starts, positions in (0, n_ids), ascending (owned; may be NULL) */
+    int n_marks;
+    sampler_opts so;
+    int64_t n_predict;      /* -1: until the context fills */
+    bool ignore_eos;
+    int slot_wanted;        /* -1: any */
+
+    /* output, under mu */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int32_t *out;           /* generated ids */
+    int64_t n_out, cap_out;
+    sched_finish finish;
+    char err[256];
+    bool cancel;            /* set by the HTTP side: the engine thread drops the request */
+    int slot;               /* where it ran, -1 before */
+    int64_t n_cached;       /* prompt rows resumed from (not prefilled) */
+    char cache_why[128];    /* how the resume was chosen, in words */
+    double t_queued, t_start, t_first, t_end; /* seconds (time_now) */
+    int refs;               /* 2 while both sides hold it */
+} sched_req;
+
+typedef struct sched_opts {
+    int n_slots;
+    int64_t queue_max;      /* requests waiting for a slot; one more is refused */
+} sched_opts;
+
+typedef struct sched_stats {
+    int64_t n_requests, n_refused, n_prompt_tokens, n_cached_tokens, n_gen_tokens;
+    int64_t n_hits, n_misses, n_points, n_point_evictions;
+    double t_prompt, t_gen;   /* seconds of engine calls that had prompt rows / only decode rows */
+    int64_t queue_depth, slots_busy;
+    int64_t cache_bytes;
+} sched_stats;
+
+/* Starts the engine thread. The engine (n_seq_max >= n_slots) and tokenizer stay the
+ * caller's and must outlive the scheduler. */
+int sched_start(sched **out, engine *eng, const tokenizer *tok, const sched_opts *o, herr *e);
+/* Stops: requests in flight finish as SCHED_CANCELLED; joins the thread. */
+void sched_stop(sched *s);
+
+/* A new request, refs = 2 (ids and marks are taken over; free them with the request). */
+sched_req *sched_req_new(int32_t *ids, int64_t n_ids, int64_t *marks, int n_marks);
+/* Queues r. Fails (r still the caller's: sched_release it) when the queue is full, the
+ * prompt is empty or longer than the context, or the slot wanted does not exist. */
+int sched_submit(sched *s, sched_req *r, herr *e);
+/* Waits until r has more than n_seen tokens or has finished, or timeout_s passes (<= 0:
+ * no limit). Returns r's token count; the caller reads r->out / r->finish under r->mu. */
+int64_t sched_wait(sched_req *r, int64_t n_seen, double timeout_s);
+void sched_cancel(sched_req *r);
+void sched_release(sched_req *r);  /* the HTTP side lets go */
+
+sched_stats sched_get_stats(sched *s);
+/* Per slot: busy, the rows its sequence holds, points kept, the request's token counts. */
+typedef struct sched_slot_info {
+    int id;
+    bool busy;
+    int64_t n_held, n_points, n_prompt, n_out;
+} sched_slot_info;
+int sched_slots(sched *s, sched_slot_info *out, int max);
+/* Empties a slot (its ids and points) before the next request is admitted; refused while
+ * it runs one. */
+int sched_slot_erase(sched *s, int slot, herr *e);
+
+#endif

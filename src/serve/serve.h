@@ -1,0 +1,35 @@
+/* serve.h: `hearth serve`: llama-server's HTTP API over the scheduler (sched.h).
+ * The options are the flags, spelled as llama-server spells them (src/cli/serve.c). */
+#ifndef HEARTH_SERVE_H
+#define HEARTH_SERVE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include "engine/engine.h"
+
+typedef struct serve_opts {
+    const char *model_path;
+    const char *host;          /* 127.0.0.1 unless told */
+    int port;                  /* 0: any free port (printed) */
+    int64_t n_ctx;             /* per slot */
+    int n_slots;               /* -np */
+    int64_t cache_ram_mib;     /* points' budget */
+    int n_threads;
+    const char *api_key;
+    const char *alias;
+    engine_device device;
+    const char *template_file;
+    bool reasoning_none;       /* --reasoning-format none: thinking stays in content */
+    int64_t n_predict;         /* default max tokens, -1: until the context fills */
+    unsigned timeout_s;        /* idle connections closed after it */
+    bool metrics;
+    int64_t queue_max;
+    size_t body_max;
+    bool kv_f16;
+    const char *ready_file;    /* written with the port once listening (tests) */
+} serve_opts;
+
+/* Runs until SIGTERM or SIGINT; returns the exit code. */
+int serve_main(const serve_opts *o);
+
+#endif

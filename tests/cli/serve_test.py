@@ -1,0 +1,298 @@
+#!/usr/bin/env python3
+"""serve_test.py: `hearth serve` end to end over HTTP (standard library only), on the tiny
+synthetic model. Greedy answers are compared with `hearth run` on the same ids, bit for bit
+(the same engine, KV type and pass cut), so a scheduler that leaks one slot into another,
+resumes from a wrong point or mangles a prompt shows up as different tokens.
+
+Prints one "ok"/"FAIL" line per check and "N passed, N failed" at the end."""
+import http.client
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+HEARTH = os.environ.get("HEARTH", "build/hearth")
+TMP = os.environ.get("HEARTH_TMP") or tempfile.mkdtemp()
+passed = failed = 0
+
+
+def check(name, cond, detail=""):
+    global passed, failed
+    if cond:
+        passed += 1
+        print(f"ok   {name}")
+    else:
+        failed += 1
+        print(f"FAIL {name}" + (f": {detail}" if detail else ""))
+        print(f"    check failed: {name} {detail}", file=sys.stderr)
+
+
+class Server:
+    def __init__(self, model, *flags):
+        self.ready = os.path.join(TMP, f"port-{os.getpid()}-{time.monotonic_ns()}")
+        self.log = open(os.path.join(TMP, "serve.log"), "ab")
+        self.p = subprocess.Popen([HEARTH, "serve", "-m", model, "--port", "0", "--ready-file", self.ready, "-t", "2",
+                                   *flags], stdout=self.log, stderr=self.log)
+        for _ in range(200):
+            if os.path.exists(self.ready) and open(self.ready).read().strip():
+                break
+            if self.p.poll() is not None:
+                raise RuntimeError(f"hearth serve exited with {self.p.returncode}")
+            time.sleep(0.05)
+        self.port = int(open(self.ready).read())
+
+    def request(self, method, path, body=None, headers=None, raw=None, timeout=60):
+        c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
+        data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
+        c.request(method, path, body=data, headers=headers or {"Content-Type": "application/json"})
+        r = c.getresponse()
+        text = r.read().decode()
+        c.close()
+        try:
+            return r.status, json.loads(text)
+        except ValueError:
+            return r.status, text
+
+    def post(self, path, body, **kw):
+        return self.request("POST", path, body, **kw)
+
+    def stream(self, path, body):
+        """the SSE events of a streamed answer (parsed JSON, or the string [DONE])"""
+        c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=60)
+        c.request("POST", path, body=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+        r = c.getresponse()
+        events = []
+        for line in r.read().decode().split("\n"):
+            if line.startswith("data: "):
+                d = line[6:]
+                events.append(d if d == "[DONE]" else json.loads(d))
+        c.close()
+        return r.status, r.getheader("Content-Type"), events
+
+    def stop(self):
+        self.p.send_signal(signal.SIGTERM)
+        try:
+            return self.p.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            self.p.kill()
+            return None
+
+
+def run_ids(model, ids, n):
+    """hearth run's greedy ids for a prompt of ids (KV f16 as the server's default)"""
+    out = subprocess.run([HEARTH, "run", "-m", model, "--ids", ",".join(map(str, ids)), "-n", str(n), "-t", "2",
+                          "--kv", "f16", "--ids-out", "--ignore-eos", "-c", "4096"],
+                         capture_output=True, text=True, check=True)
+    return json.loads(out.stdout)
+
+
+def main():
+    model = os.path.join(TMP, "serve-tiny.gguf")
+    subprocess.run([HEARTH, "gen", "--preset", "tiny", "--quant", "q4_k_m", "--seed", "1", "-o", model], check=True,
+                   capture_output=True)
+
+    # flags
+    r = subprocess.run([HEARTH, "serve", "-m", model, "--no-such-flag"], capture_output=True, text=True)
+    check("an unknown flag is exit 2, named", r.returncode == 2 and "--no-such-flag" in r.stderr, r.stderr.strip())
+    r = subprocess.run([HEARTH, "serve", "-m", model, "--reasoning-format", "odd"], capture_output=True, text=True)
+    check("a bad --reasoning-format is exit 2, named", r.returncode == 2 and "reasoning-format" in r.stderr)
+
+    s = Server(model, "-np", "2", "--metrics")
+    st, j = s.request("GET", "/health")
+    check("GET /health", st == 200 and j == {"status": "ok"}, str(j))
+    st, j = s.request("GET", "/v1/models")
+    check("GET /v1/models names the model", st == 200 and j["data"][0]["id"] == "serve-tiny.gguf", str(j)[:200])
+    st, j = s.request("GET", "/props")
+    check("GET /props: slots and context", st == 200 and j["total_slots"] == 2 and
+          j["default_generation_settings"]["n_ctx"] == 4096, str(j)[:200])
+
+    # tokenize / detokenize / apply-template
+    st, j = s.post("/tokenize", {"content": "Hello world"})
+    toks = j.get("tokens") if st == 200 else None
+    check("POST /tokenize", st == 200 and isinstance(toks, list) and len(toks) > 0, str(j))
+    st, j = s.post("/detokenize", {"tokens": toks})
+    check("POST /detokenize inverts /tokenize", st == 200 and j.get("content") == "Hello world", str(j))
+    msgs = [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "Name a hearth."}]
+    st, j = s.post("/apply-template", {"messages": msgs})
+    check("POST /apply-template renders the messages", st == 200 and "Name a hearth." in j.get("prompt", ""), str(j))
+    prompt_text = j["prompt"]
+    _, j = s.post("/tokenize", {"content": prompt_text})
+    prompt_ids = j["tokens"]
+
+    # a chat answer equals hearth run on the same ids, bit for bit (greedy)
+    want = run_ids(model, prompt_ids, 12)
+    st, j = s.post("/completion", {"prompt": prompt_ids, "n_predict": 12, "temperature": 0, "ignore_eos": True,
+                                   "return_tokens": True})
+    check("/completion on ids: greedy tokens equal hearth run's", st == 200 and j.get("tokens") == want,
+          f"{j.get('tokens') if isinstance(j, dict) else j} vs {want}")
+    st, j = s.post("/v1/chat/completions", {"messages": msgs, "max_tokens": 12, "temperature": 0, "ignore_eos": True})
+    ok = st == 200 and j["choices"][0]["finish_reason"] == "length" and j["usage"]["completion_tokens"] == 12
+    check("/v1/chat/completions: 12 tokens, finish length", ok, str(j)[:300])
+    chat_answer = j["choices"][0]["message"] if ok else {}
+    _, d = s.post("/detokenize", {"tokens": want})
+    whole = (chat_answer.get("reasoning_content", "") + chat_answer.get("content", ""))
+    check("the chat answer's text is the detokenized run ids (thinking split off)",
+          d["content"].replace("</think>", "").replace("\n", "") == whole.replace("\n", ""),
+          f"{d['content']!r} vs {chat_answer!r}")
+
+    # streaming: the same text, the role first, usage, [DONE]
+    st, ctype, ev = s.stream("/v1/chat/completions", {"messages": msgs, "max_tokens": 12, "temperature": 0,
+                                                      "ignore_eos": True, "stream": True,
+                                                      "stream_options": {"include_usage": True}})
+    text = "".join((e["choices"][0]["delta"].get("reasoning_content") or "") +
+                   (e["choices"][0]["delta"].get("content") or "") for e in ev if isinstance(e, dict) and e["choices"])
+    check("stream: text/event-stream, role first, [DONE] last",
+          st == 200 and ctype == "text/event-stream" and ev[0]["choices"][0]["delta"].get("role") == "assistant" and
+          ev[-1] == "[DONE]", f"{st} {ctype} {ev[:1]} {ev[-1:]}")
+    check("stream: the deltas add up to the whole answer", text == whole, f"{text!r} vs {whole!r}")
+    usage = [e for e in ev if isinstance(e, dict) and "usage" in e]
+    check("stream: include_usage sends usage", len(usage) == 1 and usage[0]["usage"]["completion_tokens"] == 12,
+          str(usage))
+    st, ctype, ev = s.stream("/completion", {"prompt": prompt_ids, "n_predict": 6, "temperature": 0, "stream": True,
+                                             "ignore_eos": True})
+    check("stream /completion: pieces then a stop event", st == 200 and ev[-1]["stop"] is True and
+          ev[-1]["tokens_predicted"] == 6, str(ev[-1:]))
+
+    # stop strings: the text ends before the stop string
+    st, j = s.post("/v1/completions", {"prompt": prompt_ids, "max_tokens": 12, "temperature": 0, "ignore_eos": True})
+    full = j["choices"][0]["text"]
+    cut = full[3:6] if len(full) >= 8 else None
+    if cut:
+        st, j = s.post("/v1/completions", {"prompt": prompt_ids, "max_tokens": 12, "temperature": 0,
+                                           "ignore_eos": True, "stop": [cut]})
+        check("a stop string ends the text before it", st == 200 and j["choices"][0]["text"] == full[:full.find(cut)]
+              and j["choices"][0]["finish_reason"] == "stop", f"{j['choices'][0]} (stop {cut!r} in {full!r})")
+    else:
+        check("the answer is long enough to cut", False, repr(full))
+
+    # multi-turn: turn 2 resumes from a point, prefills only the new part, and answers as a cold server
+    turn1 = msgs
+    st, a1 = s.post("/v1/chat/completions", {"messages": turn1, "max_tokens": 8, "temperature": 0})
+    reply = a1["choices"][0]["message"]
+    turn2 = turn1 + [{"role": "assistant", "content": reply.get("content", ""),
+                      "reasoning_content": reply.get("reasoning_content", "")},
+                     {"role": "user", "content": "And another one?"}]
+    st, a2 = s.post("/v1/chat/completions", {"messages": turn2, "max_tokens": 8, "temperature": 0, "ignore_eos": True})
+    cached = a2["usage"]["prompt_tokens_details"]["cached_tokens"]
+    check("turn 2 reports cached tokens", st == 200 and cached > 0, str(a2.get("usage")))
+    print(f"     turn 2: {a2['usage']['prompt_tokens']} prompt tokens, {cached} cached ({a2['timings']['cache']})")
+    check("turn 2 prefills only what follows the cached rows",
+          a2["timings"]["prompt_n"] == a2["usage"]["prompt_tokens"] - cached, str(a2.get("timings")))
+    cold = Server(model, "-np", "1")
+    _, c2 = cold.post("/v1/chat/completions", {"messages": turn2, "max_tokens": 8, "temperature": 0, "ignore_eos": True})
+    check("turn 2 equals a cold server's answer", c2["choices"][0]["message"] == a2["choices"][0]["message"] and
+          c2["usage"]["prompt_tokens_details"]["cached_tokens"] == 0, f"{c2['choices'][0]} vs {a2['choices'][0]}")
+    cold.stop()
+
+    # parallel requests on 2 slots equal their solo runs
+    p1 = prompt_ids
+    p2 = prompt_ids[:-3] + [toks[0], toks[-1]] + prompt_ids[-3:]
+    solo = [run_ids(model, p, 16) for p in (p1, p2)]
+    res = [None, None]
+
+    def go(k, p):
+        res[k] = s.post("/completion", {"prompt": p, "n_predict": 16, "temperature": 0, "ignore_eos": True,
+                                        "return_tokens": True})
+    for rep in range(2):
+        th = [threading.Thread(target=go, args=(k, p)) for k, p in enumerate((p1, p2))]
+        [t.start() for t in th]
+        [t.join() for t in th]
+        check(f"parallel on 2 slots equals solo runs (round {rep})",
+              all(r[0] == 200 and r[1]["tokens"] == solo[k] for k, r in enumerate(res)),
+              f"{[r[1].get('tokens') for r in res]} vs {solo}")
+
+    # bad input: each a 4xx with an error body, the server serving on
+    bad = [
+        ("malformed JSON", "/v1/chat/completions", b'{"messages": [', 400),
+        ("not an object", "/v1/chat/completions", b'[1, 2]', 400),
+        ("unknown role", "/v1/chat/completions", json.dumps({"messages": [{"role": "wizard", "content": "x"}]}).encode(), 400),
+        ("temperature of the wrong type", "/v1/chat/completions",
+         json.dumps({"messages": msgs, "temperature": "hot"}).encode(), 400),
+        ("max_tokens out of range", "/v1/chat/completions", json.dumps({"messages": msgs, "max_tokens": 10 ** 9}).encode(), 400),
+        ("logprobs refused by name", "/v1/chat/completions", json.dumps({"messages": msgs, "logprobs": True}).encode(), 400),
+        ("json_object refused by name", "/v1/chat/completions",
+         json.dumps({"messages": msgs, "response_format": {"type": "json_object"}}).encode(), 400),
+        ("prompt longer than the context", "/completion", json.dumps({"prompt": [1] * 5000}).encode(), 400),
+        ("a token id outside the vocabulary", "/completion", json.dumps({"prompt": [5, 99999]}).encode(), 400),
+        ("no messages", "/v1/chat/completions", json.dumps({"messages": []}).encode(), 400),
+    ]
+    for name, path, raw, code in bad:
+        st, j = s.request("POST", path, raw=raw)
+        check(f"bad input: {name} -> {code}", st == code and isinstance(j, dict) and "message" in j.get("error", {}),
+              f"{st} {j}")
+    st, j = s.request("GET", "/no/such/path")
+    check("unknown path -> 404", st == 404 and "error" in j, f"{st} {j}")
+    st, j = s.request("GET", "/v1/chat/completions")
+    check("wrong method -> 405", st == 405 and "error" in j, f"{st} {j}")
+    st, j = s.request("POST", "/v1/chat/completions", raw=b'{"x": "' + b"a" * (17 << 20) + b'"}')
+    check("body over --body-max -> 413", st == 413, f"{st}")
+    st, j = s.request("GET", "/health")
+    check("still serving after the bad input", st == 200)
+
+    # a client that goes away mid-stream frees its slot
+    sock = socket.create_connection(("127.0.0.1", s.port))
+    body = json.dumps({"prompt": prompt_ids, "n_predict": 3000, "temperature": 0, "ignore_eos": True, "stream": True,
+                       "id_slot": 1}).encode()
+    sock.sendall(b"POST /completion HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: " +
+                 str(len(body)).encode() + b"\r\n\r\n" + body)
+    sock.recv(4096)
+    sock.close()
+    freed = False
+    for _ in range(100):
+        _, sl = s.request("GET", "/slots")
+        if not sl[1]["is_processing"]:
+            freed = True
+            break
+        time.sleep(0.05)
+    check("a disconnect mid-stream frees the slot", freed, str(sl))
+
+    st, m = s.request("GET", "/metrics")
+    check("GET /metrics: Prometheus text with the cache counters", st == 200 and "hearth:cache_hits_total" in m and
+          "hearth:prompt_tokens_total" in m, str(m)[:200])
+
+    # slots: erase
+    st, j = s.post("/slots/0?action=erase", {})
+    _, sl = s.request("GET", "/slots")
+    time.sleep(0.1)
+    _, sl = s.request("GET", "/slots")
+    check("POST /slots/0?action=erase empties the slot", st == 200 and sl[0]["n_tokens"] == 0, f"{j} {sl}")
+    st, j = s.post("/slots/7?action=erase", {})
+    check("erase of a slot that does not exist -> 400", st == 400, str(j))
+
+    rc = s.stop()
+    check("SIGTERM: the server exits 0", rc == 0, str(rc))
+
+    # the API key, and the queue's bound
+    k = Server(model, "--api-key", "sekrit", "--queue", "1")
+    st, j = k.request("GET", "/v1/models")
+    check("no key -> 401", st == 401, f"{st} {j}")
+    st, j = k.request("GET", "/v1/models", headers={"Authorization": "Bearer wrong"})
+    check("a wrong key -> 401", st == 401, f"{st} {j}")
+    st, j = k.request("GET", "/v1/models", headers={"Authorization": "Bearer sekrit"})
+    check("the key -> 200", st == 200, f"{st}")
+    st, j = k.request("GET", "/health")
+    check("/health needs no key", st == 200)
+    hdr = {"Authorization": "Bearer sekrit", "Content-Type": "application/json"}
+    outs = []
+
+    def long_one():
+        outs.append(k.request("POST", "/completion", {"prompt": prompt_ids, "n_predict": 2500, "temperature": 0,
+                                                      "ignore_eos": True}, headers=hdr)[0])
+    th = [threading.Thread(target=long_one) for _ in range(3)]
+    for t in th:  # each answer runs ~2 s on tiny: the second waits, the third finds the queue full
+        t.start()
+        time.sleep(0.3)
+    [t.join() for t in th]
+    check("one slot, a queue of 1: the third request gets 503", sorted(outs) == [200, 200, 503], str(outs))
+    k.stop()
+    print(f"{passed} passed, {failed} failed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
