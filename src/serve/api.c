@@ -8,6 +8,7 @@
 #include "serve/serve.h"
 #include "serve/http.h"
 #include "serve/sched.h"
+#include "serve/answer.h"
 #include "text/chat.h"
 #include "text/tokenizer.h"
 #include "base/util.h"
@@ -240,16 +241,13 @@ typedef struct gen {
     gen_params p;
     sched_req *r;
     tokdec dec;
-    buf text;               /* the generated text so far (cut at a stop string) */
+    answer ans;             /* the text, split into its parts as it comes */
+    cJSON *tools;           /* a copy of the request's tools, or NULL */
     buf content, reasoning; /* a whole answer's parts */
+    cJSON *tool_calls;      /* a whole answer's calls */
     int64_t n_seen;         /* tokens decoded */
-    size_t scanned;         /* text searched for stop strings up to here */
-    size_t emitted;         /* text handed out up to here */
-    size_t stop_max;
-    int think;              /* chat: 1 inside a thinking block, 0 in the answer, -1 not known yet */
     bool finished;
     sched_finish fin;
-    const char *stop_word;
     char id[48];
     int64_t created;
     /* a stream's bytes not yet written, and how far it got */
@@ -261,8 +259,10 @@ typedef struct gen {
 
 static void gen_free(gen *g) {
     if (g->r) sched_release(g->r);
+    cJSON_Delete(g->tool_calls);
+    cJSON_Delete(g->tools);
     tokdec_free(&g->dec);
-    free(g->text.p);
+    answer_free(&g->ans);
     free(g->content.p);
     free(g->reasoning.p);
     free(g->pending.p);
@@ -270,11 +270,10 @@ static void gen_free(gen *g) {
     free(g);
 }
 
-/* Waits for tokens (up to timeout_s), decodes them, looks for stop strings. Returns how far
- * the text is safe to hand out: everything once finished, else all but the bytes that could
- * begin a stop string. */
-static size_t gen_pull(gen *g, double timeout_s) {
-    if (g->finished) return g->text.len;
+/* Waits for tokens (up to timeout_s), decodes them and hands the text to the answer, whose
+ * parts reach gen_part. A stop string found ends the request. */
+static void gen_pull(gen *g, double timeout_s) {
+    if (g->finished) return;
     sched_wait(g->r, g->n_seen, timeout_s);
     pthread_mutex_lock(&g->r->mu);
     const int64_t n = g->r->n_out;
@@ -282,81 +281,31 @@ static size_t gen_pull(gen *g, double timeout_s) {
     memcpy(ids, g->r->out + g->n_seen, sizeof(int32_t) * (size_t)(n - g->n_seen));
     const sched_finish fin = g->r->finish;
     pthread_mutex_unlock(&g->r->mu);
+    buf text = {0};
     char piece[512];
     for (int64_t k = 0; k < n - g->n_seen; k++) {
         size_t nb = tokdec_push(&g->dec, ids[k], piece, sizeof piece);
-        buf_add(&g->text, piece, nb);
+        buf_add(&text, piece, nb);
     }
     free(ids);
     g->n_seen = n;
     if (fin != SCHED_RUNNING) {
         size_t nb;
-        while ((nb = tokdec_flush(&g->dec, piece, sizeof piece)) > 0) buf_add(&g->text, piece, nb);
+        while ((nb = tokdec_flush(&g->dec, piece, sizeof piece)) > 0) buf_add(&text, piece, nb);
+    }
+    if (answer_push(&g->ans, text.p ? text.p : "", text.len, fin != SCHED_RUNNING)) {
+        sched_cancel(g->r); /* a stop string: the engine drops the request at its next step */
+        g->finished = true;
+        g->fin = SCHED_STOP;
+    } else if (fin != SCHED_RUNNING) {
         g->finished = true;
         g->fin = fin;
     }
-    /* the earliest stop string that begins in the new text (or straddles into it) */
-    size_t from = g->scanned > g->stop_max ? g->scanned - g->stop_max : 0, cut = SIZE_MAX;
-    for (int k = 0; k < g->p.n_stop; k++) {
-        const char *hit = g->text.len ? memmem(g->text.p + from, g->text.len - from, g->p.stop[k], strlen(g->p.stop[k])) : NULL;
-        if (hit && (size_t)(hit - g->text.p) < cut) { cut = (size_t)(hit - g->text.p); g->stop_word = g->p.stop[k]; }
-    }
-    if (cut != SIZE_MAX) {
-        g->text.len = cut;
-        g->text.p[cut] = 0;
-        if (!g->finished) sched_cancel(g->r); /* the engine drops it at its next step */
-        g->finished = true;
-        g->fin = SCHED_STOP;
-    }
-    g->scanned = g->text.len;
-    if (g->finished) return g->text.len;
-    const size_t hold = g->stop_max ? g->stop_max - 1 : 0;
-    size_t safe = g->text.len > hold ? g->text.len - hold : 0;
-    return safe > g->emitted ? safe : g->emitted;
-}
-
-static void gen_emit(gen *g, bool reasoning, const char *s, size_t n);
-
-/* Hands out text [emitted, safe): on chat, a thinking block as reasoning. */
-static void gen_split(gen *g, size_t safe) {
-    static const char open[] = "<think>", close[] = "</think>";
-    while (g->emitted < safe) {
-        const char *p = g->text.p + g->emitted;
-        size_t n = safe - g->emitted;
-        if (g->think < 0) { /* does the answer begin with <think>? */
-            if (n < sizeof open - 1 && !strncmp(p, open, n) && !g->finished) return;
-            if (n >= sizeof open - 1 && !strncmp(p, open, sizeof open - 1)) {
-                g->emitted += sizeof open - 1;
-                g->think = 1;
-            } else {
-                g->think = 0;
-            }
-            continue;
-        }
-        if (g->think == 0) {
-            gen_emit(g, false, p, n);
-            g->emitted = safe;
-            return;
-        }
-        const char *end = memmem(p, n, close, sizeof close - 1);
-        if (end) {
-            gen_emit(g, true, p, (size_t)(end - p));
-            g->emitted += (size_t)(end - p) + sizeof close - 1;
-            while (g->emitted < safe && g->text.p[g->emitted] == '\n') g->emitted++;
-            g->think = 0;
-            continue;
-        }
-        /* hold back what could begin </think> */
-        size_t keep = g->finished ? 0 : sizeof close - 2;
-        if (n <= keep) return;
-        gen_emit(g, true, p, n - keep);
-        g->emitted += n - keep;
-        return;
-    }
+    free(text.p);
 }
 
 static const char *finish_reason(const gen *g) {
-    return g->fin == SCHED_LENGTH ? "length" : "stop";
+    return g->fin == SCHED_LENGTH ? "length" : g->ans.n_calls ? "tool_calls" : "stop";
 }
 
 static cJSON *timings_json(const gen *g) {
@@ -442,8 +391,8 @@ static cJSON *completion_json(gen *g, const char *s, size_t n, bool stop) {
     cJSON_AddNumberToObject(j, "tokens_evaluated", (double)g->r->n_ids);
     cJSON_AddNumberToObject(j, "tokens_cached", (double)g->r->n_cached);
     cJSON_AddBoolToObject(j, "truncated", false);
-    cJSON_AddStringToObject(j, "stop_type", g->stop_word ? "word" : g->fin == SCHED_LENGTH ? "limit" : "eos");
-    cJSON_AddStringToObject(j, "stopping_word", g->stop_word ? g->stop_word : "");
+    cJSON_AddStringToObject(j, "stop_type", g->ans.stop_word ? "word" : g->fin == SCHED_LENGTH ? "limit" : "eos");
+    cJSON_AddStringToObject(j, "stopping_word", g->ans.stop_word ? g->ans.stop_word : "");
     if (g->p.return_tokens) {
         cJSON *a = cJSON_AddArrayToObject(j, "tokens");
         for (int64_t k = 0; k < g->r->n_out; k++) cJSON_AddItemToArray(a, cJSON_CreateNumber(g->r->out[k]));
@@ -467,6 +416,35 @@ static void gen_emit(gen *g, bool reasoning, const char *s, size_t n) {
     } else {
         sse(g, completion_json(g, s, n, false));
     }
+}
+
+static void gen_call(gen *g, cJSON *call);
+
+/* answer.h's sink */
+static void gen_part(void *cls, answer_part part, const char *s, size_t n, cJSON *call) {
+    gen *g = cls;
+    if (part == ANSWER_CALL) gen_call(g, call);
+    else gen_emit(g, part == ANSWER_REASONING, s, n);
+}
+
+/* a parsed tool call: one delta with the whole call, or into the answer's list */
+static void gen_call(gen *g, cJSON *call) {
+    cJSON *tc = cJSON_CreateObject();
+    char id[40];
+    const int k = g->ans.n_calls - 1;
+    snprintf(id, sizeof id, "call_%s_%d", g->id + strlen(g->id) - 8, k);
+    if (g->p.stream) cJSON_AddNumberToObject(tc, "index", k);
+    cJSON_AddStringToObject(tc, "id", id);
+    cJSON_AddStringToObject(tc, "type", "function");
+    cJSON_AddItemToObject(tc, "function", call);
+    if (g->p.stream) {
+        cJSON *d = cJSON_CreateObject(), *arr = cJSON_AddArrayToObject(d, "tool_calls");
+        cJSON_AddItemToArray(arr, tc);
+        sse(g, chat_chunk(g, d, NULL));
+        return;
+    }
+    if (!g->tool_calls) g->tool_calls = cJSON_CreateArray();
+    cJSON_AddItemToArray(g->tool_calls, tc);
 }
 
 /* a stream's last events: the finish, usage where asked, [DONE] on OpenAI's endpoints */
@@ -518,13 +496,8 @@ static ssize_t gen_produce(void *cls, char *out, size_t max) {
         }
         g->stage = 1;
         if (g->pending.len) continue;
-        const size_t safe = gen_pull(g, 1.0);
-        if (g->kind == API_CHAT) gen_split(g, safe);
-        else {
-            gen_emit(g, false, g->text.p + g->emitted, safe - g->emitted);
-            g->emitted = safe;
-        }
-        if (g->finished && g->emitted == g->text.len) {
+        gen_pull(g, 1.0);
+        if (g->finished) {
             gen_stream_end(g);
             g->stage = 2;
         }
@@ -541,17 +514,17 @@ static void gen_done(void *cls) {
 /* Starts ids on the scheduler and answers: a stream, or (after waiting) the whole answer.
  * marks: message starts (taken over); think_open: the prompt leaves a thinking block open. */
 static void gen_run(app *a, const http_call *c, http_out *o, api_kind kind, gen_params *p, int32_t *ids, int64_t n_ids,
-                    int64_t *marks, int n_marks, bool think_open) {
+                    int64_t *marks, int n_marks, bool think_open, const cJSON *tools) {
     gen *g = xcalloc(1, sizeof *g);
     g->a = a;
     g->kind = kind;
     g->p = *p;
     *p = (gen_params){0}; /* the stop strings are g's now */
-    for (int k = 0; k < g->p.n_stop; k++) {
-        size_t n = strlen(g->p.stop[k]);
-        if (n > g->stop_max) g->stop_max = n;
-    }
-    g->think = kind != API_CHAT || a->o->reasoning_none ? 0 : think_open ? 1 : -1;
+    if (cJSON_IsArray(tools) && cJSON_GetArraySize(tools) > 0) g->tools = cJSON_Duplicate(tools, true);
+    const answer_opts ao = {.split_think = kind == API_CHAT && !a->o->reasoning_none, .think_open = think_open,
+                            .tools = kind == API_CHAT ? g->tools : NULL, .stop = (const char *const *)g->p.stop,
+                            .n_stop = g->p.n_stop};
+    answer_init(&g->ans, &ao, gen_part, g);
     g->created = (int64_t)time(NULL);
     snprintf(g->id, sizeof g->id, "%s-%016" PRIx64, kind == API_CHAT ? "chatcmpl" : "cmpl", (uint64_t)(new_id(a) * 0x9e3779b97f4a7c15ull));
     tokdec_init(&g->dec, a->tok);
@@ -567,9 +540,8 @@ static void gen_run(app *a, const http_call *c, http_out *o, api_kind kind, gen_
         http_error(o, c, full ? 503 : 400, full ? "unavailable_error" : "invalid_request_error", "%s", e.msg);
         sched_release(r);
         sched_release(r);
-        tokdec_free(&g->dec);
-        params_free(&g->p);
-        free(g);
+        g->r = NULL;
+        gen_free(g);
         return;
     }
     g->r = r;
@@ -591,8 +563,6 @@ static void gen_run(app *a, const http_call *c, http_out *o, api_kind kind, gen_
             return;
         }
     }
-    if (kind == API_CHAT) gen_split(g, g->text.len);
-    else gen_emit(g, false, g->text.p ? g->text.p : "", g->text.len);
     if (g->fin == SCHED_ERROR || g->fin == SCHED_CANCELLED) {
         http_error(o, c, g->fin == SCHED_ERROR ? 500 : 503, g->fin == SCHED_ERROR ? "server_error" : "unavailable_error",
                    "%s", g->r->err[0] ? g->r->err : "the request was cancelled");
@@ -605,7 +575,12 @@ static void gen_run(app *a, const http_call *c, http_out *o, api_kind kind, gen_
         cJSON *ch = cJSON_AddArrayToObject(j, "choices"), *c0 = cJSON_CreateObject(), *msg = cJSON_CreateObject();
         cJSON_AddNumberToObject(c0, "index", 0);
         cJSON_AddStringToObject(msg, "role", "assistant");
-        cJSON_AddItemToObject(msg, "content", json_text(g->content.p, g->content.len));
+        if (g->tool_calls && !g->content.len) cJSON_AddNullToObject(msg, "content");
+        else cJSON_AddItemToObject(msg, "content", json_text(g->content.p, g->content.len));
+        if (g->tool_calls) {
+            cJSON_AddItemToObject(msg, "tool_calls", g->tool_calls);
+            g->tool_calls = NULL;
+        }
         if (g->reasoning.len) cJSON_AddItemToObject(msg, "reasoning_content", json_text(g->reasoning.p, g->reasoning.len));
         cJSON_AddItemToObject(c0, "message", msg);
         cJSON_AddStringToObject(c0, "finish_reason", finish_reason(g));
@@ -759,7 +734,8 @@ static void on_chat(void *ap, const http_call *c, http_out *o) {
         free(ids);
         free(starts);
     } else {
-        gen_run(a, c, o, API_CHAT, &p, ids, n_ids, starts, n_starts, ends_in_open_think(text));
+        gen_run(a, c, o, API_CHAT, &p, ids, n_ids, starts, n_starts, ends_in_open_think(text),
+                cJSON_GetObjectItemCaseSensitive(j, "tools"));
     }
     free(text);
     cJSON_Delete(j);
@@ -777,7 +753,7 @@ static void on_completion(app *a, const http_call *c, http_out *o, api_kind kind
         http_error(o, c, 400, "invalid_request_error", "%s", e.msg);
         params_free(&p);
     } else {
-        gen_run(a, c, o, kind, &p, ids, n, NULL, 0, false);
+        gen_run(a, c, o, kind, &p, ids, n, NULL, 0, false, NULL);
     }
     cJSON_Delete(j);
 }

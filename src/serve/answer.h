@@ -1,0 +1,54 @@
+/* answer.h: turns a model's generated text, as it arrives, into the parts of an answer:
+ * reasoning (a <think> block), content, and tool calls, and finds stop strings. Bytes that
+ * could still begin a stop string, a </think>, or a <tool_call> are held back until they
+ * are known, so the parts handed out are the same however the text was cut into pieces:
+ * a streamed answer and a whole one agree (tests/unit/test_answer.c).
+ *
+ * Tool calls, in both formats these models write, between <tool_call> and </tool_call>:
+ *   Qwen3:        {"name": "f", "arguments": {"x": 1}}
+ *   Qwen3.5/3.6:  <function=f><parameter=x>1</parameter></function>
+ * A parameter's value is text when the tool's schema says "string", else JSON where it
+ * parses as JSON (else text). A block that is neither format is handed out as content. */
+#ifndef HEARTH_SERVE_ANSWER_H
+#define HEARTH_SERVE_ANSWER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <cjson/cJSON.h>
+
+typedef enum answer_part { ANSWER_REASONING, ANSWER_CONTENT, ANSWER_CALL } answer_part;
+
+/* text parts: s[0..n); a call: {"name": str, "arguments": JSON text}, the sink's to delete */
+typedef void (*answer_sink)(void *cls, answer_part part, const char *s, size_t n, cJSON *call);
+
+typedef struct answer_opts {
+    bool split_think;       /* else a thinking block stays in the content */
+    bool think_open;        /* the prompt left a <think> open: the text starts inside it */
+    const cJSON *tools;     /* the request's tools, or NULL: no tool calls are parsed */
+    const char *const *stop;
+    int n_stop;
+} answer_opts;
+
+typedef struct answer {
+    answer_opts o;
+    answer_sink sink;
+    void *cls;
+    char *text;             /* everything pushed (cut at a stop string) */
+    size_t len, cap;
+    size_t scanned;         /* searched for stop strings up to here */
+    size_t emitted;         /* handed out up to here */
+    size_t stop_max;
+    int think;              /* 1 inside a thinking block, 0 outside, -1 not known yet */
+    bool skip_nl;           /* after </think> or a call: newlines are dropped */
+    bool finished;
+    const char *stop_word;  /* the stop string found, or NULL */
+    int n_calls;
+} answer;
+
+void answer_init(answer *a, const answer_opts *o, answer_sink sink, void *cls);
+void answer_free(answer *a);
+/* More text; finished: none will follow. Returns true when this push found a stop string
+ * (the answer is then finished: the caller stops generating). */
+bool answer_push(answer *a, const char *s, size_t n, bool finished);
+
+#endif
