@@ -145,12 +145,12 @@ static uint64_t new_id(app *a) {
 
 /* ---------------------------------------------------------------- the generation */
 
-typedef enum api_kind { API_CHAT, API_COMPLETION, API_OAI_COMPLETION } api_kind;
+typedef enum api_kind { API_CHAT, API_COMPLETION, API_OAI_COMPLETION, API_MESSAGES } api_kind;
 
 typedef struct gen_params {
     sampler_opts so;
     int64_t n_predict;
-    bool ignore_eos, stream, include_usage, return_tokens;
+    bool ignore_eos, stream, include_usage, return_tokens, cache_prompt;
     int slot;
     char *stop[MAX_STOP];
     int n_stop;
@@ -160,7 +160,7 @@ typedef struct gen_params {
  * OpenAI's. Fields that would change the answer and are not done are refused by name. */
 static int read_params(app *a, const cJSON *j, api_kind kind, gen_params *g, herr *e) {
     *g = (gen_params){.so = {.temp = 0.8f, .top_k = 40, .top_p = 0.95f, .min_p = 0.05f}, .n_predict = a->o->n_predict,
-                      .slot = -1};
+                      .slot = -1, .cache_prompt = true};
     g->so.seed = (uint64_t)time(NULL) ^ ((uint64_t)new_id(a) << 32);
     double v;
     int64_t i;
@@ -181,7 +181,8 @@ static int read_params(app *a, const cJSON *j, api_kind kind, gen_params *g, her
         if (rc) g->n_predict = i;
     }
     if (get_bool(j, "ignore_eos", &g->ignore_eos, e) < 0 || get_bool(j, "stream", &g->stream, e) < 0) return -1;
-    if (get_bool(j, "return_tokens", &g->return_tokens, e) < 0) return -1;
+    if (get_bool(j, "return_tokens", &g->return_tokens, e) < 0 || get_bool(j, "cache_prompt", &g->cache_prompt, e) < 0)
+        return -1;
     if ((rc = get_int(j, "id_slot", -1, 1 << 20, &i, e)) < 0) return -1;
     if (rc) g->slot = (int)i;
     const cJSON *so = cJSON_GetObjectItemCaseSensitive(j, "stream_options");
@@ -255,6 +256,7 @@ typedef struct gen {
     size_t pending_off;
     int stage;              /* 0 nothing sent, 1 under way, 2 the end written */
     double t_last_send;
+    int block, block_type;  /* Anthropic streams: content blocks sent, the open one's type (-1 none) */
 } gen;
 
 static void gen_free(gen *g) {
@@ -357,6 +359,67 @@ static void sse(gen *g, cJSON *j) {
     cJSON_Delete(j);
 }
 
+/* Anthropic's named events */
+static cJSON *messages_envelope(const gen *g) {
+    cJSON *m = cJSON_CreateObject();
+    cJSON_AddStringToObject(m, "id", g->id);
+    cJSON_AddStringToObject(m, "type", "message");
+    cJSON_AddStringToObject(m, "role", "assistant");
+    cJSON_AddStringToObject(m, "model", g->a->alias);
+    return m;
+}
+
+static void sse_event(gen *g, const char *name, cJSON *j) {
+    buf_str(&g->pending, "event: ");
+    buf_str(&g->pending, name);
+    buf_str(&g->pending, "\n");
+    sse(g, j);
+}
+
+static void block_open(gen *g, cJSON *content_block) {
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddStringToObject(j, "type", "content_block_start");
+    cJSON_AddNumberToObject(j, "index", g->block++);
+    cJSON_AddItemToObject(j, "content_block", content_block);
+    sse_event(g, "content_block_start", j);
+}
+
+static void block_close(gen *g) {
+    if (g->block_type < 0) return;
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddStringToObject(j, "type", "content_block_stop");
+    cJSON_AddNumberToObject(j, "index", g->block - 1);
+    sse_event(g, "content_block_stop", j);
+    g->block_type = -1;
+}
+
+static const char *stop_reason(const gen *g) {
+    return g->fin == SCHED_LENGTH ? "max_tokens" : g->ans.stop_word ? "stop_sequence" : g->ans.n_calls ? "tool_use" : "end_turn";
+}
+
+static cJSON *messages_usage(const gen *g) {
+    pthread_mutex_lock(&g->r->mu);
+    const int64_t cached = g->r->n_cached, n_out = g->r->n_out;
+    pthread_mutex_unlock(&g->r->mu);
+    cJSON *u = cJSON_CreateObject();
+    cJSON_AddNumberToObject(u, "input_tokens", (double)(g->r->n_ids - cached));
+    cJSON_AddNumberToObject(u, "cache_read_input_tokens", (double)cached);
+    cJSON_AddNumberToObject(u, "cache_creation_input_tokens", 0);
+    cJSON_AddNumberToObject(u, "output_tokens", (double)n_out);
+    return u;
+}
+
+/* the tool_use block of a parsed call {"name", "arguments" (JSON text)} */
+static cJSON *tool_use_block(const char *id, const cJSON *call, bool empty_input) {
+    cJSON *b = cJSON_CreateObject();
+    cJSON_AddStringToObject(b, "type", "tool_use");
+    cJSON_AddStringToObject(b, "id", id);
+    cJSON_AddStringToObject(b, "name", cJSON_GetObjectItemCaseSensitive(call, "name")->valuestring);
+    cJSON *in = empty_input ? NULL : cJSON_Parse(cJSON_GetObjectItemCaseSensitive(call, "arguments")->valuestring);
+    cJSON_AddItemToObject(b, "input", in ? in : cJSON_CreateObject());
+    return b;
+}
+
 static cJSON *chat_chunk(gen *g, cJSON *delta, const char *finish) {
     cJSON *j = oai_object(g, "chat.completion.chunk");
     cJSON *ch = cJSON_AddArrayToObject(j, "choices"), *c0 = cJSON_CreateObject();
@@ -413,6 +476,23 @@ static void gen_emit(gen *g, bool reasoning, const char *s, size_t n) {
         sse(g, chat_chunk(g, d, NULL));
     } else if (g->kind == API_OAI_COMPLETION) {
         sse(g, text_chunk(g, s, n, NULL));
+    } else if (g->kind == API_MESSAGES) {
+        const int type = reasoning ? 0 : 1;
+        if (g->block_type != type) {
+            block_close(g);
+            cJSON *cb = cJSON_CreateObject();
+            cJSON_AddStringToObject(cb, "type", reasoning ? "thinking" : "text");
+            cJSON_AddStringToObject(cb, reasoning ? "thinking" : "text", "");
+            block_open(g, cb);
+            g->block_type = type;
+        }
+        cJSON *j = cJSON_CreateObject(), *d = cJSON_CreateObject();
+        cJSON_AddStringToObject(j, "type", "content_block_delta");
+        cJSON_AddNumberToObject(j, "index", g->block - 1);
+        cJSON_AddStringToObject(d, "type", reasoning ? "thinking_delta" : "text_delta");
+        cJSON_AddItemToObject(d, reasoning ? "thinking" : "text", json_text(s, n));
+        cJSON_AddItemToObject(j, "delta", d);
+        sse_event(g, "content_block_delta", j);
     } else {
         sse(g, completion_json(g, s, n, false));
     }
@@ -433,6 +513,23 @@ static void gen_call(gen *g, cJSON *call) {
     char id[40];
     const int k = g->ans.n_calls - 1;
     snprintf(id, sizeof id, "call_%s_%d", g->id + strlen(g->id) - 8, k);
+    if (g->kind == API_MESSAGES) snprintf(id, sizeof id, "toolu_%s_%d", g->id + strlen(g->id) - 8, k);
+    if (g->kind == API_MESSAGES && g->p.stream) { /* a tool_use block: its input as one JSON delta */
+        block_close(g);
+        block_open(g, tool_use_block(id, call, true));
+        cJSON *j = cJSON_CreateObject(), *d = cJSON_CreateObject();
+        cJSON_AddStringToObject(j, "type", "content_block_delta");
+        cJSON_AddNumberToObject(j, "index", g->block - 1);
+        cJSON_AddStringToObject(d, "type", "input_json_delta");
+        cJSON_AddStringToObject(d, "partial_json", cJSON_GetObjectItemCaseSensitive(call, "arguments")->valuestring);
+        cJSON_AddItemToObject(j, "delta", d);
+        sse_event(g, "content_block_delta", j);
+        g->block_type = 2;
+        block_close(g);
+        cJSON_Delete(call);
+        cJSON_Delete(tc);
+        return;
+    }
     if (g->p.stream) cJSON_AddNumberToObject(tc, "index", k);
     cJSON_AddStringToObject(tc, "id", id);
     cJSON_AddStringToObject(tc, "type", "function");
@@ -469,6 +566,20 @@ static void gen_stream_end(gen *g) {
         cJSON *j = text_chunk(g, "", 0, finish_reason(g));
         if (g->p.include_usage) cJSON_AddItemToObject(j, "usage", usage_json(g));
         sse(g, j);
+    } else if (g->kind == API_MESSAGES) {
+        block_close(g);
+        cJSON *j = cJSON_CreateObject(), *d = cJSON_CreateObject();
+        cJSON_AddStringToObject(j, "type", "message_delta");
+        cJSON_AddStringToObject(d, "stop_reason", stop_reason(g));
+        if (g->ans.stop_word) cJSON_AddStringToObject(d, "stop_sequence", g->ans.stop_word);
+        else cJSON_AddNullToObject(d, "stop_sequence");
+        cJSON_AddItemToObject(j, "delta", d);
+        cJSON_AddItemToObject(j, "usage", messages_usage(g));
+        sse_event(g, "message_delta", j);
+        j = cJSON_CreateObject();
+        cJSON_AddStringToObject(j, "type", "message_stop");
+        sse_event(g, "message_stop", j);
+        return;
     } else {
         sse(g, completion_json(g, "", 0, true));
     }
@@ -488,6 +599,19 @@ static ssize_t gen_produce(void *cls, char *out, size_t max) {
         }
         g->pending.len = g->pending_off = 0;
         if (g->stage == 2) return -1;
+        if (g->stage == 0 && g->kind == API_MESSAGES) {
+            /* message_start carries the cached tokens: wait for the first token (or the end),
+             * after the prompt is placed; the tokens stay for gen_pull */
+            sched_wait(g->r, 0, 0);
+            cJSON *j = cJSON_CreateObject(), *m = messages_envelope(g);
+            cJSON_AddStringToObject(j, "type", "message_start");
+            cJSON_AddItemToObject(m, "content", cJSON_CreateArray());
+            cJSON_AddNullToObject(m, "stop_reason");
+            cJSON_AddNullToObject(m, "stop_sequence");
+            cJSON_AddItemToObject(m, "usage", messages_usage(g));
+            cJSON_AddItemToObject(j, "message", m);
+            sse_event(g, "message_start", j);
+        }
         if (g->stage == 0 && g->kind == API_CHAT) { /* the role first, as OpenAI sends it */
             cJSON *d = cJSON_CreateObject();
             cJSON_AddStringToObject(d, "role", "assistant");
@@ -521,12 +645,14 @@ static void gen_run(app *a, const http_call *c, http_out *o, api_kind kind, gen_
     g->p = *p;
     *p = (gen_params){0}; /* the stop strings are g's now */
     if (cJSON_IsArray(tools) && cJSON_GetArraySize(tools) > 0) g->tools = cJSON_Duplicate(tools, true);
-    const answer_opts ao = {.split_think = kind == API_CHAT && !a->o->reasoning_none, .think_open = think_open,
-                            .tools = kind == API_CHAT ? g->tools : NULL, .stop = (const char *const *)g->p.stop,
+    const bool chat = kind == API_CHAT || kind == API_MESSAGES;
+    g->block_type = -1;
+    const answer_opts ao = {.split_think = chat && !a->o->reasoning_none, .think_open = think_open,
+                            .tools = chat ? g->tools : NULL, .stop = (const char *const *)g->p.stop,
                             .n_stop = g->p.n_stop};
     answer_init(&g->ans, &ao, gen_part, g);
     g->created = (int64_t)time(NULL);
-    snprintf(g->id, sizeof g->id, "%s-%016" PRIx64, kind == API_CHAT ? "chatcmpl" : "cmpl", (uint64_t)(new_id(a) * 0x9e3779b97f4a7c15ull));
+    snprintf(g->id, sizeof g->id, "%s%016" PRIx64, kind == API_CHAT ? "chatcmpl-" : kind == API_MESSAGES ? "msg_" : "cmpl-", (uint64_t)(new_id(a) * 0x9e3779b97f4a7c15ull));
     tokdec_init(&g->dec, a->tok);
     g->dec.special = false; /* control tokens (<|im_end|>) are no text */
     sched_req *r = sched_req_new(ids, n_ids, marks, n_marks);
@@ -534,6 +660,8 @@ static void gen_run(app *a, const http_call *c, http_out *o, api_kind kind, gen_
     r->n_predict = g->p.n_predict;
     r->ignore_eos = g->p.ignore_eos;
     r->slot_wanted = g->p.slot;
+    r->exact = kind == API_CHAT || kind == API_MESSAGES;
+    r->no_reuse = !g->p.cache_prompt;
     herr e;
     if (sched_submit(a->sc, r, &e) < 0) {
         const bool full = strstr(e.msg, "queue is full") || strstr(e.msg, "stopping");
@@ -588,6 +716,31 @@ static void gen_run(app *a, const http_call *c, http_out *o, api_kind kind, gen_
         cJSON_AddItemToArray(ch, c0);
         cJSON_AddItemToObject(j, "usage", usage_json(g));
         cJSON_AddItemToObject(j, "timings", timings_json(g));
+    } else if (kind == API_MESSAGES) {
+        j = messages_envelope(g);
+        cJSON *content = cJSON_AddArrayToObject(j, "content");
+        if (g->reasoning.len) {
+            cJSON *b = cJSON_CreateObject();
+            cJSON_AddStringToObject(b, "type", "thinking");
+            cJSON_AddItemToObject(b, "thinking", json_text(g->reasoning.p, g->reasoning.len));
+            cJSON_AddStringToObject(b, "signature", "");
+            cJSON_AddItemToArray(content, b);
+        }
+        if (g->content.len || !g->tool_calls) {
+            cJSON *b = cJSON_CreateObject();
+            cJSON_AddStringToObject(b, "type", "text");
+            cJSON_AddItemToObject(b, "text", json_text(g->content.p, g->content.len));
+            cJSON_AddItemToArray(content, b);
+        }
+        const cJSON *tc;
+        cJSON_ArrayForEach(tc, g->tool_calls) {
+            cJSON_AddItemToArray(content, tool_use_block(cJSON_GetObjectItemCaseSensitive(tc, "id")->valuestring,
+                                                         cJSON_GetObjectItemCaseSensitive(tc, "function"), false));
+        }
+        cJSON_AddStringToObject(j, "stop_reason", stop_reason(g));
+        if (g->ans.stop_word) cJSON_AddStringToObject(j, "stop_sequence", g->ans.stop_word);
+        else cJSON_AddNullToObject(j, "stop_sequence");
+        cJSON_AddItemToObject(j, "usage", messages_usage(g));
     } else if (kind == API_OAI_COMPLETION) {
         j = text_chunk(g, g->content.p ? g->content.p : "", g->content.len, finish_reason(g));
         cJSON_Delete(cJSON_DetachItemFromObject(j, "object"));
@@ -668,6 +821,15 @@ static int chat_prompt(app *a, const cJSON *j, bool gen_prompt, char **text, int
         if (cJSON_IsString(rs) && !cJSON_GetObjectItemCaseSensitive(m, "reasoning_content"))
             cJSON_AddStringToObject(mc, "reasoning_content", rs->valuestring);
         if (r == 1) cJSON_ReplaceItemInObjectCaseSensitive(mc, "role", cJSON_CreateString("system"));
+        /* tool calls' arguments arrive as JSON text; templates iterate them as a mapping */
+        cJSON *tcs = cJSON_GetObjectItemCaseSensitive(mc, "tool_calls"), *tc;
+        cJSON_ArrayForEach(tc, (cJSON_IsArray(tcs) ? tcs : NULL)) {
+            cJSON *fn = cJSON_GetObjectItemCaseSensitive(tc, "function");
+            cJSON *args = fn ? cJSON_GetObjectItemCaseSensitive(fn, "arguments") : NULL;
+            cJSON *obj = cJSON_IsString(args) ? cJSON_Parse(args->valuestring) : NULL;
+            if (cJSON_IsObject(obj)) cJSON_ReplaceItemInObjectCaseSensitive(fn, "arguments", obj);
+            else cJSON_Delete(obj);
+        }
         cJSON_AddItemToArray(copy, mc);
         k++;
     }
@@ -971,6 +1133,216 @@ static void on_apply_template(void *ap, const http_call *c, http_out *o) {
     cJSON_Delete(j);
 }
 
+/* ---------------------------------------------------------------- Anthropic's messages */
+
+/* text of a string or of an array of {"type": "text"} blocks; NULL (e set) otherwise */
+static char *blocks_text(const cJSON *c, const char *what, herr *e) {
+    if (cJSON_IsString(c)) return xstrdup(c->valuestring);
+    if (!cJSON_IsArray(c)) { herr_set(e, "%s must be a string or an array of content blocks", what); return NULL; }
+    buf b = {0};
+    buf_add(&b, "", 0);
+    const cJSON *x;
+    cJSON_ArrayForEach(x, c) {
+        const cJSON *t = cJSON_GetObjectItemCaseSensitive(x, "type"), *tx = cJSON_GetObjectItemCaseSensitive(x, "text");
+        if (!cJSON_IsString(t) || strcmp(t->valuestring, "text") || !cJSON_IsString(tx)) {
+            herr_set(e, "%s: only text blocks are supported here", what);
+            free(b.p);
+            return NULL;
+        }
+        buf_str(&b, tx->valuestring);
+    }
+    return b.p;
+}
+
+/* Anthropic's request as the chat request chat_prompt and read_params take */
+static cJSON *messages_to_chat(const cJSON *j, herr *e) {
+    cJSON *out = cJSON_CreateObject(), *msgs = cJSON_AddArrayToObject(out, "messages");
+    const cJSON *sys = cJSON_GetObjectItemCaseSensitive(j, "system");
+    if (sys && !cJSON_IsNull(sys)) {
+        char *t = blocks_text(sys, "\"system\"", e);
+        if (!t) goto bad;
+        cJSON *m = cJSON_CreateObject();
+        cJSON_AddStringToObject(m, "role", "system");
+        cJSON_AddStringToObject(m, "content", t);
+        free(t);
+        cJSON_AddItemToArray(msgs, m);
+    }
+    const cJSON *in = cJSON_GetObjectItemCaseSensitive(j, "messages"), *m;
+    if (!cJSON_IsArray(in) || cJSON_GetArraySize(in) == 0) { herr_set(e, "\"messages\" must be a non-empty array"); goto bad; }
+    int k = 0;
+    cJSON_ArrayForEach(m, in) {
+        const cJSON *role = cJSON_GetObjectItemCaseSensitive(m, "role"), *content = cJSON_GetObjectItemCaseSensitive(m, "content");
+        const bool user = cJSON_IsString(role) && !strcmp(role->valuestring, "user");
+        if (!cJSON_IsString(role) || (!user && strcmp(role->valuestring, "assistant"))) {
+            herr_set(e, "\"messages\"[%d].role must be \"user\" or \"assistant\"", k);
+            goto bad;
+        }
+        buf text = {0}, think = {0};
+        buf_add(&text, "", 0);
+        cJSON *calls = NULL;
+        if (cJSON_IsString(content)) buf_str(&text, content->valuestring);
+        else if (!cJSON_IsArray(content)) {
+            herr_set(e, "\"messages\"[%d].content must be a string or an array of content blocks", k);
+            free(text.p);
+            goto bad;
+        }
+        const cJSON *b;
+        cJSON_ArrayForEach(b, (cJSON_IsArray(content) ? content : NULL)) {
+            const cJSON *t = cJSON_GetObjectItemCaseSensitive(b, "type");
+            const char *type = cJSON_IsString(t) ? t->valuestring : "";
+            const cJSON *tx = cJSON_GetObjectItemCaseSensitive(b, "text");
+            if (!strcmp(type, "text") && cJSON_IsString(tx)) {
+                buf_str(&text, tx->valuestring);
+            } else if (!strcmp(type, "thinking") && !user) {
+                const cJSON *th = cJSON_GetObjectItemCaseSensitive(b, "thinking");
+                if (cJSON_IsString(th)) buf_str(&think, th->valuestring);
+            } else if (!strcmp(type, "redacted_thinking") && !user) {
+            } else if (!strcmp(type, "tool_use") && !user) {
+                const cJSON *id = cJSON_GetObjectItemCaseSensitive(b, "id"), *name = cJSON_GetObjectItemCaseSensitive(b, "name");
+                const cJSON *input = cJSON_GetObjectItemCaseSensitive(b, "input");
+                if (!cJSON_IsString(id) || !cJSON_IsString(name) || !cJSON_IsObject(input)) {
+                    herr_set(e, "\"messages\"[%d]: a tool_use block needs \"id\", \"name\" and an object \"input\"", k);
+                    free(text.p), free(think.p), cJSON_Delete(calls);
+                    goto bad;
+                }
+                if (!calls) calls = cJSON_CreateArray();
+                cJSON *c = cJSON_CreateObject(), *fn = cJSON_CreateObject();
+                cJSON_AddStringToObject(c, "id", id->valuestring);
+                cJSON_AddStringToObject(c, "type", "function");
+                cJSON_AddStringToObject(fn, "name", name->valuestring);
+                cJSON_AddItemToObject(fn, "arguments", cJSON_Duplicate(input, true));
+                cJSON_AddItemToObject(c, "function", fn);
+                cJSON_AddItemToArray(calls, c);
+            } else if (!strcmp(type, "tool_result") && user) {
+                const cJSON *id = cJSON_GetObjectItemCaseSensitive(b, "tool_use_id");
+                const cJSON *rc = cJSON_GetObjectItemCaseSensitive(b, "content");
+                char *r = rc ? blocks_text(rc, "a tool_result's content", e) : xstrdup("");
+                if (!r || !cJSON_IsString(id)) {
+                    if (r) herr_set(e, "\"messages\"[%d]: a tool_result block needs \"tool_use_id\"", k);
+                    free(r), free(text.p), free(think.p);
+                    goto bad;
+                }
+                cJSON *tm = cJSON_CreateObject();
+                cJSON_AddStringToObject(tm, "role", "tool");
+                cJSON_AddStringToObject(tm, "tool_call_id", id->valuestring);
+                cJSON_AddStringToObject(tm, "content", r);
+                free(r);
+                cJSON_AddItemToArray(msgs, tm);
+            } else {
+                herr_set(e, "\"messages\"[%d]: content blocks of type \"%.40s\" are not supported in a %s message", k, type,
+                         role->valuestring);
+                free(text.p), free(think.p), cJSON_Delete(calls);
+                goto bad;
+            }
+        }
+        if (text.len || calls || think.len || !cJSON_IsArray(content)) {
+            cJSON *om = cJSON_CreateObject();
+            cJSON_AddStringToObject(om, "role", role->valuestring);
+            cJSON_AddStringToObject(om, "content", text.p);
+            if (think.len) cJSON_AddStringToObject(om, "reasoning_content", think.p);
+            if (calls) cJSON_AddItemToObject(om, "tool_calls", calls);
+            cJSON_AddItemToArray(msgs, om);
+        }
+        free(text.p);
+        free(think.p);
+        k++;
+    }
+    const cJSON *tools = cJSON_GetObjectItemCaseSensitive(j, "tools"), *t;
+    if (tools && !cJSON_IsArray(tools)) { herr_set(e, "\"tools\" must be an array"); goto bad; }
+    if (cJSON_GetArraySize(tools) > 0) {
+        cJSON *ot = cJSON_AddArrayToObject(out, "tools");
+        cJSON_ArrayForEach(t, tools) {
+            const cJSON *name = cJSON_GetObjectItemCaseSensitive(t, "name");
+            if (!cJSON_IsString(name)) { herr_set(e, "a tool needs a \"name\""); goto bad; }
+            cJSON *f = cJSON_CreateObject(), *fn = cJSON_CreateObject();
+            cJSON_AddStringToObject(f, "type", "function");
+            cJSON_AddStringToObject(fn, "name", name->valuestring);
+            const cJSON *d = cJSON_GetObjectItemCaseSensitive(t, "description");
+            if (cJSON_IsString(d)) cJSON_AddStringToObject(fn, "description", d->valuestring);
+            const cJSON *sch = cJSON_GetObjectItemCaseSensitive(t, "input_schema");
+            cJSON_AddItemToObject(fn, "parameters", sch ? cJSON_Duplicate(sch, true) : cJSON_CreateObject());
+            cJSON_AddItemToObject(f, "function", fn);
+            cJSON_AddItemToArray(ot, f);
+        }
+    }
+    const cJSON *th = cJSON_GetObjectItemCaseSensitive(j, "thinking");
+    if (th && !cJSON_IsNull(th)) {
+        const cJSON *ty = cJSON_GetObjectItemCaseSensitive(th, "type");
+        if (!cJSON_IsString(ty) || (strcmp(ty->valuestring, "enabled") && strcmp(ty->valuestring, "disabled"))) {
+            herr_set(e, "\"thinking\".type must be \"enabled\" or \"disabled\"");
+            goto bad;
+        }
+        cJSON *kw = cJSON_AddObjectToObject(out, "chat_template_kwargs");
+        cJSON_AddBoolToObject(kw, "enable_thinking", !strcmp(ty->valuestring, "enabled"));
+    }
+    static const char *const same[] = {"max_tokens", "temperature", "top_p", "top_k", "stream"};
+    for (int i = 0; i < 5; i++) {
+        const cJSON *x = cJSON_GetObjectItemCaseSensitive(j, same[i]);
+        if (x) cJSON_AddItemToObject(out, same[i], cJSON_Duplicate(x, true));
+    }
+    const cJSON *ss = cJSON_GetObjectItemCaseSensitive(j, "stop_sequences");
+    if (ss) cJSON_AddItemToObject(out, "stop", cJSON_Duplicate(ss, true));
+    return out;
+bad:
+    cJSON_Delete(out);
+    return NULL;
+}
+
+static void on_messages(void *ap, const http_call *c, http_out *o) {
+    app *a = ap;
+    cJSON *j = parse_body(c, o);
+    if (!j) return;
+    herr e;
+    cJSON *q = messages_to_chat(j, &e);
+    gen_params p = {0};
+    char *text = NULL;
+    int32_t *ids = NULL;
+    int64_t n_ids = 0, *starts = NULL;
+    int n_starts = 0;
+    if (q && !cJSON_IsNumber(cJSON_GetObjectItemCaseSensitive(q, "max_tokens"))) {
+        herr_set(&e, "\"max_tokens\" is required");
+        cJSON_Delete(q);
+        q = NULL;
+    }
+    if (!q || read_params(a, q, API_MESSAGES, &p, &e) < 0 ||
+        chat_prompt(a, q, true, &text, &ids, &n_ids, &starts, &n_starts, &e) < 0) {
+        http_error(o, c, 400, "invalid_request_error", "%s", e.msg);
+        params_free(&p);
+        free(ids);
+        free(starts);
+    } else {
+        gen_run(a, c, o, API_MESSAGES, &p, ids, n_ids, starts, n_starts, ends_in_open_think(text),
+                cJSON_GetObjectItemCaseSensitive(q, "tools"));
+    }
+    free(text);
+    cJSON_Delete(q);
+    cJSON_Delete(j);
+}
+
+static void on_count_tokens(void *ap, const http_call *c, http_out *o) {
+    app *a = ap;
+    cJSON *j = parse_body(c, o);
+    if (!j) return;
+    herr e;
+    cJSON *q = messages_to_chat(j, &e);
+    char *text = NULL;
+    int32_t *ids = NULL;
+    int64_t n_ids = 0, *starts = NULL;
+    int n_starts = 0;
+    if (!q || chat_prompt(a, q, true, &text, &ids, &n_ids, &starts, &n_starts, &e) < 0) {
+        http_error(o, c, 400, "invalid_request_error", "%s", e.msg);
+    } else {
+        cJSON *r = cJSON_CreateObject();
+        cJSON_AddNumberToObject(r, "input_tokens", (double)n_ids);
+        http_json(o, 200, r);
+    }
+    free(text);
+    free(ids);
+    free(starts);
+    cJSON_Delete(q);
+    cJSON_Delete(j);
+}
+
 static const http_route routes[] = {
     {"GET", "/health", on_health, true},
     {"GET", "/v1/health", on_health, true},
@@ -988,6 +1360,8 @@ static const http_route routes[] = {
     {"POST", "/v1/completions", on_oai_completion, false},
     {"POST", "/chat/completions", on_chat, false},
     {"POST", "/v1/chat/completions", on_chat, false},
+    {"POST", "/v1/messages", on_messages, false},
+    {"POST", "/v1/messages/count_tokens", on_count_tokens, false},
     {NULL, NULL, NULL, false},
 };
 

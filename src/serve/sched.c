@@ -27,6 +27,7 @@ typedef struct slot {
     double t_used;
     /* the request in flight */
     int64_t pf_base, pf_pos;    /* resumed at, next prompt row */
+    int64_t pf_seg;             /* the row the current piece's pass cuts count from */
     int64_t *marks;             /* points to take: positions in (pf_base, n_ids], ascending */
     int n_marks, mark_i;
     int32_t next_id;            /* sampled, not yet run */
@@ -196,15 +197,28 @@ static int64_t common_prefix(const int32_t *a, int64_t na, const int32_t *b, int
     return i;
 }
 
-/* Where r would resume on sl: the row, and the point to restore (NULL: the live state, or
+static bool is_mark(const sched_req *r, int64_t pos) {
+    int lo = 0, hi = r->n_marks;
+    while (lo < hi) {
+        int mid = (lo + hi) / 2;
+        if (r->marks[mid] < pos) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo < r->n_marks && r->marks[lo] == pos;
+}
+
+/* Where r would resume on sl: the row, and the point to restore (-1: the live state, or
  * row 0). */
 static int64_t slot_resume(const slot *sl, const sched_req *r, int *pt) {
     *pt = -1;
+    if (r->no_reuse) return 0;
     const int64_t common = common_prefix(sl->ids, sl->n, r->ids, r->n_ids);
-    if (sl->n > 0 && common == sl->n && sl->n < r->n_ids) return sl->n; /* the live state */
+    if (!r->exact && sl->n > 0 && common == sl->n && sl->n < r->n_ids) return sl->n; /* the live state */
     const int64_t lim = common < r->n_ids - 1 ? common : r->n_ids - 1;
-    for (int i = sl->n_pts - 1; i >= 0; i--)
-        if (sl->pts[i].p->pos <= lim) { *pt = i; return sl->pts[i].p->pos; }
+    for (int i = sl->n_pts - 1; i >= 0; i--) {
+        const int64_t pos = sl->pts[i].p->pos;
+        if (pos <= lim && (!r->exact || is_mark(r, pos))) { *pt = i; return pos; }
+    }
     return 0;
 }
 
@@ -240,7 +254,7 @@ static void slot_start(sched *s, slot *sl, sched_req *r) {
     sl->n = at;
     sl->req = r;
     sl->state = SLOT_PREFILL;
-    sl->pf_base = sl->pf_pos = at;
+    sl->pf_base = sl->pf_pos = sl->pf_seg = at;
     sl->t_used = time_now();
     /* marks past the resume row, and the last prompt row */
     free(sl->marks);
@@ -352,9 +366,12 @@ static void step(sched *s) {
         engine_span *sp = &s->spans[n];
         *sp = (engine_span){.seq = sl->id, .logits = sl->logits};
         if (sl->state == SLOT_PREFILL) {
-            /* the next piece ends at the next multiple of rows_per_pass from the resume row */
+            /* the next piece ends at the next multiple of rows_per_pass from the segment's
+             * start, or (exact requests) at the next message start */
             const int64_t a = sl->pf_pos;
-            int64_t b = sl->pf_base + ((a - sl->pf_base) / rpp + 1) * rpp;
+            int64_t b = sl->pf_seg + ((a - sl->pf_seg) / rpp + 1) * rpp;
+            for (int i = 0; r->exact && i < r->n_marks; i++)
+                if (r->marks[i] > a) { b = r->marks[i] < b ? r->marks[i] : b; break; }
             if (b > r->n_ids) b = r->n_ids;
             sl->span_b = b;
             sl->span_marks = 0;
@@ -407,6 +424,7 @@ static void step(sched *s) {
             s->st.n_points += sl->span_marks;
             pthread_mutex_unlock(&s->mu);
             sl->pf_pos = sl->span_b;
+            if (r->exact && is_mark(r, sl->pf_pos)) sl->pf_seg = sl->pf_pos;
             if (sl->pf_pos < r->n_ids) continue;
         }
         slot_took(s, sl, sampler_sample(&sl->sm, sl->logits));

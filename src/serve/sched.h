@@ -8,9 +8,15 @@
  *
  * Prompt reuse: each slot keeps the ids its sequence holds and the points its last prompts
  * took at their message starts (marks) and last row. A new request goes to the free slot
- * that shares the longest prefix with it, and resumes either from the slot's live state
- * (when the prompt extends everything the slot holds) or from the latest point inside the
- * shared prefix (engine_restore, which checks the prefix by hash). Points are counted in the
+ * that shares the longest prefix with it, and resumes from the latest point inside the
+ * shared prefix (engine_restore, which checks the prefix by hash), or from the slot's live
+ * state when the prompt extends everything the slot holds.
+ *
+ * Exact requests (chat): bits depend on where a prompt is cut into spans (GDN chunks are laid
+ * from each span's start), so a chat prompt is always cut at its message starts, and resumes
+ * only from a point at one of them: a turn then runs the same spans from that point on as a
+ * cold prefill of the whole prompt would, and its answer is a cold server's, bit for bit. The
+ * reply the slot decoded token by token is prefilled again (a cold server would prefill it). Points are counted in the
  * engine's cache budget (--cache-ram); when it is full the least recently used point of a
  * free slot is dropped.
  *
@@ -48,6 +54,10 @@ typedef struct sched_req {
     int64_t n_predict;      /* -1: until the context fills */
     bool ignore_eos;
     int slot_wanted;        /* -1: any */
+    bool exact;             /* chat: prompts are cut at the marks, and resumed only from a
+                             * point at one of them, so the answer is the bits a cold server
+                             * gives (else any point or the live state will do) */
+    bool no_reuse;          /* start at row 0 (cache_prompt: false) */
 
     /* output, under mu */
     pthread_mutex_t mu;

@@ -127,7 +127,7 @@ def main():
     # a chat answer equals hearth run on the same ids, bit for bit (greedy)
     want = run_ids(model, prompt_ids, 12)
     st, j = s.post("/completion", {"prompt": prompt_ids, "n_predict": 12, "temperature": 0, "ignore_eos": True,
-                                   "return_tokens": True})
+                                   "return_tokens": True, "cache_prompt": False})
     check("/completion on ids: greedy tokens equal hearth run's", st == 200 and j.get("tokens") == want,
           f"{j.get('tokens') if isinstance(j, dict) else j} vs {want}")
     st, j = s.post("/v1/chat/completions", {"messages": msgs, "max_tokens": 12, "temperature": 0, "ignore_eos": True})
@@ -197,7 +197,7 @@ def main():
 
     def go(k, p):
         res[k] = s.post("/completion", {"prompt": p, "n_predict": 16, "temperature": 0, "ignore_eos": True,
-                                        "return_tokens": True})
+                                        "return_tokens": True, "cache_prompt": False})
     for rep in range(2):
         th = [threading.Thread(target=go, args=(k, p)) for k, p in enumerate((p1, p2))]
         [t.start() for t in th]

@@ -1,0 +1,142 @@
+// clients.mjs: hearth serve through the real client libraries, unchanged: the `openai`
+// package (chat, streamed chat, a multi-turn chat that resumes from the cache and answers as a
+// cold server, tools passed through) and `@anthropic-ai/sdk` (messages, streamed messages,
+// count_tokens, an error). Run by clients.sh with NODE_PATH at the installed packages.
+// Prints "ok"/"FAIL" lines and "N passed, N failed".
+import { spawn } from "node:child_process";
+import { createRequire } from "node:module";
+import { readFileSync, existsSync } from "node:fs";
+import path from "node:path";
+
+const require = createRequire(path.join(process.env.CLIENTS_DIR, "package.json"));
+const { OpenAI } = require("openai");
+const { Anthropic } = require("@anthropic-ai/sdk");
+
+const HEARTH = process.env.HEARTH || "build/hearth";
+const TMP = process.env.HEARTH_TMP || "/tmp";
+let passed = 0, failed = 0;
+function check(name, cond, detail = "") {
+  if (cond) { passed++; console.log(`ok   ${name}`); }
+  else { failed++; console.log(`FAIL ${name}${detail ? ": " + detail : ""}`); console.error(`    check failed: ${name} ${detail}`); }
+}
+
+async function server(model, ...flags) {
+  const ready = path.join(TMP, `clients-port-${process.pid}-${Date.now()}`);
+  const p = spawn(HEARTH, ["serve", "-m", model, "--port", "0", "--ready-file", ready, "-t", "2", ...flags],
+                  { stdio: ["ignore", "ignore", "inherit"] });
+  for (let i = 0; i < 200 && !(existsSync(ready) && readFileSync(ready, "utf8").trim()); i++)
+    await new Promise((r) => setTimeout(r, 50));
+  const port = Number(readFileSync(ready, "utf8"));
+  return { p, port, stop: () => new Promise((r) => { p.on("exit", r); p.kill("SIGTERM"); }) };
+}
+
+async function main() {
+  const model = path.join(TMP, "clients-tiny.gguf");
+  await new Promise((res, rej) => spawn(HEARTH, ["gen", "--preset", "tiny", "--quant", "q4_k_m", "--seed", "1", "-o", model],
+                                        { stdio: "ignore" }).on("exit", (c) => (c === 0 ? res() : rej(c))));
+  const s = await server(model, "-np", "2", "--api-key", "k-123");
+  const oai = new OpenAI({ apiKey: "k-123", baseURL: `http://127.0.0.1:${s.port}/v1`, maxRetries: 0 });
+  const messages = [{ role: "system", content: "You are terse." }, { role: "user", content: "Name a hearth." }];
+
+  const models = await oai.models.list();
+  check("openai: models.list", models.data.length === 1 && models.data[0].id === "clients-tiny.gguf");
+
+  const r = await oai.chat.completions.create({ model: "m", messages, max_tokens: 10, temperature: 0 });
+  const msg = r.choices[0].message;
+  check("openai: chat.completions.create", r.object === "chat.completion" && msg.role === "assistant" &&
+        typeof msg.content === "string" && r.usage.completion_tokens <= 10, JSON.stringify(r).slice(0, 300));
+
+  const stream = await oai.chat.completions.create({ model: "m", messages, max_tokens: 10, temperature: 0, stream: true,
+                                                     stream_options: { include_usage: true } });
+  let text = "", usage = null, finish = null;
+  for await (const ch of stream) {
+    if (ch.usage) usage = ch.usage;
+    const c = ch.choices[0];
+    if (!c) continue;
+    text += (c.delta.reasoning_content || "") + (c.delta.content || "");
+    if (c.finish_reason) finish = c.finish_reason;
+  }
+  check("openai: streamed chat equals the whole answer", text === (msg.reasoning_content || "") + msg.content &&
+        finish === r.choices[0].finish_reason && usage && usage.completion_tokens === r.usage.completion_tokens,
+        `${JSON.stringify(text)} vs ${JSON.stringify(msg)}`);
+
+  // multi-turn: from turn 2 on the cache serves the prefix, and the answer equals a cold server's
+  const conv = [...messages];
+  let answers = [];
+  for (let turn = 1; turn <= 3; turn++) {
+    const a = await oai.chat.completions.create({ model: "m", messages: conv, max_tokens: 24, temperature: 0 });
+    answers.push(a);
+    if (turn > 1) {
+      const cached = a.usage.prompt_tokens_details.cached_tokens;
+      check(`openai: turn ${turn} reports cached tokens and prefills only the rest`,
+            cached > 0 && a.timings.prompt_n === a.usage.prompt_tokens - cached, JSON.stringify(a.usage));
+    }
+    conv.push({ role: "assistant", content: a.choices[0].message.content },
+              { role: "user", content: `Turn ${turn + 1}: another?` });
+  }
+  // a cold server (one slot, nothing cached) gives every turn's answer bit for bit: the warm
+  // one resumed from points at message starts and cut the rest of each prompt there too
+  const cold = await server(model, "-np", "1", "--api-key", "k-123");
+  const coldc = new OpenAI({ apiKey: "k-123", baseURL: `http://127.0.0.1:${cold.port}/v1`, maxRetries: 0 });
+  for (let turn = 2; turn <= 3; turn++) {
+    await fetch(`http://127.0.0.1:${cold.port}/slots/0?action=erase`, { method: "POST", headers: { Authorization: "Bearer k-123" } });
+    const c = await coldc.chat.completions.create({ model: "m", messages: conv.slice(0, 2 * turn), max_tokens: 24, temperature: 0 });
+    check(`openai: turn ${turn} equals a cold server's answer`,
+          JSON.stringify(c.choices[0].message) === JSON.stringify(answers[turn - 1].choices[0].message) &&
+          c.usage.prompt_tokens_details.cached_tokens === 0,
+          `${JSON.stringify(c.choices[0].message)} vs ${JSON.stringify(answers[turn - 1].choices[0].message)}`);
+  }
+  await cold.stop();
+
+  const tools = [{ type: "function", function: { name: "get_weather", description: "weather by city",
+                   parameters: { type: "object", properties: { city: { type: "string" } }, required: ["city"] } } }];
+  const t = await oai.chat.completions.create({ model: "m", messages, tools, max_tokens: 6, temperature: 0 });
+  check("openai: a request with tools is served", t.choices[0].message.role === "assistant");
+  try {
+    await oai.chat.completions.create({ model: "m", messages: [{ role: "wizard", content: "x" }] });
+    check("openai: an unknown role is an error", false);
+  } catch (e) {
+    check("openai: an unknown role is a 400 the client raises", e.status === 400 && /role/.test(e.message), e.message);
+  }
+  const bad = new OpenAI({ apiKey: "wrong", baseURL: `http://127.0.0.1:${s.port}/v1`, maxRetries: 0 });
+  try {
+    await bad.models.list();
+    check("openai: a wrong key is refused", false);
+  } catch (e) {
+    check("openai: a wrong key is a 401", e.status === 401, String(e.status));
+  }
+
+  // Anthropic
+  const an = new Anthropic({ apiKey: "k-123", baseURL: `http://127.0.0.1:${s.port}`, maxRetries: 0 });
+  const m = await an.messages.create({ model: "m", max_tokens: 10, temperature: 0, system: "You are terse.",
+                                       messages: [{ role: "user", content: "Name a hearth." }] });
+  const mtext = m.content.map((b) => (b.type === "text" ? b.text : b.type === "thinking" ? b.thinking : "")).join("");
+  check("anthropic: messages.create", m.type === "message" && m.role === "assistant" && Array.isArray(m.content) &&
+        ["end_turn", "max_tokens"].includes(m.stop_reason) && m.usage.output_tokens <= 10, JSON.stringify(m).slice(0, 300));
+  check("anthropic: the same text as the OpenAI endpoint", mtext === (msg.reasoning_content || "") + msg.content,
+        `${JSON.stringify(mtext)} vs ${JSON.stringify(msg)}`);
+  const ms = an.messages.stream({ model: "m", max_tokens: 10, temperature: 0, system: "You are terse.",
+                                  messages: [{ role: "user", content: "Name a hearth." }] });
+  const final = await ms.finalMessage();
+  const stext = final.content.map((b) => (b.type === "text" ? b.text : b.type === "thinking" ? b.thinking : "")).join("");
+  check("anthropic: messages.stream's final message equals the whole one", stext === mtext &&
+        final.stop_reason === m.stop_reason, `${JSON.stringify(stext)} vs ${JSON.stringify(mtext)}`);
+  const ct = await an.messages.countTokens({ model: "m", messages: [{ role: "user", content: "Name a hearth." }] });
+  check("anthropic: countTokens", ct.input_tokens > 0, JSON.stringify(ct));
+  const turn2 = await an.messages.create({ model: "m", max_tokens: 6, temperature: 0, system: "You are terse.",
+    messages: [{ role: "user", content: "Name a hearth." }, { role: "assistant", content: m.content.filter((b) => b.type === "text") },
+               { role: "user", content: "Another?" }] });
+  check("anthropic: turn 2 reads from the cache", turn2.usage.cache_read_input_tokens > 0, JSON.stringify(turn2.usage));
+  try {
+    await an.messages.create({ model: "m", messages: [{ role: "user", content: "x" }] });
+    check("anthropic: max_tokens is required", false);
+  } catch (e) {
+    check("anthropic: a missing max_tokens is a 400 in Anthropic's shape", e.status === 400 &&
+          e.error && e.error.type === "error" && e.error.error.type === "invalid_request_error", JSON.stringify(e.error));
+  }
+  await s.stop();
+  console.log(`${passed} passed, ${failed} failed`);
+  process.exit(failed ? 1 : 0);
+}
+
+main().catch((e) => { console.log(`FAIL clients.mjs: ${e.stack || e}`); console.log(`${passed} passed, ${failed + 1} failed`); process.exit(1); });
