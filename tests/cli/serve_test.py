@@ -181,6 +181,12 @@ def main():
     cached = a2["usage"]["prompt_tokens_details"]["cached_tokens"]
     check("turn 2 reports cached tokens", st == 200 and cached > 0, str(a2.get("usage")))
     print(f"     turn 2: {a2['usage']['prompt_tokens']} prompt tokens, {cached} cached ({a2['timings']['cache']})")
+    # a thinking chat: turn 1's answer was all reasoning, which turn 2's rendering drops, so
+    # turn 2 diverges inside that assistant message: it must resume exactly at its start
+    _, gp = s.post("/tokenize", {"content": "<|im_start|>assistant\n<think>\n"})
+    assistant_start = a1["usage"]["prompt_tokens"] - len(gp["tokens"])
+    check("a thinking chat: turn 2 resumes at the start of turn 1's assistant message",
+          reply.get("reasoning_content") and cached == assistant_start, f"{cached} vs {assistant_start}")
     check("turn 2 prefills only what follows the cached rows",
           a2["timings"]["prompt_n"] == a2["usage"]["prompt_tokens"] - cached, str(a2.get("timings")))
     cold = Server(model, "-np", "1")
