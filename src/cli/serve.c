@@ -23,6 +23,8 @@ int cmd_serve(int argc, char **argv) {
         ARG_I64("--parallel", "-np", &n_slots, 1, 256, "N", "slots: requests served at once (default 1)"),
         ARG_I64("--cache-ram", NULL, &o.cache_ram_mib, 1, (int64_t)1 << 30, "MiB",
                 "host RAM for the prompt cache's points (default 8192)"),
+        ARG_STR("--cache-dir", NULL, &o.cache_dir, "DIR",
+                "keep the prompt cache's entries as files here too, found again after a restart"),
         ARG_I64("--threads", "-t", &n_threads, 1, 512, "N", "CPU threads (default: every core)"),
         ARG_STR("--api-key", NULL, &o.api_key, "KEY", "required as 'Authorization: Bearer KEY' or 'x-api-key: KEY'"),
         ARG_STR("--alias", "-a", &o.alias, "NAME", "the model's name in answers (default: the file's name)"),

@@ -301,11 +301,9 @@ int engine_restore(engine *eng, int seq, const engine_point *p, herr *e) {
     return 0;
 }
 
-int engine_kv_read(engine *eng, int seq, int64_t a, int64_t b, engine_kv **out, herr *e) {
-    if (check_seq(eng, seq, e) < 0) return -1;
-    const engine_seq_meta *sm = &eng->seqs[seq];
-    if (a < 0 || b <= a || b > sm->pos)
-        return herr_set(e, "KV rows [%" PRId64 ", %" PRId64 ") are not inside sequence %d's [0, %" PRId64 ")", a, b, seq, sm->pos);
+int engine_kv_new(engine *eng, int64_t a, int64_t b, engine_kv **out, herr *e) {
+    if (a < 0 || b <= a || b > eng->opts.n_ctx)
+        return herr_set(e, "KV rows [%" PRId64 ", %" PRId64 ") do not fit the context of %" PRId64, a, b, eng->opts.n_ctx);
     const size_t bytes = eng->info.kv_bytes_per_token * (size_t)(b - a);
     const size_t total = bytes + sizeof(uint64_t) * (size_t)(b - a) + sizeof(engine_kv);
     if (cache_take(eng, total, "a KV range", e) < 0) return -1;
@@ -323,6 +321,17 @@ int engine_kv_read(engine *eng, int seq, int64_t a, int64_t b, engine_kv **out, 
     kv->b = b;
     kv->bytes = bytes;
     kv->model_id = eng->info.model_id;
+    *out = kv;
+    return 0;
+}
+
+int engine_kv_read(engine *eng, int seq, int64_t a, int64_t b, engine_kv **out, herr *e) {
+    if (check_seq(eng, seq, e) < 0) return -1;
+    const engine_seq_meta *sm = &eng->seqs[seq];
+    if (a < 0 || b <= a || b > sm->pos)
+        return herr_set(e, "KV rows [%" PRId64 ", %" PRId64 ") are not inside sequence %d's [0, %" PRId64 ")", a, b, seq, sm->pos);
+    engine_kv *kv;
+    if (engine_kv_new(eng, a, b, &kv, e) < 0) return -1;
     kv->hash_a = sm->hash[a];
     memcpy(kv->hash, sm->hash + a + 1, sizeof(uint64_t) * (size_t)(b - a));
     eng->be->kv_read(eng, seq, a, b, kv->data);

@@ -142,6 +142,9 @@ int engine_restore(engine *eng, int seq, const engine_point *p, herr *e);
 int engine_kv_read(engine *eng, int seq, int64_t a, int64_t b, engine_kv **out, herr *e);
 int engine_kv_write(engine *eng, int seq, const engine_kv *kv, herr *e);
 void engine_kv_free(engine *eng, engine_kv *kv);
+/* An empty range of rows [a, b) (data and hashes unset), counted in cache_budget: for a
+ * caller that fills one from a file; engine_kv_write checks it like any other. */
+int engine_kv_new(engine *eng, int64_t a, int64_t b, engine_kv **out, herr *e);
 
 /* Drops KV rows >= pos; refuses when a lane would need rewinding (pos != position). */
 int engine_truncate(engine *eng, int seq, int64_t pos, herr *e);

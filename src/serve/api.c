@@ -1035,7 +1035,15 @@ static void on_metrics(void *ap, const http_call *c, http_out *o) {
     METRIC("cache_misses_total", "counter", "requests that started at row 0", st.n_misses);
     METRIC("cache_points_saved_total", "counter", "points taken at marks", st.n_points);
     METRIC("cache_evictions_total", "counter", "points dropped for the budget", st.n_point_evictions);
-    METRIC("cache_bytes", "gauge", "bytes of points in host RAM", st.cache_bytes);
+    METRIC("cache_bytes", "gauge", "bytes of points and KV ranges in host RAM", st.cache_bytes);
+    METRIC("cache_shared_hits_total", "counter", "requests resumed from the shared cache", st.n_cache_hits);
+    METRIC("cache_entries", "gauge", "entries of the shared cache", st.pc.n_entries);
+    METRIC("cache_entries_in_ram", "gauge", "entries of the shared cache in RAM", st.pc.n_in_ram);
+    METRIC("cache_entry_evictions_total", "counter", "entries dropped from RAM for the budget", st.pc.n_evicted);
+    METRIC("cache_disk_saves_total", "counter", "entries written to --cache-dir", st.pc.n_saved);
+    METRIC("cache_disk_loads_total", "counter", "entries read back from --cache-dir", st.pc.n_loaded);
+    METRIC("cache_disk_refused_total", "counter", "files of --cache-dir refused and removed", st.pc.n_refused);
+    METRIC("cache_disk_bytes", "gauge", "bytes written to --cache-dir", st.pc.disk_bytes);
     METRIC("requests_deferred", "gauge", "requests waiting for a slot", st.queue_depth);
     METRIC("requests_processing", "gauge", "slots busy", st.slots_busy);
 #undef METRIC
@@ -1421,7 +1429,7 @@ int serve_main(const serve_opts *o) {
                       .cache_budget = o->cache_ram_mib << 20, .kv_f16 = o->kv_f16};
     if (engine_open(&a.eng, a.m, &eo, &e) < 0) { fprintf(stderr, "hearth serve: %s\n", e.msg); goto out; }
     a.info = engine_get_info(a.eng);
-    sched_opts so = {.n_slots = o->n_slots, .queue_max = o->queue_max};
+    sched_opts so = {.n_slots = o->n_slots, .queue_max = o->queue_max, .cache_dir = o->cache_dir};
     if (sched_start(&a.sc, a.eng, a.tok, &so, &e) < 0) { fprintf(stderr, "hearth serve: %s\n", e.msg); goto out; }
     http_opts ho = {.host = o->host, .port = o->port, .body_max = o->body_max, .timeout_s = o->timeout_s,
                     .conn_max = (unsigned)(o->n_slots + o->queue_max + 16), .api_key = o->api_key};

@@ -2,6 +2,7 @@
 #include "serve/sched.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -57,6 +58,8 @@ struct sched {
     engine_span *spans;
     slot **span_slot;
     sched_slot_info *snap;  /* what sched_slots reports, published under mu */
+    pcache *pc;             /* the shared prompt cache (engine thread only) */
+    pcache_stats pc_stats;  /* its counters, published under mu */
     bool *erase;            /* slots to empty before the next admission (under mu) */
 };
 
@@ -174,6 +177,11 @@ static engine_point *point_alloc(sched *s, slot *self) {
                 if (!victim || sl->pts[i].t_used < victim->pts[vi].t_used) { victim = sl; vi = i; }
             }
         }
+        const double t_cache = pcache_oldest(s->pc);
+        if (t_cache < (victim ? victim->pts[vi].t_used : INFINITY)) {
+            pcache_evict_older(s->pc, INFINITY);
+            continue;
+        }
         if (!victim) return NULL;
         slot_drop_point(s, victim, vi);
         pthread_mutex_lock(&s->mu);
@@ -222,14 +230,49 @@ static int64_t slot_resume(const slot *sl, const sched_req *r, int *pt) {
     return 0;
 }
 
-/* engine thread: r starts on sl at the best resume row */
-static void slot_start(sched *s, slot *sl, sched_req *r) {
+/* The slot's points past row keep, with their KV rows, into the shared cache (before its
+ * sequence changes); the slot keeps the rest. */
+static void slot_spill(sched *s, slot *sl, int64_t keep) {
+    int first = sl->n_pts;
+    while (first > 0 && sl->pts[first - 1].p->pos > keep) first--;
+    const int n = sl->n_pts - first;
+    if (n == 0) return;
+    engine_point *moved[SLOT_POINTS];
+    for (int i = 0; i < n; i++) moved[i] = sl->pts[first + i].p;
+    sl->n_pts = first;
+    pcache_put(s->pc, sl->id, sl->ids, sl->n, moved, n);
+}
+
+static bool mark_ok(const void *r, int64_t pos) { return is_mark(r, pos); }
+
+/* The shared cache's best resume for r (0: none). */
+static int64_t cache_resume(sched *s, const sched_req *r, int *ei, int *pi) {
+    *ei = *pi = -1;
+    if (r->no_reuse) return 0;
+    return pcache_best(s->pc, r->ids, r->n_ids, r->exact ? mark_ok : NULL, r, ei, pi);
+}
+
+/* engine thread, under s->mu (from admit): r starts on sl at the best resume row: the slot's
+ * own (a point, or its live state), or the shared cache's entry ei when from_cache */
+static void slot_start(sched *s, slot *sl, sched_req *r, bool from_cache, int ei, int pi) {
     int pt;
     const int64_t common = common_prefix(sl->ids, sl->n, r->ids, r->n_ids);
-    int64_t at = slot_resume(sl, r, &pt);
+    int64_t at = from_cache ? 0 : slot_resume(sl, r, &pt);
     char w[sizeof r->cache_why];
     herr e;
-    if (pt >= 0) {
+    slot_spill(s, sl, from_cache ? 0 : at);
+    if (from_cache) {
+        const int32_t *ids;
+        if (pcache_restore(s->pc, ei, pi, sl->id, &ids, &at, &e) < 0) {
+            snprintf(w, sizeof w, "the shared cache's entry could not be used (%.80s)", e.msg);
+            at = 0;
+        } else {
+            memcpy(sl->ids, ids, sizeof(int32_t) * (size_t)at);
+            snprintf(w, sizeof w, "point at %lld of the shared cache", (long long)at);
+            s->st.n_cache_hits++; /* admit holds s->mu */
+        }
+        while (sl->n_pts) slot_drop_point(s, sl, sl->n_pts - 1);
+    } else if (pt >= 0) {
         if (engine_restore(s->eng, sl->id, sl->pts[pt].p, &e) < 0) { /* cannot happen: the prefix was compared */
             snprintf(w, sizeof w, "restore refused (%.80s)", e.msg);
             at = 0;
@@ -240,10 +283,13 @@ static void slot_start(sched *s, slot *sl, sched_req *r) {
         }
     } else if (at > 0) {
         snprintf(w, sizeof w, "live state of slot %d at %lld", sl->id, (long long)at);
+    } else if (r->no_reuse) {
+        snprintf(w, sizeof w, "cache_prompt is false");
     } else if (sl->n == 0) {
-        snprintf(w, sizeof w, "no point (empty slot %d)", sl->id);
+        snprintf(w, sizeof w, "no point (empty slot %d, nothing shared in the cache)", sl->id);
     } else {
-        snprintf(w, sizeof w, "no point before token %lld, where slot %d diverged", (long long)common, sl->id);
+        snprintf(w, sizeof w, "no point before token %lld, where slot %d diverged, nor in the cache", (long long)common,
+                 sl->id);
     }
     if (at == 0) {
         engine_seq_clear(s->eng, sl->id);
@@ -305,6 +351,7 @@ static void slot_took(sched *s, slot *sl, int32_t id) {
 
 /* under s->mu: the slots' state as others may read it */
 static void publish(sched *s) {
+    s->pc_stats = pcache_get_stats(s->pc);
     for (int k = 0; k < s->o.n_slots; k++) {
         const slot *sl = &s->slots[k];
         int64_t n_out = 0;
@@ -341,11 +388,19 @@ static void admit(sched *s) {
             if (at > best_at || (at == best_at && sl->t_used < best->t_used)) { best = sl; best_at = at; }
         }
         if (!best) return;
+        /* the shared cache, when it resumes later than any free slot: on the least recently
+         * used free slot */
+        int ei, pi;
+        const bool from_cache = cache_resume(s, r, &ei, &pi) > best_at;
+        for (int k = 0; from_cache && k < s->o.n_slots; k++) {
+            slot *sl = &s->slots[k];
+            if (sl->state == SLOT_IDLE && (r->slot_wanted < 0 || r->slot_wanted == k) && sl->t_used < best->t_used) best = sl;
+        }
         s->q_head = (s->q_head + 1) % s->o.queue_max;
         s->q_n--;
         s->st.queue_depth = s->q_n;
         s->st.slots_busy++;
-        slot_start(s, best, r);
+        slot_start(s, best, r, from_cache, ei, pi);
         s->st.n_prompt_tokens += r->n_ids - r->n_cached;
         s->st.n_cached_tokens += r->n_cached;
         if (r->n_cached > 0) s->st.n_hits++;
@@ -494,8 +549,15 @@ int sched_start(sched **out, engine *eng, const tokenizer *tok, const sched_opts
     for (int k = 0; k < o->n_slots; k++) s->snap[k].id = k;
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
+    if (pcache_open(&s->pc, eng, o->cache_dir, e) < 0) {
+        s->stopping = true; /* no thread to join */
+        sched_stop(s);
+        return -1;
+    }
+    s->pc_stats = pcache_get_stats(s->pc); /* what the files found at start came to */
     if (pthread_create(&s->th, NULL, loop, s) != 0) {
         herr_set(e, "cannot start the engine thread");
+        s->stopping = true; /* no thread to join */
         sched_stop(s);
         return -1;
     }
@@ -511,6 +573,7 @@ void sched_stop(sched *s) {
     pthread_cond_broadcast(&s->cv);
     pthread_mutex_unlock(&s->mu);
     if (started) pthread_join(s->th, NULL);
+    pcache_free(s->pc);
     for (int k = 0; k < s->o.n_slots; k++) {
         slot *sl = &s->slots[k];
         while (sl->n_pts) slot_drop_point(s, sl, sl->n_pts - 1);
@@ -557,6 +620,9 @@ sched_stats sched_get_stats(sched *s) {
     sched_stats st = s->st;
     pthread_mutex_unlock(&s->mu);
     st.cache_bytes = engine_get_info(s->eng).cache_used;
+    pthread_mutex_lock(&s->mu);
+    st.pc = s->pc_stats;
+    pthread_mutex_unlock(&s->mu);
     return st;
 }
 

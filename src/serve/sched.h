@@ -10,7 +10,9 @@
  * took at their message starts (marks) and last row. A new request goes to the free slot
  * that shares the longest prefix with it, and resumes from the latest point inside the
  * shared prefix (engine_restore, which checks the prefix by hash), or from the slot's live
- * state when the prompt extends everything the slot holds.
+ * state when the prompt extends everything the slot holds. What a slot held and is about to
+ * lose (its points past the new request's resume row, with their KV rows) goes into the
+ * shared cache (cache.h), where any slot finds it again.
  *
  * Exact requests (chat): bits depend on where a prompt is cut into spans (GDN chunks are laid
  * from each span's start), so a chat prompt is always cut at its message starts, and resumes
@@ -33,6 +35,7 @@
 #include "engine/engine.h"
 #include "engine/sampler.h"
 #include "text/tokenizer.h"
+#include "serve/cache.h"
 
 typedef struct sched sched;
 
@@ -77,6 +80,7 @@ typedef struct sched_req {
 typedef struct sched_opts {
     int n_slots;
     int64_t queue_max;      /* requests waiting for a slot; one more is refused */
+    const char *cache_dir;  /* the shared prompt cache's files (cache.h), or NULL */
 } sched_opts;
 
 typedef struct sched_stats {
@@ -85,6 +89,8 @@ typedef struct sched_stats {
     double t_prompt, t_gen;   /* seconds of engine calls that had prompt rows / only decode rows */
     int64_t queue_depth, slots_busy;
     int64_t cache_bytes;
+    int64_t n_cache_hits;     /* resumed from the shared cache (another conversation's state) */
+    pcache_stats pc;
 } sched_stats;
 
 /* Starts the engine thread. The engine (n_seq_max >= n_slots) and tokenizer stay the

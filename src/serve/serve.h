@@ -14,6 +14,7 @@ typedef struct serve_opts {
     int64_t n_ctx;             /* per slot */
     int n_slots;               /* -np */
     int64_t cache_ram_mib;     /* points' budget */
+    const char *cache_dir;     /* the prompt cache's files, or NULL */
     int n_threads;
     const char *api_key;
     const char *alias;

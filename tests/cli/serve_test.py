@@ -83,6 +83,14 @@ class Server:
             return None
 
 
+def metric(text, name):
+    """a value of /metrics' Prometheus text"""
+    for line in text.split("\n"):
+        if line.startswith(f"hearth:{name} "):
+            return float(line.split()[1])
+    raise KeyError(name)
+
+
 def run_ids(model, ids, n):
     """hearth run's greedy ids for a prompt of ids (KV f16 as the server's default)"""
     out = subprocess.run([HEARTH, "run", "-m", model, "--ids", ",".join(map(str, ids)), "-n", str(n), "-t", "2",
@@ -272,6 +280,90 @@ def main():
 
     rc = s.stop()
     check("SIGTERM: the server exits 0", rc == 0, str(rc))
+
+    # the shared cache: a conversation pushed out of its slot by another resumes from the
+    # cache, on any slot, after a restart too (--cache-dir); bad files are refused and removed
+    cdir = os.path.join(TMP, f"cache-{os.getpid()}")
+    conv_a = [{"role": "system", "content": "You answer about hearths."}, {"role": "user", "content": "What is one?"}]
+    conv_b = [{"role": "system", "content": "You answer about rivers, at length."}, {"role": "user", "content": "Name one."}]
+
+    def chat(srv, msgs, n=8):
+        st, j = srv.post("/v1/chat/completions", {"messages": msgs, "max_tokens": n, "temperature": 0, "ignore_eos": True})
+        assert st == 200, j
+        return j
+
+    c1 = Server(model, "-np", "1", "--cache-dir", cdir, "--metrics")
+    r_a1 = chat(c1, conv_a)
+    chat(c1, conv_b)  # the one slot now holds B: A's points went to the shared cache
+    conv_a2 = conv_a + [{"role": "assistant", "content": r_a1["choices"][0]["message"]["content"],
+                         "reasoning_content": r_a1["choices"][0]["message"].get("reasoning_content", "")},
+                        {"role": "user", "content": "And its history?"}]
+    r_a2 = chat(c1, conv_a2)
+    check("shared cache: A's turn 2 resumes from the cache after B took the slot",
+          "shared cache" in r_a2["timings"]["cache"] and r_a2["usage"]["prompt_tokens_details"]["cached_tokens"] > 0,
+          r_a2["timings"]["cache"])
+    _, m = c1.request("GET", "/metrics")
+    check("shared cache: /metrics counts the hit and the file saved",
+          metric(m, "cache_shared_hits_total") == 1 and metric(m, "cache_disk_saves_total") >= 1, m[-600:])
+    chat(c1, conv_b)  # and A's turn-2 state goes to the cache and the disk in turn
+    c1.stop()
+    cold = Server(model, "-np", "1")
+    want_a2 = chat(cold, conv_a2)
+    cold.stop()
+    check("shared cache: the resumed answer equals a cold server's",
+          want_a2["choices"][0]["message"] == r_a2["choices"][0]["message"], f"{want_a2['choices'][0]} vs {r_a2['choices'][0]}")
+    files = sorted(f for f in os.listdir(cdir) if f.endswith(".hcache"))
+    check("--cache-dir holds the entries as files", len(files) >= 2, str(files))
+    c2 = Server(model, "-np", "1", "--cache-dir", cdir, "--metrics")
+    r = chat(c2, conv_a2)
+    check("--cache-dir: after a restart A's turn 2 resumes from a file",
+          "shared cache" in r["timings"]["cache"] and r["choices"][0]["message"] == want_a2["choices"][0]["message"],
+          r["timings"]["cache"])
+    c2.stop()
+    # a corrupt file (one byte flipped), a truncated one, and one of another model
+    n0 = int(files[0].split("-")[1].split(".")[0])  # its rows: the KV data starts after the
+    at = 72 + 12 * n0 + 8 + 10                      # header (72 bytes), ids and row hashes
+    with open(os.path.join(cdir, files[0]), "r+b") as f:
+        f.seek(at)
+        b = f.read(1)
+        f.seek(at)
+        f.write(bytes([b[0] ^ 0x40]))
+    with open(os.path.join(cdir, files[1]), "r+b") as f:
+        f.truncate(os.path.getsize(os.path.join(cdir, files[1])) - 3)
+    other = os.path.join(TMP, "serve-tiny-seed2.gguf")
+    subprocess.run([HEARTH, "gen", "--preset", "tiny", "--quant", "q4_k_m", "--seed", "2", "-o", other], check=True,
+                   capture_output=True)
+    odir = os.path.join(TMP, f"cache-other-{os.getpid()}")
+    o1 = Server(other, "-np", "1", "--cache-dir", odir)
+    chat(o1, conv_a)
+    chat(o1, conv_b)
+    o1.stop()
+    for f in os.listdir(odir):
+        os.rename(os.path.join(odir, f), os.path.join(cdir, "other-" + f))
+    n_before = len([f for f in os.listdir(cdir) if f.endswith(".hcache")])
+    c3 = Server(model, "-np", "1", "--cache-dir", cdir, "--metrics")
+    _, m = c3.request("GET", "/metrics")
+    left = [f for f in os.listdir(cdir) if f.endswith(".hcache")]
+    log = open(os.path.join(TMP, "serve.log")).read()
+    check("--cache-dir: a corrupt, a truncated and a foreign file are refused and removed",
+          files[0] not in left and files[1] not in left and not any(f.startswith("other-") for f in left) and
+          metric(m, "cache_disk_refused_total") == 3 and "checksum" in log and "another model" in log and "truncated" in log,
+          f"{n_before} files before, {left} after; " + m[-300:])
+    r = chat(c3, conv_a)
+    check("--cache-dir: the server serves on after refusing them", r["usage"]["completion_tokens"] == 8)
+    c3.stop()
+
+    # a small --cache-ram: entries are evicted, the budget holds, answers stay right
+    small = Server(model, "-np", "1", "--cache-ram", "3", "--metrics")
+    for k in range(6):
+        chat(small, [{"role": "system", "content": f"Conversation {k}."}, {"role": "user", "content": "Go on."}])
+    _, m = small.request("GET", "/metrics")
+    used = metric(m, "cache_bytes")
+    ev = metric(m, "cache_entry_evictions_total") + metric(m, "cache_evictions_total")
+    check("--cache-ram 3: evictions happen and the bytes stay under 3 MiB", ev > 0 and used <= 3 * 2 ** 20, f"{ev} {used}")
+    r = chat(small, conv_a)
+    check("--cache-ram 3: still serving", r["usage"]["completion_tokens"] == 8)
+    small.stop()
 
     # the API key, and the queue's bound
     k = Server(model, "--api-key", "sekrit", "--queue", "1")

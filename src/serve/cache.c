@@ -1,0 +1,402 @@
+/* cache.c: the prompt cache shared by the slots (cache.h). */
+#include "serve/cache.h"
+#include "base/util.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define MAX_ENTRIES 4096
+static const char MAGIC[8] = {'H', 'R', 'T', 'H', 'P', 'C', '0', '1'};
+
+typedef struct entry {
+    int32_t *ids;           /* [0, n): kept in RAM even when the rest is not */
+    int64_t n;
+    engine_kv *kv;          /* rows [0, n); NULL when not in RAM */
+    engine_point **pts;     /* ascending pos */
+    int n_pts;
+    int64_t *pt_pos;        /* the points' positions, kept when they are not in RAM */
+    double t_used;
+    char *path;             /* its file, or NULL */
+} entry;
+
+struct pcache {
+    engine *eng;
+    char *dir;
+    entry *es;
+    int n;
+    pcache_stats st;
+};
+
+/* the file's fixed header */
+typedef struct file_head {
+    char magic[8];
+    uint64_t model_id;
+    int64_t n;
+    int64_t n_pts;
+    uint64_t kv_bytes;
+    uint64_t n_gdn, lane_floats, ring_floats;
+    uint64_t checksum;      /* FNV-1a of everything after the header */
+} file_head;
+
+static uint64_t fnv(uint64_t h, const void *p, size_t n) {
+    const unsigned char *b = p;
+    for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 0x100000001b3ull;
+    return h;
+}
+
+static void entry_drop_ram(pcache *c, entry *en) {
+    engine_kv_free(c->eng, en->kv);
+    en->kv = NULL;
+    for (int i = 0; en->pts && i < en->n_pts; i++) engine_point_free(c->eng, en->pts[i]);
+    free(en->pts);
+    en->pts = NULL;
+}
+
+static void entry_free(pcache *c, entry *en) {
+    entry_drop_ram(c, en);
+    free(en->ids);
+    free(en->pt_pos);
+    free(en->path);
+}
+
+static int64_t lcp(const int32_t *a, int64_t na, const int32_t *b, int64_t nb) {
+    int64_t n = na < nb ? na : nb, i = 0;
+    while (i < n && a[i] == b[i]) i++;
+    return i;
+}
+
+double pcache_oldest(const pcache *c) {
+    double t = INFINITY;
+    for (int i = 0; i < c->n; i++)
+        if (c->es[i].kv && c->es[i].t_used < t) t = c->es[i].t_used;
+    return t;
+}
+
+bool pcache_evict_older(pcache *c, double t) {
+    int k = -1;
+    for (int i = 0; i < c->n; i++)
+        if (c->es[i].kv && c->es[i].t_used < t && (k < 0 || c->es[i].t_used < c->es[k].t_used)) k = i;
+    if (k < 0) return false;
+    entry_drop_ram(c, &c->es[k]);
+    c->st.n_evicted++;
+    if (!c->es[k].path) { /* nothing left of it: the slot is free for another (entries never move) */
+        entry_free(c, &c->es[k]);
+        c->es[k] = (entry){0};
+    }
+    return true;
+}
+
+/* ---------------------------------------------------------------- files */
+
+static bool wr(FILE *f, const void *p, size_t n, uint64_t *h) {
+    *h = fnv(*h, p, n);
+    return fwrite(p, 1, n, f) == n;
+}
+
+static void entry_write(pcache *c, entry *en) {
+    if (!c->dir) return;
+    const engine_point *p0 = en->pts[0];
+    uint64_t key = engine_ids_hash(c->eng, en->ids, en->n);
+    char path[4096], tmp[4200];
+    snprintf(path, sizeof path, "%s/%016" PRIx64 "-%" PRId64 ".hcache", c->dir, key, en->n);
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *f = fopen(tmp, "wb");
+    if (!f) { fprintf(stderr, "hearth serve: --cache-dir: cannot write %s: %s\n", tmp, strerror(errno)); return; }
+    file_head h = {.model_id = en->kv->model_id, .n = en->n, .n_pts = en->n_pts, .kv_bytes = en->kv->bytes,
+                   .n_gdn = (uint64_t)p0->n_gdn, .lane_floats = p0->lane_floats, .ring_floats = p0->ring_floats};
+    memcpy(h.magic, MAGIC, 8);
+    bool ok = fwrite(&h, sizeof h, 1, f) == 1;
+    uint64_t sum = 0xcbf29ce484222325ull;
+    ok = ok && wr(f, en->ids, sizeof(int32_t) * (size_t)en->n, &sum) && wr(f, &en->kv->hash_a, 8, &sum) &&
+         wr(f, en->kv->hash, sizeof(uint64_t) * (size_t)en->n, &sum) && wr(f, en->kv->data, en->kv->bytes, &sum);
+    for (int i = 0; ok && i < en->n_pts; i++) {
+        const engine_point *p = en->pts[i];
+        ok = wr(f, &p->pos, 8, &sum) && wr(f, &p->hash, 8, &sum) &&
+             wr(f, p->lanes, sizeof(float) * (size_t)p->n_gdn * p->lane_floats, &sum) &&
+             wr(f, p->rings, sizeof(float) * (size_t)p->n_gdn * p->ring_floats, &sum);
+    }
+    h.checksum = sum;
+    ok = ok && fseek(f, 0, SEEK_SET) == 0 && fwrite(&h, sizeof h, 1, f) == 1;
+    ok = fclose(f) == 0 && ok;
+    if (!ok || rename(tmp, path) != 0) {
+        fprintf(stderr, "hearth serve: --cache-dir: writing %s failed: %s\n", path, strerror(errno));
+        unlink(tmp);
+        return;
+    }
+    struct stat sb;
+    if (!stat(path, &sb)) c->st.disk_bytes += sb.st_size;
+    en->path = xstrdup(path);
+    c->st.n_saved++;
+}
+
+static bool rd(FILE *f, void *p, size_t n, uint64_t *h) {
+    if (fread(p, 1, n, f) != n) return false;
+    *h = fnv(*h, p, n);
+    return true;
+}
+
+/* Reads en's file: just the ids (full false), or everything into RAM. Refuses (and says
+ * why) anything that is not exactly what this engine would have written. */
+static int entry_read(pcache *c, entry *en, const char *path, bool full, herr *e) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return herr_set(e, "cannot open: %s", strerror(errno));
+    file_head h;
+    const engine_info info = engine_get_info(c->eng);
+    engine_point *shape = NULL;
+    int rc = -1;
+    engine_kv *kv = NULL;
+    engine_point **pts = NULL;
+    int32_t *ids = NULL;
+    int64_t *pos = NULL;
+    int np = 0;
+    uint64_t sum = 0xcbf29ce484222325ull;
+    struct stat sb;
+    if (fread(&h, sizeof h, 1, f) != 1 || memcmp(h.magic, MAGIC, 8)) { herr_set(e, "not a hearth cache file"); goto out; }
+    if (h.model_id != info.model_id) { herr_set(e, "made by another model"); goto out; }
+    if (engine_point_new(c->eng, &shape, e) < 0) goto out;
+    if (h.n < 1 || h.n > info.n_ctx || h.n_pts < 1 || h.n_pts > 4096 || h.kv_bytes != info.kv_bytes_per_token * (uint64_t)h.n ||
+        h.n_gdn != (uint64_t)shape->n_gdn || h.lane_floats != shape->lane_floats || h.ring_floats != shape->ring_floats) {
+        herr_set(e, "its shapes are not this engine's (%" PRId64 " rows, context %" PRId64 ")", h.n, info.n_ctx);
+        goto out;
+    }
+    const uint64_t state = sizeof(float) * h.n_gdn * (h.lane_floats + h.ring_floats);
+    const uint64_t want = sizeof h + 4 * (uint64_t)h.n + 8 + 8 * (uint64_t)h.n + h.kv_bytes + (uint64_t)h.n_pts * (16 + state);
+    if (fstat(fileno(f), &sb) || (uint64_t)sb.st_size != want) {
+        herr_set(e, "%lld bytes where its header says %llu (truncated?)", (long long)sb.st_size, (unsigned long long)want);
+        goto out;
+    }
+    ids = xmalloc(sizeof(int32_t) * (size_t)h.n);
+    pos = xmalloc(sizeof(int64_t) * (size_t)h.n_pts);
+    if (!rd(f, ids, 4 * (size_t)h.n, &sum)) { herr_set(e, "read error"); goto out; }
+    if (full) {
+        if (engine_kv_new(c->eng, 0, h.n, &kv, e) < 0) goto out;
+        pts = xcalloc((size_t)h.n_pts, sizeof *pts);
+    }
+    uint64_t hash_a;
+    uint64_t *hash = kv ? kv->hash : xmalloc(8 * (size_t)h.n);
+    bool ok = rd(f, &hash_a, 8, &sum) && rd(f, hash, 8 * (size_t)h.n, &sum);
+    if (kv) ok = ok && rd(f, kv->data, h.kv_bytes, &sum);
+    else if (ok) { /* checksum the rest without keeping it */
+        char buf[65536];
+        for (uint64_t left = h.kv_bytes; ok && left;) {
+            size_t k = left < sizeof buf ? (size_t)left : sizeof buf;
+            ok = rd(f, buf, k, &sum);
+            left -= k;
+        }
+    }
+    for (int i = 0; ok && i < h.n_pts; i++) {
+        int64_t p;
+        uint64_t ph;
+        ok = rd(f, &p, 8, &sum) && rd(f, &ph, 8, &sum);
+        if (!ok) break;
+        if (p < 1 || p > h.n || (i > 0 && p <= pos[i - 1]) || ph != engine_ids_hash(c->eng, ids, p)) {
+            herr_set(e, "point %d (at %" PRId64 ") does not match its ids", i, p);
+            if (!kv) free(hash);
+            goto out;
+        }
+        pos[i] = p;
+        engine_point *pt = NULL;
+        if (full) {
+            if (engine_point_new(c->eng, &pt, e) < 0) { if (!kv) free(hash); goto out; }
+            pts[np++] = pt;
+            pt->pos = p;
+            pt->hash = ph;
+            pt->model_id = info.model_id;
+            ok = rd(f, pt->lanes, sizeof(float) * h.n_gdn * h.lane_floats, &sum) &&
+                 rd(f, pt->rings, sizeof(float) * h.n_gdn * h.ring_floats, &sum);
+        } else {
+            char buf[65536];
+            for (uint64_t left = state; ok && left;) {
+                size_t k = left < sizeof buf ? (size_t)left : sizeof buf;
+                ok = rd(f, buf, k, &sum);
+                left -= k;
+            }
+        }
+    }
+    const bool rows_ok = ok && hash_a == engine_ids_hash(c->eng, ids, 0) && hash[h.n - 1] == engine_ids_hash(c->eng, ids, h.n);
+    if (!kv) free(hash);
+    if (!ok) { herr_set(e, "read error"); goto out; }
+    if (sum != h.checksum) { herr_set(e, "its checksum does not match (corrupt)"); goto out; }
+    if (!rows_ok) { herr_set(e, "its KV rows' hashes do not match its ids"); goto out; }
+    if (kv) kv->hash_a = hash_a;
+    if (!full) {
+        en->ids = ids;
+        en->n = h.n;
+        en->pt_pos = pos;
+        en->n_pts = (int)h.n_pts;
+        ids = NULL;
+        pos = NULL;
+    } else {
+        en->kv = kv;
+        en->pts = pts;
+        kv = NULL;
+        pts = NULL;
+        np = 0;
+    }
+    rc = 0;
+out:
+    fclose(f);
+    engine_point_free(c->eng, shape);
+    engine_kv_free(c->eng, kv);
+    for (int i = 0; i < np; i++) engine_point_free(c->eng, pts[i]);
+    free(pts);
+    free(ids);
+    free(pos);
+    return rc;
+}
+
+static void scan_dir(pcache *c) {
+    DIR *d = opendir(c->dir);
+    if (!d) return;
+    struct dirent *de;
+    while ((de = readdir(d)) && c->n < MAX_ENTRIES) {
+        const size_t len = strlen(de->d_name);
+        if (len < 7 || strcmp(de->d_name + len - 7, ".hcache")) continue;
+        char path[4096];
+        snprintf(path, sizeof path, "%s/%s", c->dir, de->d_name);
+        entry en = {0};
+        herr e;
+        if (entry_read(c, &en, path, false, &e) < 0) {
+            fprintf(stderr, "hearth serve: --cache-dir: %s refused and removed: %s\n", path, e.msg);
+            unlink(path);
+            c->st.n_refused++;
+            continue;
+        }
+        struct stat sb;
+        if (!stat(path, &sb)) c->st.disk_bytes += sb.st_size;
+        en.path = xstrdup(path);
+        c->es[c->n++] = en;
+    }
+    closedir(d);
+}
+
+/* ---------------------------------------------------------------- public */
+
+int pcache_open(pcache **out, engine *eng, const char *dir, herr *e) {
+    pcache *c = xcalloc(1, sizeof *c);
+    c->eng = eng;
+    c->es = xcalloc(MAX_ENTRIES, sizeof *c->es);
+    if (dir) {
+        if (mkdir(dir, 0755) < 0 && errno != EEXIST) {
+            free(c->es);
+            free(c);
+            return herr_set(e, "--cache-dir: cannot make %s: %s", dir, strerror(errno));
+        }
+        c->dir = xstrdup(dir);
+        scan_dir(c);
+    }
+    *out = c;
+    return 0;
+}
+
+void pcache_free(pcache *c) {
+    if (!c) return;
+    for (int i = 0; i < c->n; i++) entry_free(c, &c->es[i]);
+    free(c->es);
+    free(c->dir);
+    free(c);
+}
+
+int64_t pcache_best(pcache *c, const int32_t *ids, int64_t n, bool (*ok)(const void *, int64_t), const void *cls,
+                    int *entry_out, int *point_out) {
+    int64_t best = 0;
+    *entry_out = *point_out = -1;
+    for (int i = 0; i < c->n; i++) {
+        const entry *en = &c->es[i];
+        int64_t common = lcp(en->ids, en->n, ids, n);
+        if (common > n - 1) common = n - 1;
+        for (int k = en->n_pts - 1; k >= 0; k--) {
+            const int64_t pos = en->pt_pos[k];
+            if (pos <= common && pos > best && (!ok || ok(cls, pos))) {
+                best = pos;
+                *entry_out = i;
+                *point_out = k;
+                break;
+            }
+        }
+    }
+    return best;
+}
+
+void pcache_put(pcache *c, int seq, const int32_t *ids, int64_t n_held, engine_point **pts, int n_pts) {
+    if (n_pts == 0) return;
+    const int64_t n = pts[n_pts - 1]->pos;
+    herr e;
+    /* an entry that already holds this prefix and these points: nothing to add */
+    for (int i = 0; i < c->n; i++) {
+        const entry *en = &c->es[i];
+        if (!en->ids || en->n < n || lcp(en->ids, en->n, ids, n) < n) continue;
+        bool all = true;
+        for (int k = 0; k < n_pts && all; k++) {
+            bool found = false;
+            for (int j = 0; j < en->n_pts && !found; j++) found = en->pt_pos[j] == pts[k]->pos;
+            all = found;
+        }
+        if (all) {
+            for (int k = 0; k < n_pts; k++) engine_point_free(c->eng, pts[k]);
+            return;
+        }
+    }
+    engine_kv *kv = NULL;
+    while (engine_kv_read(c->eng, seq, 0, n, &kv, &e) < 0)
+        if (!pcache_evict_older(c, INFINITY)) break;
+    int slot = 0;
+    while (slot < c->n && c->es[slot].ids) slot++;
+    if (!kv || slot == MAX_ENTRIES || n > n_held) {
+        engine_kv_free(c->eng, kv);
+        for (int k = 0; k < n_pts; k++) engine_point_free(c->eng, pts[k]);
+        return;
+    }
+    if (slot == c->n) c->n++;
+    entry *en = &c->es[slot];
+    *en = (entry){.n = n, .kv = kv, .n_pts = n_pts, .t_used = time_now()};
+    en->ids = xmalloc(sizeof(int32_t) * (size_t)n);
+    memcpy(en->ids, ids, sizeof(int32_t) * (size_t)n);
+    en->pts = xmalloc(sizeof *en->pts * (size_t)n_pts);
+    en->pt_pos = xmalloc(sizeof *en->pt_pos * (size_t)n_pts);
+    for (int k = 0; k < n_pts; k++) {
+        en->pts[k] = pts[k];
+        en->pt_pos[k] = pts[k]->pos;
+    }
+    entry_write(c, en);
+}
+
+int pcache_restore(pcache *c, int i, int k, int seq, const int32_t **ids, int64_t *pos, herr *e) {
+    entry *en = &c->es[i];
+    if (!en->kv) { /* back from its file */
+        herr fe;
+        int rc;
+        while ((rc = entry_read(c, en, en->path, true, &fe)) < 0 && strstr(fe.msg, "cache budget"))
+            if (!pcache_evict_older(c, INFINITY)) break;
+        if (rc < 0) return herr_set(e, "the cache file %s could not be read back: %s", en->path, fe.msg);
+        c->st.n_loaded++;
+    }
+    engine_seq_clear(c->eng, seq);
+    if (engine_kv_write(c->eng, seq, en->kv, e) < 0 || engine_restore(c->eng, seq, en->pts[k], e) < 0) {
+        engine_seq_clear(c->eng, seq);
+        return -1;
+    }
+    en->t_used = time_now();
+    *ids = en->ids;
+    *pos = en->pts[k]->pos;
+    return 0;
+}
+
+pcache_stats pcache_get_stats(const pcache *c) {
+    pcache_stats st = c->st;
+    st.n_entries = c->n;
+    st.n_in_ram = 0;
+    st.n_entries = 0;
+    for (int i = 0; i < c->n; i++) {
+        st.n_in_ram += c->es[i].kv != NULL;
+        st.n_entries += c->es[i].ids != NULL;
+    }
+    return st;
+}

@@ -1,0 +1,44 @@
+/* cache.h: the prompt cache all slots share. An entry is a prefix of ids [0, n), its KV rows
+ * [0, n) (an engine_kv range) and points at positions <= n: whatever a slot held when it
+ * went on to another conversation. Any slot can resume from an entry: its KV rows are
+ * written into the slot's sequence and a point restored (the engine checks both by hash).
+ *
+ * Entries live in host RAM under the engine's cache budget (--cache-ram), shared with the
+ * slots' own points; the least recently used goes first. With a directory (--cache-dir)
+ * every entry is also a file, found again after a restart: a file that is corrupt (its
+ * checksum), truncated, of another model, or inconsistent (a point's or row's hash against
+ * its ids) is refused and removed, with a line on stderr. An entry evicted from RAM keeps its
+ * file and its ids, and is read back when a request matches it. */
+#ifndef HEARTH_SERVE_CACHE_H
+#define HEARTH_SERVE_CACHE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include "engine/engine.h"
+
+typedef struct pcache pcache;
+
+typedef struct pcache_stats {
+    int64_t n_entries, n_in_ram, n_saved, n_loaded, n_refused, n_evicted;
+    int64_t disk_bytes;
+} pcache_stats;
+
+int pcache_open(pcache **out, engine *eng, const char *dir, herr *e);
+void pcache_free(pcache *c);
+
+/* The best resume for ids [0, n) (at most n - 1): the row (0: none), with *entry and *point
+ * naming it. ok(cls, pos) says which positions may be resumed at (NULL: any). */
+int64_t pcache_best(pcache *c, const int32_t *ids, int64_t n, bool (*ok)(const void *, int64_t), const void *cls,
+                    int *entry, int *point);
+/* Puts sequence seq's state into the cache: its ids [0, n_held) and the points (taken over:
+ * freed here if they cannot be kept); the KV rows up to the last point are copied. */
+void pcache_put(pcache *c, int seq, const int32_t *ids, int64_t n_held, engine_point **pts, int n_pts);
+/* Resumes sequence seq from entry's point: afterwards it holds ids [0, pos) of the entry. */
+int pcache_restore(pcache *c, int entry, int point, int seq, const int32_t **ids, int64_t *pos, herr *e);
+/* Frees the least recently used entry's RAM if it was used before t (returns true), for a
+ * caller that needs room; *t_oldest receives the oldest use (INFINITY: none in RAM). */
+bool pcache_evict_older(pcache *c, double t);
+double pcache_oldest(const pcache *c);
+pcache_stats pcache_get_stats(const pcache *c);
+
+#endif
