@@ -280,7 +280,7 @@ static void gen_pull(gen *g, double timeout_s) {
     pthread_mutex_lock(&g->r->mu);
     const int64_t n = g->r->n_out;
     int32_t *ids = xmalloc(sizeof(int32_t) * (size_t)(n - g->n_seen + 1));
-    memcpy(ids, g->r->out + g->n_seen, sizeof(int32_t) * (size_t)(n - g->n_seen));
+    if (n > g->n_seen) memcpy(ids, g->r->out + g->n_seen, sizeof(int32_t) * (size_t)(n - g->n_seen));
     const sched_finish fin = g->r->finish;
     pthread_mutex_unlock(&g->r->mu);
     buf text = {0};

@@ -1,5 +1,30 @@
 #!/usr/bin/env bash
 # serve.sh: hearth serve end to end (tests/cli/serve_test.py: HTTP, streaming, the prompt
-# cache across turns, parallel slots against solo runs, bad input, the key, the queue, SIGTERM).
+# cache across turns, slots and restarts, parallel slots against solo runs, bad input, the
+# key, the queue, SIGTERM), once on the binary users run and once on the AddressSanitizer +
+# UBSan build (`make asan`, which `make test` builds), where a leak at exit fails the
+# SIGTERM check and any memory error kills the server mid-test. One summary line for both.
 cd "$(dirname "$0")/../.."
-exec python3 tests/cli/serve_test.py
+p=0 f=0 s=0
+run() {
+    local out
+    out=$(python3 tests/cli/serve_test.py 2>&1)
+    local rc=$?
+    echo "$out"
+    local line
+    line=$(grep -E '^[0-9]+ passed, [0-9]+ failed' <<<"$out" | tail -n 1)
+    if [ -z "$line" ]; then f=$((f + 1)); return; fi
+    p=$((p + $(sed -E 's/^([0-9]+) passed.*/\1/' <<<"$line")))
+    f=$((f + $(sed -E 's/^[0-9]+ passed, ([0-9]+) failed.*/\1/' <<<"$line")))
+    [ $rc -ne 0 ] && [ "$(sed -E 's/^[0-9]+ passed, ([0-9]+) failed.*/\1/' <<<"$line")" = 0 ] && f=$((f + 1))
+}
+run
+if [ -x build-asan/hearth ]; then
+    echo "== the same against build-asan/hearth"
+    HEARTH=build-asan/hearth run
+else
+    echo "SKIP serve_test under the sanitizers: build-asan/hearth missing (make asan)"
+    s=1
+fi
+echo "$p passed, $f failed, $s skipped"
+[ $f -eq 0 ]
