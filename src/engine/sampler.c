@@ -4,6 +4,8 @@
 
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
+#include <stdbool.h>
 
 void sampler_init(sampler *s, const sampler_opts *o, int64_t n_vocab) {
     s->o = *o;
@@ -68,4 +70,28 @@ int32_t sampler_sample(sampler *s, const float *logits) {
         if (r < acc) return s->cand[i].id;
     }
     return s->cand[n - 1].id;
+}
+
+static int id_cmp(const void *a, const void *b) {
+    const int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    return (x > y) - (x < y);
+}
+
+void sampler_penalize(const sampler_opts *o, float *logits, const int32_t *hist, int64_t n_hist) {
+    const bool rep = o->repeat_penalty > 0 && o->repeat_penalty != 1;
+    if (o->repeat_last_n <= 0 || (!rep && o->presence_penalty == 0 && o->frequency_penalty == 0)) return;
+    const int64_t n = n_hist < o->repeat_last_n ? n_hist : o->repeat_last_n;
+    if (n <= 0) return;
+    int32_t *w = xmalloc(sizeof(int32_t) * (size_t)n);
+    memcpy(w, hist + n_hist - n, sizeof(int32_t) * (size_t)n);
+    qsort(w, (size_t)n, sizeof *w, id_cmp);
+    for (int64_t i = 0; i < n;) { /* each distinct id once, with its count */
+        int64_t j = i;
+        while (j < n && w[j] == w[i]) j++;
+        float *l = &logits[w[i]];
+        if (rep) *l = *l > 0 ? *l / o->repeat_penalty : *l * o->repeat_penalty;
+        *l -= (float)(j - i) * o->frequency_penalty + o->presence_penalty;
+        i = j;
+    }
+    free(w);
 }

@@ -12,6 +12,11 @@ typedef struct sampler_opts {
     float top_p;        /* 1 = off */
     float min_p;        /* 0 = off */
     uint64_t seed;
+    /* penalties over the last repeat_last_n ids of the context (sampler_penalize) */
+    float repeat_penalty;     /* 1 (or 0) = off: a logit > 0 is divided by it, one < 0 multiplied */
+    int32_t repeat_last_n;    /* 0 = off */
+    float presence_penalty;   /* subtracted once from the logit of every id present */
+    float frequency_penalty;  /* subtracted per occurrence */
 } sampler_opts;
 
 typedef struct sampler {
@@ -25,5 +30,8 @@ void sampler_init(sampler *s, const sampler_opts *o, int64_t n_vocab);
 void sampler_free(sampler *s);
 int32_t sampler_sample(sampler *s, const float *logits);
 int32_t sampler_argmax(const float *logits, int64_t n);
+/* llama.cpp's repeat, presence and frequency penalties, in place, over the last
+ * o->repeat_last_n of hist[0, n_hist) (the prompt and what was generated). */
+void sampler_penalize(const sampler_opts *o, float *logits, const int32_t *hist, int64_t n_hist);
 
 #endif

@@ -151,6 +151,7 @@ typedef struct gen_params {
     sampler_opts so;
     int64_t n_predict;
     bool ignore_eos, stream, include_usage, return_tokens, cache_prompt;
+    int top_logprobs;       /* -1: no log-probabilities */
     int slot;
     char *stop[MAX_STOP];
     int n_stop;
@@ -190,19 +191,33 @@ static int read_params(app *a, const cJSON *j, api_kind kind, gen_params *g, her
         if (!cJSON_IsObject(so)) return herr_set(e, "\"stream_options\" must be an object");
         if (get_bool(so, "include_usage", &g->include_usage, e) < 0) return -1;
     }
-    /* penalties: only their neutral values until the sampler has them */
-    static const struct { const char *name; double neutral; } pen[] = {
-        {"presence_penalty", 0}, {"frequency_penalty", 0}, {"repeat_penalty", 1}};
-    for (int k = 0; k < 3; k++) {
-        if ((rc = get_num(j, pen[k].name, -100, 100, &v, e)) < 0) return -1;
-        if (rc && v != pen[k].neutral)
-            return herr_set(e, "\"%s\" other than %g is not supported yet", pen[k].name, pen[k].neutral);
-    }
+    /* llama.cpp's penalties over the last repeat_last_n ids (-1: the whole context) */
+    g->so.repeat_penalty = 1;
+    g->so.repeat_last_n = 64;
+    if ((rc = get_num(j, "repeat_penalty", 0, 100, &v, e)) < 0) return -1;
+    if (rc) g->so.repeat_penalty = (float)v;
+    if ((rc = get_num(j, "presence_penalty", -2, 2, &v, e)) < 0) return -1;
+    if (rc) g->so.presence_penalty = (float)v;
+    if ((rc = get_num(j, "frequency_penalty", -2, 2, &v, e)) < 0) return -1;
+    if (rc) g->so.frequency_penalty = (float)v;
+    if ((rc = get_int(j, "repeat_last_n", -1, a->info.n_ctx, &i, e)) < 0) return -1;
+    if (rc) g->so.repeat_last_n = (int32_t)(i < 0 ? a->info.n_ctx : i);
     if ((rc = get_int(j, "n", 1, 1 << 20, &i, e)) < 0) return -1;
     if (rc && i != 1) return herr_set(e, "\"n\" other than 1 is not supported");
-    bool lp = false;
-    if (get_bool(j, "logprobs", &lp, e) < 0) return -1;
-    if (lp) return herr_set(e, "\"logprobs\" is not supported yet");
+    /* log-probabilities: chat's logprobs + top_logprobs, or the legacy completions' integer */
+    g->top_logprobs = -1;
+    if (kind == API_OAI_COMPLETION) {
+        if ((rc = get_int(j, "logprobs", 0, 5, &i, e)) < 0) return -1;
+        if (rc) g->top_logprobs = (int)i;
+    } else {
+        bool lp = false;
+        if (get_bool(j, "logprobs", &lp, e) < 0) return -1;
+        if ((rc = get_int(j, "top_logprobs", 0, SCHED_MAX_TOP, &i, e)) < 0) return -1;
+        if (rc && !lp) return herr_set(e, "\"top_logprobs\" needs \"logprobs\": true");
+        if (lp) g->top_logprobs = rc ? (int)i : 0;
+        if (lp && kind != API_CHAT) return herr_set(e, "\"logprobs\" is not supported on this endpoint");
+    }
+    if (g->top_logprobs >= 0 && g->stream) return herr_set(e, "\"logprobs\" with \"stream\" is not supported yet");
     const cJSON *rf = cJSON_GetObjectItemCaseSensitive(j, "response_format");
     if (rf && !cJSON_IsNull(rf)) {
         const cJSON *t = cJSON_IsObject(rf) ? cJSON_GetObjectItemCaseSensitive(rf, "type") : NULL;
@@ -498,6 +513,60 @@ static void gen_emit(gen *g, bool reasoning, const char *s, size_t n) {
     }
 }
 
+static cJSON *token_json(const gen *g, int32_t id, float lp, bool with_bytes) {
+    size_t n;
+    const char *p = tokenizer_piece(g->a->tok, id, true, &n);
+    cJSON *t = cJSON_CreateObject();
+    cJSON_AddItemToObject(t, "token", json_text(p, n));
+    cJSON_AddNumberToObject(t, "logprob", lp);
+    if (with_bytes) {
+        cJSON *b = cJSON_AddArrayToObject(t, "bytes");
+        for (size_t i = 0; i < n; i++) cJSON_AddItemToArray(b, cJSON_CreateNumber((unsigned char)p[i]));
+    }
+    return t;
+}
+
+/* chat's choices[0].logprobs: {"content": [{token, logprob, bytes, top_logprobs}]} */
+static cJSON *chat_logprobs(const gen *g) {
+    const sched_req *r = g->r;
+    const int K = r->top_logprobs;
+    cJSON *o = cJSON_CreateObject(), *c = cJSON_AddArrayToObject(o, "content");
+    for (int64_t k = 0; k < r->n_out; k++) {
+        cJSON *t = token_json(g, r->out[k], r->lp[k], true), *top = cJSON_AddArrayToObject(t, "top_logprobs");
+        for (int j = 0; j < K; j++) cJSON_AddItemToArray(top, token_json(g, r->top_id[k * K + j], r->top_lp[k * K + j], true));
+        cJSON_AddItemToArray(c, t);
+    }
+    return o;
+}
+
+/* legacy completions' choices[0].logprobs: tokens, token_logprobs, top_logprobs, text_offset */
+static cJSON *text_logprobs(const gen *g) {
+    const sched_req *r = g->r;
+    const int K = r->top_logprobs;
+    cJSON *o = cJSON_CreateObject(), *toks = cJSON_AddArrayToObject(o, "tokens");
+    cJSON *lps = cJSON_AddArrayToObject(o, "token_logprobs"), *tops = cJSON_AddArrayToObject(o, "top_logprobs");
+    cJSON *offs = cJSON_AddArrayToObject(o, "text_offset");
+    size_t off = 0;
+    for (int64_t k = 0; k < r->n_out; k++) {
+        size_t n;
+        const char *p = tokenizer_piece(g->a->tok, r->out[k], true, &n);
+        cJSON_AddItemToArray(toks, json_text(p, n));
+        cJSON_AddItemToArray(lps, cJSON_CreateNumber(r->lp[k]));
+        cJSON_AddItemToArray(offs, cJSON_CreateNumber((double)off));
+        off += n;
+        cJSON *m = cJSON_CreateObject();
+        for (int j = 0; j < K; j++) {
+            const char *q = tokenizer_piece(g->a->tok, r->top_id[k * K + j], true, &n);
+            cJSON *key = json_text(q, n); /* a key must be valid UTF-8 too */
+            if (!cJSON_GetObjectItemCaseSensitive(m, key->valuestring))
+                cJSON_AddNumberToObject(m, key->valuestring, r->top_lp[k * K + j]);
+            cJSON_Delete(key);
+        }
+        cJSON_AddItemToArray(tops, m);
+    }
+    return o;
+}
+
 static void gen_call(gen *g, cJSON *call);
 
 /* answer.h's sink */
@@ -662,6 +731,7 @@ static void gen_run(app *a, const http_call *c, http_out *o, api_kind kind, gen_
     r->slot_wanted = g->p.slot;
     r->exact = kind == API_CHAT || kind == API_MESSAGES;
     r->no_reuse = !g->p.cache_prompt;
+    r->top_logprobs = g->p.top_logprobs;
     herr e;
     if (sched_submit(a->sc, r, &e) < 0) {
         const bool full = strstr(e.msg, "queue is full") || strstr(e.msg, "stopping");
@@ -712,7 +782,8 @@ static void gen_run(app *a, const http_call *c, http_out *o, api_kind kind, gen_
         if (g->reasoning.len) cJSON_AddItemToObject(msg, "reasoning_content", json_text(g->reasoning.p, g->reasoning.len));
         cJSON_AddItemToObject(c0, "message", msg);
         cJSON_AddStringToObject(c0, "finish_reason", finish_reason(g));
-        cJSON_AddNullToObject(c0, "logprobs");
+        if (g->r->top_logprobs >= 0) cJSON_AddItemToObject(c0, "logprobs", chat_logprobs(g));
+        else cJSON_AddNullToObject(c0, "logprobs");
         cJSON_AddItemToArray(ch, c0);
         cJSON_AddItemToObject(j, "usage", usage_json(g));
         cJSON_AddItemToObject(j, "timings", timings_json(g));
@@ -743,8 +814,10 @@ static void gen_run(app *a, const http_call *c, http_out *o, api_kind kind, gen_
         cJSON_AddItemToObject(j, "usage", messages_usage(g));
     } else if (kind == API_OAI_COMPLETION) {
         j = text_chunk(g, g->content.p ? g->content.p : "", g->content.len, finish_reason(g));
-        cJSON_Delete(cJSON_DetachItemFromObject(j, "object"));
-        cJSON_AddStringToObject(j, "object", "text_completion");
+        if (g->r->top_logprobs >= 0) {
+            cJSON *c0 = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(j, "choices"), 0);
+            cJSON_ReplaceItemInObjectCaseSensitive(c0, "logprobs", text_logprobs(g));
+        }
         cJSON_AddItemToObject(j, "usage", usage_json(g));
         cJSON_AddItemToObject(j, "timings", timings_json(g));
     } else {

@@ -34,6 +34,7 @@ typedef struct slot {
     int32_t next_id;            /* sampled, not yet run */
     sampler sm;
     float *logits;
+    float *raw;                 /* the logits before penalties, when log-probabilities are asked for */
     /* this step's span */
     int64_t span_b;
     int span_marks;
@@ -75,6 +76,7 @@ sched_req *sched_req_new(int32_t *ids, int64_t n_ids, int64_t *marks, int n_mark
     r->slot_wanted = -1;
     r->slot = -1;
     r->refs = 2;
+    r->top_logprobs = -1;
     pthread_mutex_init(&r->mu, NULL);
     pthread_cond_init(&r->cv, NULL);
     return r;
@@ -90,6 +92,9 @@ static void req_unref(sched_req *r) {
     free(r->ids);
     free(r->marks);
     free(r->out);
+    free(r->lp);
+    free(r->top_id);
+    free(r->top_lp);
     free(r);
 }
 
@@ -119,12 +124,30 @@ int64_t sched_wait(sched_req *r, int64_t n_seen, double timeout_s) {
     return n;
 }
 
+/* a token's log-probabilities, when asked for */
+typedef struct token_lp {
+    float lp;
+    int32_t top_id[SCHED_MAX_TOP];
+    float top_lp[SCHED_MAX_TOP];
+} token_lp;
+
 /* engine thread: r's state changes, under r->mu, and the HTTP side is woken */
-static void req_push(sched_req *r, int32_t id) {
+static void req_push(sched_req *r, int32_t id, const token_lp *t) {
     pthread_mutex_lock(&r->mu);
+    const int K = r->top_logprobs;
     if (r->n_out == r->cap_out) {
         r->cap_out = r->cap_out ? 2 * r->cap_out : 64;
         r->out = xrealloc(r->out, sizeof(int32_t) * (size_t)r->cap_out);
+        if (K >= 0) {
+            r->lp = xrealloc(r->lp, sizeof(float) * (size_t)r->cap_out);
+            r->top_id = xrealloc(r->top_id, sizeof(int32_t) * (size_t)(r->cap_out * (K ? K : 1)));
+            r->top_lp = xrealloc(r->top_lp, sizeof(float) * (size_t)(r->cap_out * (K ? K : 1)));
+        }
+    }
+    if (K >= 0 && t) {
+        r->lp[r->n_out] = t->lp;
+        memcpy(r->top_id + r->n_out * K, t->top_id, sizeof(int32_t) * (size_t)K);
+        memcpy(r->top_lp + r->n_out * K, t->top_lp, sizeof(float) * (size_t)K);
     }
     r->out[r->n_out++] = id;
     if (r->n_out == 1) r->t_first = time_now();
@@ -334,17 +357,45 @@ static void slot_end(sched *s, slot *sl, sched_finish f, const char *err) {
 }
 
 /* the sampled token: delivered, and the request goes on or ends */
-static void slot_took(sched *s, slot *sl, int32_t id) {
+static void slot_took(sched *s, slot *sl, int32_t id, const token_lp *t) {
     sched_req *r = sl->req;
     const bool eog = tokenizer_is_eog(s->tok, id) && !r->ignore_eos;
     if (eog) { slot_end(s, sl, SCHED_STOP, NULL); return; }
-    req_push(r, id);
+    req_push(r, id, t);
     if ((r->n_predict >= 0 && r->n_out >= r->n_predict) || sl->n >= s->info.n_ctx) {
         slot_end(s, sl, SCHED_LENGTH, NULL);
         return;
     }
     sl->next_id = id;
     sl->state = SLOT_GEN;
+}
+
+/* The next token from the slot's logits: log-probabilities first where asked (of the
+ * model's own softmax), then the penalties over the context, then the sampler. */
+static int32_t slot_sample(sched *s, slot *sl, token_lp *t) {
+    const sched_req *r = sl->req;
+    float *lg = sl->logits;
+    const int K = r->top_logprobs;
+    double lse = 0;
+    float raw_max = 0;
+    if (K >= 0) {
+        raw_max = lg[sampler_argmax(lg, s->V)];
+        for (int64_t i = 0; i < s->V; i++) lse += exp((double)(lg[i] - raw_max));
+        lse = log(lse) + raw_max;
+        int k = 0; /* the K best, by insertion (ties: the lower id first) */
+        for (int64_t i = 0; i < s->V && K > 0; i++) {
+            if (k == K && lg[i] <= lg[t->top_id[K - 1]]) continue;
+            int j = k < K ? k++ : K - 1;
+            while (j > 0 && lg[t->top_id[j - 1]] < lg[i]) { t->top_id[j] = t->top_id[j - 1]; j--; }
+            t->top_id[j] = (int32_t)i;
+        }
+        for (int j = 0; j < K; j++) t->top_lp[j] = (float)(lg[t->top_id[j]] - lse);
+        memcpy(sl->raw, lg, sizeof(float) * (size_t)s->V);
+    }
+    sampler_penalize(&r->so, lg, sl->ids, sl->n);
+    const int32_t id = sampler_sample(&sl->sm, lg);
+    if (K >= 0) t->lp = (float)(sl->raw[id] - lse);
+    return id;
 }
 
 /* ---------------------------------------------------------------- the engine thread */
@@ -462,6 +513,7 @@ static void step(sched *s) {
     if (prompt_rows) s->st.t_prompt += dt;
     else s->st.t_gen += dt;
     pthread_mutex_unlock(&s->mu);
+    token_lp tl;
     for (int i = 0; i < n; i++) {
         slot *sl = s->span_slot[i];
         sched_req *r = sl->req;
@@ -482,7 +534,7 @@ static void step(sched *s) {
             if (r->exact && is_mark(r, sl->pf_pos)) sl->pf_seg = sl->pf_pos;
             if (sl->pf_pos < r->n_ids) continue;
         }
-        slot_took(s, sl, sampler_sample(&sl->sm, sl->logits));
+        slot_took(s, sl, slot_sample(s, sl, &tl), r->top_logprobs >= 0 ? &tl : NULL);
     }
 }
 
@@ -540,6 +592,7 @@ int sched_start(sched **out, engine *eng, const tokenizer *tok, const sched_opts
         s->slots[k].id = k;
         s->slots[k].ids = xmalloc(sizeof(int32_t) * (size_t)info.n_ctx);
         s->slots[k].logits = xmalloc(sizeof(float) * (size_t)s->V);
+        s->slots[k].raw = xmalloc(sizeof(float) * (size_t)s->V);
     }
     s->q = xcalloc((size_t)o->queue_max, sizeof *s->q);
     s->spans = xcalloc((size_t)o->n_slots, sizeof *s->spans);
@@ -579,6 +632,7 @@ void sched_stop(sched *s) {
         while (sl->n_pts) slot_drop_point(s, sl, sl->n_pts - 1);
         free(sl->ids);
         free(sl->logits);
+        free(sl->raw);
         free(sl->marks);
     }
     free(s->slots);

@@ -61,11 +61,17 @@ typedef struct sched_req {
                              * point at one of them, so the answer is the bits a cold server
                              * gives (else any point or the live state will do) */
     bool no_reuse;          /* start at row 0 (cache_prompt: false) */
+    int top_logprobs;       /* -1: none; else each token's log-probability (of the model's
+                             * softmax, before penalties and temperature) and this many
+                             * alternatives, at most SCHED_MAX_TOP */
 
     /* output, under mu */
     pthread_mutex_t mu;
     pthread_cond_t cv;
     int32_t *out;           /* generated ids */
+    float *lp;              /* their log-probabilities (top_logprobs >= 0) */
+    int32_t *top_id;        /* n_out x top_logprobs alternatives, best first */
+    float *top_lp;
     int64_t n_out, cap_out;
     sched_finish finish;
     char err[256];
@@ -76,6 +82,8 @@ typedef struct sched_req {
     double t_queued, t_start, t_first, t_end; /* seconds (time_now) */
     int refs;               /* 2 while both sides hold it */
 } sched_req;
+
+#define SCHED_MAX_TOP 20
 
 typedef struct sched_opts {
     int n_slots;

@@ -7,6 +7,7 @@ resumes from a wrong point or mangles a prompt shows up as different tokens.
 Prints one "ok"/"FAIL" line per check and "N passed, N failed" at the end."""
 import http.client
 import json
+import math
 import os
 import signal
 import socket
@@ -178,6 +179,36 @@ def main():
     else:
         check("the answer is long enough to cut", False, repr(full))
 
+    # log-probabilities: greedy picks the best of top_logprobs, which are sorted and a part of a distribution
+    st, j = s.post("/v1/chat/completions", {"messages": msgs, "max_tokens": 8, "temperature": 0, "ignore_eos": True,
+                                            "logprobs": True, "top_logprobs": 3})
+    lp = j["choices"][0]["logprobs"]["content"] if st == 200 else []
+    ok = len(lp) == 8 and all(
+        t["logprob"] <= 0 and len(t["top_logprobs"]) == 3 and t["top_logprobs"][0]["token"] == t["token"] and
+        abs(t["top_logprobs"][0]["logprob"] - t["logprob"]) < 1e-6 and
+        all(a["logprob"] >= b["logprob"] for a, b in zip(t["top_logprobs"], t["top_logprobs"][1:])) and
+        sum(math.exp(x["logprob"]) for x in t["top_logprobs"]) <= 1 + 1e-5 for t in lp)
+    check("chat logprobs: greedy takes the best of top_logprobs, sorted, each <= 0", ok, str(lp[:2]))
+    st, j = s.post("/v1/completions", {"prompt": prompt_ids, "max_tokens": 6, "temperature": 0, "ignore_eos": True,
+                                       "logprobs": 2})
+    tl = j["choices"][0]["logprobs"] if st == 200 else {}
+    check("/v1/completions logprobs: one entry per token", st == 200 and len(tl["token_logprobs"]) == 6 and
+          len(tl["top_logprobs"]) == 6 and len(tl["tokens"]) == 6, str(tl)[:300])
+    # penalties: this random model's greedy answer never repeats an id, so a penalty has nothing
+    # to push away; pulled the other way (a repeat "penalty" of 0.01 multiplies every positive
+    # logit of an id in the context by 100) greedy must pick only ids of the context
+    plain = s.post("/completion", {"prompt": prompt_ids, "n_predict": 24, "temperature": 0, "ignore_eos": True,
+                                   "return_tokens": True, "cache_prompt": False})[1]["tokens"]
+    pen = s.post("/completion", {"prompt": prompt_ids, "n_predict": 24, "temperature": 0, "ignore_eos": True,
+                                 "return_tokens": True, "cache_prompt": False, "repeat_penalty": 0.01,
+                                 "repeat_last_n": -1})[1]["tokens"]
+    check("repeat_penalty 0.01 over the context: greedy picks only ids of the context",
+          pen != plain and all(t in set(prompt_ids) | set(pen[:k]) for k, t in enumerate(pen)), f"{pen} (plain {plain})")
+    pres = s.post("/completion", {"prompt": prompt_ids, "n_predict": 24, "temperature": 0, "ignore_eos": True,
+                                  "return_tokens": True, "cache_prompt": False, "presence_penalty": -2,
+                                  "frequency_penalty": -2})[1]["tokens"]
+    check("presence and frequency penalties change a greedy answer", pres != plain, f"{pres} vs {plain}")
+
     # multi-turn: turn 2 resumes from a point, prefills only the new part, and answers as a cold server
     turn1 = msgs
     st, a1 = s.post("/v1/chat/completions", {"messages": turn1, "max_tokens": 8, "temperature": 0})
@@ -228,7 +259,12 @@ def main():
         ("temperature of the wrong type", "/v1/chat/completions",
          json.dumps({"messages": msgs, "temperature": "hot"}).encode(), 400),
         ("max_tokens out of range", "/v1/chat/completions", json.dumps({"messages": msgs, "max_tokens": 10 ** 9}).encode(), 400),
-        ("logprobs refused by name", "/v1/chat/completions", json.dumps({"messages": msgs, "logprobs": True}).encode(), 400),
+        ("presence_penalty out of range", "/v1/chat/completions",
+         json.dumps({"messages": msgs, "presence_penalty": 5}).encode(), 400),
+        ("top_logprobs without logprobs", "/v1/chat/completions",
+         json.dumps({"messages": msgs, "top_logprobs": 2}).encode(), 400),
+        ("logprobs with stream refused by name", "/v1/chat/completions",
+         json.dumps({"messages": msgs, "logprobs": True, "stream": True}).encode(), 400),
         ("json_object refused by name", "/v1/chat/completions",
          json.dumps({"messages": msgs, "response_format": {"type": "json_object"}}).encode(), 400),
         ("prompt longer than the context", "/completion", json.dumps({"prompt": [1] * 5000}).encode(), 400),
