@@ -953,26 +953,30 @@ static bool ends_in_open_think(const char *text) {
 
 /* ---------------------------------------------------------------- endpoints */
 
-static void on_chat(void *ap, const http_call *c, http_out *o) {
-    app *a = ap;
-    cJSON *j = parse_body(c, o);
-    if (!j) return;
+/* A chat request (OpenAI's, or Anthropic's as chat_prompt reads it): rendered, then run. */
+static void chat_generate(app *a, const http_call *c, http_out *o, api_kind kind, const cJSON *q) {
     herr e;
-    gen_params p;
+    gen_params p = {0};
     char *text = NULL;
     int32_t *ids = NULL;
     int64_t n_ids = 0, *starts = NULL;
     int n_starts = 0;
-    if (read_params(a, j, API_CHAT, &p, &e) < 0 || chat_prompt(a, j, true, &text, &ids, &n_ids, &starts, &n_starts, &e) < 0) {
+    if (read_params(a, q, kind, &p, &e) < 0 || chat_prompt(a, q, true, &text, &ids, &n_ids, &starts, &n_starts, &e) < 0) {
         http_error(o, c, 400, "invalid_request_error", "%s", e.msg);
         params_free(&p);
         free(ids);
         free(starts);
     } else {
-        gen_run(a, c, o, API_CHAT, &p, ids, n_ids, starts, n_starts, ends_in_open_think(text),
-                cJSON_GetObjectItemCaseSensitive(j, "tools"));
+        gen_run(a, c, o, kind, &p, ids, n_ids, starts, n_starts, ends_in_open_think(text),
+                cJSON_GetObjectItemCaseSensitive(q, "tools"));
     }
     free(text);
+}
+
+static void on_chat(void *ap, const http_call *c, http_out *o) {
+    cJSON *j = parse_body(c, o);
+    if (!j) return;
+    chat_generate(ap, c, o, API_CHAT, j);
     cJSON_Delete(j);
 }
 
@@ -1370,32 +1374,17 @@ bad:
 }
 
 static void on_messages(void *ap, const http_call *c, http_out *o) {
-    app *a = ap;
     cJSON *j = parse_body(c, o);
     if (!j) return;
     herr e;
     cJSON *q = messages_to_chat(j, &e);
-    gen_params p = {0};
-    char *text = NULL;
-    int32_t *ids = NULL;
-    int64_t n_ids = 0, *starts = NULL;
-    int n_starts = 0;
     if (q && !cJSON_IsNumber(cJSON_GetObjectItemCaseSensitive(q, "max_tokens"))) {
         herr_set(&e, "\"max_tokens\" is required");
         cJSON_Delete(q);
         q = NULL;
     }
-    if (!q || read_params(a, q, API_MESSAGES, &p, &e) < 0 ||
-        chat_prompt(a, q, true, &text, &ids, &n_ids, &starts, &n_starts, &e) < 0) {
-        http_error(o, c, 400, "invalid_request_error", "%s", e.msg);
-        params_free(&p);
-        free(ids);
-        free(starts);
-    } else {
-        gen_run(a, c, o, API_MESSAGES, &p, ids, n_ids, starts, n_starts, ends_in_open_think(text),
-                cJSON_GetObjectItemCaseSensitive(q, "tools"));
-    }
-    free(text);
+    if (!q) http_error(o, c, 400, "invalid_request_error", "%s", e.msg);
+    else chat_generate(ap, c, o, API_MESSAGES, q);
     cJSON_Delete(q);
     cJSON_Delete(j);
 }
