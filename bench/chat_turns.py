@@ -9,8 +9,9 @@ repeated (each repetition with its own system prompt, so it starts cold).
 
 Per turn it reports the prompt tokens, the tokens each server prefilled, and the prompt time
 (each server's own timings.prompt_ms, medians over the repetitions), and hearth's prompt time
-against the time to prefill only the turn's new tokens: new / total tokens of the same turn
-times hearth's cache-off prompt time (the goal: <= 1.1).
+against the time to prefill only the rows it prefilled with no cache machinery: the same
+server given the context's ids, then the whole prompt as a /completion, which resumes from
+that slot's live state and prefills exactly those rows (the goal: <= 1.1).
 
 usage: bench/chat_turns.py -m FILE [-r REPS] [-t THREADS] [--turns 8] [--gen 16] [--log FILE]
 Needs build/hearth and tools/peer/build.sh's llama-server."""
@@ -63,6 +64,15 @@ class Server:
             raise RuntimeError(f"{r.status}: {j}")
         return j
 
+    def post(self, path, body):
+        c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=600)
+        c.request("POST", path, body=json.dumps(body), headers={"Content-Type": "application/json"})
+        r = c.getresponse()
+        j = json.loads(r.read())
+        if r.status != 200:
+            raise RuntimeError(f"{path} {r.status}: {j}")
+        return j
+
     def stop(self):
         self.p.send_signal(signal.SIGTERM)
         try:
@@ -110,6 +120,9 @@ def main():
     hp, lp = free_port(), free_port()
     hearth = Server([os.path.join(ROOT, "build/hearth"), "serve", "-m", a.m, "--port", str(hp), "-np", "1", "-c",
                      str(a.ctx), "-t", str(a.t), "--device", "cpu"], hp, log)
+    dp = free_port()  # a second hearth for the denominator, so the first keeps its own state
+    denom = Server([os.path.join(ROOT, "build/hearth"), "serve", "-m", a.m, "--port", str(dp), "-np", "1", "-c",
+                    str(a.ctx), "-t", str(a.t), "--device", "cpu"], dp, log)
     peer_s = Server([llama, "-m", a.m, "--port", str(lp), "-np", "1", "-c", str(a.ctx), "-t", str(a.t), "--jinja",
                      "-ctk", "f16", "-ctv", "f16"], lp, log)
     rows = {}  # turn -> lists
@@ -124,9 +137,24 @@ def main():
                 on = hearth.chat(base)
                 off = hearth.chat(dict(base, cache_prompt=False))
                 ll = peer_s.chat(base)
+                # the denominator: the same rows hearth prefilled, after the same context, with
+                # no cache machinery, on a second hearth: the context's ids alone, then all of
+                # them, resumed from that slot's live state: its prompt time is those rows'
+                ids = hearth.post("/tokenize", {"content": hearth.post("/apply-template", base)["prompt"]})["tokens"]
+                cached = on["timings"]["cache_n"]
+                if cached > 0:
+                    denom.post("/completion", {"prompt": ids[:cached], "n_predict": 1, "temperature": 0,
+                                               "cache_prompt": False})
+                    live = denom.post("/completion", {"prompt": ids, "n_predict": 1, "temperature": 0})
+                    assert live["timings"]["cache_n"] == cached, live["timings"]
+                    live_ms = live["timings"]["prompt_ms"]
+                else:
+                    live_ms = off["timings"]["prompt_ms"]
                 if rep == 0:
                     continue
-                r = rows.setdefault(t, {"n": [], "on_ms": [], "on_n": [], "off_ms": [], "ll_ms": [], "ll_n": []})
+                r = rows.setdefault(t, {"n": [], "on_ms": [], "on_n": [], "off_ms": [], "ll_ms": [], "ll_n": [],
+                                        "live_ms": []})
+                r["live_ms"].append(live_ms)
                 r["n"].append(on["usage"]["prompt_tokens"])
                 r["on_ms"].append(on["timings"]["prompt_ms"])
                 r["on_n"].append(on["timings"]["prompt_n"])
@@ -135,6 +163,7 @@ def main():
                 r["ll_n"].append(ll["timings"]["prompt_n"])
     finally:
         hearth.stop()
+        denom.stop()
         peer_s.stop()
     med = statistics.median
     print(f"Conditions: {os.cpu_count()} cores, load {load0[0]:.2f} at the start, {os.getloadavg()[0]:.2f} at the end; "
@@ -142,19 +171,19 @@ def main():
           f"{a.r} repetitions after a dropped warm-up, medians (min..max); {a.gen} tokens generated per turn, greedy.")
     print()
     print("| turn | prompt tokens | new tokens | hearth prefilled | hearth ms (cache) | hearth ms (no cache) | "
-          "llama-server prefilled | llama-server ms | hearth / prefill of the new tokens | hearth / llama-server |")
-    print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+          "llama-server prefilled | llama-server ms | prefill of those rows alone, ms | hearth / that | "
+          "hearth / llama-server |")
+    print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     prev = 0
     for t in sorted(rows):
         r = rows[t]
         n = med(r["n"])
         new = n - prev if t else n
-        # prefill of the new tokens alone, estimated from the cache-off pass of the same prompt
-        ratios = [on / (off * new / n) for on, off in zip(r["on_ms"], r["off_ms"])]
+        ratios = [on / live for on, live in zip(r["on_ms"], r["live_ms"])]
         vs = [on / ll for on, ll in zip(r["on_ms"], r["ll_ms"])]
         print(f"| {t + 1} | {n:.0f} | {new:.0f} | {med(r['on_n']):.0f} | {med(r['on_ms']):.1f} "
               f"({min(r['on_ms']):.1f}..{max(r['on_ms']):.1f}) | {med(r['off_ms']):.1f} | {med(r['ll_n']):.0f} | "
-              f"{med(r['ll_ms']):.1f} ({min(r['ll_ms']):.1f}..{max(r['ll_ms']):.1f}) | "
+              f"{med(r['ll_ms']):.1f} ({min(r['ll_ms']):.1f}..{max(r['ll_ms']):.1f}) | {med(r['live_ms']):.1f} | "
               f"{med(ratios):.2f} ({min(ratios):.2f}..{max(ratios):.2f}) | {med(vs):.2f} ({min(vs):.2f}..{max(vs):.2f}) |")
         prev = n
     return 0
