@@ -1073,12 +1073,47 @@ static void on_slot_action(void *ap, const http_call *c, http_out *o) {
     char *end;
     long k = strtol(ids, &end, 10);
     if (!*ids || *end) { http_error(o, c, 400, "invalid_request_error", "/slots/{id}: '%s' is no slot number", ids); return; }
+    herr e;
+    if (action && (!strcmp(action, "save") || !strcmp(action, "restore"))) {
+        /* llama-server's {"filename": ...}, here a file of the cache's directory */
+        cJSON *b = parse_body(c, o);
+        if (!b) return;
+        const cJSON *fn = cJSON_GetObjectItemCaseSensitive(b, "filename");
+        bool ok = cJSON_IsString(fn) && fn->valuestring[0] && fn->valuestring[0] != '.' && strlen(fn->valuestring) < 200;
+        for (const char *q = ok ? fn->valuestring : ""; *q && ok; q++)
+            ok = (*q >= 'a' && *q <= 'z') || (*q >= 'A' && *q <= 'Z') || (*q >= '0' && *q <= '9') || *q == '.' ||
+                 *q == '_' || *q == '-';
+        if (!a->o->cache_dir) {
+            http_error(o, c, 400, "invalid_request_error", "/slots %s needs --cache-dir (where the files go)", action);
+        } else if (!ok) {
+            http_error(o, c, 400, "invalid_request_error",
+                       "\"filename\" must be a plain file name (letters, digits, '.', '_', '-'; not starting with '.')");
+        } else {
+            char path[4096];
+            snprintf(path, sizeof path, "%s/%s", a->o->cache_dir, fn->valuestring);
+            const bool save = !strcmp(action, "save");
+            int64_t n = 0;
+            const double t0 = time_now();
+            if ((save ? sched_slot_save : sched_slot_restore)(a->sc, (int)k, path, &n, &e) < 0) {
+                http_error(o, c, 400, "invalid_request_error", "/slots/%ld %s: %s", k, action, e.msg);
+            } else {
+                cJSON *j = cJSON_CreateObject(), *t = cJSON_CreateObject();
+                cJSON_AddNumberToObject(j, "id_slot", (double)k);
+                cJSON_AddStringToObject(j, "filename", fn->valuestring);
+                cJSON_AddNumberToObject(j, save ? "n_saved" : "n_restored", (double)n);
+                cJSON_AddNumberToObject(t, save ? "save_ms" : "restore_ms", (time_now() - t0) * 1e3);
+                cJSON_AddItemToObject(j, "timings", t);
+                http_json(o, 200, j);
+            }
+        }
+        cJSON_Delete(b);
+        return;
+    }
     if (!action || strcmp(action, "erase")) {
-        http_error(o, c, 400, "invalid_request_error", "/slots/%ld: action '%s' is not supported (erase)", k,
+        http_error(o, c, 400, "invalid_request_error", "/slots/%ld: action '%s' is none of save, restore, erase", k,
                    action ? action : "(none)");
         return;
     }
-    herr e;
     if (sched_slot_erase(a->sc, (int)k, &e) < 0) { http_error(o, c, 400, "invalid_request_error", "%s", e.msg); return; }
     cJSON *j = cJSON_CreateObject();
     cJSON_AddNumberToObject(j, "id_slot", (double)k);

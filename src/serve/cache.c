@@ -100,15 +100,17 @@ static bool wr(FILE *f, const void *p, size_t n, uint64_t *h) {
     return fwrite(p, 1, n, f) == n;
 }
 
-static void entry_write(pcache *c, entry *en) {
-    if (!c->dir) return;
+/* en as a file: at want (NULL: its name in the cache's directory, if it has one) */
+static int entry_write(pcache *c, entry *en, const char *want, herr *e) {
+    if (!want && !c->dir) return 0;
     const engine_point *p0 = en->pts[0];
     uint64_t key = engine_ids_hash(c->eng, en->ids, en->n);
     char path[4096], tmp[4200];
-    snprintf(path, sizeof path, "%s/%016" PRIx64 "-%" PRId64 ".hcache", c->dir, key, en->n);
+    if (want) snprintf(path, sizeof path, "%s", want);
+    else snprintf(path, sizeof path, "%s/%016" PRIx64 "-%" PRId64 ".hcache", c->dir, key, en->n);
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
     FILE *f = fopen(tmp, "wb");
-    if (!f) { fprintf(stderr, "hearth serve: --cache-dir: cannot write %s: %s\n", tmp, strerror(errno)); return; }
+    if (!f) return herr_set(e, "cannot write %s: %s", tmp, strerror(errno));
     file_head h = {.model_id = en->kv->model_id, .n = en->n, .n_pts = en->n_pts, .kv_bytes = en->kv->bytes,
                    .n_gdn = (uint64_t)p0->n_gdn, .lane_floats = p0->lane_floats, .ring_floats = p0->ring_floats};
     memcpy(h.magic, MAGIC, 8);
@@ -126,14 +128,15 @@ static void entry_write(pcache *c, entry *en) {
     ok = ok && fseek(f, 0, SEEK_SET) == 0 && fwrite(&h, sizeof h, 1, f) == 1;
     ok = fclose(f) == 0 && ok;
     if (!ok || rename(tmp, path) != 0) {
-        fprintf(stderr, "hearth serve: --cache-dir: writing %s failed: %s\n", path, strerror(errno));
         unlink(tmp);
-        return;
+        return herr_set(e, "writing %s failed: %s", path, strerror(errno));
     }
     struct stat sb;
     if (!stat(path, &sb)) c->st.disk_bytes += sb.st_size;
+    free(en->path);
     en->path = xstrdup(path);
     c->st.n_saved++;
+    return 0;
 }
 
 static bool rd(FILE *f, void *p, size_t n, uint64_t *h) {
@@ -325,12 +328,13 @@ int64_t pcache_best(pcache *c, const int32_t *ids, int64_t n, bool (*ok)(const v
     return best;
 }
 
-void pcache_put(pcache *c, int seq, const int32_t *ids, int64_t n_held, engine_point **pts, int n_pts) {
-    if (n_pts == 0) return;
+/* pcache_put, writing the file at path (NULL: the directory's name for it) and saying why not */
+static int put(pcache *c, int seq, const int32_t *ids, int64_t n_held, engine_point **pts, int n_pts, const char *path,
+               bool dedupe, herr *e) {
+    if (n_pts == 0) return herr_set(e, "nothing to keep: the slot holds no point");
     const int64_t n = pts[n_pts - 1]->pos;
-    herr e;
     /* an entry that already holds this prefix and these points: nothing to add */
-    for (int i = 0; i < c->n; i++) {
+    for (int i = 0; dedupe && i < c->n; i++) {
         const entry *en = &c->es[i];
         if (!en->ids || en->n < n || lcp(en->ids, en->n, ids, n) < n) continue;
         bool all = true;
@@ -341,18 +345,19 @@ void pcache_put(pcache *c, int seq, const int32_t *ids, int64_t n_held, engine_p
         }
         if (all) {
             for (int k = 0; k < n_pts; k++) engine_point_free(c->eng, pts[k]);
-            return;
+            return 0;
         }
     }
     engine_kv *kv = NULL;
-    while (engine_kv_read(c->eng, seq, 0, n, &kv, &e) < 0)
+    while (engine_kv_read(c->eng, seq, 0, n, &kv, e) < 0)
         if (!pcache_evict_older(c, INFINITY)) break;
     int slot = 0;
     while (slot < c->n && c->es[slot].ids) slot++;
     if (!kv || slot == MAX_ENTRIES || n > n_held) {
+        if (kv && slot == MAX_ENTRIES) herr_set(e, "the cache has %d entries already", MAX_ENTRIES);
         engine_kv_free(c->eng, kv);
         for (int k = 0; k < n_pts; k++) engine_point_free(c->eng, pts[k]);
-        return;
+        return -1;
     }
     if (slot == c->n) c->n++;
     entry *en = &c->es[slot];
@@ -365,7 +370,60 @@ void pcache_put(pcache *c, int seq, const int32_t *ids, int64_t n_held, engine_p
         en->pts[k] = pts[k];
         en->pt_pos[k] = pts[k]->pos;
     }
-    entry_write(c, en);
+    return entry_write(c, en, path, e);
+}
+
+void pcache_put(pcache *c, int seq, const int32_t *ids, int64_t n_held, engine_point **pts, int n_pts) {
+    herr e;
+    if (put(c, seq, ids, n_held, pts, n_pts, NULL, true, &e) < 0 && c->dir)
+        fprintf(stderr, "hearth serve: --cache-dir: %s\n", e.msg);
+}
+
+int pcache_save(pcache *c, int seq, const int32_t *ids, int64_t n_held, engine_point *const *pts, int n_pts,
+                const char *path, int64_t *n_rows, herr *e) {
+    if (n_pts == 0) return herr_set(e, "nothing to save: the slot holds no point");
+    engine_point **cp = xcalloc((size_t)n_pts, sizeof *cp);
+    for (int k = 0; k < n_pts; k++) {
+        while (engine_point_new(c->eng, &cp[k], e) < 0)
+            if (!pcache_evict_older(c, INFINITY)) {
+                for (int j = 0; j < k; j++) engine_point_free(c->eng, cp[j]);
+                free(cp);
+                return -1;
+            }
+        engine_point *d = cp[k];
+        float *lanes = d->lanes, *rings = d->rings;
+        *d = *pts[k];
+        d->lanes = lanes;
+        d->rings = rings;
+        memcpy(lanes, pts[k]->lanes, sizeof(float) * (size_t)d->n_gdn * d->lane_floats);
+        memcpy(rings, pts[k]->rings, sizeof(float) * (size_t)d->n_gdn * d->ring_floats);
+    }
+    const int rc = put(c, seq, ids, n_held, cp, n_pts, path, false, e);
+    free(cp);
+    if (rc == 0) *n_rows = pts[n_pts - 1]->pos;
+    return rc;
+}
+
+int pcache_load(pcache *c, const char *path, int64_t *n_rows, herr *e) {
+    int slot = 0;
+    while (slot < c->n && c->es[slot].ids) slot++;
+    if (slot == MAX_ENTRIES) return herr_set(e, "the cache has %d entries already", MAX_ENTRIES);
+    entry en = {0};
+    if (entry_read(c, &en, path, false, e) < 0) return -1;
+    int rc;
+    while ((rc = entry_read(c, &en, path, true, e)) < 0 && strstr(e->msg, "cache budget"))
+        if (!pcache_evict_older(c, INFINITY)) break;
+    if (rc < 0) {
+        entry_free(c, &en);
+        return -1;
+    }
+    en.path = xstrdup(path);
+    en.t_used = time_now();
+    if (slot == c->n) c->n++;
+    c->es[slot] = en;
+    c->st.n_loaded++;
+    *n_rows = en.n;
+    return 0;
 }
 
 int pcache_restore(pcache *c, int i, int k, int seq, const int32_t **ids, int64_t *pos, herr *e) {

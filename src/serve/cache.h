@@ -33,6 +33,12 @@ int64_t pcache_best(pcache *c, const int32_t *ids, int64_t n, bool (*ok)(const v
 /* Puts sequence seq's state into the cache: its ids [0, n_held) and the points (taken over:
  * freed here if they cannot be kept); the KV rows up to the last point are copied. */
 void pcache_put(pcache *c, int seq, const int32_t *ids, int64_t n_held, engine_point **pts, int n_pts);
+/* /slots save: copies of the points (the slot keeps its own) and the KV rows up to the last,
+ * as an entry and as the file at path; *n_rows the rows it covers. */
+int pcache_save(pcache *c, int seq, const int32_t *ids, int64_t n_held, engine_point *const *pts, int n_pts,
+                const char *path, int64_t *n_rows, herr *e);
+/* /slots restore: the file at path (checked as at start) as an entry any slot resumes from. */
+int pcache_load(pcache *c, const char *path, int64_t *n_rows, herr *e);
 /* Resumes sequence seq from entry's point: afterwards it holds ids [0, pos) of the entry. */
 int pcache_restore(pcache *c, int entry, int point, int seq, const int32_t **ids, int64_t *pos, herr *e);
 /* Frees the least recently used entry's RAM if it was used before t (returns true), for a

@@ -62,6 +62,15 @@ struct sched {
     pcache *pc;             /* the shared prompt cache (engine thread only) */
     pcache_stats pc_stats;  /* its counters, published under mu */
     bool *erase;            /* slots to empty before the next admission (under mu) */
+    struct {                /* a /slots save or restore, run by the engine thread (under mu) */
+        bool busy, done, save;
+        int slot;
+        const char *path;
+        int rc;
+        int64_t n;
+        herr e;
+    } job;
+    pthread_cond_t job_cv;
 };
 
 /* ---------------------------------------------------------------- requests */
@@ -544,18 +553,36 @@ static bool busy(const sched *s) {
     return false;
 }
 
-static bool erase_asked(const sched *s) {
+static bool work_asked(const sched *s) {
     for (int k = 0; k < s->o.n_slots; k++)
         if (s->erase[k]) return true;
-    return false;
+    return (s->job.busy && !s->job.done);
+}
+
+/* under s->mu: a /slots save or restore */
+static void run_job(sched *s) {
+    if (!s->job.busy || s->job.done) return;
+    slot *sl = &s->slots[s->job.slot];
+    if (s->job.save && sl->state != SLOT_IDLE) {
+        s->job.rc = herr_set(&s->job.e, "slot %d is running a request", sl->id);
+    } else if (s->job.save) {
+        engine_point *pts[SLOT_POINTS];
+        for (int i = 0; i < sl->n_pts; i++) pts[i] = sl->pts[i].p;
+        s->job.rc = pcache_save(s->pc, sl->id, sl->ids, sl->n, pts, sl->n_pts, s->job.path, &s->job.n, &s->job.e);
+    } else {
+        s->job.rc = pcache_load(s->pc, s->job.path, &s->job.n, &s->job.e);
+    }
+    s->job.done = true;
+    pthread_cond_broadcast(&s->job_cv);
 }
 
 static void *loop(void *arg) {
     sched *s = arg;
     pthread_mutex_lock(&s->mu);
     for (;;) {
-        while (!s->stopping && s->q_n == 0 && !busy(s) && !erase_asked(s)) pthread_cond_wait(&s->cv, &s->mu);
+        while (!s->stopping && s->q_n == 0 && !busy(s) && !work_asked(s)) pthread_cond_wait(&s->cv, &s->mu);
         if (s->stopping && !busy(s)) break;
+        run_job(s);
         if (!s->stopping) admit(s);
         publish(s);
         pthread_mutex_unlock(&s->mu);
@@ -602,6 +629,7 @@ int sched_start(sched **out, engine *eng, const tokenizer *tok, const sched_opts
     for (int k = 0; k < o->n_slots; k++) s->snap[k].id = k;
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
+    pthread_cond_init(&s->job_cv, NULL);
     if (pcache_open(&s->pc, eng, o->cache_dir, e) < 0) {
         s->stopping = true; /* no thread to join */
         sched_stop(s);
@@ -624,6 +652,7 @@ void sched_stop(sched *s) {
     const bool started = !s->stopping;
     s->stopping = true;
     pthread_cond_broadcast(&s->cv);
+    pthread_cond_broadcast(&s->job_cv);
     pthread_mutex_unlock(&s->mu);
     if (started) pthread_join(s->th, NULL);
     pcache_free(s->pc);
@@ -643,6 +672,7 @@ void sched_stop(sched *s) {
     free(s->erase);
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->cv);
+    pthread_cond_destroy(&s->job_cv);
     free(s);
 }
 
@@ -700,3 +730,31 @@ int sched_slot_erase(sched *s, int k, herr *e) {
     pthread_mutex_unlock(&s->mu);
     return 0;
 }
+
+/* one job at a time; waits for the engine thread to run it */
+static int slot_job(sched *s, bool save, int k, const char *path, int64_t *n, herr *e) {
+    if (k < 0 || k >= s->o.n_slots) return herr_set(e, "there is no slot %d (-np %d)", k, s->o.n_slots);
+    pthread_mutex_lock(&s->mu);
+    while (s->job.busy && !s->stopping) pthread_cond_wait(&s->job_cv, &s->mu);
+    if (s->stopping) {
+        pthread_mutex_unlock(&s->mu);
+        return herr_set(e, "the server is stopping");
+    }
+    s->job.busy = true;
+    s->job.done = false;
+    s->job.save = save;
+    s->job.slot = k;
+    s->job.path = path;
+    pthread_cond_broadcast(&s->cv);
+    while (!s->job.done && !s->stopping) pthread_cond_wait(&s->job_cv, &s->mu);
+    int rc = s->job.done ? s->job.rc : herr_set(e, "the server is stopping");
+    if (s->job.done && rc < 0) *e = s->job.e;
+    *n = s->job.n;
+    s->job.busy = false;
+    pthread_cond_broadcast(&s->job_cv);
+    pthread_mutex_unlock(&s->mu);
+    return rc;
+}
+
+int sched_slot_save(sched *s, int k, const char *path, int64_t *n, herr *e) { return slot_job(s, true, k, path, n, e); }
+int sched_slot_restore(sched *s, int k, const char *path, int64_t *n, herr *e) { return slot_job(s, false, k, path, n, e); }

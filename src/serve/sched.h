@@ -129,5 +129,10 @@ int sched_slots(sched *s, sched_slot_info *out, int max);
 /* Empties a slot (its ids and points) before the next request is admitted; refused while
  * it runs one. */
 int sched_slot_erase(sched *s, int slot, herr *e);
+/* /slots save: a copy of the idle slot's points and KV rows into the shared cache and the
+ * file at path (the slot keeps its own); restore: the file at path, checked, into the
+ * shared cache, where the next request on any slot finds it. *n: the rows covered. */
+int sched_slot_save(sched *s, int slot, const char *path, int64_t *n, herr *e);
+int sched_slot_restore(sched *s, int slot, const char *path, int64_t *n, herr *e);
 
 #endif

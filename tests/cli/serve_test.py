@@ -438,6 +438,33 @@ def main():
     check("--cache-dir: the server serves on after refusing them", r["usage"]["completion_tokens"] == 8)
     c3.stop()
 
+    # /slots save and restore keep the points: a saved conversation resumes after a restart
+    sdir = os.path.join(TMP, f"slots-{os.getpid()}")
+    v1 = Server(model, "-np", "1", "--cache-dir", sdir)
+    chat(v1, conv_a)
+    st, j = v1.post("/slots/0?action=save", {"filename": "conv-a.bin"})
+    check("/slots save writes the slot's points to a file", st == 200 and j["n_saved"] > 0 and
+          os.path.exists(os.path.join(sdir, "conv-a.bin")), str(j))
+    for name, body in (("a path", {"filename": "../x"}), ("a hidden name", {"filename": ".x"}), ("no name", {})):
+        st, j = v1.post("/slots/0?action=save", body)
+        check(f"/slots save refuses {name}", st == 400 and "filename" in j["error"]["message"], str(j))
+    st, j = v1.post("/slots/0?action=restore", {"filename": "no-such.bin"})
+    check("/slots restore of a missing file -> 400", st == 400, str(j))
+    v1.stop()
+    v2 = Server(model, "-np", "1", "--cache-dir", sdir)
+    chat(v2, conv_b)
+    st, j = v2.post("/slots/0?action=restore", {"filename": "conv-a.bin"})
+    check("/slots restore reads it back", st == 200 and j["n_restored"] > 0, str(j))
+    r = chat(v2, conv_a2)
+    check("after a restart and a restore, A's turn 2 resumes from it and answers as a cold server",
+          "shared cache" in r["timings"]["cache"] and r["choices"][0]["message"] == want_a2["choices"][0]["message"],
+          r["timings"]["cache"])
+    v2.stop()
+    nod = Server(model, "-np", "1")
+    st, j = nod.post("/slots/0?action=save", {"filename": "x.bin"})
+    check("/slots save without --cache-dir -> 400 naming it", st == 400 and "--cache-dir" in j["error"]["message"], str(j))
+    nod.stop()
+
     # a small --cache-ram: entries are evicted, the budget holds, answers stay right
     small = Server(model, "-np", "1", "--cache-ram", "3", "--metrics")
     for k in range(6):
