@@ -24,6 +24,8 @@ typedef struct entry {
     int64_t *pt_pos;        /* the points' positions, kept when they are not in RAM */
     double t_used;
     char *path;             /* its file, or NULL */
+    bool gone;              /* evicted with no file: only its ids and positions are left, to
+                             * tell a request that misses why (a free slot for a new entry) */
 } entry;
 
 struct pcache {
@@ -86,10 +88,7 @@ bool pcache_evict_older(pcache *c, double t) {
     if (k < 0) return false;
     entry_drop_ram(c, &c->es[k]);
     c->st.n_evicted++;
-    if (!c->es[k].path) { /* nothing left of it: the slot is free for another (entries never move) */
-        entry_free(c, &c->es[k]);
-        c->es[k] = (entry){0};
-    }
+    if (!c->es[k].path) c->es[k].gone = true; /* entries never move: the slot is free for another */
     return true;
 }
 
@@ -313,6 +312,7 @@ int64_t pcache_best(pcache *c, const int32_t *ids, int64_t n, bool (*ok)(const v
     *entry_out = *point_out = -1;
     for (int i = 0; i < c->n; i++) {
         const entry *en = &c->es[i];
+        if (en->gone) continue;
         int64_t common = lcp(en->ids, en->n, ids, n);
         if (common > n - 1) common = n - 1;
         for (int k = en->n_pts - 1; k >= 0; k--) {
@@ -328,6 +328,38 @@ int64_t pcache_best(pcache *c, const int32_t *ids, int64_t n, bool (*ok)(const v
     return best;
 }
 
+int64_t pcache_evicted_best(const pcache *c, const int32_t *ids, int64_t n, bool (*ok)(const void *, int64_t),
+                            const void *cls) {
+    int64_t best = 0;
+    for (int i = 0; i < c->n; i++) {
+        const entry *en = &c->es[i];
+        if (!en->gone) continue;
+        int64_t common = lcp(en->ids, en->n, ids, n);
+        if (common > n - 1) common = n - 1;
+        for (int k = en->n_pts - 1; k >= 0; k--)
+            if (en->pt_pos[k] <= common && en->pt_pos[k] > best && (!ok || ok(cls, en->pt_pos[k]))) {
+                best = en->pt_pos[k];
+                break;
+            }
+    }
+    return best;
+}
+
+/* a free entry slot: an unused one, or the least recently used of the evicted; -1 if none */
+static int free_slot(pcache *c) {
+    int k = -1;
+    for (int i = 0; i < c->n; i++) {
+        if (!c->es[i].ids) return i;
+        if (c->es[i].gone && (k < 0 || c->es[i].t_used < c->es[k].t_used)) k = i;
+    }
+    if (c->n < MAX_ENTRIES) return c->n;
+    if (k >= 0) {
+        entry_free(c, &c->es[k]);
+        c->es[k] = (entry){0};
+    }
+    return k;
+}
+
 /* pcache_put, writing the file at path (NULL: the directory's name for it) and saying why not */
 static int put(pcache *c, int seq, const int32_t *ids, int64_t n_held, engine_point **pts, int n_pts, const char *path,
                bool dedupe, herr *e) {
@@ -336,7 +368,7 @@ static int put(pcache *c, int seq, const int32_t *ids, int64_t n_held, engine_po
     /* an entry that already holds this prefix and these points: nothing to add */
     for (int i = 0; dedupe && i < c->n; i++) {
         const entry *en = &c->es[i];
-        if (!en->ids || en->n < n || lcp(en->ids, en->n, ids, n) < n) continue;
+        if (!en->ids || en->gone || en->n < n || lcp(en->ids, en->n, ids, n) < n) continue;
         bool all = true;
         for (int k = 0; k < n_pts && all; k++) {
             bool found = false;
@@ -351,16 +383,16 @@ static int put(pcache *c, int seq, const int32_t *ids, int64_t n_held, engine_po
     engine_kv *kv = NULL;
     while (engine_kv_read(c->eng, seq, 0, n, &kv, e) < 0)
         if (!pcache_evict_older(c, INFINITY)) break;
-    int slot = 0;
-    while (slot < c->n && c->es[slot].ids) slot++;
-    if (!kv || slot == MAX_ENTRIES || n > n_held) {
-        if (kv && slot == MAX_ENTRIES) herr_set(e, "the cache has %d entries already", MAX_ENTRIES);
+    const int slot = kv ? free_slot(c) : -1;
+    if (!kv || slot < 0 || n > n_held) {
+        if (kv && slot < 0) herr_set(e, "the cache has %d entries already", MAX_ENTRIES);
         engine_kv_free(c->eng, kv);
         for (int k = 0; k < n_pts; k++) engine_point_free(c->eng, pts[k]);
         return -1;
     }
     if (slot == c->n) c->n++;
     entry *en = &c->es[slot];
+    entry_free(c, en); /* an evicted entry's leftovers */
     *en = (entry){.n = n, .kv = kv, .n_pts = n_pts, .t_used = time_now()};
     en->ids = xmalloc(sizeof(int32_t) * (size_t)n);
     memcpy(en->ids, ids, sizeof(int32_t) * (size_t)n);
@@ -405,9 +437,8 @@ int pcache_save(pcache *c, int seq, const int32_t *ids, int64_t n_held, engine_p
 }
 
 int pcache_load(pcache *c, const char *path, int64_t *n_rows, herr *e) {
-    int slot = 0;
-    while (slot < c->n && c->es[slot].ids) slot++;
-    if (slot == MAX_ENTRIES) return herr_set(e, "the cache has %d entries already", MAX_ENTRIES);
+    const int slot = free_slot(c);
+    if (slot < 0) return herr_set(e, "the cache has %d entries already", MAX_ENTRIES);
     entry en = {0};
     if (entry_read(c, &en, path, false, e) < 0) return -1;
     int rc;
@@ -420,6 +451,7 @@ int pcache_load(pcache *c, const char *path, int64_t *n_rows, herr *e) {
     en.path = xstrdup(path);
     en.t_used = time_now();
     if (slot == c->n) c->n++;
+    entry_free(c, &c->es[slot]);
     c->es[slot] = en;
     c->st.n_loaded++;
     *n_rows = en.n;
@@ -454,7 +486,7 @@ pcache_stats pcache_get_stats(const pcache *c) {
     st.n_entries = 0;
     for (int i = 0; i < c->n; i++) {
         st.n_in_ram += c->es[i].kv != NULL;
-        st.n_entries += c->es[i].ids != NULL;
+        st.n_entries += c->es[i].ids != NULL && !c->es[i].gone;
     }
     return st;
 }

@@ -30,6 +30,9 @@ void pcache_free(pcache *c);
  * naming it. ok(cls, pos) says which positions may be resumed at (NULL: any). */
 int64_t pcache_best(pcache *c, const int32_t *ids, int64_t n, bool (*ok)(const void *, int64_t), const void *cls,
                     int *entry, int *point);
+/* The resume an entry evicted for the budget would have given (0: none): a miss's reason. */
+int64_t pcache_evicted_best(const pcache *c, const int32_t *ids, int64_t n, bool (*ok)(const void *, int64_t),
+                            const void *cls);
 /* Puts sequence seq's state into the cache: its ids [0, n_held) and the points (taken over:
  * freed here if they cannot be kept); the KV rows up to the last point are copied. */
 void pcache_put(pcache *c, int seq, const int32_t *ids, int64_t n_held, engine_point **pts, int n_pts);

@@ -317,6 +317,9 @@ static void slot_start(sched *s, slot *sl, sched_req *r, bool from_cache, int ei
         snprintf(w, sizeof w, "live state of slot %d at %lld", sl->id, (long long)at);
     } else if (r->no_reuse) {
         snprintf(w, sizeof w, "cache_prompt is false");
+    } else if (pcache_evicted_best(s->pc, r->ids, r->n_ids, r->exact ? mark_ok : NULL, r) > 0) {
+        snprintf(w, sizeof w, "evicted: the cache's entry up to row %lld was dropped for --cache-ram",
+                 (long long)pcache_evicted_best(s->pc, r->ids, r->n_ids, r->exact ? mark_ok : NULL, r));
     } else if (sl->n == 0) {
         snprintf(w, sizeof w, "no point (empty slot %d, nothing shared in the cache)", sl->id);
     } else {

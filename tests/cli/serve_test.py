@@ -475,6 +475,10 @@ def main():
     check("--cache-ram 3: evictions happen and the bytes stay under 3 MiB", ev > 0 and used <= 3 * 2 ** 20, f"{ev} {used}")
     r = chat(small, conv_a)
     check("--cache-ram 3: still serving", r["usage"]["completion_tokens"] == 8)
+    r = chat(small, [{"role": "system", "content": "Conversation 0."}, {"role": "user", "content": "Go on."},
+                     {"role": "assistant", "content": "x"}, {"role": "user", "content": "More."}])
+    check("--cache-ram 3: a miss says its entry was evicted", r["timings"]["cache"].startswith("evicted"),
+          r["timings"]["cache"])
     small.stop()
 
     # the API key, and the queue's bound
