@@ -61,9 +61,9 @@ struct sched {
     sched_slot_info *snap;  /* what sched_slots reports, published under mu */
     pcache *pc;             /* the shared prompt cache (engine thread only) */
     pcache_stats pc_stats;  /* its counters, published under mu */
-    bool *erase;            /* slots to empty before the next admission (under mu) */
     struct {                /* a /slots save or restore, run by the engine thread (under mu) */
-        bool busy, done, save;
+        bool busy, done;
+        int kind;           /* JOB_* */
         int slot;
         const char *path;
         int rc;
@@ -428,17 +428,9 @@ static void publish(sched *s) {
     }
 }
 
-/* under s->mu: erasures asked for, then queued requests into free slots, the
- * best-matching slot first */
+/* under s->mu: queued requests into free slots, the best-matching slot first */
 static void admit(sched *s) {
-    for (int k = 0; k < s->o.n_slots; k++) {
-        slot *sl = &s->slots[k];
-        if (!s->erase[k] || sl->state != SLOT_IDLE) continue;
-        s->erase[k] = false;
-        engine_seq_clear(s->eng, k);
-        while (sl->n_pts) slot_drop_point(s, sl, sl->n_pts - 1);
-        sl->n = 0;
-    }
+
     while (s->q_n > 0) {
         sched_req *r = s->q[s->q_head];
         slot *best = NULL;
@@ -556,19 +548,22 @@ static bool busy(const sched *s) {
     return false;
 }
 
-static bool work_asked(const sched *s) {
-    for (int k = 0; k < s->o.n_slots; k++)
-        if (s->erase[k]) return true;
-    return (s->job.busy && !s->job.done);
-}
+static bool work_asked(const sched *s) { return s->job.busy && !s->job.done; }
 
-/* under s->mu: a /slots save or restore */
+enum { JOB_SAVE, JOB_RESTORE, JOB_ERASE };
+
+/* under s->mu: a /slots save, restore or erase, decided on the slot's state as it is now */
 static void run_job(sched *s) {
     if (!s->job.busy || s->job.done) return;
     slot *sl = &s->slots[s->job.slot];
-    if (s->job.save && sl->state != SLOT_IDLE) {
+    if (s->job.kind != JOB_RESTORE && sl->state != SLOT_IDLE) {
         s->job.rc = herr_set(&s->job.e, "slot %d is running a request", sl->id);
-    } else if (s->job.save) {
+    } else if (s->job.kind == JOB_ERASE) {
+        engine_seq_clear(s->eng, sl->id);
+        while (sl->n_pts) slot_drop_point(s, sl, sl->n_pts - 1);
+        sl->n = 0;
+        s->job.rc = 0;
+    } else if (s->job.kind == JOB_SAVE) {
         engine_point *pts[SLOT_POINTS];
         for (int i = 0; i < sl->n_pts; i++) pts[i] = sl->pts[i].p;
         s->job.rc = pcache_save(s->pc, sl->id, sl->ids, sl->n, pts, sl->n_pts, s->job.path, &s->job.n, &s->job.e);
@@ -628,7 +623,6 @@ int sched_start(sched **out, engine *eng, const tokenizer *tok, const sched_opts
     s->spans = xcalloc((size_t)o->n_slots, sizeof *s->spans);
     s->span_slot = xcalloc((size_t)o->n_slots, sizeof *s->span_slot);
     s->snap = xcalloc((size_t)o->n_slots, sizeof *s->snap);
-    s->erase = xcalloc((size_t)o->n_slots, sizeof *s->erase);
     for (int k = 0; k < o->n_slots; k++) s->snap[k].id = k;
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
@@ -672,7 +666,6 @@ void sched_stop(sched *s) {
     free(s->spans);
     free(s->span_slot);
     free(s->snap);
-    free(s->erase);
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->cv);
     pthread_cond_destroy(&s->job_cv);
@@ -721,21 +714,9 @@ int sched_slots(sched *s, sched_slot_info *out, int max) {
     return n;
 }
 
-int sched_slot_erase(sched *s, int k, herr *e) {
-    if (k < 0 || k >= s->o.n_slots) return herr_set(e, "there is no slot %d (-np %d)", k, s->o.n_slots);
-    pthread_mutex_lock(&s->mu);
-    if (s->snap[k].busy) {
-        pthread_mutex_unlock(&s->mu);
-        return herr_set(e, "slot %d is running a request", k);
-    }
-    s->erase[k] = true;
-    pthread_cond_broadcast(&s->cv);
-    pthread_mutex_unlock(&s->mu);
-    return 0;
-}
 
 /* one job at a time; waits for the engine thread to run it */
-static int slot_job(sched *s, bool save, int k, const char *path, int64_t *n, herr *e) {
+static int slot_job(sched *s, int kind, int k, const char *path, int64_t *n, herr *e) {
     if (k < 0 || k >= s->o.n_slots) return herr_set(e, "there is no slot %d (-np %d)", k, s->o.n_slots);
     pthread_mutex_lock(&s->mu);
     while (s->job.busy && !s->stopping) pthread_cond_wait(&s->job_cv, &s->mu);
@@ -745,7 +726,7 @@ static int slot_job(sched *s, bool save, int k, const char *path, int64_t *n, he
     }
     s->job.busy = true;
     s->job.done = false;
-    s->job.save = save;
+    s->job.kind = kind;
     s->job.slot = k;
     s->job.path = path;
     pthread_cond_broadcast(&s->cv);
@@ -759,5 +740,11 @@ static int slot_job(sched *s, bool save, int k, const char *path, int64_t *n, he
     return rc;
 }
 
-int sched_slot_save(sched *s, int k, const char *path, int64_t *n, herr *e) { return slot_job(s, true, k, path, n, e); }
-int sched_slot_restore(sched *s, int k, const char *path, int64_t *n, herr *e) { return slot_job(s, false, k, path, n, e); }
+int sched_slot_save(sched *s, int k, const char *path, int64_t *n, herr *e) { return slot_job(s, JOB_SAVE, k, path, n, e); }
+int sched_slot_restore(sched *s, int k, const char *path, int64_t *n, herr *e) {
+    return slot_job(s, JOB_RESTORE, k, path, n, e);
+}
+int sched_slot_erase(sched *s, int k, herr *e) {
+    int64_t n;
+    return slot_job(s, JOB_ERASE, k, NULL, &n, e);
+}

@@ -79,12 +79,13 @@ async function main() {
   const cold = await server(model, "-np", "1", "--api-key", "k-123");
   const coldc = new OpenAI({ apiKey: "k-123", baseURL: `http://127.0.0.1:${cold.port}/v1`, maxRetries: 0 });
   for (let turn = 2; turn <= 3; turn++) {
-    await fetch(`http://127.0.0.1:${cold.port}/slots/0?action=erase`, { method: "POST", headers: { Authorization: "Bearer k-123" } });
+    const er = await fetch(`http://127.0.0.1:${cold.port}/slots/0?action=erase`, { method: "POST", headers: { Authorization: "Bearer k-123" } });
+    check(`cold server: slot 0 erased before turn ${turn}`, er.status === 200, String(er.status));
     const c = await coldc.chat.completions.create({ model: "m", messages: conv.slice(0, 2 * turn), max_tokens: 24, temperature: 0 });
     check(`openai: turn ${turn} equals a cold server's answer`,
           JSON.stringify(c.choices[0].message) === JSON.stringify(answers[turn - 1].choices[0].message) &&
           c.usage.prompt_tokens_details.cached_tokens === 0,
-          `${JSON.stringify(c.choices[0].message)} vs ${JSON.stringify(answers[turn - 1].choices[0].message)}`);
+          `${JSON.stringify(c.choices[0].message)} vs ${JSON.stringify(answers[turn - 1].choices[0].message)} (cold cached ${c.usage.prompt_tokens_details.cached_tokens}, ${c.timings.cache}; warm: ${answers[turn - 1].timings.cache}, ${answers[turn - 1].timings.prompt_n} prefilled; lengths ${JSON.stringify(c.choices[0].message).length} ${JSON.stringify(answers[turn - 1].choices[0].message).length})`);
   }
   await cold.stop();
 
