@@ -68,7 +68,7 @@ static void entry_free(pcache *c, entry *en) {
     free(en->path);
 }
 
-static int64_t lcp(const int32_t *a, int64_t na, const int32_t *b, int64_t nb) {
+int64_t ids_common_prefix(const int32_t *a, int64_t na, const int32_t *b, int64_t nb) {
     int64_t n = na < nb ? na : nb, i = 0;
     while (i < n && a[i] == b[i]) i++;
     return i;
@@ -144,6 +144,18 @@ static bool rd(FILE *f, void *p, size_t n, uint64_t *h) {
     return true;
 }
 
+/* n bytes into the checksum, not kept */
+static bool rd_skip(FILE *f, uint64_t n, uint64_t *h) {
+    char buf[65536];
+    bool ok = true;
+    for (uint64_t left = n; ok && left;) {
+        size_t k = left < sizeof buf ? (size_t)left : sizeof buf;
+        ok = rd(f, buf, k, h);
+        left -= k;
+    }
+    return ok;
+}
+
 /* Reads en's file: just the ids (full false), or everything into RAM. Refuses (and says
  * why) anything that is not exactly what this engine would have written. */
 static int entry_read(pcache *c, entry *en, const char *path, bool full, herr *e) {
@@ -184,15 +196,7 @@ static int entry_read(pcache *c, entry *en, const char *path, bool full, herr *e
     uint64_t hash_a;
     uint64_t *hash = kv ? kv->hash : xmalloc(8 * (size_t)h.n);
     bool ok = rd(f, &hash_a, 8, &sum) && rd(f, hash, 8 * (size_t)h.n, &sum);
-    if (kv) ok = ok && rd(f, kv->data, h.kv_bytes, &sum);
-    else if (ok) { /* checksum the rest without keeping it */
-        char buf[65536];
-        for (uint64_t left = h.kv_bytes; ok && left;) {
-            size_t k = left < sizeof buf ? (size_t)left : sizeof buf;
-            ok = rd(f, buf, k, &sum);
-            left -= k;
-        }
-    }
+    ok = ok && (kv ? rd(f, kv->data, h.kv_bytes, &sum) : rd_skip(f, h.kv_bytes, &sum));
     for (int i = 0; ok && i < h.n_pts; i++) {
         int64_t p;
         uint64_t ph;
@@ -214,12 +218,7 @@ static int entry_read(pcache *c, entry *en, const char *path, bool full, herr *e
             ok = rd(f, pt->lanes, sizeof(float) * h.n_gdn * h.lane_floats, &sum) &&
                  rd(f, pt->rings, sizeof(float) * h.n_gdn * h.ring_floats, &sum);
         } else {
-            char buf[65536];
-            for (uint64_t left = state; ok && left;) {
-                size_t k = left < sizeof buf ? (size_t)left : sizeof buf;
-                ok = rd(f, buf, k, &sum);
-                left -= k;
-            }
+            ok = rd_skip(f, state, &sum);
         }
     }
     const bool rows_ok = ok && hash_a == engine_ids_hash(c->eng, ids, 0) && hash[h.n - 1] == engine_ids_hash(c->eng, ids, h.n);
@@ -251,6 +250,14 @@ out:
     free(pts);
     free(ids);
     free(pos);
+    return rc;
+}
+
+/* en's file into RAM, dropping the least recently used entries while the budget is short */
+static int entry_read_evicting(pcache *c, entry *en, const char *path, herr *e) {
+    int rc;
+    while ((rc = entry_read(c, en, path, true, e)) < 0 && strstr(e->msg, "cache budget"))
+        if (!pcache_evict_older(c, INFINITY)) break;
     return rc;
 }
 
@@ -306,14 +313,15 @@ void pcache_free(pcache *c) {
     free(c);
 }
 
-int64_t pcache_best(pcache *c, const int32_t *ids, int64_t n, bool (*ok)(const void *, int64_t), const void *cls,
-                    int *entry_out, int *point_out) {
+/* the latest allowed point inside the shared prefix, over the live entries or the evicted */
+static int64_t best_of(const pcache *c, bool gone, const int32_t *ids, int64_t n, bool (*ok)(const void *, int64_t),
+                       const void *cls, int *entry_out, int *point_out) {
     int64_t best = 0;
     *entry_out = *point_out = -1;
     for (int i = 0; i < c->n; i++) {
         const entry *en = &c->es[i];
-        if (en->gone) continue;
-        int64_t common = lcp(en->ids, en->n, ids, n);
+        if (en->gone != gone) continue;
+        int64_t common = ids_common_prefix(en->ids, en->n, ids, n);
         if (common > n - 1) common = n - 1;
         for (int k = en->n_pts - 1; k >= 0; k--) {
             const int64_t pos = en->pt_pos[k];
@@ -328,21 +336,15 @@ int64_t pcache_best(pcache *c, const int32_t *ids, int64_t n, bool (*ok)(const v
     return best;
 }
 
+int64_t pcache_best(pcache *c, const int32_t *ids, int64_t n, bool (*ok)(const void *, int64_t), const void *cls,
+                    int *entry_out, int *point_out) {
+    return best_of(c, false, ids, n, ok, cls, entry_out, point_out);
+}
+
 int64_t pcache_evicted_best(const pcache *c, const int32_t *ids, int64_t n, bool (*ok)(const void *, int64_t),
                             const void *cls) {
-    int64_t best = 0;
-    for (int i = 0; i < c->n; i++) {
-        const entry *en = &c->es[i];
-        if (!en->gone) continue;
-        int64_t common = lcp(en->ids, en->n, ids, n);
-        if (common > n - 1) common = n - 1;
-        for (int k = en->n_pts - 1; k >= 0; k--)
-            if (en->pt_pos[k] <= common && en->pt_pos[k] > best && (!ok || ok(cls, en->pt_pos[k]))) {
-                best = en->pt_pos[k];
-                break;
-            }
-    }
-    return best;
+    int ei, pi;
+    return best_of(c, true, ids, n, ok, cls, &ei, &pi);
 }
 
 /* a free entry slot: an unused one, or the least recently used of the evicted; -1 if none */
@@ -368,7 +370,7 @@ static int put(pcache *c, int seq, const int32_t *ids, int64_t n_held, engine_po
     /* an entry that already holds this prefix and these points: nothing to add */
     for (int i = 0; dedupe && i < c->n; i++) {
         const entry *en = &c->es[i];
-        if (!en->ids || en->gone || en->n < n || lcp(en->ids, en->n, ids, n) < n) continue;
+        if (!en->ids || en->gone || en->n < n || ids_common_prefix(en->ids, en->n, ids, n) < n) continue;
         bool all = true;
         for (int k = 0; k < n_pts && all; k++) {
             bool found = false;
@@ -441,10 +443,7 @@ int pcache_load(pcache *c, const char *path, int64_t *n_rows, herr *e) {
     if (slot < 0) return herr_set(e, "the cache has %d entries already", MAX_ENTRIES);
     entry en = {0};
     if (entry_read(c, &en, path, false, e) < 0) return -1;
-    int rc;
-    while ((rc = entry_read(c, &en, path, true, e)) < 0 && strstr(e->msg, "cache budget"))
-        if (!pcache_evict_older(c, INFINITY)) break;
-    if (rc < 0) {
+    if (entry_read_evicting(c, &en, path, e) < 0) {
         entry_free(c, &en);
         return -1;
     }
@@ -462,10 +461,8 @@ int pcache_restore(pcache *c, int i, int k, int seq, const int32_t **ids, int64_
     entry *en = &c->es[i];
     if (!en->kv) { /* back from its file */
         herr fe;
-        int rc;
-        while ((rc = entry_read(c, en, en->path, true, &fe)) < 0 && strstr(fe.msg, "cache budget"))
-            if (!pcache_evict_older(c, INFINITY)) break;
-        if (rc < 0) return herr_set(e, "the cache file %s could not be read back: %s", en->path, fe.msg);
+        if (entry_read_evicting(c, en, en->path, &fe) < 0)
+            return herr_set(e, "the cache file %s could not be read back: %s", en->path, fe.msg);
         c->st.n_loaded++;
     }
     engine_seq_clear(c->eng, seq);

@@ -23,6 +23,9 @@ typedef struct pcache_stats {
     int64_t disk_bytes;
 } pcache_stats;
 
+/* how many ids a and b share from the start */
+int64_t ids_common_prefix(const int32_t *a, int64_t na, const int32_t *b, int64_t nb);
+
 int pcache_open(pcache **out, engine *eng, const char *dir, herr *e);
 void pcache_free(pcache *c);
 

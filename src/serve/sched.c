@@ -231,12 +231,6 @@ static void slot_add_point(sched *s, slot *sl, engine_point *p) {
     sl->n_pts++;
 }
 
-static int64_t common_prefix(const int32_t *a, int64_t na, const int32_t *b, int64_t nb) {
-    int64_t n = na < nb ? na : nb, i = 0;
-    while (i < n && a[i] == b[i]) i++;
-    return i;
-}
-
 static bool is_mark(const sched_req *r, int64_t pos) {
     int lo = 0, hi = r->n_marks;
     while (lo < hi) {
@@ -252,7 +246,7 @@ static bool is_mark(const sched_req *r, int64_t pos) {
 static int64_t slot_resume(const slot *sl, const sched_req *r, int *pt) {
     *pt = -1;
     if (r->no_reuse) return 0;
-    const int64_t common = common_prefix(sl->ids, sl->n, r->ids, r->n_ids);
+    const int64_t common = ids_common_prefix(sl->ids, sl->n, r->ids, r->n_ids);
     if (!r->exact && sl->n > 0 && common == sl->n && sl->n < r->n_ids) return sl->n; /* the live state */
     const int64_t lim = common < r->n_ids - 1 ? common : r->n_ids - 1;
     for (int i = sl->n_pts - 1; i >= 0; i--) {
@@ -288,10 +282,11 @@ static int64_t cache_resume(sched *s, const sched_req *r, int *ei, int *pi) {
  * own (a point, or its live state), or the shared cache's entry ei when from_cache */
 static void slot_start(sched *s, slot *sl, sched_req *r, bool from_cache, int ei, int pi) {
     int pt;
-    const int64_t common = common_prefix(sl->ids, sl->n, r->ids, r->n_ids);
+    const int64_t common = ids_common_prefix(sl->ids, sl->n, r->ids, r->n_ids);
     int64_t at = from_cache ? 0 : slot_resume(sl, r, &pt);
     char w[sizeof r->cache_why];
     herr e;
+    int64_t gone;
     slot_spill(s, sl, from_cache ? 0 : at);
     if (from_cache) {
         const int32_t *ids;
@@ -317,9 +312,8 @@ static void slot_start(sched *s, slot *sl, sched_req *r, bool from_cache, int ei
         snprintf(w, sizeof w, "live state of slot %d at %lld", sl->id, (long long)at);
     } else if (r->no_reuse) {
         snprintf(w, sizeof w, "cache_prompt is false");
-    } else if (pcache_evicted_best(s->pc, r->ids, r->n_ids, r->exact ? mark_ok : NULL, r) > 0) {
-        snprintf(w, sizeof w, "evicted: the cache's entry up to row %lld was dropped for --cache-ram",
-                 (long long)pcache_evicted_best(s->pc, r->ids, r->n_ids, r->exact ? mark_ok : NULL, r));
+    } else if ((gone = pcache_evicted_best(s->pc, r->ids, r->n_ids, r->exact ? mark_ok : NULL, r)) > 0) {
+        snprintf(w, sizeof w, "evicted: the cache's entry up to row %lld was dropped for --cache-ram", (long long)gone);
     } else if (sl->n == 0) {
         snprintf(w, sizeof w, "no point (empty slot %d, nothing shared in the cache)", sl->id);
     } else {
