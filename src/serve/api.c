@@ -217,7 +217,6 @@ static int read_params(app *a, const cJSON *j, api_kind kind, gen_params *g, her
         if (lp) g->top_logprobs = rc ? (int)i : 0;
         if (lp && kind != API_CHAT) return herr_set(e, "\"logprobs\" is not supported on this endpoint");
     }
-    if (g->top_logprobs >= 0 && g->stream) return herr_set(e, "\"logprobs\" with \"stream\" is not supported yet");
     const cJSON *rf = cJSON_GetObjectItemCaseSensitive(j, "response_format");
     if (rf && !cJSON_IsNull(rf)) {
         const cJSON *t = cJSON_IsObject(rf) ? cJSON_GetObjectItemCaseSensitive(rf, "type") : NULL;
@@ -272,12 +271,15 @@ typedef struct gen {
     int stage;              /* 0 nothing sent, 1 under way, 2 the end written */
     double t_last_send;
     int block, block_type;  /* Anthropic streams: content blocks sent, the open one's type (-1 none) */
+    cJSON *lp_pending;      /* a stream's log-probabilities not yet sent, or NULL */
+    size_t lp_off;          /* legacy completions' text_offset of the next token */
 } gen;
 
 static void gen_free(gen *g) {
     if (g->r) sched_release(g->r);
     cJSON_Delete(g->tool_calls);
     cJSON_Delete(g->tools);
+    cJSON_Delete(g->lp_pending);
     tokdec_free(&g->dec);
     answer_free(&g->ans);
     free(g->content.p);
@@ -285,6 +287,72 @@ static void gen_free(gen *g) {
     free(g->pending.p);
     params_free(&g->p);
     free(g);
+}
+
+static cJSON *token_json(const gen *g, int32_t id, float lp, bool with_bytes) {
+    size_t n;
+    const char *p = tokenizer_piece(g->a->tok, id, true, &n);
+    cJSON *t = cJSON_CreateObject();
+    cJSON_AddItemToObject(t, "token", json_text(p, n));
+    cJSON_AddNumberToObject(t, "logprob", lp);
+    if (with_bytes) {
+        cJSON *b = cJSON_AddArrayToObject(t, "bytes");
+        for (size_t i = 0; i < n; i++) cJSON_AddItemToArray(b, cJSON_CreateNumber((unsigned char)p[i]));
+    }
+    return t;
+}
+
+/* chat's choices[0].logprobs of tokens [from, to): {"content": [{token, logprob, bytes,
+ * top_logprobs}]} */
+static cJSON *chat_logprobs(const gen *g, int64_t from, int64_t to) {
+    const sched_req *r = g->r;
+    const int K = r->top_logprobs;
+    cJSON *o = cJSON_CreateObject(), *c = cJSON_AddArrayToObject(o, "content");
+    for (int64_t k = from; k < to; k++) {
+        cJSON *t = token_json(g, r->out[k], r->lp[k], true), *top = cJSON_AddArrayToObject(t, "top_logprobs");
+        for (int j = 0; j < K; j++) cJSON_AddItemToArray(top, token_json(g, r->top_id[k * K + j], r->top_lp[k * K + j], true));
+        cJSON_AddItemToArray(c, t);
+    }
+    return o;
+}
+
+/* legacy completions' choices[0].logprobs of tokens [from, to): tokens, token_logprobs,
+ * top_logprobs, text_offset (*off: the text's length before token from, moved past to) */
+static cJSON *text_logprobs(const gen *g, int64_t from, int64_t to, size_t *off) {
+    const sched_req *r = g->r;
+    const int K = r->top_logprobs;
+    cJSON *o = cJSON_CreateObject(), *toks = cJSON_AddArrayToObject(o, "tokens");
+    cJSON *lps = cJSON_AddArrayToObject(o, "token_logprobs"), *tops = cJSON_AddArrayToObject(o, "top_logprobs");
+    cJSON *offs = cJSON_AddArrayToObject(o, "text_offset");
+    for (int64_t k = from; k < to; k++) {
+        size_t n;
+        const char *p = tokenizer_piece(g->a->tok, r->out[k], true, &n);
+        cJSON_AddItemToArray(toks, json_text(p, n));
+        cJSON_AddItemToArray(lps, cJSON_CreateNumber(r->lp[k]));
+        cJSON_AddItemToArray(offs, cJSON_CreateNumber((double)*off));
+        *off += n;
+        cJSON *m = cJSON_CreateObject();
+        for (int j = 0; j < K; j++) {
+            const char *q = tokenizer_piece(g->a->tok, r->top_id[k * K + j], true, &n);
+            cJSON *key = json_text(q, n); /* a key must be valid UTF-8 too */
+            if (!cJSON_GetObjectItemCaseSensitive(m, key->valuestring))
+                cJSON_AddNumberToObject(m, key->valuestring, r->top_lp[k * K + j]);
+            cJSON_Delete(key);
+        }
+        cJSON_AddItemToArray(tops, m);
+    }
+    return o;
+}
+
+/* a stream's log-probabilities not yet sent: src's arrays appended to dst's (same names) */
+static cJSON *lp_merge(cJSON *dst, cJSON *src) {
+    if (!dst) return src;
+    for (cJSON *a = src->child; a; a = a->next) {
+        cJSON *d = cJSON_GetObjectItemCaseSensitive(dst, a->string);
+        while (cJSON_GetArraySize(a) > 0) cJSON_AddItemToArray(d, cJSON_DetachItemFromArray(a, 0));
+    }
+    cJSON_Delete(src);
+    return dst;
 }
 
 /* Waits for tokens (up to timeout_s), decodes them and hands the text to the answer, whose
@@ -297,6 +365,9 @@ static void gen_pull(gen *g, double timeout_s) {
     int32_t *ids = xmalloc(sizeof(int32_t) * (size_t)(n - g->n_seen + 1));
     if (n > g->n_seen) memcpy(ids, g->r->out + g->n_seen, sizeof(int32_t) * (size_t)(n - g->n_seen));
     const sched_finish fin = g->r->finish;
+    if (g->p.stream && g->r->top_logprobs >= 0 && n > g->n_seen) /* sent with the next chunk */
+        g->lp_pending = lp_merge(g->lp_pending, g->kind == API_CHAT ? chat_logprobs(g, g->n_seen, n)
+                                                                    : text_logprobs(g, g->n_seen, n, &g->lp_off));
     pthread_mutex_unlock(&g->r->mu);
     buf text = {0};
     char piece[512];
@@ -440,6 +511,8 @@ static cJSON *chat_chunk(gen *g, cJSON *delta, const char *finish) {
     cJSON *ch = cJSON_AddArrayToObject(j, "choices"), *c0 = cJSON_CreateObject();
     cJSON_AddNumberToObject(c0, "index", 0);
     cJSON_AddItemToObject(c0, "delta", delta);
+    if (g->lp_pending) cJSON_AddItemToObject(c0, "logprobs", g->lp_pending);
+    g->lp_pending = NULL;
     if (finish) cJSON_AddStringToObject(c0, "finish_reason", finish);
     else cJSON_AddNullToObject(c0, "finish_reason");
     cJSON_AddItemToArray(ch, c0);
@@ -451,7 +524,9 @@ static cJSON *text_chunk(gen *g, const char *s, size_t n, const char *finish) {
     cJSON *ch = cJSON_AddArrayToObject(j, "choices"), *c0 = cJSON_CreateObject();
     cJSON_AddItemToObject(c0, "text", json_text(s, n));
     cJSON_AddNumberToObject(c0, "index", 0);
-    cJSON_AddNullToObject(c0, "logprobs");
+    if (g->lp_pending) cJSON_AddItemToObject(c0, "logprobs", g->lp_pending);
+    else cJSON_AddNullToObject(c0, "logprobs");
+    g->lp_pending = NULL;
     if (finish) cJSON_AddStringToObject(c0, "finish_reason", finish);
     else cJSON_AddNullToObject(c0, "finish_reason");
     cJSON_AddItemToArray(ch, c0);
@@ -511,60 +586,6 @@ static void gen_emit(gen *g, bool reasoning, const char *s, size_t n) {
     } else {
         sse(g, completion_json(g, s, n, false));
     }
-}
-
-static cJSON *token_json(const gen *g, int32_t id, float lp, bool with_bytes) {
-    size_t n;
-    const char *p = tokenizer_piece(g->a->tok, id, true, &n);
-    cJSON *t = cJSON_CreateObject();
-    cJSON_AddItemToObject(t, "token", json_text(p, n));
-    cJSON_AddNumberToObject(t, "logprob", lp);
-    if (with_bytes) {
-        cJSON *b = cJSON_AddArrayToObject(t, "bytes");
-        for (size_t i = 0; i < n; i++) cJSON_AddItemToArray(b, cJSON_CreateNumber((unsigned char)p[i]));
-    }
-    return t;
-}
-
-/* chat's choices[0].logprobs: {"content": [{token, logprob, bytes, top_logprobs}]} */
-static cJSON *chat_logprobs(const gen *g) {
-    const sched_req *r = g->r;
-    const int K = r->top_logprobs;
-    cJSON *o = cJSON_CreateObject(), *c = cJSON_AddArrayToObject(o, "content");
-    for (int64_t k = 0; k < r->n_out; k++) {
-        cJSON *t = token_json(g, r->out[k], r->lp[k], true), *top = cJSON_AddArrayToObject(t, "top_logprobs");
-        for (int j = 0; j < K; j++) cJSON_AddItemToArray(top, token_json(g, r->top_id[k * K + j], r->top_lp[k * K + j], true));
-        cJSON_AddItemToArray(c, t);
-    }
-    return o;
-}
-
-/* legacy completions' choices[0].logprobs: tokens, token_logprobs, top_logprobs, text_offset */
-static cJSON *text_logprobs(const gen *g) {
-    const sched_req *r = g->r;
-    const int K = r->top_logprobs;
-    cJSON *o = cJSON_CreateObject(), *toks = cJSON_AddArrayToObject(o, "tokens");
-    cJSON *lps = cJSON_AddArrayToObject(o, "token_logprobs"), *tops = cJSON_AddArrayToObject(o, "top_logprobs");
-    cJSON *offs = cJSON_AddArrayToObject(o, "text_offset");
-    size_t off = 0;
-    for (int64_t k = 0; k < r->n_out; k++) {
-        size_t n;
-        const char *p = tokenizer_piece(g->a->tok, r->out[k], true, &n);
-        cJSON_AddItemToArray(toks, json_text(p, n));
-        cJSON_AddItemToArray(lps, cJSON_CreateNumber(r->lp[k]));
-        cJSON_AddItemToArray(offs, cJSON_CreateNumber((double)off));
-        off += n;
-        cJSON *m = cJSON_CreateObject();
-        for (int j = 0; j < K; j++) {
-            const char *q = tokenizer_piece(g->a->tok, r->top_id[k * K + j], true, &n);
-            cJSON *key = json_text(q, n); /* a key must be valid UTF-8 too */
-            if (!cJSON_GetObjectItemCaseSensitive(m, key->valuestring))
-                cJSON_AddNumberToObject(m, key->valuestring, r->top_lp[k * K + j]);
-            cJSON_Delete(key);
-        }
-        cJSON_AddItemToArray(tops, m);
-    }
-    return o;
 }
 
 static void gen_call(gen *g, cJSON *call);
@@ -782,7 +803,7 @@ static void gen_run(app *a, const http_call *c, http_out *o, api_kind kind, gen_
         if (g->reasoning.len) cJSON_AddItemToObject(msg, "reasoning_content", json_text(g->reasoning.p, g->reasoning.len));
         cJSON_AddItemToObject(c0, "message", msg);
         cJSON_AddStringToObject(c0, "finish_reason", finish_reason(g));
-        if (g->r->top_logprobs >= 0) cJSON_AddItemToObject(c0, "logprobs", chat_logprobs(g));
+        if (g->r->top_logprobs >= 0) cJSON_AddItemToObject(c0, "logprobs", chat_logprobs(g, 0, g->r->n_out));
         else cJSON_AddNullToObject(c0, "logprobs");
         cJSON_AddItemToArray(ch, c0);
         cJSON_AddItemToObject(j, "usage", usage_json(g));
@@ -816,7 +837,8 @@ static void gen_run(app *a, const http_call *c, http_out *o, api_kind kind, gen_
         j = text_chunk(g, g->content.p ? g->content.p : "", g->content.len, finish_reason(g));
         if (g->r->top_logprobs >= 0) {
             cJSON *c0 = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(j, "choices"), 0);
-            cJSON_ReplaceItemInObjectCaseSensitive(c0, "logprobs", text_logprobs(g));
+            size_t off = 0;
+            cJSON_ReplaceItemInObjectCaseSensitive(c0, "logprobs", text_logprobs(g, 0, g->r->n_out, &off));
         }
         cJSON_AddItemToObject(j, "usage", usage_json(g));
         cJSON_AddItemToObject(j, "timings", timings_json(g));

@@ -194,6 +194,20 @@ def main():
     tl = j["choices"][0]["logprobs"] if st == 200 else {}
     check("/v1/completions logprobs: one entry per token", st == 200 and len(tl["token_logprobs"]) == 6 and
           len(tl["top_logprobs"]) == 6 and len(tl["tokens"]) == 6, str(tl)[:300])
+    # streamed, the same entries arrive spread over the chunks, in order: equal to the whole
+    # answer's (the same greedy tokens, the same float printed the same way)
+    st, _, ev = s.stream("/v1/chat/completions", {"messages": msgs, "max_tokens": 8, "temperature": 0,
+                                                  "ignore_eos": True, "logprobs": True, "top_logprobs": 3,
+                                                  "stream": True})
+    slp = [t for e in ev if e != "[DONE]" for c in e["choices"] if c.get("logprobs")
+           for t in c["logprobs"]["content"]]
+    check("streamed chat logprobs equal the whole answer's", st == 200 and slp == lp, f"{slp[:2]} vs {lp[:2]}")
+    st, _, ev = s.stream("/v1/completions", {"prompt": prompt_ids, "max_tokens": 6, "temperature": 0,
+                                             "ignore_eos": True, "logprobs": 2, "stream": True})
+    stl = {k: [x for e in ev if e != "[DONE]" for c in e["choices"] if c.get("logprobs") for x in c["logprobs"][k]]
+           for k in ("tokens", "token_logprobs", "top_logprobs", "text_offset")}
+    check("streamed /v1/completions logprobs equal the whole answer's (text_offset runs on)", st == 200 and stl == tl,
+          f"{stl} vs {tl}"[:300])
     # penalties: this random model's greedy answer never repeats an id, so a penalty has nothing
     # to push away; pulled the other way (a repeat "penalty" of 0.01 multiplies every positive
     # logit of an id in the context by 100) greedy must pick only ids of the context
@@ -263,8 +277,6 @@ def main():
          json.dumps({"messages": msgs, "presence_penalty": 5}).encode(), 400),
         ("top_logprobs without logprobs", "/v1/chat/completions",
          json.dumps({"messages": msgs, "top_logprobs": 2}).encode(), 400),
-        ("logprobs with stream refused by name", "/v1/chat/completions",
-         json.dumps({"messages": msgs, "logprobs": True, "stream": True}).encode(), 400),
         ("json_object refused by name", "/v1/chat/completions",
          json.dumps({"messages": msgs, "response_format": {"type": "json_object"}}).encode(), 400),
         ("prompt longer than the context", "/completion", json.dumps({"prompt": [1] * 5000}).encode(), 400),
