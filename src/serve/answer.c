@@ -3,6 +3,7 @@
 #include "base/util.h"
 
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -21,7 +22,9 @@ void answer_init(answer *a, const answer_opts *o, answer_sink sink, void *cls) {
 
 void answer_free(answer *a) {
     free(a->text);
-    a->text = NULL;
+    free(a->call_name);
+    free(a->param);
+    a->text = a->call_name = a->param = NULL;
 }
 
 /* ---------------------------------------------------------------- tool calls */
@@ -49,65 +52,29 @@ static const char *param_type(const cJSON *tools, const char *name, const char *
     return NULL;
 }
 
-static cJSON *call_of(const char *name, const cJSON *args) {
-    cJSON *out = cJSON_CreateObject();
-    cJSON_AddStringToObject(out, "name", name);
-    char *s = !args ? xstrdup("{}") : cJSON_IsString(args) ? xstrdup(args->valuestring) : cJSON_PrintUnformatted(args);
-    cJSON_AddStringToObject(out, "arguments", s);
-    free(s);
-    return out;
-}
-
-/* Qwen3.5's <function=NAME><parameter=P>value</parameter>...</function>, or NULL */
-static cJSON *call_xml(const cJSON *tools, const char *body) {
-    const char *name0 = body + STR_LEN("<function="), *gt = strchr(name0, '>');
-    if (!gt) return NULL;
-    char *name = trimmed(name0, (size_t)(gt - name0));
-    cJSON *args = cJSON_CreateObject(), *out = NULL;
-    const char *q = gt + 1;
-    bool ok = name[0] != 0;
-    for (const char *ps; ok && (ps = strstr(q, "<parameter="));) {
-        const char *pgt = strchr(ps, '>'), *pe = pgt ? strstr(pgt, "</parameter>") : NULL;
-        const char *fe = strstr(q, "</function>");
-        if (fe && fe < ps) break; /* parameters end with the function */
-        if (!pgt || !pe) { ok = false; break; }
-        char *pname = trimmed(ps + STR_LEN("<parameter="), (size_t)(pgt - ps) - STR_LEN("<parameter="));
-        char *val = trimmed(pgt + 1, (size_t)(pe - pgt - 1));
-        const char *ty = param_type(tools, name, pname);
-        cJSON *v = ty && !strcmp(ty, "string") ? NULL : cJSON_Parse(val);
-        cJSON_AddItemToObject(args, pname, v ? v : cJSON_CreateString(val));
-        free(pname);
-        free(val);
-        q = pe + STR_LEN("</parameter>");
-    }
-    if (ok && strstr(q, "</function>")) out = call_of(name, args);
-    cJSON_Delete(args);
-    free(name);
-    return out;
-}
-
-/* One <tool_call> body in either format; NULL when it is neither. */
-static cJSON *call_parse(const cJSON *tools, const char *s, size_t n) {
+/* Qwen3's {"name": ..., "arguments": {...}} body: the name and the arguments' JSON text
+ * (both the caller's to free), or false when it is not one */
+static bool call_json(const char *s, size_t n, char **name_out, char **args_out) {
     char *body = trimmed(s, n);
-    cJSON *out = NULL;
-    if (body[0] == '{') { /* Qwen3's JSON */
-        cJSON *j = cJSON_Parse(body);
-        const cJSON *name = cJSON_GetObjectItemCaseSensitive(j, "name");
-        const cJSON *args = cJSON_GetObjectItemCaseSensitive(j, "arguments");
-        if (cJSON_IsString(name) && name->valuestring[0] && (!args || cJSON_IsObject(args) || cJSON_IsString(args)))
-            out = call_of(name->valuestring, args);
-        cJSON_Delete(j);
-    } else if (!strncmp(body, "<function=", STR_LEN("<function="))) {
-        out = call_xml(tools, body);
-    }
+    cJSON *j = body[0] == '{' ? cJSON_Parse(body) : NULL;
     free(body);
-    return out;
+    const cJSON *name = cJSON_GetObjectItemCaseSensitive(j, "name");
+    const cJSON *args = cJSON_GetObjectItemCaseSensitive(j, "arguments");
+    const bool ok = cJSON_IsString(name) && name->valuestring[0] && (!args || cJSON_IsObject(args) || cJSON_IsString(args));
+    if (ok) {
+        *name_out = xstrdup(name->valuestring);
+        *args_out = !args ? xstrdup("{}") : cJSON_IsString(args) ? xstrdup(args->valuestring) : cJSON_PrintUnformatted(args);
+    }
+    cJSON_Delete(j);
+    return ok;
 }
+
+static bool is_space(char c) { return c == '\n' || c == ' ' || c == '\t' || c == '\r'; }
 
 /* ---------------------------------------------------------------- the split */
 
 static void emit(answer *a, answer_part part, const char *s, size_t n) {
-    if (n) a->sink(a->cls, part, s, n, NULL);
+    if (n) a->sink(a->cls, part, s, n);
 }
 
 /* the bytes at the end of p[0..n) that could begin tag: how many to hold back */
@@ -117,10 +84,179 @@ static size_t partial_tag(const char *p, size_t n, const char *tag, size_t tag_l
     return 0;
 }
 
+/* s[0..n) as the inside of a JSON string, escaped as cJSON prints one */
+static void emit_escaped(answer *a, const char *s, size_t n) {
+    char out[256];
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (k + 8 > sizeof out) { emit(a, ANSWER_CALL_ARGS, out, k); k = 0; }
+        const unsigned char c = (unsigned char)s[i];
+        const char *esc = c == '"' ? "\\\"" : c == '\\' ? "\\\\" : c == '\b' ? "\\b" : c == '\f' ? "\\f"
+                          : c == '\n' ? "\\n" : c == '\r' ? "\\r" : c == '\t' ? "\\t" : NULL;
+        if (esc) { memcpy(out + k, esc, 2); k += 2; }
+        else if (c < 32) k += (size_t)snprintf(out + k, sizeof out - k, "\\u%04x", c);
+        else out[k++] = (char)c;
+    }
+    emit(a, ANSWER_CALL_ARGS, out, k);
+}
+
+/* the next member's start: `{"name":` or `,"name":` */
+static void emit_key(answer *a, const char *name) {
+    emit(a, ANSWER_CALL_ARGS, a->args_open ? "," : "{", 1);
+    a->args_open = true;
+    emit(a, ANSWER_CALL_ARGS, "\"", 1);
+    emit_escaped(a, name, strlen(name));
+    emit(a, ANSWER_CALL_ARGS, "\":", 2);
+}
+
+/* the arguments closed: "}" (or "{}") */
+static void close_args(answer *a) {
+    emit(a, ANSWER_CALL_ARGS, a->args_open ? "}" : "{}", a->args_open ? 1 : 2);
+    free(a->param);
+    a->param = NULL;
+    a->call = 3;
+}
+
+static void end_call(answer *a) {
+    a->sink(a->cls, ANSWER_CALL_END, "", 0);
+    free(a->call_name);
+    a->call_name = NULL;
+    a->call = 0;
+    a->args_open = false;
+    a->skip_nl = true;
+}
+
+/* how many bytes p[0..n) starts with of tag: n when all of p could begin it, the tag's length
+ * when p begins with it, 0 when it cannot be it */
+static size_t tag_at(const char *p, size_t n, const char *tag) {
+    const size_t tl = strlen(tag), m = n < tl ? n : tl;
+    return memcmp(p, tag, m) ? 0 : m;
+}
+
+/* `<prefix NAME>` at p (prefix matched): NAME's end ('>') or NULL: none yet (*bad: it cannot
+ * be a name, a '<' or a newline came first) */
+static const char *name_end(const char *p, size_t n, size_t prefix, bool *bad) {
+    *bad = false;
+    for (size_t i = prefix; i < n; i++) {
+        if (p[i] == '>') return p + i;
+        if (p[i] == '<' || p[i] == '\n') { *bad = true; return NULL; }
+    }
+    return NULL;
+}
+
+/* the length of an incomplete UTF-8 character at the end of p[0..n) */
+static size_t utf8_tail(const char *p, size_t n) {
+    for (size_t k = 1; k <= 3 && k <= n; k++) {
+        const unsigned char c = (unsigned char)p[n - k];
+        if ((c & 0xc0) == 0x80) continue; /* a continuation byte: look further back */
+        const size_t len = c >= 0xf0 ? 4 : c >= 0xe0 ? 3 : c >= 0xc0 ? 2 : 1;
+        return len > k ? k : 0;
+    }
+    return 0;
+}
+
+/* One step of a Qwen3.5 call at p[0..n) (a->emitted); false: wait for more text. */
+static bool call_step(answer *a, const char *p, size_t n) {
+    static const char FN_CLOSE[] = "</function>", PARAM_OPEN[] = "<parameter=", PARAM_CLOSE[] = "</parameter>";
+    if (a->call == 1) { /* between parameters */
+        size_t ws = 0;
+        while (ws < n && is_space(p[ws])) ws++;
+        a->emitted += ws;
+        p += ws, n -= ws;
+        if (!n) {
+            if (!a->finished) return false;
+            close_args(a);
+            end_call(a);
+            return true;
+        }
+        size_t m = tag_at(p, n, FN_CLOSE);
+        if (m == STR_LEN(FN_CLOSE)) {
+            a->emitted += m;
+            close_args(a);
+            return true;
+        }
+        if (m == n && !a->finished) return false;
+        m = tag_at(p, n, PARAM_OPEN);
+        if (m == STR_LEN(PARAM_OPEN)) {
+            bool bad;
+            const char *gt = name_end(p, n, m, &bad);
+            if (gt) {
+                a->param = trimmed(p + m, (size_t)(gt - p) - m);
+                const char *ty = param_type(a->o.tools, a->call_name, a->param);
+                a->param_text = ty && !strcmp(ty, "string");
+                a->value_open = false;
+                a->emitted += (size_t)(gt - p) + 1;
+                a->call = 2;
+                return true;
+            }
+            if (!bad && !a->finished) return false;
+        } else if (m == n && !a->finished) {
+            return false;
+        }
+        close_args(a); /* anything else ends the arguments */
+        return true;
+    }
+    if (a->call == 2) { /* a parameter's value, up to </parameter> */
+        const char *end = memmem(p, n, PARAM_CLOSE, STR_LEN(PARAM_CLOSE));
+        if (!a->param_text) { /* JSON where it parses: the value is needed whole */
+            if (!end && !a->finished) return false;
+            const size_t len = end ? (size_t)(end - p) : n;
+            char *val = trimmed(p, len);
+            cJSON *v = cJSON_Parse(val);
+            if (!v) v = cJSON_CreateString(val);
+            char *js = cJSON_PrintUnformatted(v);
+            emit_key(a, a->param);
+            emit(a, ANSWER_CALL_ARGS, js, strlen(js));
+            free(js);
+            cJSON_Delete(v);
+            free(val);
+            a->emitted += len + (end ? STR_LEN(PARAM_CLOSE) : 0);
+        } else { /* text: out as it comes, less the leading and trailing blanks */
+            if (!a->value_open) {
+                size_t ws = 0;
+                while (ws < (end ? (size_t)(end - p) : n) && is_space(p[ws])) ws++;
+                a->emitted += ws;
+                p += ws, n -= ws;
+                if (!end && !n && !a->finished) return false;
+                emit_key(a, a->param);
+                emit(a, ANSWER_CALL_ARGS, "\"", 1);
+                a->value_open = true;
+            }
+            size_t len = end ? (size_t)(end - p) : n, keep = 0;
+            if (!end && !a->finished) keep = partial_tag(p, n, PARAM_CLOSE, STR_LEN(PARAM_CLOSE));
+            size_t out = len - keep;
+            while (out && is_space(p[out - 1])) out--; /* blanks: out only when text follows */
+            if (!end && !a->finished) out -= utf8_tail(p, out);
+            emit_escaped(a, p, out);
+            if (!end && !a->finished) {
+                a->emitted += out;
+                return false;
+            }
+            emit(a, ANSWER_CALL_ARGS, "\"", 1);
+            a->emitted += len + (end ? STR_LEN(PARAM_CLOSE) : 0);
+        }
+        free(a->param);
+        a->param = NULL;
+        a->call = 1;
+        return true;
+    }
+    /* a->call == 3: what follows </function>, up to and with </tool_call>, is dropped */
+    const char *end = memmem(p, n, CALL_CLOSE, STR_LEN(CALL_CLOSE));
+    if (end) {
+        a->emitted += (size_t)(end - p) + STR_LEN(CALL_CLOSE);
+        end_call(a);
+        return true;
+    }
+    const size_t keep = a->finished ? 0 : partial_tag(p, n, CALL_CLOSE, STR_LEN(CALL_CLOSE));
+    a->emitted += n - keep;
+    if (a->finished) end_call(a);
+    return a->finished;
+}
+
 /* Hands out text [emitted, safe). */
 static void split(answer *a, size_t safe) {
-    while (a->emitted < safe) {
-        if (a->skip_nl) { /* the newlines after a closing tag, however they arrive */
+    while (a->emitted < safe || (a->finished && a->call)) { /* (a call cut off is closed) */
+        if (a->skip_nl && a->emitted < safe) { /* the newlines after a closing tag, however they arrive */
             if (a->text[a->emitted] == '\n') { a->emitted++; continue; }
             a->skip_nl = false;
         }
@@ -150,6 +286,10 @@ static void split(answer *a, size_t safe) {
             a->emitted += n - keep;
             return;
         }
+        if (a->call) {
+            if (!call_step(a, p, n)) return;
+            continue;
+        }
         if (!a->o.tools) {
             emit(a, ANSWER_CONTENT, p, n);
             a->emitted = safe;
@@ -166,19 +306,46 @@ static void split(answer *a, size_t safe) {
         a->emitted += (size_t)(at - p);
         const char *body = at + STR_LEN(CALL_OPEN);
         const size_t avail = safe - (size_t)(body - a->text);
+        size_t ws = 0;
+        while (ws < avail && is_space(body[ws])) ws++;
+        if (ws == avail && !a->finished) return; /* which format is not known yet */
+        /* Qwen3.5's <function=NAME>: the call starts here and streams */
+        static const char FN_OPEN[] = "<function=";
+        const size_t m = tag_at(body + ws, avail - ws, FN_OPEN);
+        if (m && m < STR_LEN(FN_OPEN) && !a->finished) return;
+        if (m == STR_LEN(FN_OPEN)) {
+            bool bad;
+            const char *gt = name_end(body + ws, avail - ws, m, &bad);
+            if (!gt && !bad && !a->finished) return;
+            char *name = gt ? trimmed(body + ws + m, (size_t)(gt - body - ws) - m) : NULL;
+            if (name && name[0]) {
+                a->n_calls++;
+                a->sink(a->cls, ANSWER_CALL_START, name, strlen(name));
+                a->call_name = name;
+                a->call = 1;
+                a->emitted = (size_t)(gt + 1 - a->text);
+                continue;
+            }
+            free(name);
+        }
+        /* else the block is needed whole: Qwen3's JSON, or content */
         const char *end = memmem(body, avail, CALL_CLOSE, STR_LEN(CALL_CLOSE));
         if (!end && !a->finished) return; /* the call is still coming */
         const size_t body_len = end ? (size_t)(end - body) : avail;
         const size_t whole = STR_LEN(CALL_OPEN) + body_len + (end ? STR_LEN(CALL_CLOSE) : 0);
-        cJSON *call = call_parse(a->o.tools, body, body_len);
-        if (call) {
+        char *name, *args;
+        if (call_json(body, body_len, &name, &args)) {
             a->n_calls++;
-            a->sink(a->cls, ANSWER_CALL, NULL, 0, call);
+            a->sink(a->cls, ANSWER_CALL_START, name, strlen(name));
+            emit(a, ANSWER_CALL_ARGS, args, strlen(args));
+            a->sink(a->cls, ANSWER_CALL_END, "", 0);
+            free(name);
+            free(args);
+            a->skip_nl = true;
         } else {
             emit(a, ANSWER_CONTENT, at, whole);
         }
         a->emitted += whole;
-        a->skip_nl = call != NULL;
     }
 }
 

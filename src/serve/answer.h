@@ -7,8 +7,13 @@
  * Tool calls, in both formats these models write, between <tool_call> and </tool_call>:
  *   Qwen3:        {"name": "f", "arguments": {"x": 1}}
  *   Qwen3.5/3.6:  <function=f><parameter=x>1</parameter></function>
- * A parameter's value is text when the tool's schema says "string", else JSON where it
- * parses as JSON (else text). A block that is neither format is handed out as content. */
+ * A call is handed out as CALL_START (its name), CALL_ARGS (pieces of its arguments' JSON
+ * text, which joined make one object) and CALL_END. A Qwen3.5 call starts as soon as its
+ * <function=NAME> is read, and its arguments follow a parameter at a time, a string
+ * parameter's text as it comes, so a client sees a long argument being written. A parameter's
+ * value is text when the tool's schema says "string", else JSON where it parses as JSON (else
+ * text). A call cut off (by the length limit or a stop string) is closed where it ends. A
+ * Qwen3 call comes whole once it ends; a block in neither format is handed out as content. */
 #ifndef HEARTH_SERVE_ANSWER_H
 #define HEARTH_SERVE_ANSWER_H
 
@@ -16,10 +21,16 @@
 #include <stddef.h>
 #include <cjson/cJSON.h>
 
-typedef enum answer_part { ANSWER_REASONING, ANSWER_CONTENT, ANSWER_CALL } answer_part;
+typedef enum answer_part {
+    ANSWER_REASONING,
+    ANSWER_CONTENT,
+    ANSWER_CALL_START, /* s: the function's name */
+    ANSWER_CALL_ARGS,  /* s: the next piece of the arguments' JSON text */
+    ANSWER_CALL_END,   /* n = 0 */
+} answer_part;
 
-/* text parts: s[0..n); a call: {"name": str, "arguments": JSON text}, the sink's to delete */
-typedef void (*answer_sink)(void *cls, answer_part part, const char *s, size_t n, cJSON *call);
+/* each part's bytes are s[0..n) */
+typedef void (*answer_sink)(void *cls, answer_part part, const char *s, size_t n);
 
 typedef struct answer_opts {
     bool split_think;       /* else a thinking block stays in the content */
@@ -42,7 +53,14 @@ typedef struct answer {
     bool skip_nl;           /* after </think> or a call: newlines are dropped */
     bool finished;
     const char *stop_word;  /* the stop string found, or NULL */
-    int n_calls;
+    int n_calls;            /* calls started */
+    /* a Qwen3.5 call being read: 0 none, 1 its parameters, 2 a parameter's value, 3 after
+     * </function> up to </tool_call> */
+    int call;
+    char *call_name, *param;
+    bool args_open;         /* "{" handed out */
+    bool param_text;        /* the value is a string, handed out as it comes */
+    bool value_open;        /* its opening quote handed out */
 } answer;
 
 void answer_init(answer *a, const answer_opts *o, answer_sink sink, void *cls);

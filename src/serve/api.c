@@ -38,6 +38,7 @@ typedef struct app {
     char *bos_text, *eos_text;
     pthread_mutex_t id_mu;
     uint64_t next_id;
+    int32_t *script;        /* HEARTH_TEST_REPLY's ids, or NULL */
 } app;
 
 /* ---------------------------------------------------------------- small things */
@@ -272,6 +273,8 @@ typedef struct gen {
     double t_last_send;
     int block, block_type;  /* Anthropic streams: content blocks sent, the open one's type (-1 none) */
     cJSON *lp_pending;      /* a stream's log-probabilities not yet sent, or NULL */
+    char *call_name;        /* the tool call being read: its name and (whole answers) arguments */
+    buf call_args;
     size_t lp_off;          /* legacy completions' text_offset of the next token */
 } gen;
 
@@ -280,6 +283,8 @@ static void gen_free(gen *g) {
     cJSON_Delete(g->tool_calls);
     cJSON_Delete(g->tools);
     cJSON_Delete(g->lp_pending);
+    free(g->call_name);
+    free(g->call_args.p);
     tokdec_free(&g->dec);
     answer_free(&g->ans);
     free(g->content.p);
@@ -495,13 +500,13 @@ static cJSON *messages_usage(const gen *g) {
     return u;
 }
 
-/* the tool_use block of a parsed call {"name", "arguments" (JSON text)} */
-static cJSON *tool_use_block(const char *id, const cJSON *call, bool empty_input) {
+/* the tool_use block of a whole answer's call {"name", "arguments" (JSON text)} */
+static cJSON *tool_use_block(const char *id, const cJSON *call) {
     cJSON *b = cJSON_CreateObject();
     cJSON_AddStringToObject(b, "type", "tool_use");
     cJSON_AddStringToObject(b, "id", id);
     cJSON_AddStringToObject(b, "name", cJSON_GetObjectItemCaseSensitive(call, "name")->valuestring);
-    cJSON *in = empty_input ? NULL : cJSON_Parse(cJSON_GetObjectItemCaseSensitive(call, "arguments")->valuestring);
+    cJSON *in = cJSON_Parse(cJSON_GetObjectItemCaseSensitive(call, "arguments")->valuestring);
     cJSON_AddItemToObject(b, "input", in ? in : cJSON_CreateObject());
     return b;
 }
@@ -588,50 +593,90 @@ static void gen_emit(gen *g, bool reasoning, const char *s, size_t n) {
     }
 }
 
-static void gen_call(gen *g, cJSON *call);
-
-/* answer.h's sink */
-static void gen_part(void *cls, answer_part part, const char *s, size_t n, cJSON *call) {
-    gen *g = cls;
-    if (part == ANSWER_CALL) gen_call(g, call);
-    else gen_emit(g, part == ANSWER_REASONING, s, n);
+/* a tool call's id: call_… on OpenAI's endpoints, toolu_… on Anthropic's */
+static void call_id(const gen *g, int k, char *id, size_t cap) {
+    snprintf(id, cap, "%s_%s_%d", g->kind == API_MESSAGES ? "toolu" : "call", g->id + strlen(g->id) - 8, k);
 }
 
-/* a parsed tool call: one delta with the whole call, or into the answer's list */
-static void gen_call(gen *g, cJSON *call) {
-    cJSON *tc = cJSON_CreateObject();
+/* OpenAI's streamed tool-call delta: the call's index, and what of it is new */
+static void call_delta(gen *g, cJSON *tc) {
+    cJSON *d = cJSON_CreateObject(), *arr = cJSON_AddArrayToObject(d, "tool_calls");
+    cJSON_AddItemToArray(arr, tc);
+    sse(g, chat_chunk(g, d, NULL));
+}
+
+/* A tool call as answer.h hands it out: its start (the name), pieces of its arguments, its
+ * end. Streamed, each piece goes out as it comes (OpenAI's tool_calls deltas, Anthropic's
+ * input_json_delta); whole, the call joins the answer's list. */
+static void gen_call(gen *g, answer_part part, const char *s, size_t n) {
     char id[40];
     const int k = g->ans.n_calls - 1;
-    snprintf(id, sizeof id, "call_%s_%d", g->id + strlen(g->id) - 8, k);
-    if (g->kind == API_MESSAGES) snprintf(id, sizeof id, "toolu_%s_%d", g->id + strlen(g->id) - 8, k);
-    if (g->kind == API_MESSAGES && g->p.stream) { /* a tool_use block: its input as one JSON delta */
-        block_close(g);
-        block_open(g, tool_use_block(id, call, true));
-        cJSON *j = cJSON_CreateObject(), *d = cJSON_CreateObject();
-        cJSON_AddStringToObject(j, "type", "content_block_delta");
-        cJSON_AddNumberToObject(j, "index", g->block - 1);
-        cJSON_AddStringToObject(d, "type", "input_json_delta");
-        cJSON_AddStringToObject(d, "partial_json", cJSON_GetObjectItemCaseSensitive(call, "arguments")->valuestring);
-        cJSON_AddItemToObject(j, "delta", d);
-        sse_event(g, "content_block_delta", j);
-        g->block_type = 2;
-        block_close(g);
-        cJSON_Delete(call);
-        cJSON_Delete(tc);
-        return;
+    call_id(g, k, id, sizeof id);
+    if (part == ANSWER_CALL_START) {
+        g->call_args.len = 0;
+        free(g->call_name);
+        g->call_name = xmalloc(n + 1);
+        memcpy(g->call_name, s, n);
+        g->call_name[n] = 0;
+        if (!g->p.stream) return;
+        if (g->kind == API_MESSAGES) {
+            block_close(g);
+            cJSON *b = cJSON_CreateObject();
+            cJSON_AddStringToObject(b, "type", "tool_use");
+            cJSON_AddStringToObject(b, "id", id);
+            cJSON_AddItemToObject(b, "name", json_text(s, n));
+            cJSON_AddItemToObject(b, "input", cJSON_CreateObject());
+            block_open(g, b);
+            g->block_type = 2;
+            return;
+        }
+        cJSON *tc = cJSON_CreateObject(), *f = cJSON_CreateObject();
+        cJSON_AddNumberToObject(tc, "index", k);
+        cJSON_AddStringToObject(tc, "id", id);
+        cJSON_AddStringToObject(tc, "type", "function");
+        cJSON_AddItemToObject(f, "name", json_text(s, n));
+        cJSON_AddStringToObject(f, "arguments", "");
+        cJSON_AddItemToObject(tc, "function", f);
+        call_delta(g, tc);
+    } else if (part == ANSWER_CALL_ARGS) {
+        if (!g->p.stream) {
+            buf_add(&g->call_args, s, n);
+        } else if (g->kind == API_MESSAGES) {
+            cJSON *j = cJSON_CreateObject(), *d = cJSON_CreateObject();
+            cJSON_AddStringToObject(j, "type", "content_block_delta");
+            cJSON_AddNumberToObject(j, "index", g->block - 1);
+            cJSON_AddStringToObject(d, "type", "input_json_delta");
+            cJSON_AddItemToObject(d, "partial_json", json_text(s, n));
+            cJSON_AddItemToObject(j, "delta", d);
+            sse_event(g, "content_block_delta", j);
+        } else {
+            cJSON *tc = cJSON_CreateObject(), *f = cJSON_CreateObject();
+            cJSON_AddNumberToObject(tc, "index", k);
+            cJSON_AddItemToObject(f, "arguments", json_text(s, n));
+            cJSON_AddItemToObject(tc, "function", f);
+            call_delta(g, tc);
+        }
+    } else { /* the end */
+        if (g->p.stream) {
+            if (g->kind == API_MESSAGES) block_close(g);
+            return;
+        }
+        cJSON *tc = cJSON_CreateObject(), *f = cJSON_CreateObject();
+        cJSON_AddStringToObject(tc, "id", id);
+        cJSON_AddStringToObject(tc, "type", "function");
+        cJSON_AddStringToObject(f, "name", g->call_name);
+        cJSON_AddItemToObject(f, "arguments", json_text(g->call_args.p ? g->call_args.p : "", g->call_args.len));
+        cJSON_AddItemToObject(tc, "function", f);
+        if (!g->tool_calls) g->tool_calls = cJSON_CreateArray();
+        cJSON_AddItemToArray(g->tool_calls, tc);
     }
-    if (g->p.stream) cJSON_AddNumberToObject(tc, "index", k);
-    cJSON_AddStringToObject(tc, "id", id);
-    cJSON_AddStringToObject(tc, "type", "function");
-    cJSON_AddItemToObject(tc, "function", call);
-    if (g->p.stream) {
-        cJSON *d = cJSON_CreateObject(), *arr = cJSON_AddArrayToObject(d, "tool_calls");
-        cJSON_AddItemToArray(arr, tc);
-        sse(g, chat_chunk(g, d, NULL));
-        return;
-    }
-    if (!g->tool_calls) g->tool_calls = cJSON_CreateArray();
-    cJSON_AddItemToArray(g->tool_calls, tc);
+}
+
+/* answer.h's sink */
+static void gen_part(void *cls, answer_part part, const char *s, size_t n) {
+    gen *g = cls;
+    if (part == ANSWER_REASONING || part == ANSWER_CONTENT) gen_emit(g, part == ANSWER_REASONING, s, n);
+    else gen_call(g, part, s, n);
 }
 
 /* a stream's last events: the finish, usage where asked, [DONE] on OpenAI's endpoints */
@@ -827,7 +872,7 @@ static void gen_run(app *a, const http_call *c, http_out *o, api_kind kind, gen_
         const cJSON *tc;
         cJSON_ArrayForEach(tc, g->tool_calls) {
             cJSON_AddItemToArray(content, tool_use_block(cJSON_GetObjectItemCaseSensitive(tc, "id")->valuestring,
-                                                         cJSON_GetObjectItemCaseSensitive(tc, "function"), false));
+                                                         cJSON_GetObjectItemCaseSensitive(tc, "function")));
         }
         cJSON_AddStringToObject(j, "stop_reason", stop_reason(g));
         if (g->ans.stop_word) cJSON_AddStringToObject(j, "stop_sequence", g->ans.stop_word);
@@ -1549,6 +1594,18 @@ int serve_main(const serve_opts *o) {
     if (engine_open(&a.eng, a.m, &eo, &e) < 0) { fprintf(stderr, "hearth serve: %s\n", e.msg); goto out; }
     a.info = engine_get_info(a.eng);
     sched_opts so = {.n_slots = o->n_slots, .queue_max = o->queue_max, .cache_dir = o->cache_dir};
+    const char *script = getenv("HEARTH_TEST_REPLY"); /* sched.h's test seam: a file of the reply's text */
+    if (script && script[0]) {
+        char *text;
+        size_t len;
+        if (read_file(script, &text, &len, &e) < 0) { fprintf(stderr, "hearth serve: HEARTH_TEST_REPLY: %s\n", e.msg); goto out; }
+        a.script = tokenizer_encode_alloc(a.tok, text, len, true, &so.n_script);
+        a.script = xrealloc(a.script, sizeof(int32_t) * (size_t)(so.n_script + 1));
+        a.script[so.n_script++] = tokenizer_eos(a.tok); /* then the answer ends */
+        so.script = a.script;
+        free(text);
+        fprintf(stderr, "hearth serve: test seam: every answer is the %" PRId64 " tokens of %s\n", so.n_script, script);
+    }
     if (sched_start(&a.sc, a.eng, a.tok, &so, &e) < 0) { fprintf(stderr, "hearth serve: %s\n", e.msg); goto out; }
     http_opts ho = {.host = o->host, .port = o->port, .body_max = o->body_max, .timeout_s = o->timeout_s,
                     .conn_max = (unsigned)(o->n_slots + o->queue_max + 16), .api_key = o->api_key};
@@ -1570,6 +1627,7 @@ out:
     http_stop(hs);
     if (a.eng) engine_free(a.eng);
     chat_template_free(a.tmpl);
+    free(a.script);
     free(a.bos_text);
     free(a.eos_text);
     if (a.tok) tokenizer_free(a.tok);

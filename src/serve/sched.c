@@ -399,7 +399,8 @@ static int32_t slot_sample(sched *s, slot *sl, token_lp *t) {
         memcpy(sl->raw, lg, sizeof(float) * (size_t)s->V);
     }
     sampler_penalize(&r->so, lg, sl->ids, sl->n);
-    const int32_t id = sampler_sample(&sl->sm, lg);
+    int32_t id = sampler_sample(&sl->sm, lg);
+    if (s->o.script) id = s->o.script[r->n_out < s->o.n_script ? r->n_out : s->o.n_script - 1];
     if (K >= 0) t->lp = (float)(sl->raw[id] - lse);
     return id;
 }

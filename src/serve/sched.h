@@ -89,6 +89,11 @@ typedef struct sched_opts {
     int n_slots;
     int64_t queue_max;      /* requests waiting for a slot; one more is refused */
     const char *cache_dir;  /* the shared prompt cache's files (cache.h), or NULL */
+    /* A test seam (HEARTH_TEST_REPLY): every answer's k-th token is script[k] instead of a
+     * sampled one (the last repeated past the end), so the tests can make the model "write"
+     * a tool call through the whole server, engine included. NULL in use. */
+    const int32_t *script;
+    int64_t n_script;
 } sched_opts;
 
 typedef struct sched_stats {

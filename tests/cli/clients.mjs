@@ -1,11 +1,12 @@
 // clients.mjs: hearth serve through the real client libraries, unchanged: the `openai`
 // package (chat, streamed chat, a multi-turn chat that resumes from the cache and answers as a
-// cold server, tools passed through) and `@anthropic-ai/sdk` (messages, streamed messages,
+// cold server, tools passed through, a streamed tool call joined by the client's own stream
+// helper) and `@anthropic-ai/sdk` (messages, streamed messages and tool_use,
 // count_tokens, an error). Run by clients.sh with NODE_PATH at the installed packages.
 // Prints "ok"/"FAIL" lines and "N passed, N failed".
 import { spawn } from "node:child_process";
 import { createRequire } from "node:module";
-import { readFileSync, existsSync } from "node:fs";
+import { readFileSync, existsSync, writeFileSync } from "node:fs";
 import path from "node:path";
 
 const require = createRequire(path.join(process.env.CLIENTS_DIR, "package.json"));
@@ -21,9 +22,13 @@ function check(name, cond, detail = "") {
 }
 
 async function server(model, ...flags) {
+  return serverEnv(model, {}, ...flags);
+}
+
+async function serverEnv(model, env, ...flags) {
   const ready = path.join(TMP, `clients-port-${process.pid}-${Date.now()}`);
   const p = spawn(HEARTH, ["serve", "-m", model, "--port", "0", "--ready-file", ready, "-t", "2", ...flags],
-                  { stdio: ["ignore", "ignore", "inherit"] });
+                  { stdio: ["ignore", "ignore", "inherit"], env: { ...process.env, ...env } });
   for (let i = 0; i < 200 && !(existsSync(ready) && readFileSync(ready, "utf8").trim()); i++)
     await new Promise((r) => setTimeout(r, 50));
   const port = Number(readFileSync(ready, "utf8"));
@@ -136,8 +141,42 @@ async function main() {
           e.error && e.error.type === "error" && e.error.error.type === "invalid_request_error", JSON.stringify(e.error));
   }
   await s.stop();
+  await toolCalls(model);
   console.log(`${passed} passed, ${failed} failed`);
   process.exit(failed ? 1 : 0);
+}
+
+// A tool call the clients' own stream helpers must put together: the random model cannot
+// write one, so the server's test seam (HEARTH_TEST_REPLY) makes it the answer's tokens.
+async function toolCalls(model) {
+  const reply = path.join(TMP, "clients-reply.txt");
+  writeFileSync(reply, "ok\n</think>\n\n<tool_call>\n<function=get_weather>\n<parameter=city>\nSan Jose\n</parameter>\n" +
+                "<parameter=days>\n3\n</parameter>\n</function>\n</tool_call>");
+  const want = JSON.stringify({ city: "San Jose", days: 3 });
+  const s = await serverEnv(model, { HEARTH_TEST_REPLY: reply }, "-np", "1");
+  const oai = new OpenAI({ apiKey: "x", baseURL: `http://127.0.0.1:${s.port}/v1`, maxRetries: 0 });
+  const tools = [{ type: "function", function: { name: "get_weather", parameters: { type: "object", properties: {
+    city: { type: "string" }, days: { type: "integer" } } } } }];
+  const messages = [{ role: "user", content: "weather?" }];
+  const st = oai.chat.completions.stream({ model: "m", messages, tools, max_tokens: 100 });
+  let pieces = 0;
+  st.on("chunk", (ch) => { for (const tc of ch.choices[0]?.delta?.tool_calls || []) if (tc.function?.arguments) pieces++; });
+  const fc = await st.finalChatCompletion();
+  const call = fc.choices[0].message.tool_calls?.[0];
+  check("openai: chat.completions.stream joins a streamed tool call", call && call.function.name === "get_weather" &&
+        JSON.stringify(JSON.parse(call.function.arguments)) === want && pieces >= 3 &&
+        fc.choices[0].finish_reason === "tool_calls", JSON.stringify(fc.choices[0]).slice(0, 300));
+  const an = new Anthropic({ apiKey: "x", baseURL: `http://127.0.0.1:${s.port}`, maxRetries: 0 });
+  const ms = an.messages.stream({ model: "m", max_tokens: 100, messages, tools: [{ name: "get_weather",
+    input_schema: tools[0].function.parameters }] });
+  let jsonDeltas = 0;
+  ms.on("streamEvent", (e) => { if (e.type === "content_block_delta" && e.delta.type === "input_json_delta") jsonDeltas++; });
+  const fm = await ms.finalMessage();
+  const use = fm.content.find((b) => b.type === "tool_use");
+  check("anthropic: messages.stream joins a streamed tool_use", use && use.name === "get_weather" &&
+        JSON.stringify(use.input) === want && jsonDeltas >= 3 && fm.stop_reason === "tool_use",
+        JSON.stringify(fm.content).slice(0, 300));
+  await s.stop();
 }
 
 main().catch((e) => { console.log(`FAIL clients.mjs: ${e.stack || e}`); console.log(`${passed} passed, ${failed + 1} failed`); process.exit(1); });

@@ -34,11 +34,12 @@ def check(name, cond, detail=""):
 
 
 class Server:
-    def __init__(self, model, *flags):
+    def __init__(self, model, *flags, env=None):
         self.ready = os.path.join(TMP, f"port-{os.getpid()}-{time.monotonic_ns()}")
         self.log = open(os.path.join(TMP, "serve.log"), "ab")
         self.p = subprocess.Popen([HEARTH, "serve", "-m", model, "--port", "0", "--ready-file", self.ready, "-t", "2",
-                                   *flags], stdout=self.log, stderr=self.log)
+                                   *flags], stdout=self.log, stderr=self.log,
+                                  env={**os.environ, **env} if env else None)
         for _ in range(200):
             if os.path.exists(self.ready) and open(self.ready).read().strip():
                 break
@@ -516,8 +517,78 @@ def main():
     [t.join() for t in th]
     check("one slot, a queue of 1: the third request gets 503", sorted(outs) == [200, 200, 503], str(outs))
     k.stop()
+    tool_calls(model)
     print(f"{passed} passed, {failed} failed")
     return 1 if failed else 0
+
+
+def loads_or_none(text):
+    try:
+        return json.loads(text)
+    except ValueError:
+        return None
+
+
+def tool_calls(model):
+    """Tool calls through the whole server: the random model cannot write one, so the test
+    seam HEARTH_TEST_REPLY makes every answer the tokens of a given text (the engine still
+    runs each step). Whole and streamed answers must carry the same calls; streamed, the call
+    arrives in pieces (its name first, then its arguments as they are written)."""
+    reply = os.path.join(TMP, "reply.txt")
+    with open(reply, "w") as f:  # the template's prompt ends inside <think>: the reply starts in it
+        f.write("plan it\n</think>\n\nLooking.\n<tool_call>\n<function=get_weather>\n<parameter=city>\n"
+                "San Jose, \"CA\"\n</parameter>\n<parameter=days>\n3\n</parameter>\n</function>\n</tool_call>\n"
+                "<tool_call>\n<function=get_weather>\n<parameter=city>\nOslo\n</parameter>\n</function>\n</tool_call>")
+    want = [("get_weather", {"city": 'San Jose, "CA"', "days": 3}), ("get_weather", {"city": "Oslo"})]
+    tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object", "properties": {
+        "city": {"type": "string"}, "days": {"type": "integer"}}}}}]
+    msgs = [{"role": "user", "content": "weather?"}]
+    s = Server(model, "-np", "1", env={"HEARTH_TEST_REPLY": reply})
+    body = {"messages": msgs, "tools": tools, "max_tokens": 200, "temperature": 0}
+    st, j = s.post("/v1/chat/completions", body)
+    m = j["choices"][0]["message"] if st == 200 else {}
+    got = [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in m.get("tool_calls", [])]
+    check("chat: two tool calls parsed, the thinking and the text apart", st == 200 and got == want and
+          m.get("reasoning_content") == "plan it\n" and m.get("content") == "Looking.\n" and
+          j["choices"][0]["finish_reason"] == "tool_calls", str(m)[-300:])
+    ids = [c["id"] for c in m.get("tool_calls", [])]
+    st, _, ev = s.stream("/v1/chat/completions", {**body, "stream": True})
+    deltas = [tc for e in ev if e != "[DONE]" for c in e["choices"] for tc in c["delta"].get("tool_calls", [])]
+    calls = {}
+    for d in deltas:  # as the openai client joins them
+        c = calls.setdefault(d["index"], {"id": None, "name": "", "args": ""})
+        c["id"] = d.get("id") or c["id"]
+        c["name"] += d.get("function", {}).get("name", "")
+        c["args"] += d.get("function", {}).get("arguments", "")
+    sgot = [(calls[k]["name"], loads_or_none(calls[k]["args"])) for k in sorted(calls)]
+    check("streamed chat: the same calls from tool_calls deltas", st == 200 and sgot == want, str(deltas)[:400])
+    check("streamed chat: each call starts with its id and name, its arguments in several pieces",
+          len(deltas) > 4 and deltas[0].get("id") and deltas[0]["function"]["name"] == "get_weather" and
+          sum(1 for d in deltas if d["index"] == 0 and d["function"].get("arguments")) >= 3, str(deltas)[:400])
+    check("streamed chat: finish_reason tool_calls",
+          [c["finish_reason"] for e in ev if e != "[DONE]" for c in e["choices"] if c["finish_reason"]] == ["tool_calls"])
+    # Anthropic: tool_use blocks, whole and streamed (input_json_delta pieces joined)
+    atools = [{"name": "get_weather", "input_schema": tools[0]["function"]["parameters"]}]
+    abody = {"model": "m", "max_tokens": 200, "messages": msgs, "tools": atools}
+    st, j = s.post("/v1/messages", abody)
+    blocks = j.get("content", []) if st == 200 else []
+    got = [(b["name"], b["input"]) for b in blocks if b["type"] == "tool_use"]
+    check("messages: tool_use blocks, stop_reason tool_use", st == 200 and got == want and
+          j["stop_reason"] == "tool_use" and [b["type"] for b in blocks] == ["thinking", "text", "tool_use", "tool_use"],
+          str(j)[:400])
+    st, _, ev = s.stream("/v1/messages", {**abody, "stream": True})
+    open_blocks, parts = {}, {}
+    for e in ev:
+        if e == "[DONE]":
+            continue
+        if e["type"] == "content_block_start" and e["content_block"]["type"] == "tool_use":
+            open_blocks[e["index"]] = e["content_block"]["name"]
+        if e["type"] == "content_block_delta" and e["delta"]["type"] == "input_json_delta":
+            parts.setdefault(e["index"], []).append(e["delta"]["partial_json"])
+    sgot = [(open_blocks[k], loads_or_none("".join(parts.get(k, [])))) for k in sorted(open_blocks)]
+    check("streamed messages: the same calls from input_json_delta pieces", st == 200 and sgot == want and
+          len(parts.get(min(open_blocks, default=0), [])) >= 3, str(ev)[:400])
+    s.stop()
 
 
 if __name__ == "__main__":

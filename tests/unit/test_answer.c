@@ -13,6 +13,7 @@ typedef struct parts {
     char reasoning[4096], content[4096], calls[4096];
     size_t nr, nc, nk;
     int n_calls;
+    bool split_char;        /* an argument piece ended inside a UTF-8 character */
 } parts;
 
 static void add(char *dst, size_t *len, const char *s, size_t n) {
@@ -22,19 +23,43 @@ static void add(char *dst, size_t *len, const char *s, size_t n) {
     dst[*len] = 0;
 }
 
-static void sink(void *cls, answer_part part, const char *s, size_t n, cJSON *call) {
+/* a call is written NAME(ARGUMENTS); its pieces joined */
+static void sink(void *cls, answer_part part, const char *s, size_t n) {
     parts *p = cls;
-    if (part == ANSWER_CALL) {
-        char *j = cJSON_PrintUnformatted(call);
-        add(p->calls, &p->nk, j, strlen(j));
-        add(p->calls, &p->nk, ";", 1);
-        free(j);
-        cJSON_Delete(call);
-        p->n_calls++;
-        return;
+    switch (part) {
+    case ANSWER_REASONING: add(p->reasoning, &p->nr, s, n); break;
+    case ANSWER_CONTENT: add(p->content, &p->nc, s, n); break;
+    case ANSWER_CALL_START: add(p->calls, &p->nk, s, n); add(p->calls, &p->nk, "(", 1); p->n_calls++; break;
+    case ANSWER_CALL_ARGS:
+        add(p->calls, &p->nk, s, n);
+        for (size_t k = 1; k <= 3 && k <= n; k++) { /* the last character's lead byte: is it whole? */
+            const unsigned char c = (unsigned char)s[n - k];
+            if ((c & 0xc0) == 0x80) continue;
+            p->split_char |= (c >= 0xf0 ? 4u : c >= 0xe0 ? 3u : c >= 0xc0 ? 2u : 1u) > k;
+            break;
+        }
+        break;
+    case ANSWER_CALL_END: add(p->calls, &p->nk, ");", 2); break;
     }
-    if (part == ANSWER_REASONING) add(p->reasoning, &p->nr, s, n);
-    else add(p->content, &p->nc, s, n);
+}
+
+/* the arguments of every call, each a JSON object */
+static bool args_parse(const parts *p) {
+    const char *c = p->calls;
+    while ((c = strchr(c, '('))) {
+        const char *e = strstr(c, ");");
+        if (!e) return false;
+        char *j = xmalloc((size_t)(e - c));
+        memcpy(j, c + 1, (size_t)(e - c) - 1);
+        j[e - c - 1] = 0;
+        cJSON *v = cJSON_Parse(j);
+        const bool ok = cJSON_IsObject(v);
+        cJSON_Delete(v);
+        free(j);
+        if (!ok) return false;
+        c = e;
+    }
+    return true;
 }
 
 /* text pushed in pieces of `piece` bytes (0: whole); returns the stop word found or NULL */
@@ -64,12 +89,14 @@ static void expect(const answer_opts *o, const char *text, const char *reasoning
     CHECK_MSG(!strcmp(whole.reasoning, reasoning), "%s: reasoning '%s', want '%s'", text, whole.reasoning, reasoning);
     CHECK_MSG(!strcmp(whole.content, content), "%s: content '%s', want '%s'", text, whole.content, content);
     CHECK_MSG(!strcmp(whole.calls, calls), "%s: calls '%s', want '%s'", text, whole.calls, calls);
+    CHECK_MSG(args_parse(&whole), "%s: arguments are no JSON objects: '%s'", text, whole.calls);
     for (size_t piece = 1; piece <= 13; piece++) {
         parts p;
         run(o, text, piece, &p);
         CHECK_MSG(!strcmp(p.reasoning, whole.reasoning) && !strcmp(p.content, whole.content) &&
-                      !strcmp(p.calls, whole.calls),
-                  "%s in pieces of %zu: '%s' '%s' '%s'", text, piece, p.reasoning, p.content, p.calls);
+                      !strcmp(p.calls, whole.calls) && !p.split_char,
+                  "%s in pieces of %zu: '%s' '%s' '%s'%s", text, piece, p.reasoning, p.content, p.calls,
+                  p.split_char ? " (a piece ends inside a character)" : "");
     }
 }
 
@@ -95,24 +122,39 @@ TEST(tool_calls_both_formats) {
     cJSON *t = tools();
     answer_opts o = {.split_think = true, .tools = t};
     expect(&o, "Let me look.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>",
-           "", "Let me look.\n", "{\"name\":\"get_weather\",\"arguments\":\"{\\\"city\\\":\\\"Paris\\\"}\"};");
+           "", "Let me look.\n", "get_weather({\"city\":\"Paris\"});");
     /* Qwen3.5: the integer parsed, the strings kept as text (zip looks like a number) */
     expect(&o,
            "<tool_call>\n<function=get_weather>\n<parameter=city>\nSan Jose\n</parameter>\n<parameter=days>\n3\n"
            "</parameter>\n<parameter=zip>\n95112\n</parameter>\n</function>\n</tool_call>",
-           "", "",
-           "{\"name\":\"get_weather\",\"arguments\":\"{\\\"city\\\":\\\"San Jose\\\",\\\"days\\\":3,\\\"zip\\\":\\\"95112\\\"}\"};");
+           "", "", "get_weather({\"city\":\"San Jose\",\"days\":3,\"zip\":\"95112\"});");
+    /* a string's inner blanks, quotes, backslashes, control bytes and a 3-byte character kept */
+    expect(&o,
+           "<tool_call><function=get_weather><parameter=city>  a \t\"b\"\\\x01 \xe2\x82\xac\n\n</parameter></function>"
+           "</tool_call>",
+           "", "", "get_weather({\"city\":\"a \\t\\\"b\\\"\\\\\\u0001 \xe2\x82\xac\"});");
+    /* an unknown tool's parameters are JSON where they parse; no parameters: {} */
+    expect(&o, "<tool_call><function=other><parameter=x>[1, 2]</parameter><parameter=y>two words</parameter>"
+               "</function></tool_call><tool_call><function=none></function></tool_call>",
+           "", "", "other({\"x\":[1,2],\"y\":\"two words\"});none({});");
     /* two calls after thinking */
     expect(&o,
            "<think>plan</think>\n<tool_call>\n<function=get_weather>\n<parameter=city>\nA\n</parameter>\n</function>\n"
            "</tool_call>\n<tool_call>\n<function=get_weather>\n<parameter=city>\nB\n</parameter>\n</function>\n</tool_call>",
-           "plan", "",
-           "{\"name\":\"get_weather\",\"arguments\":\"{\\\"city\\\":\\\"A\\\"}\"};"
-           "{\"name\":\"get_weather\",\"arguments\":\"{\\\"city\\\":\\\"B\\\"}\"};");
-    /* neither format, or cut off: the block stays content */
+           "plan", "", "get_weather({\"city\":\"A\"});get_weather({\"city\":\"B\"});");
+    /* neither format: the block stays content */
     expect(&o, "<tool_call>not a call</tool_call>", "", "<tool_call>not a call</tool_call>", "");
-    expect(&o, "x <tool_call>\n<function=get_weather>\n<parameter=city>\nPar", "",
-           "x <tool_call>\n<function=get_weather>\n<parameter=city>\nPar", "");
+    expect(&o, "<tool_call><function=bad\nname></tool_call>", "", "<tool_call><function=bad\nname></tool_call>", "");
+    /* a Qwen3.5 call cut off is closed where it ends: mid-value, between parameters, in the name */
+    expect(&o, "x <tool_call>\n<function=get_weather>\n<parameter=city>\nPar", "", "x ", "get_weather({\"city\":\"Par\"});");
+    expect(&o, "<tool_call><function=get_weather><parameter=days>4</parameter><para", "", "",
+           "get_weather({\"days\":4});");
+    expect(&o, "<tool_call><function=get_wea", "", "<tool_call><function=get_wea", "");
+    /* a stop string inside a call's value cuts the call there */
+    const char *stop[] = {"STOP"};
+    answer_opts os = {.split_think = true, .tools = t, .stop = stop, .n_stop = 1};
+    expect(&os, "<tool_call><function=get_weather><parameter=city>Ro STOP me</parameter></function></tool_call>", "", "",
+           "get_weather({\"city\":\"Ro\"});");
     /* without tools in the request, a tool call is only text */
     o.tools = NULL;
     expect(&o, "<tool_call>{\"name\": \"f\"}</tool_call>", "", "<tool_call>{\"name\": \"f\"}</tool_call>", "");
@@ -141,7 +183,8 @@ TEST(stop_strings) {
 TEST(fuzz_cuts) {
     static const char *frag[] = {"<think>", "</think>", "<tool_call>", "</tool_call>", "<function=get_weather>",
                                  "<parameter=city>", "</parameter>", "</function>", "{\"name\": \"get_weather\"}",
-                                 "<", ">", "</", "\n", "x", "END", "{", "}", "\xe2\x82", "\xac"};
+                                 "<", ">", "</", "\n", "x", "END", "{", "}", "\xe2\x82", "\xac",
+                                 "<parameter=days>", "\"", "\\", " ", "3"};
     const char *stop[] = {"END"};
     cJSON *t = tools();
     uint64_t st = 12345;
@@ -159,7 +202,8 @@ TEST(fuzz_cuts) {
         run(&o, text, 0, &whole);
         for (size_t piece = 1; piece <= 7; piece++) {
             run(&o, text, piece, &p);
-            if (strcmp(p.reasoning, whole.reasoning) || strcmp(p.content, whole.content) || strcmp(p.calls, whole.calls)) {
+            if (strcmp(p.reasoning, whole.reasoning) || strcmp(p.content, whole.content) || strcmp(p.calls, whole.calls) ||
+                !args_parse(&p)) {
                 CHECK_MSG(0, "iteration %d, pieces of %zu: '%s' | '%s' | '%s' vs whole '%s' | '%s' | '%s'", iter, piece,
                           p.reasoning, p.content, p.calls, whole.reasoning, whole.content, whole.calls);
                 break;
