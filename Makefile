@@ -50,8 +50,9 @@ CU_OBJ := $(CU_SRC:%.cu=$(BUILD)/obj/%.o)
 CFLAGS += -DHEARTH_CUDA
 LDLIBS += -L$(CUDA_HOME)/lib64 -lcudart_static -ldl -lrt -lstdc++
 NVFLAGS ?= -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -Isrc -DHEARTH_CUDA -Xcompiler -Wall,-Werror
-LIB_OBJ += $(CU_OBJ)
-MUT_OBJ += $(CU_OBJ)
+CUDA_C_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard src/engine/cuda/*.c))
+LIB_OBJ += $(CU_OBJ) $(CUDA_C_OBJ)
+MUT_OBJ += $(CU_OBJ) $(CUDA_C_OBJ)
 endif
 endif
 
@@ -95,6 +96,7 @@ $(BUILD)/obj-mut/%.o: %.c
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -c -o $@ $<
 
+$(CU_OBJ): $(wildcard src/engine/cuda/*.cuh src/engine/cuda/*.h src/format/quant.h src/base/util.h)
 $(BUILD)/obj/%.o: %.cu
 	@mkdir -p $(@D)
 	$(NVCC) $(NVFLAGS) -c -o $@ $<

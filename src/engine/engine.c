@@ -3,6 +3,9 @@
  * sequence's position and prefix hashes (the provenance points and KV ranges are checked
  * against), the cache budget, and dispatch to the backend. */
 #include "engine/backend.h"
+#ifdef HEARTH_CUDA
+#include "engine/cuda/cuda.h"
+#endif
 #include "engine/debug.h"
 #include "engine/mutant.h"
 #include "format/quant.h"
@@ -117,10 +120,27 @@ int engine_open(engine **out, const model *m, const engine_opts *o, herr *e) {
     const char *why = NULL;
     switch (op.device) {
     case ENGINE_CUDA:
-        return herr_set(e, "--device cuda: this build has no CUDA engine yet (only its dequantizers); use --device cpu");
-    case ENGINE_AUTO:
-        why = "auto: the CPU engine (no CUDA engine in this build yet)";
+#ifdef HEARTH_CUDA
+        if (engine_open_cuda(out, m, &op, e) < 0) return -1;
+        (*out)->info.why = "cuda: as asked";
+        return 0;
+#else
+        return herr_set(e, "--device cuda: this build has no CUDA engine (nvcc was not found when it was built); use --device cpu");
+#endif
+    case ENGINE_AUTO: {
+#ifdef HEARTH_CUDA
+        herr none;
+        if (hcuda_device_count(&none) > 0) {
+            if (engine_open_cuda(out, m, &op, e) < 0) return herr_wrap(e, "auto chose the GPU (--device cpu avoids it)");
+            (*out)->info.why = "auto: a CUDA device was found";
+            return 0;
+        }
+        why = "auto: the CPU engine (no CUDA device found)";
+#else
+        why = "auto: the CPU engine (built without CUDA)";
+#endif
         break;
+    }
     case ENGINE_CPU:
         why = "cpu: as asked";
         break;

@@ -46,6 +46,8 @@ typedef struct engine_info {
     const char *why;        /* how auto chose, in words */
     int64_t chunk;          /* GDN chunk rows, laid from each span's start */
     int64_t rows_per_pass;  /* prompt rows of one span per forward pass (a multiple of chunk) */
+    bool act_f32;           /* matrix inputs stay f32 (CUDA); else rounded to 8-bit blocks (Q8_K,
+                             * Q8_0) for the quantized dot products (CPU) */
     int64_t n_ctx;
     int n_seq_max;
     int n_threads;

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# bench/device_cuda.sh: the CUDA engine on the GPU machine (run there by the device tool with
+# .peer carried for Debian's libcjson packages, since the host reaches no registry). Builds
+# hearth and the tests for sm_90a, then: the CUDA unit tests; test_engine on tiny and small
+# (engine_open's auto picks the GPU there: logits against the float64 reference within the
+# derived bands, batched against stepped, determinism); every gate on the GPU
+# (HEARTH_GATES_DEVICE=cuda) at tiny and small; the engine at the real widths (test_engine
+# --wide); then hearth bench on the q36 file, GPU and CPU. Each step is time-boxed so the
+# whole fits one 600 s command; logs go to $OUT, a summary to stdout.
+#   STEPS (default "unit engine gates wide q36") which steps to run
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out=${OUT:-/tmp/out}; mkdir -p "$out"
+# libcjson and libmicrohttpd into /; libmicrohttpd's own needs (gnutls and its kin) beside,
+# in /tmp/deps, and used only where the host lacks them
+for d in .peer/libcjson*.deb .peer/libmicrohttpd*.deb; do dpkg -x "$d" / ; done
+ldconfig
+if ! ldconfig -p | grep -q 'libgnutls.so.30 '; then
+    for d in .peer/*.deb; do case $d in *cjson*|*microhttpd*) ;; *) dpkg -x "$d" /tmp/deps ;; esac; done
+    export LD_LIBRARY_PATH=/tmp/deps/usr/lib/x86_64-linux-gnu LDLIBS="-Wl,-rpath-link,/tmp/deps/usr/lib/x86_64-linux-gnu"
+fi
+steps=${STEPS:-unit engine gates wide q36}
+{ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader; nproc; git log -1 --format=%h 2>/dev/null; } >"$out/host.txt" 2>&1
+cat "$out/host.txt"
+t0=$(date +%s)
+make -j16 build/hearth build/tests/test_cuda build/tests/test_engine build/gates >"$out/make.log" 2>&1 \
+    || { tail -30 "$out/make.log"; exit 1; }
+echo "build: $(( $(date +%s) - t0 )) s"
+export HEARTH_TMP=/dev/shm
+step() { # name, seconds, command...
+    local name=$1 limit=$2; shift 2
+    local s=$(date +%s)
+    timeout "$limit" "$@" >"$out/$name.log" 2>&1
+    local rc=$?
+    echo "== $name: rc $rc in $(( $(date +%s) - s )) s: $(grep -E 'passed|FAIL|SKIP' "$out/$name.log" | tail -4 | tr '\n' ' ')"
+}
+for s in $steps; do
+    case $s in
+    unit) step unit 60 build/tests/test_cuda ;;
+    engine) step engine 200 build/tests/test_engine ;;
+    gates) HEARTH_GATES_DEVICE=cuda step gates_tiny 100 build/gates all tiny
+           HEARTH_GATES_DEVICE=cuda step gates_small 150 build/gates all small ;;
+    wide) build/hearth gen --preset wide --quant q4_k_m --seed 1 -o /dev/shm/shared-wide-q4_k_m.gguf >/dev/null 2>&1
+          step wide 200 build/tests/test_engine --wide ;;
+    q36) build/hearth gen --preset q36 --quant q4_k_m --seed 1 -o /dev/shm/q36.gguf >"$out/gen.log" 2>&1
+         step q36_cuda 150 build/hearth bench --device cuda -m /dev/shm/q36.gguf -p 512 -n 32 -r 2 ;
+         cat "$out/q36_cuda.log" ;;
+    esac
+done

@@ -1,0 +1,84 @@
+// dq.cuh: one weight of a quantized row, read in place from its block (quant.h's layouts,
+// ggml's). The _rn intrinsics keep nvcc from fusing into FMAs, so the rounding is the CPU's
+// quant_dequantize_row: d*sc first, then times q, minus dmin*m. Shared by dequant.cu and
+// kernels.cu; T is the qtype, known at compile time so the switch folds away.
+#ifndef HEARTH_CUDA_DQ_CUH
+#define HEARTH_CUDA_DQ_CUH
+
+#include <cuda_fp16.h>
+#include <stdint.h>
+
+extern "C" {
+#include "format/quant.h"
+}
+
+__device__ __forceinline__ float h2f(uint16_t h) { return __half2float(__ushort_as_half(h)); }
+
+__device__ __forceinline__ void k_scale_min(int j, const uint8_t *q, uint8_t *d, uint8_t *m) {
+    if (j < 4) {
+        *d = q[j] & 63;
+        *m = q[j + 4] & 63;
+    } else {
+        *d = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
+        *m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+    }
+}
+
+template <int T> __device__ __forceinline__ float dq(const uint8_t *r, int64_t col) {
+    if (T == QT_F32) return ((const float *)r)[col];
+    if (T == QT_F16) return h2f(((const uint16_t *)r)[col]);
+    if (T == QT_BF16) return __uint_as_float((uint32_t)((const uint16_t *)r)[col] << 16);
+    if (T == QT_Q8_0) {
+        const block_q8_0 *b = (const block_q8_0 *)r + col / QK8_0;
+        return h2f(b->d) * (float)b->qs[col % QK8_0];
+    }
+    if (T == QT_Q4_K || T == QT_Q5_K) {
+        const int j = (int)(col % QK_K), sub = j / 32, l = j % 32;
+        const uint8_t *scales, *qs;
+        uint16_t d, dmin;
+        int hi = 0;
+        if (T == QT_Q4_K) {
+            const block_q4_K *b = (const block_q4_K *)r + col / QK_K;
+            scales = b->scales, qs = b->qs, d = b->d, dmin = b->dmin;
+        } else {
+            const block_q5_K *b = (const block_q5_K *)r + col / QK_K;
+            scales = b->scales, qs = b->qs, d = b->d, dmin = b->dmin;
+            hi = ((b->qh[l] >> sub) & 1) << 4;
+        }
+        uint8_t sc, m;
+        k_scale_min(sub, scales, &sc, &m);
+        uint8_t q = qs[(sub / 2) * 32 + l];
+        q = (uint8_t)(((sub & 1) ? (q >> 4) : (q & 0xF)) + hi);
+        return __fsub_rn(__fmul_rn(__fmul_rn(h2f(d), (float)sc), (float)q), __fmul_rn(h2f(dmin), (float)m));
+    }
+    if (T == QT_Q6_K) {
+        const block_q6_K *b = (const block_q6_K *)r + col / QK_K;
+        const int j = (int)(col % QK_K), half = j / 128, jj = j % 128, l = jj % 32, quarter = jj / 32;
+        const uint8_t *ql = b->ql + 64 * half, *qh = b->qh + 32 * half;
+        const int8_t *sc = b->scales + 8 * half;
+        int q;
+        switch (quarter) {
+        case 0: q = (int)((ql[l] & 0xF) | (((qh[l] >> 0) & 3) << 4)) - 32; break;
+        case 1: q = (int)((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32; break;
+        case 2: q = (int)((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32; break;
+        default: q = (int)((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32; break;
+        }
+        return __fmul_rn(__fmul_rn(h2f(b->d), (float)sc[l / 16 + 2 * quarter]), (float)q);
+    }
+    return __int_as_float(0x7fc00000);
+}
+
+// calls F.template operator()<T>() for the runtime type t; false for a type not read here
+#define DQ_DISPATCH(t, CALL)                          \
+    switch (t) {                                      \
+    case QT_F32: { constexpr int T_ = QT_F32; CALL; } break;   \
+    case QT_F16: { constexpr int T_ = QT_F16; CALL; } break;   \
+    case QT_BF16: { constexpr int T_ = QT_BF16; CALL; } break; \
+    case QT_Q8_0: { constexpr int T_ = QT_Q8_0; CALL; } break; \
+    case QT_Q4_K: { constexpr int T_ = QT_Q4_K; CALL; } break; \
+    case QT_Q5_K: { constexpr int T_ = QT_Q5_K; CALL; } break; \
+    case QT_Q6_K: { constexpr int T_ = QT_Q6_K; CALL; } break; \
+    default: break;                                   \
+    }
+
+#endif
