@@ -54,6 +54,9 @@ static void fixture_open(fixture *f, const char *quant, int64_t n_ctx, int n_seq
     if (dev && !strcmp(dev, "cuda")) eo.device = ENGINE_CUDA;
     SETUP(engine_open(&f->eng, f->m, &eo, &e) == 0, "%s", e.msg);
     f->V = f->m->hp.n_vocab;
+    static bool said;
+    if (!said) printf("  (the gates run on the %s engine)\n", engine_get_info(f->eng).backend);
+    said = true;
 }
 
 static void fixture_close(fixture *f) {

@@ -5,7 +5,9 @@
 #include "base/util.h"
 #ifdef HEARTH_CUDA
 #include "engine/cuda/cuda.h"
+#include "engine/cuda/kernels.h"
 #endif
+#include <math.h>
 
 #ifdef HEARTH_CUDA
 static bool have_gpu(void) {
@@ -66,6 +68,68 @@ TEST(dequant_matches_cpu) {
 #endif
 }
 
+/* hk_matmul (dq8's reads of every type, the warp sums, the row tiles) against a double dot
+ * product of the CPU's dequantized weights. Bound (Higham's, for recursive summation): a
+ * lane sums K/32 products in order with fma, then 5 levels of the warp tree, so
+ * |y - y_exact| <= gamma(K/32 + 6) * sum |w x|, gamma(m) = m u / (1 - m u), u = 2^-24. A
+ * wrong scale, a nibble from the wrong half or a shifted group misses it by orders of
+ * magnitude. Then batch invariance: row r of an 11-row launch equals, bit for bit, the same
+ * row launched alone. */
+TEST(matmul_matches_cpu) {
+#ifndef HEARTH_CUDA
+    SKIP("built without CUDA (nvcc not found)");
+#else
+    if (!have_gpu()) return;
+    const uint32_t types[] = {QT_F32, QT_F16, QT_BF16, QT_Q8_0, QT_Q4_K, QT_Q5_K, QT_Q6_K};
+    const int64_t M = 37, K = 1024, n = 11;
+    const double u = ldexp(1.0, -24), m_eff = (double)(K / 32 + 6), gamma = m_eff * u / (1 - m_eff * u);
+    herr e;
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+        const uint32_t t = types[ti];
+        const size_t rb = qtype_row_bytes(t, K), bytes = rb * (size_t)M;
+        uint8_t *src = xmalloc(bytes);
+        random_blocks(t, src, bytes, M, K, 200 + ti);
+        if (t == QT_BF16) /* random bytes can be NaN: finite weights in [-1, 1] instead */
+            for (int64_t i = 0; i < M * K; i++) {
+                const float f = (float)(2 * rng_unit(250, (uint64_t)i) - 1);
+                uint32_t b;
+                memcpy(&b, &f, 4);
+                const uint16_t h = (uint16_t)(b >> 16);
+                memcpy(src + 2 * i, &h, 2);
+            }
+        float *wf = xmalloc(sizeof(float) * (size_t)(M * K)), *x = xmalloc(sizeof(float) * (size_t)(n * K));
+        for (int64_t r = 0; r < M; r++) quant_dequantize_row(t, src + (size_t)r * rb, wf + r * K, K);
+        for (int64_t i = 0; i < n * K; i++) x[i] = (float)(2 * rng_unit(300 + ti, (uint64_t)i) - 1);
+        void *dw, *dx, *dy, *dy1;
+        CHECK(hk_malloc(&dw, bytes, &e) == 0 && hk_malloc(&dx, sizeof(float) * (size_t)(n * K), &e) == 0 &&
+              hk_malloc(&dy, sizeof(float) * (size_t)(n * M), &e) == 0 && hk_malloc(&dy1, sizeof(float) * (size_t)M, &e) == 0);
+        hk_h2d(dw, src, bytes, &e);
+        hk_h2d(dx, x, sizeof(float) * (size_t)(n * K), &e);
+        hk_w w = {.d = dw, .type = t, .K = K, .M = M, .row_bytes = rb, .slice_bytes = bytes};
+        CHECK_MSG(hk_matmul(&w, dx, K, n, dy, M, &e) == 0, "%s: %s", qtype_name(t), e.msg);
+        CHECK_MSG(hk_matmul(&w, (const float *)dx + 5 * K, K, 1, dy1, M, &e) == 0, "%s: %s", qtype_name(t), e.msg);
+        float *y = xmalloc(sizeof(float) * (size_t)(n * M)), *y1 = xmalloc(sizeof(float) * (size_t)M);
+        CHECK_MSG(hk_d2h(y, dy, sizeof(float) * (size_t)(n * M), &e) == 0 && hk_d2h(y1, dy1, sizeof(float) * (size_t)M, &e) == 0,
+                  "%s", e.msg);
+        double worst = 0;
+        for (int64_t r = 0; r < n; r++)
+            for (int64_t o = 0; o < M; o++) {
+                double exact = 0, mag = 0;
+                for (int64_t k = 0; k < K; k++) {
+                    exact += (double)wf[o * K + k] * x[r * K + k];
+                    mag += fabs((double)wf[o * K + k] * x[r * K + k]);
+                }
+                worst = fmax(worst, fabs(y[r * M + o] - exact) / (gamma * mag));
+            }
+        CHECK_MSG(worst <= 1.0, "%s: error %.2f times the bound", qtype_name(t), worst);
+        CHECK_MSG(!memcmp(y1, y + 5 * M, sizeof(float) * (size_t)M), "%s: row 5 alone differs from row 5 of 11", qtype_name(t));
+        printf("  matmul %s: worst error %.3f of the bound; row alone = row in a tile\n", qtype_name(t), worst);
+        hk_free(dw), hk_free(dx), hk_free(dy), hk_free(dy1);
+        free(src), free(wf), free(x), free(y), free(y1);
+    }
+#endif
+}
+
 TEST(device_name) {
 #ifndef HEARTH_CUDA
     SKIP("built without CUDA (nvcc not found)");
@@ -80,6 +144,7 @@ TEST(device_name) {
 
 int main(void) {
     RUN(dequant_matches_cpu);
+    RUN(matmul_matches_cpu);
     RUN(device_name);
     return harness_done();
 }

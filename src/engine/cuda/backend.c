@@ -131,7 +131,7 @@ static int alloc_state(cuda_engine *ce, herr *e) {
         {(void **)&ce->logits, f * (size_t)R * (size_t)V}, {(void **)&ce->ring_tmp, f * ce->ring_floats * (size_t)ns},
         {(void **)&ce->ids, 4 * (size_t)R}, {(void **)&ce->row_seq, 4 * (size_t)R}, {(void **)&ce->row_piece, 4 * (size_t)R},
         {(void **)&ce->sel, 4 * (size_t)(R * K)}, {(void **)&ce->counts, 4 * (size_t)(X + 1)},
-        {(void **)&ce->offs, 4 * (size_t)(X + 1)}, {(void **)&ce->list, 4 * (size_t)(R * K)},
+        {(void **)&ce->offs, 4 * (size_t)(2 * X + 2)}, {(void **)&ce->list, 4 * (size_t)(R * K)},
         {(void **)&ce->lrows, 4 * (size_t)R}, {(void **)&ce->pos, 8 * (size_t)R},
         {(void **)&ce->pieces, sizeof(hk_piece) * (size_t)ns}, {(void **)&ce->marks, sizeof(hk_mark) * (size_t)R},
     };
@@ -231,13 +231,13 @@ static int moe_layer(cuda_engine *ce, int il, const cuda_layer *C, const pass *p
                    sizeof(int32_t) * (size_t)K);
     }
     TRY(hk_moe_sort(ce->sel, n * K, (int)X, ce->counts, ce->offs, ce->list, e));
-    TRY(hk_moe_matmul(&C->ffn_gate_exps, (int)X, ce->offs, ce->list, (int)K, ce->h, E, ce->g, F, e));
-    TRY(hk_moe_matmul(&C->ffn_up_exps, (int)X, ce->offs, ce->list, (int)K, ce->h, E, ce->u, F, e));
+    TRY(hk_moe_matmul(&C->ffn_gate_exps, (int)X, n * K, ce->offs, ce->list, (int)K, ce->h, E, ce->g, F, e));
+    TRY(hk_moe_matmul(&C->ffn_up_exps, (int)X, n * K, ce->offs, ce->list, (int)K, ce->h, E, ce->u, F, e));
     TRY(hk_matmul(&C->ffn_gate_shexp, ce->h, E, n, ce->sg, Fs, e));
     TRY(hk_matmul(&C->ffn_up_shexp, ce->h, E, n, ce->su, Fs, e));
     TRY(hk_swiglu(ce->g, ce->u, n * K * F, e));
     TRY(hk_swiglu(ce->sg, ce->su, n * Fs, e));
-    TRY(hk_moe_matmul(&C->ffn_down_exps, (int)X, ce->offs, ce->list, 1, ce->g, F, ce->eo, E, e));
+    TRY(hk_moe_matmul(&C->ffn_down_exps, (int)X, n * K, ce->offs, ce->list, 1, ce->g, F, ce->eo, E, e));
     TRY(hk_matmul(&C->ffn_down_shexp, ce->sg, Fs, n, ce->so, E, e));
     return hk_moe_combine(ce->h, F(C->ffn_gate_inp_shexp), ce->eo, ce->so, ce->wsel, ce->y, n, E, (int)K, e);
 }

@@ -168,20 +168,43 @@ extern "C" int hk_swiglu(float *g, const float *u, int64_t n, herr *e) {
 #define MM_TILE 8   /* rows per weight-row read */
 #define MM_WARPS 4  /* outputs per block */
 
-// One warp per output o; rows p0..p1 (or, with offs, expert blockIdx.y's pairs) MM_TILE at a
-// time. Lane l sums k = l, l+32, ... in order, then the warp tree: a row's result is the same
-// whichever rows share its tile.
+// NT rows (of the pairs or rows at p[]) against weight row wr: lane l takes the groups of
+// eight weights c = l, l+32, ... (dq8), each row's sum in that order, then the warp tree.
+// A row's bits are the same whatever NT and whichever rows share the tile.
+template <int T, int NT>
+__device__ __forceinline__ void mm_rows(const uint8_t *wr, int64_t K, const float *const *xr, float *acc) {
+    const int lane = threadIdx.x;
+#pragma unroll
+    for (int i = 0; i < NT; i++) acc[i] = 0.0f;
+    for (int64_t c = lane; c < K / 8; c += 32) {
+        float w[8];
+        dq8<T>(wr, c, w);
+#pragma unroll
+        for (int i = 0; i < NT; i++) {
+            const float4 a = ((const float4 *)xr[i])[2 * c], b = ((const float4 *)xr[i])[2 * c + 1];
+            float s = acc[i];
+            s = fmaf(w[0], a.x, s), s = fmaf(w[1], a.y, s), s = fmaf(w[2], a.z, s), s = fmaf(w[3], a.w, s);
+            s = fmaf(w[4], b.x, s), s = fmaf(w[5], b.y, s), s = fmaf(w[6], b.z, s), s = fmaf(w[7], b.w, s);
+            acc[i] = s;
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < NT; i++) acc[i] = warp_sum(acc[i]);
+}
+
+// One warp per output o; rows 0..n (or, with offs, expert blockIdx.y's pairs) up to MM_TILE
+// at a time: a weight row is read once per tile. K is a multiple of 8 (hk_matmul checks).
 template <int T>
 __global__ void matmul_kernel(const uint8_t *w, size_t row_bytes, size_t slice_bytes, int64_t K, int64_t M, const float *x,
                               int64_t xs, float *y, int64_t ys, int64_t n, const int32_t *offs, const int32_t *list,
-                              int in_div) {
+                              int in_div, int X) {
     const int64_t o = (int64_t)blockIdx.x * MM_WARPS + threadIdx.y;
     if (o >= M) return;
-    const int lane = threadIdx.x;
     int64_t p0 = 0, p1 = n;
     const uint8_t *W = w;
-    if (offs) {
-        const int ex = blockIdx.y;
+    if (offs) { /* blockIdx.y: the how-many-th expert that has pairs */
+        if ((int)blockIdx.y >= offs[X + 1]) return;
+        const int ex = offs[X + 2 + blockIdx.y];
         p0 = offs[ex];
         p1 = offs[ex + 1];
         W = w + (size_t)ex * slice_bytes;
@@ -194,40 +217,36 @@ __global__ void matmul_kernel(const uint8_t *w, size_t row_bytes, size_t slice_b
 #pragma unroll
         for (int i = 0; i < MM_TILE; i++) {
             const int64_t p = pb + (i < nt ? i : 0);
-            const int64_t xrow = list ? list[p] / in_div : p;
-            xr[i] = x + xrow * xs;
+            xr[i] = x + (list ? list[p] / in_div : p) * xs;
             yr[i] = list ? list[p] : p;
         }
         float acc[MM_TILE];
-#pragma unroll
-        for (int i = 0; i < MM_TILE; i++) acc[i] = 0.0f;
-        for (int64_t k = lane; k < K; k += 32) {
-            const float wv = dq<T>(wr, k);
-#pragma unroll
-            for (int i = 0; i < MM_TILE; i++) acc[i] = fmaf(wv, xr[i][k], acc[i]);
-        }
-#pragma unroll
-        for (int i = 0; i < MM_TILE; i++) {
-            const float v = warp_sum(acc[i]);
-            if (lane == 0 && i < nt) y[yr[i] * ys + o] = v;
-        }
+        if (nt == 1) mm_rows<T, 1>(wr, K, xr, acc);
+        else if (nt <= 4) mm_rows<T, 4>(wr, K, xr, acc);
+        else mm_rows<T, MM_TILE>(wr, K, xr, acc);
+        if (threadIdx.x == 0)
+            for (int i = 0; i < nt; i++) y[yr[i] * ys + o] = acc[i];
     }
 }
 
 extern "C" int hk_matmul(const hk_w *w, const float *x, int64_t xs, int64_t n, float *y, int64_t ys, herr *e) {
     if (n == 0) return 0;
+    if (w->K % 8 || xs % 4) return herr_set(e, "hk_matmul: rows of %lld weights (stride %lld) are no groups of 8", (long long)w->K, (long long)xs);
     dim3 b(32, MM_WARPS), g(blocks_of(w->M, MM_WARPS));
     DQ_DISPATCH(w->type, (matmul_kernel<T_><<<g, b>>>((const uint8_t *)w->d, w->row_bytes, 0, w->K, w->M, x, xs, y, ys, n,
-                                                      NULL, NULL, 1)));
+                                                      NULL, NULL, 1, 0)));
     LAUNCHED(e);
     return 0;
 }
 
-extern "C" int hk_moe_matmul(const hk_w *w, int X, const int32_t *offs, const int32_t *list, int in_div, const float *x,
-                             int64_t xs, float *y, int64_t ys, herr *e) {
-    dim3 b(32, MM_WARPS), g(blocks_of(w->M, MM_WARPS), (unsigned)X);
+extern "C" int hk_moe_matmul(const hk_w *w, int X, int64_t n_pairs, const int32_t *offs, const int32_t *list, int in_div,
+                             const float *x, int64_t xs, float *y, int64_t ys, herr *e) {
+    if (n_pairs == 0) return 0;
+    if (w->K % 8 || xs % 4) return herr_set(e, "hk_moe_matmul: rows of %lld weights (stride %lld) are no groups of 8", (long long)w->K, (long long)xs);
+    /* one block row per expert that can have pairs */
+    dim3 b(32, MM_WARPS), g(blocks_of(w->M, MM_WARPS), (unsigned)(n_pairs < X ? n_pairs : X));
     DQ_DISPATCH(w->type, (matmul_kernel<T_><<<g, b>>>((const uint8_t *)w->d, w->row_bytes, w->slice_bytes, w->K, w->M, x,
-                                                      xs, y, ys, 0, offs, list, in_div)));
+                                                      xs, y, ys, 0, offs, list, in_div, X)));
     LAUNCHED(e);
     return 0;
 }
@@ -272,15 +291,18 @@ __global__ void count_kernel(const int32_t *sel, int64_t n, int32_t *counts) {
     if (i < n) atomicAdd(&counts[sel[i]], 1);
 }
 
-// one thread: offsets from counts, and counts turned into each expert's fill cursor
+// one thread: offsets from counts, counts turned into each expert's fill cursor, and the
+// experts that have pairs, ascending, after the offsets (offs[X + 1] of them from offs[X + 2])
 __global__ void scan_kernel(int32_t *counts, int X, int32_t *offs) {
-    int32_t at = 0;
+    int32_t at = 0, na = 0;
     for (int x = 0; x < X; x++) {
         offs[x] = at;
+        if (counts[x]) offs[X + 2 + na++] = x;
         at += counts[x];
         counts[x] = offs[x];
     }
     offs[X] = at;
+    offs[X + 1] = na;
 }
 
 __global__ void fill_kernel(const int32_t *sel, int64_t n, int32_t *cursor, int32_t *list) {

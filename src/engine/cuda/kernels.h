@@ -59,13 +59,13 @@ int hk_matmul(const hk_w *w, const float *x, int64_t xs, int64_t n, float *y, in
 
 /* MoE: softmax over X logits per row, top K (ties: the lower id), weights renormalised */
 int hk_moe_route(const float *logits, int64_t n, int X, int K, int32_t *sel, float *wsel, herr *e);
-/* the n_pairs (row, slot) pairs grouped by expert: offs (X + 1), list[offs[e]..offs[e+1]) =
- * the pairs r * K + slot of expert e (in no fixed order: each pair's result is its own).
- * counts: X + 1 ints of scratch. */
+/* the n_pairs (row, slot) pairs grouped by expert: offs (2X + 2), list[offs[e]..offs[e+1]) =
+ * the pairs r * K + slot of expert e (in no fixed order: each pair's result is its own);
+ * offs[X + 1] experts have pairs, listed ascending from offs[X + 2]. counts: X + 1 ints. */
 int hk_moe_sort(const int32_t *sel, int64_t n_pairs, int X, int32_t *counts, int32_t *offs, int32_t *list, herr *e);
 /* for every expert e and pair p of it: y[list[p] * ys + o] = W_e[o] . x[(list[p] / in_div) * xs] */
-int hk_moe_matmul(const hk_w *w, int X, const int32_t *offs, const int32_t *list, int in_div, const float *x, int64_t xs,
-                  float *y, int64_t ys, herr *e);
+int hk_moe_matmul(const hk_w *w, int X, int64_t n_pairs, const int32_t *offs, const int32_t *list, int in_div,
+                  const float *x, int64_t xs, float *y, int64_t ys, herr *e);
 /* g = silu(g) * u, n floats */
 int hk_swiglu(float *g, const float *u, int64_t n, herr *e);
 /* out (n, E) = sum_k wsel[r,k] eo[r*K+k] (slot order) + sigmoid(h2[r] . gs) so[r] */
