@@ -12,14 +12,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-/tmp/out}; mkdir -p "$out"
-# libcjson and libmicrohttpd into /; libmicrohttpd's own needs (gnutls and its kin) beside,
-# in /tmp/deps, and used only where the host lacks them
-for d in .peer/libcjson*.deb .peer/libmicrohttpd*.deb; do dpkg -x "$d" / ; done
-ldconfig
-if ! ldconfig -p | grep -q 'libgnutls.so.30 '; then
-    for d in .peer/*.deb; do case $d in *cjson*|*microhttpd*) ;; *) dpkg -x "$d" /tmp/deps ;; esac; done
-    export LD_LIBRARY_PATH=/tmp/deps/usr/lib/x86_64-linux-gnu LDLIBS="-Wl,-rpath-link,/tmp/deps/usr/lib/x86_64-linux-gnu"
-fi
+. bench/device_deps.sh
 steps=${STEPS:-unit engine gates wide q36}
 { nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader; nproc; git log -1 --format=%h 2>/dev/null; } >"$out/host.txt" 2>&1
 cat "$out/host.txt"

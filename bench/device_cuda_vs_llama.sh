@@ -11,12 +11,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-/tmp/out}; mkdir -p "$out"
-for d in .peer/libcjson*.deb .peer/libmicrohttpd*.deb; do dpkg -x "$d" / ; done
-ldconfig
-if ! ldconfig -p | grep -q 'libgnutls.so.30 '; then
-    for d in .peer/*.deb; do case $d in *cjson*|*microhttpd*) ;; *) dpkg -x "$d" /tmp/deps ;; esac; done
-    export LD_LIBRARY_PATH=/tmp/deps/usr/lib/x86_64-linux-gnu LDLIBS="-Wl,-rpath-link,/tmp/deps/usr/lib/x86_64-linux-gnu"
-fi
+. bench/device_deps.sh
 reps=${REPS:-3} tests=${TESTS:-pp512 tg128 pp4096}
 src=/tmp/llama.cpp bld=/tmp/llama-cuda
 (git -c advice.detachedHead=false clone -q .peer/package/llama/gitRelease.bundle "$src" &&
