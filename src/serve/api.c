@@ -1226,6 +1226,25 @@ static void on_metrics(void *ap, const http_call *c, http_out *o) {
     METRIC("requests_deferred", "gauge", "requests waiting for a slot", st.queue_depth);
     METRIC("requests_processing", "gauge", "slots busy", st.slots_busy);
 #undef METRIC
+    const struct { const char *name, *help; const sched_hist *h; } hists[] = {
+        {"time_to_first_token_seconds", "seconds from queued to the first token", &st.ttft},
+        {"request_duration_seconds", "seconds from queued to finished", &st.duration},
+    };
+    for (size_t i = 0; i < sizeof hists / sizeof hists[0]; i++) {
+        const char *nm = hists[i].name;
+        snprintf(line, sizeof line, "# HELP hearth:%s %s\n# TYPE hearth:%s histogram\n", nm, hists[i].help, nm);
+        buf_str(&b, line);
+        int64_t cum = 0;
+        for (int k = 0; k <= SCHED_HIST_N; k++) {
+            cum += hists[i].h->le[k];
+            if (k < SCHED_HIST_N) snprintf(line, sizeof line, "hearth:%s_bucket{le=\"%g\"} %" PRId64 "\n", nm, SCHED_HIST_LE[k], cum);
+            else snprintf(line, sizeof line, "hearth:%s_bucket{le=\"+Inf\"} %" PRId64 "\n", nm, cum);
+            buf_str(&b, line);
+        }
+        snprintf(line, sizeof line, "hearth:%s_sum %.17g\nhearth:%s_count %" PRId64 "\n", nm, hists[i].h->sum, nm,
+                 hists[i].h->count);
+        buf_str(&b, line);
+    }
     o->status = 200;
     o->content_type = "text/plain; version=0.0.4";
     o->body = b.p ? b.p : xstrdup("");

@@ -348,6 +348,16 @@ static void slot_start(sched *s, slot *sl, sched_req *r, bool from_cache, int ei
     pthread_mutex_unlock(&r->mu);
 }
 
+const double SCHED_HIST_LE[SCHED_HIST_N] = {0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120};
+
+static void hist_add(sched_hist *h, double v) {
+    int k = 0;
+    while (k < SCHED_HIST_N && v > SCHED_HIST_LE[k]) k++;
+    h->le[k]++;
+    h->count++;
+    h->sum += v;
+}
+
 static void slot_end(sched *s, slot *sl, sched_finish f, const char *err) {
     sched_req *r = sl->req;
     req_finish(r, f, err);
@@ -358,6 +368,8 @@ static void slot_end(sched *s, slot *sl, sched_finish f, const char *err) {
     pthread_mutex_lock(&s->mu);
     s->st.slots_busy--;
     s->st.n_gen_tokens += r->n_out;
+    if (r->n_out > 0) hist_add(&s->st.ttft, r->t_first - r->t_queued);
+    hist_add(&s->st.duration, r->t_end - r->t_queued);
     pthread_mutex_unlock(&s->mu);
     req_unref(r);
 }

@@ -96,6 +96,15 @@ typedef struct sched_opts {
     int64_t n_script;
 } sched_opts;
 
+/* a latency histogram: counts at or under each bound of SCHED_HIST_LE (seconds), then +Inf */
+#define SCHED_HIST_N 11
+extern const double SCHED_HIST_LE[SCHED_HIST_N];
+typedef struct sched_hist {
+    int64_t le[SCHED_HIST_N + 1]; /* not cumulative; the last is over every bound */
+    int64_t count;
+    double sum;
+} sched_hist;
+
 typedef struct sched_stats {
     int64_t n_requests, n_refused, n_prompt_tokens, n_cached_tokens, n_gen_tokens;
     int64_t n_hits, n_misses, n_points, n_point_evictions;
@@ -104,6 +113,8 @@ typedef struct sched_stats {
     int64_t cache_bytes;
     int64_t n_cache_hits;     /* resumed from the shared cache (another conversation's state) */
     pcache_stats pc;
+    sched_hist ttft;          /* queued to first token, requests that got one */
+    sched_hist duration;      /* queued to finished, every request that ran */
 } sched_stats;
 
 /* Starts the engine thread. The engine (n_seq_max >= n_slots) and tokenizer stay the

@@ -543,7 +543,8 @@ def tool_calls(model):
     tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object", "properties": {
         "city": {"type": "string"}, "days": {"type": "integer"}}}}}]
     msgs = [{"role": "user", "content": "weather?"}]
-    s = Server(model, "-np", "1", env={"HEARTH_TEST_REPLY": reply})
+    s = Server(model, "-np", "1", "--metrics", env={"HEARTH_TEST_REPLY": reply})
+    t_begin = time.monotonic()
     body = {"messages": msgs, "tools": tools, "max_tokens": 200, "temperature": 0}
     st, j = s.post("/v1/chat/completions", body)
     m = j["choices"][0]["message"] if st == 200 else {}
@@ -588,6 +589,22 @@ def tool_calls(model):
     sgot = [(open_blocks[k], loads_or_none("".join(parts.get(k, [])))) for k in sorted(open_blocks)]
     check("streamed messages: the same calls from input_json_delta pieces", st == 200 and sgot == want and
           len(parts.get(min(open_blocks, default=0), [])) >= 3, str(ev)[:400])
+    # /metrics' latency histograms: the 4 requests above, each in one bucket, the buckets
+    # cumulative up to +Inf = count, the sums within the time the 4 took, and each value in
+    # the right bucket: the sum lies between the sums of the buckets' lower and upper edges
+    elapsed = time.monotonic() - t_begin
+    _, m = s.request("GET", "/metrics")
+    for h in ("time_to_first_token_seconds", "request_duration_seconds"):
+        rows = [line.split() for line in m.split("\n") if line.startswith(f"hearth:{h}_bucket")]
+        b = [float(r[1]) for r in rows]
+        le = [float(r[0].split('"')[1]) for r in rows[:-1]]
+        per = [y - x for x, y in zip([0.0] + b[:-1], b)]
+        lo = sum(c * e for c, e in zip(per[1:], le))
+        hi = sum(c * e for c, e in zip(per, le + [float("inf")]) if c)
+        total = metric(m, f"{h}_sum")
+        ok = (len(b) == 12 and all(x <= y for x, y in zip(b, b[1:])) and b[-1] == 4 and metric(m, f"{h}_count") == 4
+              and 0 < total <= elapsed and lo <= total <= hi)
+        check(f"/metrics: {h} histogram counts the 4 requests", ok, f"{b} sum {total} in [{lo}, {hi}], {elapsed:.3f} s")
     s.stop()
 
 
