@@ -29,9 +29,11 @@ void answer_free(answer *a) {
 
 /* ---------------------------------------------------------------- tool calls */
 
+static bool is_space(char c) { return c == '\n' || c == ' ' || c == '\t' || c == '\r'; }
+
 static char *trimmed(const char *s, size_t n) {
-    while (n && (*s == '\n' || *s == ' ' || *s == '\t' || *s == '\r')) s++, n--;
-    while (n && (s[n - 1] == '\n' || s[n - 1] == ' ' || s[n - 1] == '\t' || s[n - 1] == '\r')) n--;
+    while (n && is_space(*s)) s++, n--;
+    while (n && is_space(s[n - 1])) n--;
     char *r = xmalloc(n + 1);
     memcpy(r, s, n);
     r[n] = 0;
@@ -68,8 +70,6 @@ static bool call_json(const char *s, size_t n, char **name_out, char **args_out)
     cJSON_Delete(j);
     return ok;
 }
-
-static bool is_space(char c) { return c == '\n' || c == ' ' || c == '\t' || c == '\r'; }
 
 /* ---------------------------------------------------------------- the split */
 
@@ -114,14 +114,14 @@ static void close_args(answer *a) {
     emit(a, ANSWER_CALL_ARGS, a->args_open ? "}" : "{}", a->args_open ? 1 : 2);
     free(a->param);
     a->param = NULL;
-    a->call = 3;
+    a->call = CALL_TAIL;
 }
 
 static void end_call(answer *a) {
     a->sink(a->cls, ANSWER_CALL_END, "", 0);
     free(a->call_name);
     a->call_name = NULL;
-    a->call = 0;
+    a->call = CALL_NONE;
     a->args_open = false;
     a->skip_nl = true;
 }
@@ -158,7 +158,7 @@ static size_t utf8_tail(const char *p, size_t n) {
 /* One step of a Qwen3.5 call at p[0..n) (a->emitted); false: wait for more text. */
 static bool call_step(answer *a, const char *p, size_t n) {
     static const char FN_CLOSE[] = "</function>", PARAM_OPEN[] = "<parameter=", PARAM_CLOSE[] = "</parameter>";
-    if (a->call == 1) { /* between parameters */
+    if (a->call == CALL_PARAMS) { /* between parameters */
         size_t ws = 0;
         while (ws < n && is_space(p[ws])) ws++;
         a->emitted += ws;
@@ -186,7 +186,7 @@ static bool call_step(answer *a, const char *p, size_t n) {
                 a->param_text = ty && !strcmp(ty, "string");
                 a->value_open = false;
                 a->emitted += (size_t)(gt - p) + 1;
-                a->call = 2;
+                a->call = CALL_VALUE;
                 return true;
             }
             if (!bad && !a->finished) return false;
@@ -196,7 +196,7 @@ static bool call_step(answer *a, const char *p, size_t n) {
         close_args(a); /* anything else ends the arguments */
         return true;
     }
-    if (a->call == 2) { /* a parameter's value, up to </parameter> */
+    if (a->call == CALL_VALUE) { /* a parameter's value, up to </parameter> */
         const char *end = memmem(p, n, PARAM_CLOSE, STR_LEN(PARAM_CLOSE));
         if (!a->param_text) { /* JSON where it parses: the value is needed whole */
             if (!end && !a->finished) return false;
@@ -237,10 +237,10 @@ static bool call_step(answer *a, const char *p, size_t n) {
         }
         free(a->param);
         a->param = NULL;
-        a->call = 1;
+        a->call = CALL_PARAMS;
         return true;
     }
-    /* a->call == 3: what follows </function>, up to and with </tool_call>, is dropped */
+    /* CALL_TAIL: what follows </function>, up to and with </tool_call>, is dropped */
     const char *end = memmem(p, n, CALL_CLOSE, STR_LEN(CALL_CLOSE));
     if (end) {
         a->emitted += (size_t)(end - p) + STR_LEN(CALL_CLOSE);
@@ -322,7 +322,7 @@ static void split(answer *a, size_t safe) {
                 a->n_calls++;
                 a->sink(a->cls, ANSWER_CALL_START, name, strlen(name));
                 a->call_name = name;
-                a->call = 1;
+                a->call = CALL_PARAMS;
                 a->emitted = (size_t)(gt + 1 - a->text);
                 continue;
             }

@@ -54,9 +54,9 @@ typedef struct answer {
     bool finished;
     const char *stop_word;  /* the stop string found, or NULL */
     int n_calls;            /* calls started */
-    /* a Qwen3.5 call being read: 0 none, 1 its parameters, 2 a parameter's value, 3 after
+    /* a Qwen3.5 call being read: between its parameters, in a parameter's value, or after
      * </function> up to </tool_call> */
-    int call;
+    enum { CALL_NONE, CALL_PARAMS, CALL_VALUE, CALL_TAIL } call;
     char *call_name, *param;
     bool args_open;         /* "{" handed out */
     bool param_text;        /* the value is a string, handed out as it comes */

@@ -500,15 +500,25 @@ static cJSON *messages_usage(const gen *g) {
     return u;
 }
 
-/* the tool_use block of a whole answer's call {"name", "arguments" (JSON text)} */
-static cJSON *tool_use_block(const char *id, const cJSON *call) {
+/* Anthropic's tool_use block; input: the arguments' object ({} when NULL) */
+static cJSON *tool_use_block(const char *id, cJSON *name, cJSON *input) {
     cJSON *b = cJSON_CreateObject();
     cJSON_AddStringToObject(b, "type", "tool_use");
     cJSON_AddStringToObject(b, "id", id);
-    cJSON_AddStringToObject(b, "name", cJSON_GetObjectItemCaseSensitive(call, "name")->valuestring);
-    cJSON *in = cJSON_Parse(cJSON_GetObjectItemCaseSensitive(call, "arguments")->valuestring);
-    cJSON_AddItemToObject(b, "input", in ? in : cJSON_CreateObject());
+    cJSON_AddItemToObject(b, "name", name);
+    cJSON_AddItemToObject(b, "input", input ? input : cJSON_CreateObject());
     return b;
+}
+
+/* OpenAI's tool call {id, type, function: {name, arguments}} */
+static cJSON *oai_call(const char *id, cJSON *name, cJSON *arguments) {
+    cJSON *tc = cJSON_CreateObject(), *f = cJSON_CreateObject();
+    cJSON_AddStringToObject(tc, "id", id);
+    cJSON_AddStringToObject(tc, "type", "function");
+    cJSON_AddItemToObject(f, "name", name);
+    cJSON_AddItemToObject(f, "arguments", arguments);
+    cJSON_AddItemToObject(tc, "function", f);
+    return tc;
 }
 
 static cJSON *chat_chunk(gen *g, cJSON *delta, const char *finish) {
@@ -621,22 +631,12 @@ static void gen_call(gen *g, answer_part part, const char *s, size_t n) {
         if (!g->p.stream) return;
         if (g->kind == API_MESSAGES) {
             block_close(g);
-            cJSON *b = cJSON_CreateObject();
-            cJSON_AddStringToObject(b, "type", "tool_use");
-            cJSON_AddStringToObject(b, "id", id);
-            cJSON_AddItemToObject(b, "name", json_text(s, n));
-            cJSON_AddItemToObject(b, "input", cJSON_CreateObject());
-            block_open(g, b);
+            block_open(g, tool_use_block(id, json_text(s, n), NULL));
             g->block_type = 2;
             return;
         }
-        cJSON *tc = cJSON_CreateObject(), *f = cJSON_CreateObject();
+        cJSON *tc = oai_call(id, json_text(s, n), cJSON_CreateString(""));
         cJSON_AddNumberToObject(tc, "index", k);
-        cJSON_AddStringToObject(tc, "id", id);
-        cJSON_AddStringToObject(tc, "type", "function");
-        cJSON_AddItemToObject(f, "name", json_text(s, n));
-        cJSON_AddStringToObject(f, "arguments", "");
-        cJSON_AddItemToObject(tc, "function", f);
         call_delta(g, tc);
     } else if (part == ANSWER_CALL_ARGS) {
         if (!g->p.stream) {
@@ -661,14 +661,9 @@ static void gen_call(gen *g, answer_part part, const char *s, size_t n) {
             if (g->kind == API_MESSAGES) block_close(g);
             return;
         }
-        cJSON *tc = cJSON_CreateObject(), *f = cJSON_CreateObject();
-        cJSON_AddStringToObject(tc, "id", id);
-        cJSON_AddStringToObject(tc, "type", "function");
-        cJSON_AddStringToObject(f, "name", g->call_name);
-        cJSON_AddItemToObject(f, "arguments", json_text(g->call_args.p ? g->call_args.p : "", g->call_args.len));
-        cJSON_AddItemToObject(tc, "function", f);
         if (!g->tool_calls) g->tool_calls = cJSON_CreateArray();
-        cJSON_AddItemToArray(g->tool_calls, tc);
+        cJSON_AddItemToArray(g->tool_calls, oai_call(id, cJSON_CreateString(g->call_name),
+                                                     json_text(g->call_args.p ? g->call_args.p : "", g->call_args.len)));
     }
 }
 
@@ -871,8 +866,10 @@ static void gen_run(app *a, const http_call *c, http_out *o, api_kind kind, gen_
         }
         const cJSON *tc;
         cJSON_ArrayForEach(tc, g->tool_calls) {
+            const cJSON *f = cJSON_GetObjectItemCaseSensitive(tc, "function");
             cJSON_AddItemToArray(content, tool_use_block(cJSON_GetObjectItemCaseSensitive(tc, "id")->valuestring,
-                                                         cJSON_GetObjectItemCaseSensitive(tc, "function")));
+                                                         cJSON_CreateString(cJSON_GetObjectItemCaseSensitive(f, "name")->valuestring),
+                                                         cJSON_Parse(cJSON_GetObjectItemCaseSensitive(f, "arguments")->valuestring)));
         }
         cJSON_AddStringToObject(j, "stop_reason", stop_reason(g));
         if (g->ans.stop_word) cJSON_AddStringToObject(j, "stop_sequence", g->ans.stop_word);
