@@ -1,6 +1,7 @@
 # hearth: one binary, C11, warnings as errors. `make` builds build/hearth; `make test`
 # runs every test (tests/run). The CUDA backend is compiled only where nvcc is found.
 CC      ?= cc
+.DEFAULT_GOAL := all
 BUILD   ?= build
 OPT     ?= -O2
 CFLAGS  += -std=c11 $(OPT) -g -Wall -Wextra -Werror -Wshadow -Wno-unused-parameter \

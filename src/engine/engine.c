@@ -190,6 +190,17 @@ void engine_seq_clear(engine *eng, int seq) {
     eng->be->seq_clear(eng, seq);
 }
 
+int64_t engine_piece_end(const int64_t *anchors, int n_anchors, int64_t n, int64_t from, int64_t most, int64_t chunk) {
+    const int64_t lim = from + most;
+    if (lim >= n) return n;
+    int k = 0;
+    int64_t g = 0, end = from; /* g: the grid's latest restart */
+    while (k < n_anchors && anchors[k] <= from) g = anchors[k++];
+    while (k < n_anchors && anchors[k] <= lim) end = g = anchors[k++];
+    const int64_t c = g + (lim - g) / chunk * chunk;
+    return c > end ? c : end;
+}
+
 int engine_run(engine *eng, const engine_span *spans, int n_spans, herr *e) {
     if (n_spans <= 0) return herr_set(e, "no spans to run");
     const int64_t V = eng->m->hp.n_vocab;
@@ -227,6 +238,14 @@ int engine_run(engine *eng, const engine_span *spans, int n_spans, herr *e) {
             else if (!sp->points || !sp->points[k])
                 rc = herr_set(e, "span %d: mark %d has no point to fill", i, k);
         }
+        for (int k = 0; k < sp->n_anchors && rc == 0; k++) {
+            if (!sp->anchors || sp->anchors[k] < 1 || sp->anchors[k] >= sp->n)
+                rc = herr_set(e, "span %d: anchor %d is outside the span's rows (0, %" PRId64 ")", i, k, sp->n);
+            else if (k && sp->anchors[k] <= sp->anchors[k - 1])
+                rc = herr_set(e, "span %d: anchors must ascend (row %" PRId64 " after %" PRId64 ")", i, sp->anchors[k],
+                              sp->anchors[k - 1]);
+        }
+        if (rc == 0 && sp->n_anchors < 0) rc = herr_set(e, "span %d: a negative anchor count", i);
         if (rc == 0 && sp->want != ENGINE_LOGITS_NONE && !sp->logits)
             rc = herr_set(e, "span %d: logits wanted but no buffer", i);
     }

@@ -7,8 +7,9 @@
  * engine_run takes spans: (sequence, ids, marks -> points, logits wanted). A decode step is
  * a one-row span; a prompt span runs in the same call as other sequences' decode rows.
  * Batch invariance: a sequence's logits, KV rows and state are the same bits whatever else
- * is in the call. GDN chunks are laid from each span's start, so bits depend on the span
- * boundaries a caller chooses and on nothing else.
+ * is in the call. GDN chunks are laid from each span's start and from each of its anchors,
+ * so bits depend on the span boundaries and anchors a caller chooses and on nothing else: a
+ * span anchored at a is the same bits as two spans cut at a, in one pass instead of two.
  *
  * A point is a host copy of a sequence's recurrent state (lanes and rings) after row pos-1,
  * with its provenance: the hash of the model's identity and the ids [0, pos). The KV rows
@@ -44,8 +45,9 @@ typedef struct engine_opts {
 typedef struct engine_info {
     const char *backend;    /* "cpu" or "cuda" */
     const char *why;        /* how auto chose, in words */
-    int64_t chunk;          /* GDN chunk rows, laid from each span's start */
-    int64_t rows_per_pass;  /* prompt rows of one span per forward pass (a multiple of chunk) */
+    int64_t chunk;          /* GDN chunk rows, laid from each span's start and anchor */
+    int64_t rows_per_pass;  /* at most this many rows of one span per forward pass (a multiple
+                             * of chunk); engine_piece_end says where a pass's piece ends */
     bool act_f32;           /* matrix inputs stay f32 (CUDA); else rounded to 8-bit blocks (Q8_K,
                              * Q8_0) for the quantized dot products (CPU) */
     int64_t n_ctx;
@@ -88,8 +90,10 @@ typedef enum engine_logits { ENGINE_LOGITS_NONE = 0, ENGINE_LOGITS_LAST, ENGINE_
 
 /* One sequence's rows in a call: ids[0..n) appended at the sequence's position. marks
  * (0 < m <= n, relative to the span, ascending) ask for points: points[i] receives the
- * state a prefill of exactly rows [0, marks[i]) of this span would leave. logits receives
- * the last row (LAST, V floats) or every row (ALL, n x V). */
+ * state a prefill of exactly rows [0, marks[i]) of this span would leave. anchors (0 < a <
+ * n, ascending) restart the GDN chunk grid: the rows from a on are the bits a span starting
+ * at a would give (a chat's message starts, so a turn resumed there matches a cold run).
+ * logits receives the last row (LAST, V floats) or every row (ALL, n x V). */
 typedef struct engine_span {
     int seq;
     const int32_t *ids;
@@ -97,6 +101,8 @@ typedef struct engine_span {
     const int64_t *marks;
     int n_marks;
     engine_point *const *points;
+    const int64_t *anchors;
+    int n_anchors;
     engine_logits want;
     float *logits;
 } engine_span;
@@ -119,6 +125,13 @@ engine_stats engine_get_stats(const engine *eng);
  * has run): a bad sequence index, the same sequence twice, an empty span, an id outside the
  * vocabulary, bad marks, a span past the context, a sequence that needs a restore. */
 int engine_run(engine *eng, const engine_span *spans, int n_spans, herr *e);
+
+/* Where the piece of sp that starts at row `from` ends, given at most `most` rows (a
+ * multiple of chunk): on the span's chunk grid (chunks of `chunk` rows from its start,
+ * restarted at each anchor) or at its end. `from` must be on that grid (0, or an earlier
+ * piece's end). A caller that cuts a prompt into spans cuts it here, with the prompt's own
+ * anchors, so the cut moves no bit. */
+int64_t engine_piece_end(const int64_t *anchors, int n_anchors, int64_t n, int64_t from, int64_t most, int64_t chunk);
 
 /* Rows held by a sequence (its position). */
 int64_t engine_seq_pos(const engine *eng, int seq);

@@ -40,6 +40,8 @@ typedef struct slot {
     int span_marks;
     engine_point *span_pts[SLOT_POINTS];
     int64_t span_mark_pos[SLOT_POINTS];
+    int64_t span_anchor[SLOT_POINTS];   /* the span's message starts (exact requests: as many as its marks) */
+    int span_anchors;
 } slot;
 
 struct sched {
@@ -483,13 +485,22 @@ static void step(sched *s) {
         engine_span *sp = &s->spans[n];
         *sp = (engine_span){.seq = sl->id, .logits = sl->logits};
         if (sl->state == SLOT_PREFILL) {
-            /* the next piece ends at the next multiple of rows_per_pass from the segment's
-             * start, or (exact requests) at the next message start */
+            /* the next piece ends where the engine would end a pass's piece: on the chunk
+             * grid laid from the resume row (exact requests: from row 0 and restarted at
+             * every message start, which the span carries as anchors) */
             const int64_t a = sl->pf_pos;
-            int64_t b = sl->pf_seg + ((a - sl->pf_seg) / rpp + 1) * rpp;
-            for (int i = 0; r->exact && i < r->n_marks; i++)
-                if (r->marks[i] > a) { b = r->marks[i] < b ? r->marks[i] : b; break; }
-            if (b > r->n_ids) b = r->n_ids;
+            int64_t b;
+            sl->span_anchors = 0;
+            if (r->exact) {
+                b = engine_piece_end(r->marks, r->n_marks, r->n_ids, a, rpp, s->info.chunk);
+                /* a span takes at most SLOT_POINTS points: past them it ends at a mark (on the grid) */
+                if (sl->n_marks - sl->mark_i > SLOT_POINTS && sl->marks[sl->mark_i + SLOT_POINTS - 1] < b)
+                    b = sl->marks[sl->mark_i + SLOT_POINTS - 1];
+                for (int i = 0; i < r->n_marks; i++)
+                    if (r->marks[i] > a && r->marks[i] < b) sl->span_anchor[sl->span_anchors++] = r->marks[i] - a;
+            } else {
+                b = sl->pf_seg + engine_piece_end(NULL, 0, r->n_ids - sl->pf_seg, a - sl->pf_seg, rpp, s->info.chunk);
+            }
             sl->span_b = b;
             sl->span_marks = 0;
             while (sl->mark_i < sl->n_marks && sl->marks[sl->mark_i] <= b) {
@@ -506,6 +517,8 @@ static void step(sched *s) {
             sp->marks = sl->span_mark_pos;
             sp->n_marks = sl->span_marks;
             sp->points = sl->span_pts;
+            sp->anchors = sl->span_anchor;
+            sp->n_anchors = sl->span_anchors;
             sp->want = b == r->n_ids ? ENGINE_LOGITS_LAST : ENGINE_LOGITS_NONE;
             prompt_rows = true;
         } else {
@@ -542,7 +555,6 @@ static void step(sched *s) {
             s->st.n_points += sl->span_marks;
             pthread_mutex_unlock(&s->mu);
             sl->pf_pos = sl->span_b;
-            if (r->exact && is_mark(r, sl->pf_pos)) sl->pf_seg = sl->pf_pos;
             if (sl->pf_pos < r->n_ids) continue;
         }
         slot_took(s, sl, slot_sample(s, sl, &tl), r->top_logprobs >= 0 ? &tl : NULL);

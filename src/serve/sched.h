@@ -2,9 +2,10 @@
  * sequences) run requests. Every step puts each generating slot's decode row and each
  * prefilling slot's next prompt piece into one engine_run call (continuous batching).
  *
- * Bits: a prompt is cut into pieces of rows_per_pass rows counted from the row it resumes
- * at, the cut a solo engine_run of the same rows makes, and the engine is batch invariant,
- * so a request's tokens are the same bits whatever runs beside it.
+ * Bits: a prompt is cut into pieces of at most rows_per_pass rows where the engine would cut
+ * them (engine_piece_end, on the chunk grid laid from the row it resumes at), the cut a solo
+ * engine_run of the same rows makes, and the engine is batch invariant, so a request's
+ * tokens are the same bits whatever runs beside it.
  *
  * Prompt reuse: each slot keeps the ids its sequence holds and the points its last prompts
  * took at their message starts (marks) and last row. A new request goes to the free slot
@@ -14,13 +15,14 @@
  * lose (its points past the new request's resume row, with their KV rows) goes into the
  * shared cache (cache.h), where any slot finds it again.
  *
- * Exact requests (chat): bits depend on where a prompt is cut into spans (GDN chunks are laid
- * from each span's start), so a chat prompt is always cut at its message starts, and resumes
- * only from a point at one of them: a turn then runs the same spans from that point on as a
- * cold prefill of the whole prompt would, and its answer is a cold server's, bit for bit. The
- * reply the slot decoded token by token is prefilled again (a cold server would prefill it). Points are counted in the
- * engine's cache budget (--cache-ram); when it is full the least recently used point of a
- * free slot is dropped.
+ * Exact requests (chat): bits depend on where the GDN chunk grid restarts (each span's start
+ * and anchor), so a chat prompt's grid restarts at every message start (the span's anchors:
+ * one pass holds several messages), and it resumes only from a point at one of them: a turn
+ * then runs the same chunks from that point on as a cold prefill of the whole prompt would,
+ * and its answer is a cold server's, bit for bit. The reply the slot decoded token by token
+ * is prefilled again (a cold server would prefill it). Points are counted in the engine's
+ * cache budget (--cache-ram); when it is full the least recently used point of a free slot
+ * is dropped.
  *
  * A request is shared by the HTTP thread that made it and the engine thread: the HTTP side
  * waits on it (sched_wait) and may cancel it (a disconnect, a stop string found); the last

@@ -16,7 +16,7 @@ for n in 1 512 513 2048; do
         --marks "$( [ "$n" -gt 1 ] && echo "1,$((n - 1)),$n" || echo 1)"
 done
 check "bench at the real widths, pp512 tg4" "$HEARTH" bench -m "$W" -p 512 -n 4 -r 1 -t 2
-for g in delta_rows_snap q_mark resume stale k_keep batch_inv accuracy; do
+for g in delta_rows_snap q_mark resume stale k_keep batch_inv anchor accuracy; do
     check "gate $g at the real widths" build/gates "$g" wide
 done
 check "engine tests at the real widths" build/tests/test_engine --wide

@@ -14,6 +14,9 @@
  *   k_keep           a marked call runs as many passes as the unmarked one, past 512 rows
  *   batch_inv        a sequence in a mixed call (prompt spans and decode rows of others)
  *                    gives the bits of a call of its own; a sequence twice is an error
+ *   anchor           a span anchored at rows a_i gives the bits of spans cut at a_i (every
+ *                    row's logits, KV rows, points, end state), in no more passes than the
+ *                    unanchored span; a resume at an anchor continues as the cut spans do
  *   accuracy         points against the float64 reference's lanes and rings, within a band
  *                    derived below: catches a defect shared by the marked pass and the prefix
  *                    prefill, which the bit-for-bit gates cannot see
@@ -392,6 +395,74 @@ TEST(batch_inv) {
     fixture_close(&f);
 }
 
+/* ---- anchor ---- */
+TEST(anchor) {
+    fixture f;
+    fixture_open(&f, "q4_k_m", 1200, 2);
+    herr e;
+    /* 81 -> 600 is longer than a pass (the cut spans cut it at 593, the anchored span's grid
+     * too); 17 and 81 share a chunk; a mark sits inside a chunk and on an anchor */
+    const int64_t n = 1100, anchors[] = {17, 81, 600, 1090}, marks[] = {17, 40, 600, 700, 1100};
+    const int na = 4, nm = 5;
+    const int64_t V = f.V;
+    int32_t *ids = test_ids(n, V, 101);
+    float *la = xmalloc(sizeof(float) * (size_t)(n * V)), *lb = xmalloc(sizeof(float) * (size_t)(n * V));
+    engine_point *pa[5], *pb[5];
+    for (int i = 0; i < nm; i++) pa[i] = point_new(&f), pb[i] = point_new(&f);
+    engine_seq_clear(f.eng, 0);
+    engine_stats s0 = engine_get_stats(f.eng);
+    engine_span sa = {.seq = 0, .ids = ids, .n = n, .marks = marks, .n_marks = nm, .points = pa, .anchors = anchors,
+                      .n_anchors = na, .want = ENGINE_LOGITS_ALL, .logits = la};
+    SETUP(engine_run(f.eng, &sa, 1, &e) == 0, "%s", e.msg);
+    engine_stats s1 = engine_get_stats(f.eng);
+    CHECK_MSG(s1.n_passes - s0.n_passes == (n + 511) / 512, "anchor: %lld rows anchored ran %lld passes, unanchored %lld",
+              (long long)n, (long long)(s1.n_passes - s0.n_passes), (long long)((n + 511) / 512));
+    /* the same rows as spans cut at the anchors, one call each */
+    engine_seq_clear(f.eng, 1);
+    for (int k = 0, mi = 0; k <= na; k++) {
+        const int64_t a = k ? anchors[k - 1] : 0, b = k < na ? anchors[k] : n;
+        int64_t rel[5];
+        engine_point *pts[5];
+        int cnt = 0;
+        for (; mi < nm && marks[mi] <= b; mi++) rel[cnt] = marks[mi] - a, pts[cnt++] = pb[mi];
+        engine_span sb = {.seq = 1, .ids = ids + a, .n = b - a, .marks = rel, .n_marks = cnt, .points = pts,
+                          .want = ENGINE_LOGITS_ALL, .logits = lb + a * V};
+        SETUP(engine_run(f.eng, &sb, 1, &e) == 0, "%s", e.msg);
+    }
+    int64_t bad = -1;
+    for (int64_t r = 0; r < n && bad < 0; r++)
+        if (memcmp(la + r * V, lb + r * V, sizeof(float) * (size_t)V)) bad = r;
+    CHECK_MSG(bad < 0, "anchor: row %lld's logits differ between the anchored span and the cut spans", (long long)bad);
+    CHECK_MSG(kv_equal(&f, 0, 1, n), "anchor: KV rows differ");
+    for (int i = 0; i < nm; i++) {
+        char what[96];
+        snprintf(what, sizeof what, "anchor: the point at %lld", (long long)marks[i]);
+        points_equal(pa[i], pb[i], what);
+    }
+    engine_point *ea = saved(&f, 0), *eb = saved(&f, 1);
+    points_equal(ea, eb, "anchor: end state");
+    /* resumed at the anchor 600, the rest as one span anchored at 1090 - 600 */
+    const int64_t rest[] = {1090 - 600};
+    CHECK_MSG(engine_restore(f.eng, 0, pa[2], &e) == 0, "anchor: restore at 600 refused: %s", e.msg);
+    engine_span sr = {.seq = 0, .ids = ids + 600, .n = n - 600, .anchors = rest, .n_anchors = 1,
+                      .want = ENGINE_LOGITS_ALL, .logits = la};
+    SETUP(engine_run(f.eng, &sr, 1, &e) == 0, "%s", e.msg);
+    CHECK_MSG(!memcmp(la, lb + 600 * V, sizeof(float) * (size_t)((n - 600) * V)),
+              "anchor: resumed at an anchor, the rest differs from the cut spans");
+    /* an anchor outside the span is an error */
+    const int64_t out[] = {n};
+    engine_span so = {.seq = 1, .ids = ids, .n = n, .anchors = out, .n_anchors = 1};
+    engine_seq_clear(f.eng, 1);
+    CHECK_MSG(engine_run(f.eng, &so, 1, &e) < 0, "anchor: an anchor at the span's end was accepted");
+    printf("  anchor %s: %lld rows, %d anchors: logits of every row, KV, %d points and the end state equal the cut spans'\n",
+           g_preset, (long long)n, na, nm);
+    for (int i = 0; i < nm; i++) engine_point_free(f.eng, pa[i]), engine_point_free(f.eng, pb[i]);
+    engine_point_free(f.eng, ea);
+    engine_point_free(f.eng, eb);
+    free(la); free(lb); free(ids);
+    fixture_close(&f);
+}
+
 /* ---- accuracy ----
  * Band, relative RMS of a point's lanes (and rings) against the float64 reference's, on an
  * f32 file (no activation quantization, and no routing flips: test_engine checks that).
@@ -457,7 +528,7 @@ TEST(accuracy) {
 }
 
 int main(int argc, char **argv) {
-    static const char *gates[] = {"delta_rows_snap", "q_mark", "resume", "stale", "k_keep", "batch_inv", "accuracy"};
+    static const char *gates[] = {"delta_rows_snap", "q_mark", "resume", "stale", "k_keep", "batch_inv", "anchor", "accuracy"};
     if (argc != 3) {
         fprintf(stderr, "usage: gates GATE|all PRESET (tiny, small, wide)\n");
         return 2;
@@ -465,7 +536,7 @@ int main(int argc, char **argv) {
     g_preset = argv[2];
     const char *g = argv[1];
     bool all = !strcmp(g, "all"), any = false;
-    void (*fns[])(void) = {delta_rows_snap, q_mark, resume, stale, k_keep, batch_inv, accuracy};
+    void (*fns[])(void) = {delta_rows_snap, q_mark, resume, stale, k_keep, batch_inv, anchor, accuracy};
     for (size_t i = 0; i < sizeof gates / sizeof gates[0]; i++)
         if (all || !strcmp(g, gates[i])) {
             harness_cur_failed = 0;

@@ -25,13 +25,16 @@ typedef struct cpu_mark {
 } cpu_mark;
 
 /* One span's rows inside one pass: pass rows [r0, r0 + n) of sequence s, the first at
- * position pos0. A span longer than CPU_UBATCH is cut into pieces at multiples of
- * CPU_UBATCH from its start, whatever else shares the call (batch invariance). */
+ * position pos0. A span longer than CPU_UBATCH is cut into pieces on its chunk grid
+ * (engine_piece_end), whatever else shares the call (batch invariance). The chunks restart
+ * at the anchors (rows relative to the piece, 0 < a < n). */
 typedef struct cpu_piece {
     cpu_seq *s;
     int64_t r0, n, pos0;
     const cpu_mark *marks;
     int n_marks;
+    const int64_t *anchors;
+    int n_anchors;
 } cpu_piece;
 
 /* One forward pass: its rows and, per row, the piece, position and sequence. */

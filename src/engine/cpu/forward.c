@@ -2,7 +2,8 @@
  * pass itself (layer by layer over all its rows), and the backend table.
  *
  * Packing keeps every sequence's bits independent of the rest of the call: a span is cut
- * into pieces of CPU_UBATCH rows from its own start, whatever else is in the call, and a
+ * into pieces of up to CPU_UBATCH rows on its own chunk grid (engine_piece_end), whatever
+ * else is in the call, and a
  * pass takes at most one piece of each span, in order, up to rows_max rows. Every op is per
  * row (matmuls: one quant_dot per output; MoE: experts summed in slot order; attention:
  * one row's keys) or per piece (the GDN chunks), so which pieces share a pass moves no bit. */
@@ -103,7 +104,8 @@ static void forward(cpu_engine *ce, const cpu_batch *b) {
  * output projection: the arena's size, computed once at open (arena.h). */
 static size_t pass_arrays(int64_t R, int n_seq) {
     return arena_round(sizeof(int32_t) * (size_t)R) + arena_round(sizeof(cpu_piece) * (size_t)n_seq) +
-           arena_round(sizeof(cpu_mark) * (size_t)R) + arena_round(sizeof(int32_t) * (size_t)R) +
+           arena_round(sizeof(cpu_mark) * (size_t)R) + arena_round(sizeof(int64_t) * (size_t)R) +
+           arena_round(sizeof(int32_t) * (size_t)R) +
            arena_round(sizeof(int64_t) * (size_t)R) + arena_round(sizeof(cpu_seq *) * (size_t)R) +
            arena_round(sizeof(int64_t) * (size_t)R) + arena_round(sizeof(float *) * (size_t)R) +
            2 * arena_round(sizeof(int64_t) * (size_t)n_seq);
@@ -135,28 +137,35 @@ static int cpu_run(engine *eng, const engine_span *spans, int n_spans, herr *e) 
         int32_t *ids = cpu_scratch(ce, sizeof(int32_t) * (size_t)R);
         cpu_piece *pieces = cpu_scratch(ce, sizeof(cpu_piece) * (size_t)eng->opts.n_seq_max);
         cpu_mark *marks = cpu_scratch(ce, sizeof(cpu_mark) * (size_t)R);
+        int64_t *anchors = cpu_scratch(ce, sizeof(int64_t) * (size_t)R);
         int32_t *row_piece = cpu_scratch(ce, sizeof(int32_t) * (size_t)R);
         int64_t *pos = cpu_scratch(ce, sizeof(int64_t) * (size_t)R);
         cpu_seq **row_seq = cpu_scratch(ce, sizeof(cpu_seq *) * (size_t)R);
         int64_t *row_call = cpu_scratch(ce, sizeof(int64_t) * (size_t)R);
         float **logit_row = cpu_scratch(ce, sizeof(float *) * (size_t)R);
-        int64_t n = 0, n_logits = 0, n_marks = 0;
+        int64_t n = 0, n_logits = 0, n_marks = 0, n_anchors = 0;
         int np = 0;
         for (int i = 0; i < n_spans; i++) {
             const engine_span *sp = &spans[i];
             if (done[i] == sp->n) continue;
-            int64_t len = sp->n - done[i] < CPU_UBATCH ? sp->n - done[i] : CPU_UBATCH;
+            int64_t len = engine_piece_end(sp->anchors, sp->n_anchors, sp->n, done[i], CPU_UBATCH, CPU_CHUNK) - done[i];
+            if (MUTANT("piece_from_start")) /* mutant: pieces every CPU_UBATCH rows, off the anchors' grid */
+                len = sp->n - done[i] < CPU_UBATCH ? sp->n - done[i] : CPU_UBATCH;
             /* mutant: a marked call split into two passes at its first mark */
             if (MUTANT("extra_pass") && sp->n_marks && sp->marks[0] > done[i] && sp->marks[0] < done[i] + len)
                 len = sp->marks[0] - done[i];
             if (n + len > R) continue; /* the next pass takes it */
             cpu_piece *pc = &pieces[np];
             *pc = (cpu_piece){.s = &ce->seqs[sp->seq], .r0 = n, .n = len, .pos0 = eng->seqs[sp->seq].pos + done[i],
-                              .marks = marks + n_marks};
+                              .marks = marks + n_marks, .anchors = anchors + n_anchors};
             for (int k = 0; k < sp->n_marks; k++)
                 if (sp->marks[k] > done[i] && sp->marks[k] <= done[i] + len)
                     marks[n_marks + pc->n_marks++] = (cpu_mark){.m = sp->marks[k] - done[i], .p = sp->points[k]};
             n_marks += pc->n_marks;
+            for (int k = 0; k < sp->n_anchors; k++)
+                if (sp->anchors[k] > done[i] && sp->anchors[k] < done[i] + len)
+                    anchors[n_anchors + pc->n_anchors++] = sp->anchors[k] - done[i];
+            n_anchors += pc->n_anchors;
             for (int64_t k = 0; k < len; k++) {
                 const int64_t at = done[i] + k, r = n + k;
                 ids[r] = sp->ids[at];

@@ -1,6 +1,6 @@
 /* gdn.c: the Gated DeltaNet layer on the CPU: projections, the causal conv over its ring,
  * L2 norms and gates, the delta rule in the chunked WY form, chunks laid from the start of
- * each span (a decode row is a chunk of one row, so a step and a one-row prefill are the
+ * each span and restarted at its anchors (a decode row is a chunk of one row, so a step and a one-row prefill are the
  * same bits), the gated RMSNorm and out-projection.
  *
  * Chunk math (rows i, j inside one chunk; S0 the state before it; Gc the running sum of g):
@@ -149,8 +149,14 @@ static void delta_chunked_head(gdn_ctx *c, const cpu_piece *pc, int64_t h, float
     float *cv = A + CPU_CHUNK * CPU_CHUNK; /* S: one row's coefficients */
     const gdn_ops *ops = &c->ops;
     const float *q[CPU_CHUNK], *k[CPU_CHUNK], *v[CPU_CHUNK];
-    for (int64_t c0 = 0; c0 < pc->n; c0 += CPU_CHUNK) {
-        const int64_t L = pc->n - c0 < CPU_CHUNK ? pc->n - c0 : CPU_CHUNK, rb = pc->r0 + c0; /* pass row of the chunk */
+    int ai = 0;
+    for (int64_t c0 = 0, L; c0 < pc->n; c0 += L) {
+        /* the chunk ends after CPU_CHUNK rows, at the piece's end or at the next anchor */
+        int64_t end = pc->n - c0 < CPU_CHUNK ? pc->n : c0 + CPU_CHUNK;
+        while (ai < pc->n_anchors && pc->anchors[ai] <= c0) ai++;
+        if (ai < pc->n_anchors && pc->anchors[ai] < end && !MUTANT("anchor_skip")) end = pc->anchors[ai];
+        L = end - c0;
+        const int64_t rb = pc->r0 + c0; /* pass row of the chunk */
         for (int64_t i = 0; i < L; i++) {
             const float *row = c->cv + (rb + i) * cd;
             q[i] = row + hk * S;

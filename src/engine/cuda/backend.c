@@ -301,7 +301,9 @@ static int cuda_run(engine *eng, const engine_span *spans, int n_spans, herr *e)
         for (int i = 0; i < n_spans; i++) {
             const engine_span *sp = &spans[i];
             if (done[i] == sp->n) continue;
-            const int64_t len = sp->n - done[i] < CUDA_UBATCH ? sp->n - done[i] : CUDA_UBATCH;
+            /* the delta rule runs row by row here, so no bit depends on the grid; the pieces
+             * still end where the CPU's do */
+            const int64_t len = engine_piece_end(sp->anchors, sp->n_anchors, sp->n, done[i], CUDA_UBATCH, CUDA_CHUNK) - done[i];
             if (n + len > R) continue; /* the next pass takes it */
             hk_piece *pc = &pieces[np];
             *pc = (hk_piece){.r0 = n, .n = len, .seq = sp->seq, .mark0 = nm};
