@@ -64,11 +64,11 @@ all: $(BUILD)/hearth tests
 
 $(BUILD)/libhearth.a: $(LIB_OBJ)
 	@mkdir -p $(@D)
-	$(AR) rcs $@ $^
+	rm -f $@ && $(AR) rcs $@ $^
 
 $(BUILD)/libhearth-mut.a: $(MUT_OBJ)
 	@mkdir -p $(@D)
-	$(AR) rcs $@ $^
+	rm -f $@ && $(AR) rcs $@ $^
 
 $(BUILD)/hearth: $(CLI_OBJ) $(BUILD)/libhearth.a
 	$(CC) $(CFLAGS) -o $@ $(CLI_OBJ) $(BUILD)/libhearth.a $(LDLIBS)
