@@ -133,49 +133,29 @@ __global__ void __launch_bounds__(ATTN_T) attn_kernel(const float *qf, const hk_
     for (int64_t kb = k_lo; kb < k_hi; kb += ATTN_KB) {
         const int nk = (int)min((int64_t)ATTN_KB, k_hi - kb);
         __syncthreads(); /* the last block's K, V and P are read */
-        /* every load of the block issued before any is used (one round trip, not LIT) */
-        constexpr int LIT = ATTN_KB * (D / 8) / ATTN_T;
-        if (f16) {
-            uint4 kr[LIT], vr[LIT];
+        for (int i = tid; i < ATTN_KB * (D / 8); i += ATTN_T) {
+            const int j = i / (D / 8), d8 = i % (D / 8);
+            float kx[8] = {0, 0, 0, 0, 0, 0, 0, 0}, vx[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+            if (j < nk) {
+                const size_t at = base + (size_t)((kb + j) * Hkv * D) + 8 * d8;
+                if (f16) {
+                    const uint4 ku = *(const uint4 *)((const __half *)k0 + at), vu = *(const uint4 *)((const __half *)v0 + at);
+                    const __half2 *kh = (const __half2 *)&ku, *vh = (const __half2 *)&vu;
 #pragma unroll
-            for (int it = 0; it < LIT; it++) {
-                const int i = tid + it * ATTN_T, j = i / (D / 8), d8 = i % (D / 8);
-                kr[it] = vr[it] = make_uint4(0, 0, 0, 0); /* f16 zeros past the block's keys */
-                if (j < nk) {
-                    const size_t at = base + (size_t)((kb + j) * Hkv * D) + 8 * d8;
-                    kr[it] = *(const uint4 *)((const __half *)k0 + at);
-                    vr[it] = *(const uint4 *)((const __half *)v0 + at);
-                }
-            }
-#pragma unroll
-            for (int it = 0; it < LIT; it++) {
-                const int i = tid + it * ATTN_T, j = i / (D / 8), d8 = i % (D / 8);
-                const __half2 *kh = (const __half2 *)&kr[it], *vh = (const __half2 *)&vr[it];
-                float kx[8], vx[8];
-#pragma unroll
-                for (int q = 0; q < 4; q++) {
-                    const float2 kf = __half22float2(kh[q]), vf = __half22float2(vh[q]);
-                    kx[2 * q] = kf.x, kx[2 * q + 1] = kf.y, vx[2 * q] = vf.x, vx[2 * q + 1] = vf.y;
-                }
-                float4 *kd = (float4 *)(Ks + j * L::KS + 8 * d8), *vd = (float4 *)(Vs + j * D + 8 * d8);
-                kd[0] = make_float4(kx[0], kx[1], kx[2], kx[3]), kd[1] = make_float4(kx[4], kx[5], kx[6], kx[7]);
-                vd[0] = make_float4(vx[0], vx[1], vx[2], vx[3]), vd[1] = make_float4(vx[4], vx[5], vx[6], vx[7]);
-            }
-        } else { /* f32 rows go to shared memory as they are: asynchronous copies */
-#pragma unroll
-            for (int it = 0; it < LIT; it++) {
-                const int i = tid + it * ATTN_T, j = i / (D / 8), d8 = i % (D / 8);
-                float *kd = Ks + j * L::KS + 8 * d8, *vd = Vs + j * D + 8 * d8;
-                if (j < nk) {
-                    const size_t at = base + (size_t)((kb + j) * Hkv * D) + 8 * d8;
-                    cp16(kd, (const float *)k0 + at), cp16(kd + 4, (const float *)k0 + at + 4);
-                    cp16(vd, (const float *)v0 + at), cp16(vd + 4, (const float *)v0 + at + 4);
+                    for (int q = 0; q < 4; q++) {
+                        const float2 kf = __half22float2(kh[q]), vf = __half22float2(vh[q]);
+                        kx[2 * q] = kf.x, kx[2 * q + 1] = kf.y, vx[2 * q] = vf.x, vx[2 * q + 1] = vf.y;
+                    }
                 } else {
-                    *(float4 *)kd = *(float4 *)(kd + 4) = make_float4(0, 0, 0, 0);
-                    *(float4 *)vd = *(float4 *)(vd + 4) = make_float4(0, 0, 0, 0);
+                    const float4 *kp = (const float4 *)((const float *)k0 + at), *vp = (const float4 *)((const float *)v0 + at);
+                    const float4 a0 = kp[0], a1 = kp[1], b0 = vp[0], b1 = vp[1];
+                    kx[0] = a0.x, kx[1] = a0.y, kx[2] = a0.z, kx[3] = a0.w, kx[4] = a1.x, kx[5] = a1.y, kx[6] = a1.z, kx[7] = a1.w;
+                    vx[0] = b0.x, vx[1] = b0.y, vx[2] = b0.z, vx[3] = b0.w, vx[4] = b1.x, vx[5] = b1.y, vx[6] = b1.z, vx[7] = b1.w;
                 }
             }
-            asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;" ::: "memory");
+            float4 *kd = (float4 *)(Ks + j * L::KS + 8 * d8), *vd = (float4 *)(Vs + j * D + 8 * d8);
+            kd[0] = make_float4(kx[0], kx[1], kx[2], kx[3]), kd[1] = make_float4(kx[4], kx[5], kx[6], kx[7]);
+            vd[0] = make_float4(vx[0], vx[1], vx[2], vx[3]), vd[1] = make_float4(vx[4], vx[5], vx[6], vx[7]);
         }
         __syncthreads();
         /* each vector's own keys in this block: [kb, min(kb + nk, pos + 1)) */
