@@ -7,13 +7,13 @@
 # rows; tg128 after 32768 rows. Rep 0 of each is dropped. KV f16 on both sides; llama-bench
 # -ngl 99 -fa 1, -ub 512 (-ub 2048 -b 2048 on pp4096, its best). hearth's pp4096 process also
 # runs the pass with marks at 2048 and 4096 (the time two points add).
-#   REPS (default 2) measured reps; GROUPS (default "a b c d") which groups
+#   REPS (default 2) measured reps; SETS (default "a b c d") which groups of rows
 # Samples to $OUT/samples.tsv, the table to stdout.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-/tmp/out}; mkdir -p "$out"
 . bench/device_deps.sh
-reps=${REPS:-2} groups=${GROUPS:-a b c d}
+reps=${REPS:-2} groups=${SETS:-a b c d}
 [ -f /tmp/llama-cuda/done ] || { pgrep -f device_peer_build.sh >/dev/null || (setsid nohup bash bench/device_peer_build.sh >/tmp/peer-build.log 2>&1 &); }
 make -j16 build/hearth >"$out/make.log" 2>&1 || { tail -20 "$out/make.log"; exit 1; }
 [ -f /dev/shm/q36.gguf ] || build/hearth gen --preset q36 --quant q4_k_m --seed 1 -o /dev/shm/q36.gguf >"$out/gen.log" 2>&1 \
