@@ -38,29 +38,17 @@ __device__ __forceinline__ float warp_max(float v) {
     for (int off = 16; off; off >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, off));
     return v;
 }
-__device__ __forceinline__ int warp_isum(int v) {
-    for (int off = 16; off; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
-    return v;
-}
 
-// the block's sum (blockDim.x a multiple of 32, at most 1024), in every thread
+// the block's sum (blockDim.x a multiple of 32, at most 1024), in every thread: each warp's
+// by warp_sum, then the warps' in one more
 __device__ __forceinline__ float block_sum(float v, float *sh) {
     const int lane = threadIdx.x % 32, wid = threadIdx.x / 32, nw = blockDim.x / 32;
     v = warp_sum(v);
     __syncthreads();
     if (lane == 0) sh[wid] = v;
     __syncthreads();
-    float t = lane < nw ? sh[lane] : 0.0f;
+    const float t = lane < nw ? sh[lane] : 0.0f;
     return warp_sum(t);
-}
-__device__ __forceinline__ float block_max(float v, float *sh) {
-    const int lane = threadIdx.x % 32, wid = threadIdx.x / 32, nw = blockDim.x / 32;
-    v = warp_max(v);
-    __syncthreads();
-    if (lane == 0) sh[wid] = v;
-    __syncthreads();
-    float t = lane < nw ? sh[lane] : -INFINITY;
-    return warp_max(t);
 }
 
 __device__ __forceinline__ float silu(float x) { return x / (1.0f + expf(-x)); }
