@@ -52,6 +52,7 @@ struct pcache {
     int n_seen;
     struct timespec dir_mtime; /* the folder's, at the last listing */
     time_t listed_at;       /* wall clock of the last listing */
+    mode_t file_mode;       /* 0666 less the umask, as fopen would have made a file */
 };
 
 /* a file's outcome when read (entry_read) */
@@ -165,7 +166,7 @@ static int entry_write(pcache *c, entry *en, const char *want, herr *e) {
     snprintf(tmp, sizeof tmp, "%s.tmp.XXXXXX", path);
     const int fd = mkstemp(tmp);
     if (fd < 0) return herr_set(e, "cannot write %s: %s", tmp, strerror(errno));
-    fchmod(fd, 0644); /* mkstemp's 0600 would hide it from replicas run as other users */
+    fchmod(fd, c->file_mode); /* mkstemp's 0600 would hide it from replicas run as other users */
     FILE *f = fdopen(fd, "wb");
     if (!f) {
         close(fd);
@@ -334,8 +335,10 @@ out:
  * counting it refused, with a line on stderr. */
 static void refuse(pcache *c, const char *path, const struct stat *seen, const char *why) {
     struct stat now;
-    if (seen->st_ino && !stat(path, &now) && now.st_ino == seen->st_ino && now.st_dev == seen->st_dev) unlink(path);
-    fprintf(stderr, "hearth serve: --cache-dir: %s refused and removed: %s\n", path, why);
+    const bool same = seen->st_ino && !stat(path, &now) && now.st_ino == seen->st_ino && now.st_dev == seen->st_dev;
+    if (same) unlink(path);
+    fprintf(stderr, "hearth serve: --cache-dir: %s refused%s: %s\n", path, same ? " and removed" : " (a newer file has its name)",
+            why);
     c->st.n_refused++;
 }
 
@@ -473,6 +476,9 @@ int pcache_open(pcache **out, engine *eng, const char *dir, herr *e) {
         }
         c->dir = xstrdup(dir);
         c->seen = xcalloc(MAX_SEEN, sizeof *c->seen);
+        const mode_t um = umask(0); /* read back at once: no other thread makes files yet */
+        umask(um);
+        c->file_mode = 0666 & ~um;
         scan_dir(c);
     }
     *out = c;

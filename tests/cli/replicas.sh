@@ -39,7 +39,7 @@ fi
 # the unit, with ExecStart pointed at this build (systemd-analyze wants the binary to exist)
 if command -v systemd-analyze >/dev/null; then
     unit_dir=$(mktemp -d)
-    sed "s#/usr/local/bin/hearth#$PWD/$HEARTH#" deploy/hearth@.service >"$unit_dir/hearth@.service"
+    sed "s#/usr/local/bin/hearth#$(readlink -f "$HEARTH")#" deploy/hearth@.service >"$unit_dir/hearth@.service"
     cp "$unit_dir/hearth@.service" "$unit_dir/hearth@8081.service"
     check "systemd-analyze verify deploy/hearth@.service" \
         bash -c "out=\$(systemd-analyze verify '$unit_dir/hearth@8081.service' 2>&1); echo \"\$out\"; [ -z \"\$out\" ]"

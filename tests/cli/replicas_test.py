@@ -237,7 +237,7 @@ def main():
           holder.metric("requests_total") == 4 and other.metric("requests_total") == 0,
           f"{holder.alias} {holder.metric('requests_total')}, {other.alias} {other.metric('requests_total')}")
 
-    keys = [f"user-{i}" for i in range(16)]
+    keys = [f"user-{i}" for i in range(32)]
     where = {k: which(lb.port, k) for k in keys}
     check("conversation keys spread over both replicas", set(where.values()) == {"replica-a", "replica-b"}, where)
     again = {k: which(lb.port, k) for k in keys}
@@ -377,16 +377,25 @@ def main():
     print(f"({time.monotonic() - t0:.1f} s)")
 
 
+def on_term(*_):
+    raise SystemExit("stopped by SIGTERM (replicas.sh's time limit?)")
+
+
 if __name__ == "__main__":
+    signal.signal(signal.SIGTERM, on_term)  # so that `finally` stops what was started
     try:
         main()
-    except Exception as ex:  # a setup failure is a failed check, named
+    except (Exception, SystemExit) as ex:  # a setup failure is a failed check, named
         check("the suite ran to its end", False, repr(ex))
     finally:
-        for p in procs:
+        for p in procs:  # SIGTERM first: nginx's master then stops its worker too
             if p.poll() is None:
-                p.kill()
-                p.wait()
+                p.terminate()
+                try:
+                    p.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+                    p.wait()
         shutil.rmtree(TMP, ignore_errors=True)
     print(f"{passed} passed, {failed} failed, 0 skipped")
     sys.exit(1 if failed else 0)
