@@ -166,10 +166,10 @@ static void req_push(sched_req *r, int32_t id, const token_lp *t) {
     pthread_mutex_unlock(&r->mu);
 }
 
-static void req_finish(sched_req *r, sched_finish f, const char *err) {
+static void req_finish(sched_req *r, sched_finish f, const char *err, double t_end) {
     pthread_mutex_lock(&r->mu);
     r->finish = f;
-    r->t_end = time_now();
+    r->t_end = t_end;
     if (err) snprintf(r->err, sizeof r->err, "%s", err);
     pthread_cond_broadcast(&r->cv);
     pthread_mutex_unlock(&r->mu);
@@ -360,19 +360,34 @@ static void hist_add(sched_hist *h, double v) {
     h->sum += v;
 }
 
+/* With --cache-dir, the points this request made (past its resume row) go to a file before it
+ * is reported done: a replica sharing the folder, or this one after a crash, resumes from
+ * them. The slot keeps them too. */
+static void slot_write_through(sched *s, slot *sl) {
+    int first = 0;
+    while (first < sl->n_pts && sl->pts[first].p->pos <= sl->pf_base) first++;
+    if (!s->o.cache_dir || first == sl->n_pts) return;
+    engine_point *pts[SLOT_POINTS];
+    for (int i = first; i < sl->n_pts; i++) pts[i - first] = sl->pts[i].p;
+    pcache_write_through(s->pc, sl->id, sl->ids, sl->n, pts, sl->n_pts - first);
+}
+
 static void slot_end(sched *s, slot *sl, sched_finish f, const char *err) {
     sched_req *r = sl->req;
-    req_finish(r, f, err);
+    slot_write_through(s, sl);
     sampler_free(&sl->sm);
     sl->req = NULL;
     sl->state = SLOT_IDLE;
     sl->t_used = time_now();
+    /* counted before the client hears the end, so /metrics read after it counts it */
+    const double t_end = time_now();
     pthread_mutex_lock(&s->mu);
     s->st.slots_busy--;
     s->st.n_gen_tokens += r->n_out;
     if (r->n_out > 0) hist_add(&s->st.ttft, r->t_first - r->t_queued);
-    hist_add(&s->st.duration, r->t_end - r->t_queued);
+    hist_add(&s->st.duration, t_end - r->t_queued);
     pthread_mutex_unlock(&s->mu);
+    req_finish(r, f, err, t_end);
     req_unref(r);
 }
 
@@ -611,7 +626,7 @@ static void *loop(void *arg) {
         sched_req *r = s->q[s->q_head];
         s->q_head = (s->q_head + 1) % s->o.queue_max;
         s->q_n--;
-        req_finish(r, SCHED_CANCELLED, "the server is stopping");
+        req_finish(r, SCHED_CANCELLED, "the server is stopping", time_now());
         req_unref(r);
     }
     pthread_mutex_unlock(&s->mu);

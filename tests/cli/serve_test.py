@@ -419,7 +419,7 @@ def main():
           r["timings"]["cache"])
     c2.stop()
     # a corrupt file (one byte flipped), a truncated one, and one of another model
-    n0 = int(files[0].split("-")[1].split(".")[0])  # its rows: the KV data starts after the
+    n0 = int(files[0].split("-")[-1].split(".")[0])  # its rows: the KV data starts after the
     at = 72 + 12 * n0 + 8 + 10                      # header (72 bytes), ids and row hashes
     with open(os.path.join(cdir, files[0]), "r+b") as f:
         f.seek(at)
@@ -436,7 +436,8 @@ def main():
     chat(o1, conv_a)
     chat(o1, conv_b)
     o1.stop()
-    for f in os.listdir(odir):
+    foreign = os.listdir(odir)  # A's and B's turns, written through
+    for f in foreign:
         os.rename(os.path.join(odir, f), os.path.join(cdir, "other-" + f))
     n_before = len([f for f in os.listdir(cdir) if f.endswith(".hcache")])
     c3 = Server(model, "-np", "1", "--cache-dir", cdir, "--metrics")
@@ -445,7 +446,7 @@ def main():
     log = open(os.path.join(TMP, "serve.log")).read()
     check("--cache-dir: a corrupt, a truncated and a foreign file are refused and removed",
           files[0] not in left and files[1] not in left and not any(f.startswith("other-") for f in left) and
-          metric(m, "cache_disk_refused_total") == 3 and "checksum" in log and "another model" in log and "truncated" in log,
+          metric(m, "cache_disk_refused_total") == 2 + len(foreign) and len(foreign) >= 1 and "checksum" in log and "another model" in log and "truncated" in log,
           f"{n_before} files before, {left} after; " + m[-300:])
     r = chat(c3, conv_a)
     check("--cache-dir: the server serves on after refusing them", r["usage"]["completion_tokens"] == 8)
