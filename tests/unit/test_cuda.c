@@ -563,20 +563,28 @@ TEST(attn_matches_ref) {
                 free(s);
             }
         CHECK_MSG(worst <= 1.0, "%s KV: attention %.3g times its bound from the double reference", f16 ? "f16" : "f32", worst);
-        /* the last row alone, as a decode step */
-        hk_qtile one = {.r0 = 0, .n = 1, .seq = 0, .pos0 = pos[n - 1]};
-        hk_h2d(dtiles, &one, sizeof one, &e);
-        hk_h2d(dpos, &pos[n - 1], 8, &e);
-        hk_h2d(dq, qf + (n - 1) * 2 * H * D, 4 * (size_t)(2 * H * D), &e);
-        CHECK_MSG(hk_attn(st, dq, dtiles, 1, dpos, 1, H, Hkv, D, dk, dv, (size_t)(n_ctx * Hkv * D), f16, seg, n_seg, dpart, dao,
+        /* rows 0, 150 and the last, each alone in one launch: the decode form (every tile one
+         * row), which must give the tile kernel's bits */
+        const int64_t alone[3] = {0, 150, n - 1};
+        hk_qtile one[3];
+        int64_t one_pos[3];
+        for (int i = 0; i < 3; i++) {
+            one[i] = (hk_qtile){.r0 = i, .n = 1, .seq = 0, .pos0 = pos[alone[i]]};
+            one_pos[i] = pos[alone[i]];
+            hk_h2d((float *)dq + i * 2 * H * D, qf + alone[i] * 2 * H * D, 4 * (size_t)(2 * H * D), &e);
+        }
+        hk_h2d(dtiles, one, sizeof one, &e);
+        hk_h2d(dpos, one_pos, sizeof one_pos, &e);
+        CHECK_MSG(hk_attn(st, dq, dtiles, 3, dpos, 3, H, Hkv, D, dk, dv, (size_t)(n_ctx * Hkv * D), f16, seg, n_seg, dpart, dao,
                           &e) == 0 && hk_stream_sync(st, &e) == 0,
                   "%s", e.msg);
-        float *one_ao = xmalloc(4 * (size_t)(H * D));
-        hk_d2h(one_ao, dao, 4 * (size_t)(H * D), &e);
-        CHECK_MSG(!memcmp(one_ao, ao + (n - 1) * H * D, 4 * (size_t)(H * D)), "%s KV: the row alone differs from the row in a tile",
-                  f16 ? "f16" : "f32");
-        printf("  attention %s KV: %.2g from double (%.3f of the bound) at 300 rows over 1000 keys; a row alone = the "
-               "row in a tile\n", f16 ? "f16" : "f32", worst_abs, worst);
+        float *one_ao = xmalloc(4 * (size_t)(3 * H * D));
+        hk_d2h(one_ao, dao, 4 * (size_t)(3 * H * D), &e);
+        for (int i = 0; i < 3; i++)
+            CHECK_MSG(!memcmp(one_ao + i * H * D, ao + alone[i] * H * D, 4 * (size_t)(H * D)),
+                      "%s KV: row %lld decoded alone differs from the row in a tile", f16 ? "f16" : "f32", (long long)alone[i]);
+        printf("  attention %s KV: %.2g from double (%.3f of the bound) at 300 rows over 1000 keys; 3 rows decoded "
+               "alone = the rows in tiles, bit for bit\n", f16 ? "f16" : "f32", worst_abs, worst);
         hk_free(dk), hk_free(dv), hk_free(dq), hk_free(dpos), hk_free(dtiles), hk_free(dpart), hk_free(dao);
         free(hk), free(hv), free(kr), free(vr), free(pos), free(tiles), free(ao), free(one_ao);
     }

@@ -188,7 +188,7 @@ __global__ void __launch_bounds__(ATTN_T) attn_kernel(const float *qf, const hk_
             float bmax = -INFINITY;
 #pragma unroll
             for (int u = 0; u < ATTN_KB / 8; u++) {
-                sc[a][u] *= scale;
+                sc[a][u] = __fmul_rn(sc[a][u], scale);
                 if (j8 + 8 * u < nv[a]) bmax = fmaxf(bmax, sc[a][u]);
             }
             bmax = fmaxf(bmax, __shfl_xor_sync(0xffffffffu, bmax, 1));
@@ -214,9 +214,9 @@ __global__ void __launch_bounds__(ATTN_T) attn_kernel(const float *qf, const hk_
 #pragma unroll
         for (int a = 0; a < 2; a++) {
             if (nv[a] == 0) continue;
-            l[a] = l[a] * alpha[a] + ps[a];
+            l[a] = __fmaf_rn(l[a], alpha[a], ps[a]);
 #pragma unroll
-            for (int i = 0; i < 4 * NO; i++) o[a][i] *= alpha[a];
+            for (int i = 0; i < 4 * NO; i++) o[a][i] = __fmul_rn(o[a][i], alpha[a]);
             const float *pr = Ps + (2 * qp + a) * (ATTN_KB + 1);
             for (int j = 0; j < nv[a]; j++) {
                 const float p = pr[j];
@@ -242,6 +242,171 @@ __global__ void __launch_bounds__(ATTN_T) attn_kernel(const float *qf, const hk_
     }
 }
 
+// The decode form: a tile of one row (every tile of the launch), with the tile kernel's
+// arithmetic element for element, spread over 8 warps instead of 4 threads a vector, and K
+// and V blocks double-buffered by cp.async. A score is its D products summed in order by
+// one lane (lane = key, warp = vector); the block's max is the warp's (exact in any order);
+// the sum adds the keys j8 + 8u (u in order) per j8, then the tree over j8 by xor 1, 2, 4,
+// as the tile kernel's 8 threads do; each output dim adds the vector's keys in order. The
+// roundings are explicit (__fmul_rn, __fmaf_rn) in both kernels, so no contraction the
+// compiler chooses in one of them alone moves a bit. test_cuda's attn_matches_ref checks
+// rows decoded alone against the same rows in tiles, bit for bit.
+#define ATTN_DT 256 /* threads of the decode form */
+template <int D, typename T> struct ad_smem {
+    static constexpr int KROW = D + 16 / (int)sizeof(T); /* elements: key rows 16 bytes apart in the banks */
+    static constexpr int STAGE = (int)sizeof(T) * ATTN_KB * (KROW + D); /* one block's K and V */
+    static constexpr int BYTES = 2 * STAGE + 4 * (ATTN_QV * D + ATTN_QV * (ATTN_KB + 1) + 4 * ATTN_QV);
+};
+
+__device__ __forceinline__ void load8(const __half *p, float *x) {
+    const uint4 u = *(const uint4 *)p;
+    const __half2 *h = (const __half2 *)&u;
+#pragma unroll
+    for (int q = 0; q < 4; q++) {
+        const float2 f = __half22float2(h[q]);
+        x[2 * q] = f.x, x[2 * q + 1] = f.y;
+    }
+}
+__device__ __forceinline__ void load8(const float *p, float *x) {
+    const float4 a = ((const float4 *)p)[0], b = ((const float4 *)p)[1];
+    x[0] = a.x, x[1] = a.y, x[2] = a.z, x[3] = a.w, x[4] = b.x, x[5] = b.y, x[6] = b.z, x[7] = b.w;
+}
+
+// grid (rows, Hkv, n_seg), ATTN_DT threads; G = H / Hkv vectors (the row's query heads of
+// KV head blockIdx.y); writes the segment's partials as attn_kernel does
+template <int D, typename T>
+__global__ void __launch_bounds__(ATTN_DT) attn_decode_kernel(const float *qf, const hk_qtile *tiles, int64_t H,
+                                                              int64_t Hkv, const void *k0, const void *v0,
+                                                              size_t seq_stride, int64_t seg, int64_t n_seg, float *part) {
+    extern __shared__ __align__(16) float sm[];
+    using L = ad_smem<D, T>;
+    constexpr int C16 = 16 / (int)sizeof(T);              /* elements per 16-byte copy */
+    constexpr int OI = (ATTN_QV * (D / 8) + ATTN_DT - 1) / ATTN_DT; /* output items (8 dims of a vector) a thread may hold */
+    float *Qs = (float *)((char *)sm + 2 * L::STAGE), *Ps = Qs + ATTN_QV * D;
+    float *Ms = Ps + ATTN_QV * (ATTN_KB + 1), *Ls = Ms + ATTN_QV, *As = Ls + ATTN_QV;
+    int *Nv = (int *)(As + ATTN_QV);
+    const hk_qtile tile = tiles[blockIdx.x];
+    const int G = (int)(H / Hkv);
+    const int64_t kvh = blockIdx.y, s = blockIdx.z, P = tile.pos0;
+    const int64_t k_lo = s * seg;
+    if (k_lo > P) return;
+    const int64_t k_hi = min((s + 1) * seg, P + 1);
+    const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+    const float scale = 1.0f / sqrtf((float)D);
+    const size_t base = (size_t)tile.seq * seq_stride + (size_t)(kvh * D);
+    const T *K0 = (const T *)k0, *V0 = (const T *)v0;
+    auto fetch = [&](int64_t kb, T *dst) { /* keys [kb, kb + nk) of the block; the rest are never used */
+        const int nk = (int)min((int64_t)ATTN_KB, k_hi - kb);
+        for (int i = tid; i < 2 * ATTN_KB * (D / C16); i += ATTN_DT) {
+            const int isv = i >= ATTN_KB * (D / C16), ii = isv ? i - ATTN_KB * (D / C16) : i;
+            const int j = ii / (D / C16), c = ii % (D / C16);
+            if (j >= nk) continue;
+            const size_t at = base + (size_t)((kb + j) * Hkv * D) + (size_t)(c * C16);
+            T *d = isv ? dst + ATTN_KB * L::KROW + j * D + c * C16 : dst + j * L::KROW + c * C16;
+            cp16(d, (isv ? V0 : K0) + at);
+        }
+        asm volatile("cp.async.commit_group;");
+    };
+    for (int i = tid; i < G * D; i += ATTN_DT) {
+        const int v = i / D, d = i % D;
+        Qs[v * D + d] = qf[(int64_t)tile.r0 * 2 * H * D + (kvh * G + v) * 2 * D + d];
+    }
+    for (int v = tid; v < G; v += ATTN_DT) Ms[v] = -INFINITY, Ls[v] = 0.0f;
+    float o[OI][8];
+#pragma unroll
+    for (int a = 0; a < OI; a++)
+#pragma unroll
+        for (int i = 0; i < 8; i++) o[a][i] = 0.0f;
+    auto stage = [&](int b) { return (T *)((char *)sm + b * L::STAGE); };
+    fetch(k_lo, stage(0));
+    int buf = 0;
+    for (int64_t kb = k_lo; kb < k_hi; kb += ATTN_KB, buf ^= 1) {
+        if (kb + ATTN_KB < k_hi) fetch(kb + ATTN_KB, stage(buf ^ 1)); /* its buffer was last read before the last barrier */
+        else asm volatile("cp.async.commit_group;");
+        asm volatile("cp.async.wait_group 1;" ::: "memory");
+        __syncthreads(); /* this block's K and V (every thread's copies) and Qs, Ms, Ls */
+        const T *Kb = stage(buf), *Vb = stage(buf) + ATTN_KB * L::KROW;
+        const int nv = (int)min((int64_t)ATTN_KB, P + 1 - kb); /* the row's keys in the block */
+        for (int v = warp; v < G; v += ATTN_DT / 32) {
+            const float *q = Qs + v * D;
+            const T *kr = Kb + lane * L::KROW;
+            float x = 0.0f;
+#pragma unroll 4
+            for (int d = 0; d < D; d += 8) {
+                float kx[8];
+                load8(kr + d, kx);
+                const float4 qa = *(const float4 *)(q + d), qb = *(const float4 *)(q + d + 4);
+                x = fmaf(qa.x, kx[0], x), x = fmaf(qa.y, kx[1], x), x = fmaf(qa.z, kx[2], x), x = fmaf(qa.w, kx[3], x);
+                x = fmaf(qb.x, kx[4], x), x = fmaf(qb.y, kx[5], x), x = fmaf(qb.z, kx[6], x), x = fmaf(qb.w, kx[7], x);
+            }
+            const float sc = __fmul_rn(x, scale);
+            const float bmax = warp_max(lane < nv ? sc : -INFINITY);
+            const float m = Ms[v], mn = fmaxf(m, bmax);
+            const float p = lane < nv ? expf(sc - mn) : 0.0f;
+            Ps[v * (ATTN_KB + 1) + lane] = p;
+            const int j8 = lane % 8;
+            float sum = 0.0f;
+#pragma unroll
+            for (int u = 0; u < ATTN_KB / 8; u++) sum += __shfl_sync(0xffffffffu, p, j8 + 8 * u);
+            sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+            sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+            sum += __shfl_xor_sync(0xffffffffu, sum, 4);
+            if (lane == 0) {
+                const float alpha = nv > 0 ? expf(m - mn) : 1.0f;
+                As[v] = alpha, Nv[v] = nv;
+                if (nv > 0) Ms[v] = mn, Ls[v] = __fmaf_rn(Ls[v], alpha, sum);
+            }
+        }
+        __syncthreads(); /* Ps, As, Nv */
+#pragma unroll
+        for (int a = 0; a < OI; a++) {
+            const int it = tid + a * ATTN_DT;
+            if (it >= G * (D / 8)) break;
+            const int v = it / (D / 8), d = 8 * (it % (D / 8)), n = Nv[v];
+            if (n == 0) continue;
+            const float alpha = As[v];
+#pragma unroll
+            for (int i = 0; i < 8; i++) o[a][i] = __fmul_rn(o[a][i], alpha);
+            const float *pr = Ps + v * (ATTN_KB + 1);
+            for (int j = 0; j < n; j++) {
+                const float pj = pr[j];
+                float vx[8];
+                load8(Vb + j * D + d, vx);
+#pragma unroll
+                for (int i = 0; i < 8; i++) o[a][i] = fmaf(pj, vx[i], o[a][i]);
+            }
+        }
+        __syncthreads(); /* the block's buffer and Ps are free */
+    }
+    asm volatile("cp.async.wait_group 0;" ::: "memory");
+#pragma unroll
+    for (int a = 0; a < OI; a++) {
+        const int it = tid + a * ATTN_DT;
+        if (it >= G * (D / 8)) break;
+        const int v = it / (D / 8), d = 8 * (it % (D / 8));
+        float *pp = part + (((int64_t)tile.r0 * H + kvh * G + v) * n_seg + s) * PART(D);
+        *(float4 *)(pp + d) = make_float4(o[a][0], o[a][1], o[a][2], o[a][3]);
+        *(float4 *)(pp + d + 4) = make_float4(o[a][4], o[a][5], o[a][6], o[a][7]);
+        if (d == 0) pp[D] = Ms[v], pp[D + 1] = Ls[v];
+    }
+}
+
+template <int D, typename T> static int attn_decode_launch(void *st, const float *qf, const hk_qtile *tiles, int n_tiles,
+                                                           int64_t H, int64_t Hkv, const void *k0, const void *v0,
+                                                           size_t seq_stride, int64_t seg, int64_t n_seg, float *part,
+                                                           herr *e) {
+    static bool ready = false;
+    constexpr int bytes = ad_smem<D, T>::BYTES;
+    if (!ready) {
+        CUDA_TRY(cudaFuncSetAttribute(attn_decode_kernel<D, T>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes), e);
+        ready = true;
+    }
+    dim3 g((unsigned)n_tiles, (unsigned)Hkv, (unsigned)n_seg);
+    attn_decode_kernel<D, T><<<g, ATTN_DT, bytes, STREAM(st)>>>(qf, tiles, H, Hkv, k0, v0, seq_stride, seg, n_seg, part);
+    LAUNCHED(e);
+    return 0;
+}
+
 // block per (row, head), D threads: the segments [0, pos / seg] merged in order, times
 // sigmoid(gate)
 __global__ void attn_merge_kernel(const float *qf, const int64_t *pos, int64_t H, int64_t D, int64_t seg, int64_t n_seg,
@@ -250,8 +415,10 @@ __global__ void attn_merge_kernel(const float *qf, const int64_t *pos, int64_t H
     const int64_t ns = pos[r] / seg + 1;
     const float *pp = part + ((r * H + h) * n_seg) * PART(D);
     float mx = -INFINITY;
+#pragma unroll 8
     for (int64_t s = 0; s < ns; s++) mx = fmaxf(mx, pp[s * PART(D) + D]);
     float L = 0, O = 0;
+#pragma unroll 8
     for (int64_t s = 0; s < ns; s++) {
         const float f = expf(pp[s * PART(D) + D] - mx);
         L += pp[s * PART(D) + D + 1] * f;
@@ -283,10 +450,18 @@ extern "C" int hk_attn(void *st, const float *qf, const hk_qtile *tiles, int n_t
     if (!hk_attn_tile_rows(H / Hkv) || seg % ATTN_KB)
         return herr_set(e, "hk_attn: %lld query heads over %lld KV heads (segments of %lld)", (long long)H, (long long)Hkv,
                         (long long)seg);
+    if (D != 256 && D != 128) return herr_set(e, "hk_attn: head dim %lld (the CUDA engine takes 128 or 256)", (long long)D);
     int rc;
-    if (D == 256) rc = attn_launch<256>(st, qf, tiles, n_tiles, H, Hkv, k0, v0, seq_stride, f16, seg, n_seg, part, e);
-    else if (D == 128) rc = attn_launch<128>(st, qf, tiles, n_tiles, H, Hkv, k0, v0, seq_stride, f16, seg, n_seg, part, e);
-    else return herr_set(e, "hk_attn: head dim %lld (the CUDA engine takes 128 or 256)", (long long)D);
+    if (n_tiles == n) { /* every tile one row: a decode step (the same bits, see above) */
+        if (D == 256) rc = f16 ? attn_decode_launch<256, __half>(st, qf, tiles, n_tiles, H, Hkv, k0, v0, seq_stride, seg, n_seg, part, e)
+                               : attn_decode_launch<256, float>(st, qf, tiles, n_tiles, H, Hkv, k0, v0, seq_stride, seg, n_seg, part, e);
+        else rc = f16 ? attn_decode_launch<128, __half>(st, qf, tiles, n_tiles, H, Hkv, k0, v0, seq_stride, seg, n_seg, part, e)
+                      : attn_decode_launch<128, float>(st, qf, tiles, n_tiles, H, Hkv, k0, v0, seq_stride, seg, n_seg, part, e);
+    } else if (D == 256) {
+        rc = attn_launch<256>(st, qf, tiles, n_tiles, H, Hkv, k0, v0, seq_stride, f16, seg, n_seg, part, e);
+    } else {
+        rc = attn_launch<128>(st, qf, tiles, n_tiles, H, Hkv, k0, v0, seq_stride, f16, seg, n_seg, part, e);
+    }
     if (rc < 0) return -1;
     dim3 g((unsigned)H, (unsigned)n);
     attn_merge_kernel<<<g, (unsigned)D, 0, STREAM(st)>>>(qf, pos, H, D, seg, n_seg, part, ao);

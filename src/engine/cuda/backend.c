@@ -764,10 +764,15 @@ int engine_open_cuda(engine **out, const model *m, const engine_opts *o, herr *e
         if (hp->is_recurrent[il]) ce->n_gdn++;
         else ce->n_attn++;
     }
-    /* attention segments: 512 keys, or more on long contexts so that a row has at most 64 */
+    /* attention segments: 256 keys, or more on long contexts so that a row has at most 128
+     * (HEARTH_CUDA_SEG: another base, a multiple of 32, for measuring; at most 256 a row).
+     * bench/RESULTS.md has the sweep: 512 left decode at depth latency-bound (16 serial
+     * blocks a CTA), 128 made the merge of 257 segments cost more than it saved at 32k. */
     const int64_t n_ctx = eng->opts.n_ctx;
-    ce->seg = 512;
-    if (n_ctx > 64 * ce->seg) ce->seg = ((n_ctx + 63) / 64 + 31) / 32 * 32;
+    const char *sg = getenv("HEARTH_CUDA_SEG");
+    const int64_t seg_env = sg ? atoll(sg) : 0, max_seg = seg_env > 0 ? 256 : 128;
+    ce->seg = seg_env > 0 && seg_env % 32 == 0 ? seg_env : 256;
+    if (n_ctx > max_seg * ce->seg) ce->seg = ((n_ctx + max_seg - 1) / max_seg + 31) / 32 * 32;
     ce->n_seg = (n_ctx + ce->seg - 1) / ce->seg;
     ce->lane_floats = (size_t)(hp->ssm_dt_rank * hp->ssm_d_state * hp->ssm_d_state);
     ce->ring_floats = (size_t)((hp->ssm_d_conv - 1) * hp_conv_dim(hp));
