@@ -9,6 +9,7 @@
 #include "serve/http.h"
 #include "serve/sched.h"
 #include "serve/answer.h"
+#include "serve/request.h"
 #include "text/chat.h"
 #include "text/tokenizer.h"
 #include "base/util.h"
@@ -22,8 +23,6 @@
 #include <string.h>
 #include <time.h>
 
-#define MAX_STOP 16         /* stop strings per request (OpenAI allows 4) */
-#define STOP_MAX_LEN 256    /* bytes of one stop string */
 #define KEEPALIVE_S 5.0     /* a stream with nothing new for this long gets an SSE comment */
 
 typedef struct app {
@@ -39,26 +38,19 @@ typedef struct app {
     pthread_mutex_t id_mu;
     uint64_t next_id;
     int32_t *script;        /* HEARTH_TEST_REPLY's ids, or NULL */
+    req_ctx rx;             /* what requests are read against (request.h) */
 } app;
 
 /* ---------------------------------------------------------------- small things */
 
-typedef struct buf {
-    char *p;
-    size_t len, cap;
-} buf;
-
-static void buf_add(buf *b, const char *s, size_t n) {
-    if (b->len + n + 1 > b->cap) {
-        b->cap = (b->len + n + 1) * 2;
-        b->p = xrealloc(b->p, b->cap);
-    }
-    memcpy(b->p + b->len, s, n);
-    b->len += n;
-    b->p[b->len] = 0;
+/* The body as a JSON object, or NULL after answering 400 */
+static cJSON *parse_body(const http_call *c, http_out *o) {
+    herr e;
+    cJSON *j = req_body(c->body, c->body_len, &e);
+    if (!j) http_error(o, c, 400, "invalid_request_error", "%s", e.msg);
+    return j;
 }
 
-static void buf_str(buf *b, const char *s) { buf_add(b, s, strlen(s)); }
 
 /* The length of the valid UTF-8 sequence at s (RFC 3629: no overlong forms, no surrogates,
  * nothing past U+10FFFF), or 0. */
@@ -94,48 +86,6 @@ static cJSON *json_text(const char *s, size_t n) {
     return j;
 }
 
-static cJSON *parse_body(const http_call *c, http_out *o) {
-    cJSON *j = cJSON_ParseWithLength(c->body, c->body_len);
-    if (!j) {
-        http_error(o, c, 400, "invalid_request_error", "the body is not valid JSON (near byte %zu)",
-                   cJSON_GetErrorPtr() ? (size_t)(cJSON_GetErrorPtr() - c->body) : (size_t)0);
-        return NULL;
-    }
-    if (!cJSON_IsObject(j)) {
-        cJSON_Delete(j);
-        http_error(o, c, 400, "invalid_request_error", "the body must be a JSON object");
-        return NULL;
-    }
-    return j;
-}
-
-/* Optional fields: 0 absent (or null), 1 read, -1 wrong (e set, naming the field). */
-static int get_num(const cJSON *j, const char *name, double lo, double hi, double *out, herr *e) {
-    const cJSON *x = cJSON_GetObjectItemCaseSensitive(j, name);
-    if (!x || cJSON_IsNull(x)) return 0;
-    if (!cJSON_IsNumber(x)) return herr_set(e, "\"%s\" must be a number", name);
-    if (!(x->valuedouble >= lo && x->valuedouble <= hi))
-        return herr_set(e, "\"%s\" is %g, outside [%g, %g]", name, x->valuedouble, lo, hi);
-    *out = x->valuedouble;
-    return 1;
-}
-
-static int get_int(const cJSON *j, const char *name, int64_t lo, int64_t hi, int64_t *out, herr *e) {
-    double v;
-    int rc = get_num(j, name, (double)lo, (double)hi, &v, e);
-    if (rc <= 0) return rc;
-    if (v != floor(v)) return herr_set(e, "\"%s\" must be a whole number, got %g", name, v);
-    *out = (int64_t)v;
-    return 1;
-}
-
-static int get_bool(const cJSON *j, const char *name, bool *out, herr *e) {
-    const cJSON *x = cJSON_GetObjectItemCaseSensitive(j, name);
-    if (!x || cJSON_IsNull(x)) return 0;
-    if (!cJSON_IsBool(x)) return herr_set(e, "\"%s\" must be true or false", name);
-    *out = cJSON_IsTrue(x);
-    return 1;
-}
 
 static uint64_t new_id(app *a) {
     pthread_mutex_lock(&a->id_mu);
@@ -144,112 +94,9 @@ static uint64_t new_id(app *a) {
     return id;
 }
 
-/* ---------------------------------------------------------------- the generation */
+/* the seed of a request that names none */
+static uint64_t request_seed(app *a) { return (uint64_t)time(NULL) ^ ((uint64_t)new_id(a) << 32); }
 
-typedef enum api_kind { API_CHAT, API_COMPLETION, API_OAI_COMPLETION, API_MESSAGES } api_kind;
-
-typedef struct gen_params {
-    sampler_opts so;
-    int64_t n_predict;
-    bool ignore_eos, stream, include_usage, return_tokens, cache_prompt;
-    int top_logprobs;       /* -1: no log-probabilities */
-    int slot;
-    char *stop[MAX_STOP];
-    int n_stop;
-} gen_params;
-
-/* The sampling and length fields all generating endpoints share, llama-server's names and
- * OpenAI's. Fields that would change the answer and are not done are refused by name. */
-static int read_params(app *a, const cJSON *j, api_kind kind, gen_params *g, herr *e) {
-    *g = (gen_params){.so = {.temp = 0.8f, .top_k = 40, .top_p = 0.95f, .min_p = 0.05f}, .n_predict = a->o->n_predict,
-                      .slot = -1, .cache_prompt = true};
-    g->so.seed = (uint64_t)time(NULL) ^ ((uint64_t)new_id(a) << 32);
-    double v;
-    int64_t i;
-    int rc;
-    if ((rc = get_num(j, "temperature", 0, 100, &v, e)) < 0) return -1;
-    if (rc) g->so.temp = (float)v;
-    if ((rc = get_int(j, "top_k", 0, 1 << 30, &i, e)) < 0) return -1;
-    if (rc) g->so.top_k = (int32_t)i;
-    if ((rc = get_num(j, "top_p", 0, 1, &v, e)) < 0) return -1;
-    if (rc) g->so.top_p = (float)v;
-    if ((rc = get_num(j, "min_p", 0, 1, &v, e)) < 0) return -1;
-    if (rc) g->so.min_p = (float)v;
-    if ((rc = get_int(j, "seed", -1, INT64_MAX / 2, &i, e)) < 0) return -1;
-    if (rc && i >= 0) g->so.seed = (uint64_t)i;
-    static const char *const lens[] = {"n_predict", "max_tokens", "max_completion_tokens"};
-    for (int k = 0; k < 3; k++) {
-        if ((rc = get_int(j, lens[k], -1, a->info.n_ctx, &i, e)) < 0) return -1;
-        if (rc) g->n_predict = i;
-    }
-    if (get_bool(j, "ignore_eos", &g->ignore_eos, e) < 0 || get_bool(j, "stream", &g->stream, e) < 0) return -1;
-    if (get_bool(j, "return_tokens", &g->return_tokens, e) < 0 || get_bool(j, "cache_prompt", &g->cache_prompt, e) < 0)
-        return -1;
-    if ((rc = get_int(j, "id_slot", -1, 1 << 20, &i, e)) < 0) return -1;
-    if (rc) g->slot = (int)i;
-    const cJSON *so = cJSON_GetObjectItemCaseSensitive(j, "stream_options");
-    if (so && !cJSON_IsNull(so)) {
-        if (!cJSON_IsObject(so)) return herr_set(e, "\"stream_options\" must be an object");
-        if (get_bool(so, "include_usage", &g->include_usage, e) < 0) return -1;
-    }
-    /* llama.cpp's penalties over the last repeat_last_n ids (-1: the whole context) */
-    g->so.repeat_penalty = 1;
-    g->so.repeat_last_n = 64;
-    if ((rc = get_num(j, "repeat_penalty", 0, 100, &v, e)) < 0) return -1;
-    if (rc) g->so.repeat_penalty = (float)v;
-    if ((rc = get_num(j, "presence_penalty", -2, 2, &v, e)) < 0) return -1;
-    if (rc) g->so.presence_penalty = (float)v;
-    if ((rc = get_num(j, "frequency_penalty", -2, 2, &v, e)) < 0) return -1;
-    if (rc) g->so.frequency_penalty = (float)v;
-    if ((rc = get_int(j, "repeat_last_n", -1, a->info.n_ctx, &i, e)) < 0) return -1;
-    if (rc) g->so.repeat_last_n = (int32_t)(i < 0 ? a->info.n_ctx : i);
-    if ((rc = get_int(j, "n", 1, 1 << 20, &i, e)) < 0) return -1;
-    if (rc && i != 1) return herr_set(e, "\"n\" other than 1 is not supported");
-    /* log-probabilities: chat's logprobs + top_logprobs, or the legacy completions' integer */
-    g->top_logprobs = -1;
-    if (kind == API_OAI_COMPLETION) {
-        if ((rc = get_int(j, "logprobs", 0, 5, &i, e)) < 0) return -1;
-        if (rc) g->top_logprobs = (int)i;
-    } else {
-        bool lp = false;
-        if (get_bool(j, "logprobs", &lp, e) < 0) return -1;
-        if ((rc = get_int(j, "top_logprobs", 0, SCHED_MAX_TOP, &i, e)) < 0) return -1;
-        if (rc && !lp) return herr_set(e, "\"top_logprobs\" needs \"logprobs\": true");
-        if (lp) g->top_logprobs = rc ? (int)i : 0;
-        if (lp && kind != API_CHAT) return herr_set(e, "\"logprobs\" is not supported on this endpoint");
-    }
-    const cJSON *rf = cJSON_GetObjectItemCaseSensitive(j, "response_format");
-    if (rf && !cJSON_IsNull(rf)) {
-        const cJSON *t = cJSON_IsObject(rf) ? cJSON_GetObjectItemCaseSensitive(rf, "type") : NULL;
-        if (!cJSON_IsString(t)) return herr_set(e, "\"response_format\" must be an object with a \"type\"");
-        if (strcmp(t->valuestring, "text"))
-            return herr_set(e, "\"response_format\" of type \"%.40s\" is not supported yet (only \"text\")", t->valuestring);
-    }
-    const cJSON *st = cJSON_GetObjectItemCaseSensitive(j, "stop");
-    if (st && !cJSON_IsNull(st)) {
-        if (cJSON_IsString(st)) {
-            if (st->valuestring[0]) g->stop[g->n_stop++] = xstrdup(st->valuestring);
-        } else if (cJSON_IsArray(st)) {
-            const cJSON *x;
-            cJSON_ArrayForEach(x, st) {
-                if (!cJSON_IsString(x)) return herr_set(e, "\"stop\" must be a string or an array of strings");
-                if (g->n_stop == MAX_STOP) return herr_set(e, "\"stop\" has more than %d strings", MAX_STOP);
-                if (x->valuestring[0]) g->stop[g->n_stop++] = xstrdup(x->valuestring);
-            }
-        } else {
-            return herr_set(e, "\"stop\" must be a string or an array of strings");
-        }
-        for (int k = 0; k < g->n_stop; k++)
-            if (strlen(g->stop[k]) > STOP_MAX_LEN) return herr_set(e, "a \"stop\" string is over %d bytes", STOP_MAX_LEN);
-    }
-    (void)kind;
-    return 0;
-}
-
-static void params_free(gen_params *g) {
-    for (int k = 0; k < g->n_stop; k++) free(g->stop[k]);
-    g->n_stop = 0;
-}
 
 typedef struct gen {
     app *a;
@@ -290,7 +137,7 @@ static void gen_free(gen *g) {
     free(g->content.p);
     free(g->reasoning.p);
     free(g->pending.p);
-    params_free(&g->p);
+    req_params_free(&g->p);
     free(g);
 }
 
@@ -891,124 +738,6 @@ static void gen_run(app *a, const http_call *c, http_out *o, api_kind kind, gen_
     gen_free(g);
 }
 
-/* ---------------------------------------------------------------- prompts */
-
-/* A prompt as llama-server takes it: a string (special tokens parsed, BOS added where the
- * vocabulary asks) or an array of token ids. */
-static int32_t *prompt_ids(app *a, const cJSON *pr, int64_t *n, herr *e) {
-    const int32_t V = tokenizer_n_vocab(a->tok);
-    if (cJSON_IsString(pr)) {
-        int64_t nb;
-        int32_t *body = tokenizer_encode_alloc(a->tok, pr->valuestring, strlen(pr->valuestring), true, &nb);
-        const bool bos = tokenizer_add_bos(a->tok) && tokenizer_bos(a->tok) >= 0;
-        int32_t *ids = xmalloc(sizeof(int32_t) * (size_t)(nb + 1));
-        if (bos) ids[0] = tokenizer_bos(a->tok);
-        memcpy(ids + bos, body, sizeof(int32_t) * (size_t)nb);
-        free(body);
-        *n = nb + bos;
-        return ids;
-    }
-    if (cJSON_IsArray(pr)) {
-        int64_t k = 0, len = cJSON_GetArraySize(pr);
-        int32_t *ids = xmalloc(sizeof(int32_t) * (size_t)(len + 1));
-        const cJSON *x;
-        cJSON_ArrayForEach(x, pr) {
-            if (!cJSON_IsNumber(x) || x->valuedouble != floor(x->valuedouble) || x->valuedouble < 0 || x->valuedouble >= V) {
-                free(ids);
-                herr_set(e, "\"prompt\"[%lld] is no token id in [0, %d)", (long long)k, V);
-                return NULL;
-            }
-            ids[k++] = (int32_t)x->valuedouble;
-        }
-        *n = k;
-        return ids;
-    }
-    herr_set(e, "\"prompt\" must be a string or an array of token ids");
-    return NULL;
-}
-
-/* Renders a chat request's messages: the prompt's ids, its message starts, and whether it
- * leaves a thinking block open. */
-static int chat_prompt(app *a, const cJSON *j, bool gen_prompt, char **text, int32_t **ids, int64_t *n_ids,
-                       int64_t **starts, int *n_starts, herr *e) {
-    const cJSON *msgs = cJSON_GetObjectItemCaseSensitive(j, "messages");
-    if (!cJSON_IsArray(msgs) || cJSON_GetArraySize(msgs) == 0) return herr_set(e, "\"messages\" must be a non-empty array");
-    /* a copy the template reads: roles checked, "reasoning" passed on as reasoning_content */
-    cJSON *copy = cJSON_CreateArray();
-    int k = 0;
-    const cJSON *m;
-    cJSON_ArrayForEach(m, msgs) {
-        const cJSON *role = cJSON_IsObject(m) ? cJSON_GetObjectItemCaseSensitive(m, "role") : NULL;
-        if (!cJSON_IsString(role)) { cJSON_Delete(copy); return herr_set(e, "\"messages\"[%d] needs a string \"role\"", k); }
-        static const char *const roles[] = {"system", "developer", "user", "assistant", "tool", NULL};
-        int r = 0;
-        while (roles[r] && strcmp(roles[r], role->valuestring)) r++;
-        if (!roles[r]) {
-            cJSON_Delete(copy);
-            return herr_set(e, "\"messages\"[%d] has the unknown role \"%.40s\" (system, developer, user, assistant, tool)", k,
-                            role->valuestring);
-        }
-        const cJSON *content = cJSON_GetObjectItemCaseSensitive(m, "content");
-        if (content && !cJSON_IsString(content) && !cJSON_IsArray(content) && !cJSON_IsNull(content)) {
-            cJSON_Delete(copy);
-            return herr_set(e, "\"messages\"[%d].content must be a string or an array of parts", k);
-        }
-        cJSON *mc = cJSON_Duplicate(m, true);
-        const cJSON *rs = cJSON_GetObjectItemCaseSensitive(m, "reasoning");
-        if (cJSON_IsString(rs) && !cJSON_GetObjectItemCaseSensitive(m, "reasoning_content"))
-            cJSON_AddStringToObject(mc, "reasoning_content", rs->valuestring);
-        if (r == 1) cJSON_ReplaceItemInObjectCaseSensitive(mc, "role", cJSON_CreateString("system"));
-        /* tool calls' arguments arrive as JSON text; templates iterate them as a mapping */
-        cJSON *tcs = cJSON_GetObjectItemCaseSensitive(mc, "tool_calls"), *tc;
-        cJSON_ArrayForEach(tc, (cJSON_IsArray(tcs) ? tcs : NULL)) {
-            cJSON *fn = cJSON_GetObjectItemCaseSensitive(tc, "function");
-            cJSON *args = fn ? cJSON_GetObjectItemCaseSensitive(fn, "arguments") : NULL;
-            cJSON *obj = cJSON_IsString(args) ? cJSON_Parse(args->valuestring) : NULL;
-            if (cJSON_IsObject(obj)) cJSON_ReplaceItemInObjectCaseSensitive(fn, "arguments", obj);
-            else cJSON_Delete(obj);
-        }
-        cJSON_AddItemToArray(copy, mc);
-        k++;
-    }
-    chat_input in = {.messages = copy, .add_generation_prompt = gen_prompt, .enable_thinking = -1,
-                     .bos_token = a->bos_text, .eos_token = a->eos_text};
-    const cJSON *tools = cJSON_GetObjectItemCaseSensitive(j, "tools");
-    if (tools && !cJSON_IsNull(tools)) {
-        if (!cJSON_IsArray(tools)) { cJSON_Delete(copy); return herr_set(e, "\"tools\" must be an array"); }
-        if (cJSON_GetArraySize(tools) > 0) in.tools = tools;
-    }
-    cJSON *extra = NULL;
-    const cJSON *kw = cJSON_GetObjectItemCaseSensitive(j, "chat_template_kwargs");
-    if (kw && !cJSON_IsNull(kw)) {
-        if (!cJSON_IsObject(kw)) { cJSON_Delete(copy); return herr_set(e, "\"chat_template_kwargs\" must be an object"); }
-        extra = cJSON_Duplicate(kw, true);
-        const cJSON *et = cJSON_GetObjectItemCaseSensitive(kw, "enable_thinking");
-        if (et) {
-            if (!cJSON_IsBool(et)) {
-                cJSON_Delete(copy);
-                cJSON_Delete(extra);
-                return herr_set(e, "\"chat_template_kwargs\".enable_thinking must be true or false");
-            }
-            in.enable_thinking = cJSON_IsTrue(et);
-        }
-        in.extra = extra;
-    }
-    size_t len;
-    int rc = chat_render(a->tmpl, &in, text, &len, e);
-    if (rc == 0 && ids) {
-        *ids = tokenizer_encode_alloc(a->tok, *text, len, true, n_ids);
-        *starts = xmalloc(sizeof(int64_t) * (size_t)(*n_ids + 1));
-        int64_t ns = chat_message_starts(a->tmpl, &in, a->tok, *text, len, *ids, *n_ids, *starts, *n_ids + 1, e);
-        if (ns < 0) { /* no starts is no error for generation: the last row is still marked */
-            ns = 0;
-        }
-        *n_starts = (int)ns;
-    }
-    cJSON_Delete(copy);
-    cJSON_Delete(extra);
-    return rc;
-}
-
 static bool ends_in_open_think(const char *text) {
     size_t n = strlen(text);
     while (n > 0 && (text[n - 1] == '\n' || text[n - 1] == ' ')) n--;
@@ -1025,9 +754,10 @@ static void chat_generate(app *a, const http_call *c, http_out *o, api_kind kind
     int32_t *ids = NULL;
     int64_t n_ids = 0, *starts = NULL;
     int n_starts = 0;
-    if (read_params(a, q, kind, &p, &e) < 0 || chat_prompt(a, q, true, &text, &ids, &n_ids, &starts, &n_starts, &e) < 0) {
+    if (req_params(&a->rx, q, kind, request_seed(a), &p, &e) < 0 ||
+        req_chat_prompt(&a->rx, q, true, &text, &ids, &n_ids, &starts, &n_starts, &e) < 0) {
         http_error(o, c, 400, "invalid_request_error", "%s", e.msg);
-        params_free(&p);
+        req_params_free(&p);
         free(ids);
         free(starts);
     } else {
@@ -1052,9 +782,9 @@ static void on_completion(app *a, const http_call *c, http_out *o, api_kind kind
     int64_t n = 0;
     int32_t *ids = NULL;
     const cJSON *pr = cJSON_GetObjectItemCaseSensitive(j, "prompt");
-    if (read_params(a, j, kind, &p, &e) < 0 || !(ids = prompt_ids(a, pr, &n, &e))) {
+    if (req_params(&a->rx, j, kind, request_seed(a), &p, &e) < 0 || !(ids = req_prompt_ids(&a->rx, pr, &n, &e))) {
         http_error(o, c, 400, "invalid_request_error", "%s", e.msg);
-        params_free(&p);
+        req_params_free(&p);
     } else {
         gen_run(a, c, o, kind, &p, ids, n, NULL, 0, false, NULL);
     }
@@ -1142,19 +872,15 @@ static void on_slot_action(void *ap, const http_call *c, http_out *o) {
         /* llama-server's {"filename": ...}, here a file of the cache's directory */
         cJSON *b = parse_body(c, o);
         if (!b) return;
-        const cJSON *fn = cJSON_GetObjectItemCaseSensitive(b, "filename");
-        bool ok = cJSON_IsString(fn) && fn->valuestring[0] && fn->valuestring[0] != '.' && strlen(fn->valuestring) < 200;
-        for (const char *q = ok ? fn->valuestring : ""; *q && ok; q++)
-            ok = (*q >= 'a' && *q <= 'z') || (*q >= 'A' && *q <= 'Z') || (*q >= '0' && *q <= '9') || *q == '.' ||
-                 *q == '_' || *q == '-';
+        const char *fn = req_slot_file(b);
         if (!a->o->cache_dir) {
             http_error(o, c, 400, "invalid_request_error", "/slots %s needs --cache-dir (where the files go)", action);
-        } else if (!ok) {
+        } else if (!fn) {
             http_error(o, c, 400, "invalid_request_error",
                        "\"filename\" must be a plain file name (letters, digits, '.', '_', '-'; not starting with '.')");
         } else {
             char path[4096];
-            snprintf(path, sizeof path, "%s/%s", a->o->cache_dir, fn->valuestring);
+            snprintf(path, sizeof path, "%s/%s", a->o->cache_dir, fn);
             const bool save = !strcmp(action, "save");
             int64_t n = 0;
             const double t0 = time_now();
@@ -1163,7 +889,7 @@ static void on_slot_action(void *ap, const http_call *c, http_out *o) {
             } else {
                 cJSON *j = cJSON_CreateObject(), *t = cJSON_CreateObject();
                 cJSON_AddNumberToObject(j, "id_slot", (double)k);
-                cJSON_AddStringToObject(j, "filename", fn->valuestring);
+                cJSON_AddStringToObject(j, "filename", fn);
                 cJSON_AddNumberToObject(j, save ? "n_saved" : "n_restored", (double)n);
                 cJSON_AddNumberToObject(t, save ? "save_ms" : "restore_ms", (time_now() - t0) * 1e3);
                 cJSON_AddItemToObject(j, "timings", t);
@@ -1252,26 +978,20 @@ static void on_tokenize(void *ap, const http_call *c, http_out *o) {
     app *a = ap;
     cJSON *j = parse_body(c, o);
     if (!j) return;
-    const cJSON *ct = cJSON_GetObjectItemCaseSensitive(j, "content");
     herr e;
-    bool add_special = false, with_pieces = false, parse_special = true;
-    if (!cJSON_IsString(ct)) {
-        http_error(o, c, 400, "invalid_request_error", "\"content\" must be a string");
-    } else if (get_bool(j, "add_special", &add_special, &e) < 0 || get_bool(j, "with_pieces", &with_pieces, &e) < 0 ||
-               get_bool(j, "parse_special", &parse_special, &e) < 0) {
+    bool with_pieces;
+    int64_t n;
+    int32_t *ids = req_tokenize(&a->rx, j, &n, &with_pieces, &e);
+    if (!ids) {
         http_error(o, c, 400, "invalid_request_error", "%s", e.msg);
     } else {
-        int64_t n;
-        int32_t *ids = tokenizer_encode_alloc(a->tok, ct->valuestring, strlen(ct->valuestring), parse_special, &n);
         cJSON *r = cJSON_CreateObject(), *arr = cJSON_AddArrayToObject(r, "tokens");
-        const bool bos = add_special && tokenizer_add_bos(a->tok) && tokenizer_bos(a->tok) >= 0;
-        for (int64_t k = -(int64_t)bos; k < n; k++) {
-            const int32_t id = k < 0 ? tokenizer_bos(a->tok) : ids[k];
-            if (!with_pieces) { cJSON_AddItemToArray(arr, cJSON_CreateNumber(id)); continue; }
+        for (int64_t k = 0; k < n; k++) {
+            if (!with_pieces) { cJSON_AddItemToArray(arr, cJSON_CreateNumber(ids[k])); continue; }
             size_t len;
-            const char *pc = tokenizer_piece(a->tok, id, true, &len);
+            const char *pc = tokenizer_piece(a->tok, ids[k], true, &len);
             cJSON *t = cJSON_CreateObject();
-            cJSON_AddNumberToObject(t, "id", id);
+            cJSON_AddNumberToObject(t, "id", ids[k]);
             cJSON_AddItemToObject(t, "piece", json_text(pc, len));
             cJSON_AddItemToArray(arr, t);
         }
@@ -1285,10 +1005,11 @@ static void on_detokenize(void *ap, const http_call *c, http_out *o) {
     app *a = ap;
     cJSON *j = parse_body(c, o);
     if (!j) return;
-    const cJSON *ts = cJSON_GetObjectItemCaseSensitive(j, "tokens"), *x;
-    const int32_t V = tokenizer_n_vocab(a->tok);
-    if (!cJSON_IsArray(ts)) {
-        http_error(o, c, 400, "invalid_request_error", "\"tokens\" must be an array of token ids");
+    herr e;
+    int64_t n;
+    int32_t *ids = req_token_ids(&a->rx, cJSON_GetObjectItemCaseSensitive(j, "tokens"), "\"tokens\"", &n, &e);
+    if (!ids) {
+        http_error(o, c, 400, "invalid_request_error", "%s", e.msg);
         cJSON_Delete(j);
         return;
     }
@@ -1296,22 +1017,14 @@ static void on_detokenize(void *ap, const http_call *c, http_out *o) {
     tokdec_init(&d, a->tok);
     buf b = {0};
     char piece[512];
-    int k = 0;
-    cJSON_ArrayForEach(x, ts) {
-        if (!cJSON_IsNumber(x) || x->valuedouble != floor(x->valuedouble) || x->valuedouble < 0 || x->valuedouble >= V) {
-            http_error(o, c, 400, "invalid_request_error", "\"tokens\"[%d] is no token id in [0, %d)", k, V);
-            tokdec_free(&d);
-            free(b.p);
-            cJSON_Delete(j);
-            return;
-        }
-        size_t nb = tokdec_push(&d, (int32_t)x->valuedouble, piece, sizeof piece);
+    for (int64_t k = 0; k < n; k++) {
+        size_t nb = tokdec_push(&d, ids[k], piece, sizeof piece);
         buf_add(&b, piece, nb);
-        k++;
     }
     size_t nb;
     while ((nb = tokdec_flush(&d, piece, sizeof piece)) > 0) buf_add(&b, piece, nb);
     tokdec_free(&d);
+    free(ids);
     cJSON *r = cJSON_CreateObject();
     cJSON_AddItemToObject(r, "content", json_text(b.p, b.len));
     free(b.p);
@@ -1325,7 +1038,7 @@ static void on_apply_template(void *ap, const http_call *c, http_out *o) {
     if (!j) return;
     herr e;
     char *text = NULL;
-    if (chat_prompt(a, j, true, &text, NULL, NULL, NULL, NULL, &e) < 0) {
+    if (req_chat_prompt(&a->rx, j, true, &text, NULL, NULL, NULL, NULL, &e) < 0) {
         http_error(o, c, 400, "invalid_request_error", "%s", e.msg);
     } else {
         cJSON *r = cJSON_CreateObject();
@@ -1336,166 +1049,11 @@ static void on_apply_template(void *ap, const http_call *c, http_out *o) {
     cJSON_Delete(j);
 }
 
-/* ---------------------------------------------------------------- Anthropic's messages */
-
-/* text of a string or of an array of {"type": "text"} blocks; NULL (e set) otherwise */
-static char *blocks_text(const cJSON *c, const char *what, herr *e) {
-    if (cJSON_IsString(c)) return xstrdup(c->valuestring);
-    if (!cJSON_IsArray(c)) { herr_set(e, "%s must be a string or an array of content blocks", what); return NULL; }
-    buf b = {0};
-    buf_add(&b, "", 0);
-    const cJSON *x;
-    cJSON_ArrayForEach(x, c) {
-        const cJSON *t = cJSON_GetObjectItemCaseSensitive(x, "type"), *tx = cJSON_GetObjectItemCaseSensitive(x, "text");
-        if (!cJSON_IsString(t) || strcmp(t->valuestring, "text") || !cJSON_IsString(tx)) {
-            herr_set(e, "%s: only text blocks are supported here", what);
-            free(b.p);
-            return NULL;
-        }
-        buf_str(&b, tx->valuestring);
-    }
-    return b.p;
-}
-
-/* Anthropic's request as the chat request chat_prompt and read_params take */
-static cJSON *messages_to_chat(const cJSON *j, herr *e) {
-    cJSON *out = cJSON_CreateObject(), *msgs = cJSON_AddArrayToObject(out, "messages");
-    const cJSON *sys = cJSON_GetObjectItemCaseSensitive(j, "system");
-    if (sys && !cJSON_IsNull(sys)) {
-        char *t = blocks_text(sys, "\"system\"", e);
-        if (!t) goto bad;
-        cJSON *m = cJSON_CreateObject();
-        cJSON_AddStringToObject(m, "role", "system");
-        cJSON_AddStringToObject(m, "content", t);
-        free(t);
-        cJSON_AddItemToArray(msgs, m);
-    }
-    const cJSON *in = cJSON_GetObjectItemCaseSensitive(j, "messages"), *m;
-    if (!cJSON_IsArray(in) || cJSON_GetArraySize(in) == 0) { herr_set(e, "\"messages\" must be a non-empty array"); goto bad; }
-    int k = 0;
-    cJSON_ArrayForEach(m, in) {
-        const cJSON *role = cJSON_GetObjectItemCaseSensitive(m, "role"), *content = cJSON_GetObjectItemCaseSensitive(m, "content");
-        const bool user = cJSON_IsString(role) && !strcmp(role->valuestring, "user");
-        if (!cJSON_IsString(role) || (!user && strcmp(role->valuestring, "assistant"))) {
-            herr_set(e, "\"messages\"[%d].role must be \"user\" or \"assistant\"", k);
-            goto bad;
-        }
-        buf text = {0}, think = {0};
-        buf_add(&text, "", 0);
-        cJSON *calls = NULL;
-        if (cJSON_IsString(content)) buf_str(&text, content->valuestring);
-        else if (!cJSON_IsArray(content)) {
-            herr_set(e, "\"messages\"[%d].content must be a string or an array of content blocks", k);
-            free(text.p);
-            goto bad;
-        }
-        const cJSON *b;
-        cJSON_ArrayForEach(b, (cJSON_IsArray(content) ? content : NULL)) {
-            const cJSON *t = cJSON_GetObjectItemCaseSensitive(b, "type");
-            const char *type = cJSON_IsString(t) ? t->valuestring : "";
-            const cJSON *tx = cJSON_GetObjectItemCaseSensitive(b, "text");
-            if (!strcmp(type, "text") && cJSON_IsString(tx)) {
-                buf_str(&text, tx->valuestring);
-            } else if (!strcmp(type, "thinking") && !user) {
-                const cJSON *th = cJSON_GetObjectItemCaseSensitive(b, "thinking");
-                if (cJSON_IsString(th)) buf_str(&think, th->valuestring);
-            } else if (!strcmp(type, "redacted_thinking") && !user) {
-            } else if (!strcmp(type, "tool_use") && !user) {
-                const cJSON *id = cJSON_GetObjectItemCaseSensitive(b, "id"), *name = cJSON_GetObjectItemCaseSensitive(b, "name");
-                const cJSON *input = cJSON_GetObjectItemCaseSensitive(b, "input");
-                if (!cJSON_IsString(id) || !cJSON_IsString(name) || !cJSON_IsObject(input)) {
-                    herr_set(e, "\"messages\"[%d]: a tool_use block needs \"id\", \"name\" and an object \"input\"", k);
-                    free(text.p), free(think.p), cJSON_Delete(calls);
-                    goto bad;
-                }
-                if (!calls) calls = cJSON_CreateArray();
-                cJSON *c = cJSON_CreateObject(), *fn = cJSON_CreateObject();
-                cJSON_AddStringToObject(c, "id", id->valuestring);
-                cJSON_AddStringToObject(c, "type", "function");
-                cJSON_AddStringToObject(fn, "name", name->valuestring);
-                cJSON_AddItemToObject(fn, "arguments", cJSON_Duplicate(input, true));
-                cJSON_AddItemToObject(c, "function", fn);
-                cJSON_AddItemToArray(calls, c);
-            } else if (!strcmp(type, "tool_result") && user) {
-                const cJSON *id = cJSON_GetObjectItemCaseSensitive(b, "tool_use_id");
-                const cJSON *rc = cJSON_GetObjectItemCaseSensitive(b, "content");
-                char *r = rc ? blocks_text(rc, "a tool_result's content", e) : xstrdup("");
-                if (!r || !cJSON_IsString(id)) {
-                    if (r) herr_set(e, "\"messages\"[%d]: a tool_result block needs \"tool_use_id\"", k);
-                    free(r), free(text.p), free(think.p);
-                    goto bad;
-                }
-                cJSON *tm = cJSON_CreateObject();
-                cJSON_AddStringToObject(tm, "role", "tool");
-                cJSON_AddStringToObject(tm, "tool_call_id", id->valuestring);
-                cJSON_AddStringToObject(tm, "content", r);
-                free(r);
-                cJSON_AddItemToArray(msgs, tm);
-            } else {
-                herr_set(e, "\"messages\"[%d]: content blocks of type \"%.40s\" are not supported in a %s message", k, type,
-                         role->valuestring);
-                free(text.p), free(think.p), cJSON_Delete(calls);
-                goto bad;
-            }
-        }
-        if (text.len || calls || think.len || !cJSON_IsArray(content)) {
-            cJSON *om = cJSON_CreateObject();
-            cJSON_AddStringToObject(om, "role", role->valuestring);
-            cJSON_AddStringToObject(om, "content", text.p);
-            if (think.len) cJSON_AddStringToObject(om, "reasoning_content", think.p);
-            if (calls) cJSON_AddItemToObject(om, "tool_calls", calls);
-            cJSON_AddItemToArray(msgs, om);
-        }
-        free(text.p);
-        free(think.p);
-        k++;
-    }
-    const cJSON *tools = cJSON_GetObjectItemCaseSensitive(j, "tools"), *t;
-    if (tools && !cJSON_IsArray(tools)) { herr_set(e, "\"tools\" must be an array"); goto bad; }
-    if (cJSON_GetArraySize(tools) > 0) {
-        cJSON *ot = cJSON_AddArrayToObject(out, "tools");
-        cJSON_ArrayForEach(t, tools) {
-            const cJSON *name = cJSON_GetObjectItemCaseSensitive(t, "name");
-            if (!cJSON_IsString(name)) { herr_set(e, "a tool needs a \"name\""); goto bad; }
-            cJSON *f = cJSON_CreateObject(), *fn = cJSON_CreateObject();
-            cJSON_AddStringToObject(f, "type", "function");
-            cJSON_AddStringToObject(fn, "name", name->valuestring);
-            const cJSON *d = cJSON_GetObjectItemCaseSensitive(t, "description");
-            if (cJSON_IsString(d)) cJSON_AddStringToObject(fn, "description", d->valuestring);
-            const cJSON *sch = cJSON_GetObjectItemCaseSensitive(t, "input_schema");
-            cJSON_AddItemToObject(fn, "parameters", sch ? cJSON_Duplicate(sch, true) : cJSON_CreateObject());
-            cJSON_AddItemToObject(f, "function", fn);
-            cJSON_AddItemToArray(ot, f);
-        }
-    }
-    const cJSON *th = cJSON_GetObjectItemCaseSensitive(j, "thinking");
-    if (th && !cJSON_IsNull(th)) {
-        const cJSON *ty = cJSON_GetObjectItemCaseSensitive(th, "type");
-        if (!cJSON_IsString(ty) || (strcmp(ty->valuestring, "enabled") && strcmp(ty->valuestring, "disabled"))) {
-            herr_set(e, "\"thinking\".type must be \"enabled\" or \"disabled\"");
-            goto bad;
-        }
-        cJSON *kw = cJSON_AddObjectToObject(out, "chat_template_kwargs");
-        cJSON_AddBoolToObject(kw, "enable_thinking", !strcmp(ty->valuestring, "enabled"));
-    }
-    static const char *const same[] = {"max_tokens", "temperature", "top_p", "top_k", "stream"};
-    for (int i = 0; i < 5; i++) {
-        const cJSON *x = cJSON_GetObjectItemCaseSensitive(j, same[i]);
-        if (x) cJSON_AddItemToObject(out, same[i], cJSON_Duplicate(x, true));
-    }
-    const cJSON *ss = cJSON_GetObjectItemCaseSensitive(j, "stop_sequences");
-    if (ss) cJSON_AddItemToObject(out, "stop", cJSON_Duplicate(ss, true));
-    return out;
-bad:
-    cJSON_Delete(out);
-    return NULL;
-}
-
 static void on_messages(void *ap, const http_call *c, http_out *o) {
     cJSON *j = parse_body(c, o);
     if (!j) return;
     herr e;
-    cJSON *q = messages_to_chat(j, &e);
+    cJSON *q = req_messages_to_chat(j, &e);
     if (q && !cJSON_IsNumber(cJSON_GetObjectItemCaseSensitive(q, "max_tokens"))) {
         herr_set(&e, "\"max_tokens\" is required");
         cJSON_Delete(q);
@@ -1512,12 +1070,12 @@ static void on_count_tokens(void *ap, const http_call *c, http_out *o) {
     cJSON *j = parse_body(c, o);
     if (!j) return;
     herr e;
-    cJSON *q = messages_to_chat(j, &e);
+    cJSON *q = req_messages_to_chat(j, &e);
     char *text = NULL;
     int32_t *ids = NULL;
     int64_t n_ids = 0, *starts = NULL;
     int n_starts = 0;
-    if (!q || chat_prompt(a, q, true, &text, &ids, &n_ids, &starts, &n_starts, &e) < 0) {
+    if (!q || req_chat_prompt(&a->rx, q, true, &text, &ids, &n_ids, &starts, &n_starts, &e) < 0) {
         http_error(o, c, 400, "invalid_request_error", "%s", e.msg);
     } else {
         cJSON *r = cJSON_CreateObject();
@@ -1609,6 +1167,8 @@ int serve_main(const serve_opts *o) {
                       .cache_budget = o->cache_ram_mib << 20, .kv_f16 = o->kv_f16};
     if (engine_open(&a.eng, a.m, &eo, &e) < 0) { fprintf(stderr, "hearth serve: %s\n", e.msg); goto out; }
     a.info = engine_get_info(a.eng);
+    a.rx = (req_ctx){.tok = a.tok, .tmpl = a.tmpl, .n_ctx = a.info.n_ctx, .n_predict = o->n_predict,
+                     .bos_text = a.bos_text, .eos_text = a.eos_text};
     sched_opts so = {.n_slots = o->n_slots, .queue_max = o->queue_max, .cache_dir = o->cache_dir};
     const char *script = getenv("HEARTH_TEST_REPLY"); /* sched.h's test seam: a file of the reply's text */
     if (script && script[0]) {
