@@ -57,7 +57,7 @@ MUT_OBJ += $(CU_OBJ) $(CUDA_C_OBJ)
 endif
 endif
 
-.PHONY: all test tests clean fuzz asan
+.PHONY: all test tests clean fuzz fuzz-bins fuzz-replay-bins asan
 # the reference's objects are inputs of every test program: keep them between builds
 .SECONDARY: $(REF_OBJ)
 all: $(BUILD)/hearth tests
@@ -106,17 +106,28 @@ test: all asan
 	tests/run
 
 # AddressSanitizer + UBSan build of the binary, for the bad-input tests (tests/cli/gguf_bad.sh
-# replays every malformed file under it).
+# replays every malformed file under it), and of the fuzz targets' replay programs
+# (tests/cli/fuzz_replay.sh replays each target's corpus and regressions under them).
+ASAN_OPT := -O1 -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all
 asan:
-	$(MAKE) BUILD=build-asan OPT="-O1 -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all" \
-	    NVCC= build-asan/hearth
+	$(MAKE) BUILD=build-asan OPT="$(ASAN_OPT)" NVCC= build-asan/hearth fuzz-replay-bins
 
-# libFuzzer target for the GGUF reader (clang).
-fuzz: build-fuzz/fuzz_gguf
-FUZZ_SRC := tests/fuzz/fuzz_gguf.c src/format/gguf.c src/base/util.c src/format/quant.c src/format/quant_avx2.c
-build-fuzz/fuzz_gguf: $(FUZZ_SRC)
+# Fuzz targets (tests/fuzz/fuzz_NAME.c, README there): one per parser of untrusted bytes.
+# `make fuzz` builds them with clang's libFuzzer against the whole library compiled by clang
+# with the same sanitizers (build-fuzz, no CUDA); the ASan build links each with
+# tests/fuzz/replay.c instead, a main() that runs the files it is given.
+FUZZ_NAMES := gguf safetensors hf_config request jinja tokenizer answer cache
+FUZZ_CFLAGS = -Itests -DFUZZ_ROOT='"$(CURDIR)"'
+fuzz:
+	$(MAKE) BUILD=build-fuzz CC=clang NVCC= OPT="-O1 -fsanitize=fuzzer-no-link,address,undefined -fno-omit-frame-pointer" \
+	    fuzz-bins
+fuzz-bins: $(FUZZ_NAMES:%=$(BUILD)/fuzz_%)
+$(BUILD)/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/fuzz.h $(BUILD)/libhearth.a
+	$(CC) $(CFLAGS) $(FUZZ_CFLAGS) -fsanitize=fuzzer -o $@ $< $(BUILD)/libhearth.a $(LDLIBS)
+fuzz-replay-bins: $(FUZZ_NAMES:%=$(BUILD)/replay/fuzz_%)
+$(BUILD)/replay/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/fuzz.h tests/fuzz/replay.c $(BUILD)/libhearth.a
 	@mkdir -p $(@D)
-	clang -std=c11 -g -O1 -D_GNU_SOURCE -Isrc -mavx2 -mfma -mf16c -fsanitize=fuzzer,address,undefined -o $@ $(FUZZ_SRC) -lm
+	$(CC) $(CFLAGS) $(FUZZ_CFLAGS) -o $@ $< tests/fuzz/replay.c $(BUILD)/libhearth.a $(LDLIBS)
 
 clean:
 	rm -rf build build-asan build-fuzz

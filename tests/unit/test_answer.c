@@ -177,6 +177,14 @@ TEST(stop_strings) {
     answer_opts ot = {.split_think = true, .stop = stop, .n_stop = 1};
     w = run(&ot, "<think>abc END def</think>x", 3, &p);
     CHECK_MSG(!strcmp(p.reasoning, "abc ") && !p.content[0] && w, "'%s' '%s'", p.reasoning, p.content);
+    /* overlapping stop strings: the one that ends first wins, whole or streamed ("y" ends at
+     * 2, before "zyy" that starts earlier; the fuzzer's find, tests/fuzz/regress/answer) */
+    const char *over[] = {"zyy", "y"};
+    answer_opts oo = {.stop = over, .n_stop = 2};
+    for (size_t piece = 0; piece <= 3; piece++) {
+        w = run(&oo, "azyy1", piece, &p);
+        CHECK_MSG(!strcmp(p.content, "az") && w && !strcmp(w, "y"), "pieces of %zu: '%s' %s", piece, p.content, w ? w : "");
+    }
 }
 
 /* random bytes built from the tags' pieces: no crash, and the same parts for every cut */
