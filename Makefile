@@ -57,7 +57,7 @@ MUT_OBJ += $(CU_OBJ) $(CUDA_C_OBJ)
 endif
 endif
 
-.PHONY: all test tests clean fuzz fuzz-bins fuzz-replay-bins asan
+.PHONY: all test tests clean fuzz fuzz-bins fuzz-replay-bins unit-bins asan asan-test tsan
 # the reference's objects are inputs of every test program: keep them between builds
 .SECONDARY: $(REF_OBJ)
 all: $(BUILD)/hearth tests
@@ -102,15 +102,32 @@ $(BUILD)/obj/%.o: %.cu
 	@mkdir -p $(@D)
 	$(NVCC) $(NVFLAGS) -c -o $@ $<
 
-test: all asan
+test: all asan tsan
 	tests/run
 
 # AddressSanitizer + UBSan build of the binary, for the bad-input tests (tests/cli/gguf_bad.sh
 # replays every malformed file under it), and of the fuzz targets' replay programs
 # (tests/cli/fuzz_replay.sh replays each target's corpus and regressions under them).
 ASAN_OPT := -O1 -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all
+# The unit programs too (build-asan/tests/test_*): tests/cli/asan_units.sh runs them; `make
+# asan-test` builds and runs them alone.
 asan:
-	$(MAKE) BUILD=build-asan OPT="$(ASAN_OPT)" NVCC= build-asan/hearth fuzz-replay-bins
+	$(MAKE) BUILD=build-asan OPT="$(ASAN_OPT)" NVCC= build-asan/hearth fuzz-replay-bins unit-bins
+asan-test: asan
+	bash tests/cli/asan_units.sh
+unit-bins: $(TEST_BIN)
+
+# ThreadSanitizer build of the binary (no CUDA): tests/cli/tsan_serve.sh runs serve_test.py
+# against it (the engine thread, the HTTP threads, the pool, the cache). The SIMD kernels
+# (TSAN_PLAIN: pure functions of their arguments, no shared state, no synchronisation) are
+# compiled without TSan's instrumentation, which slows them ~50x; the pool's tasks that call
+# them, the pool, the scheduler and the server are instrumented.
+TSAN_PLAIN := src/format/quant.c src/format/quant_avx2.c src/engine/cpu/gdn_avx2.c src/engine/cpu/attn_avx2.c
+tsan:
+	$(MAKE) BUILD=build-tsan OPT="-O1 -g -fsanitize=thread -fno-omit-frame-pointer" NVCC= TSAN_BUILD=1 build-tsan/hearth
+ifeq ($(TSAN_BUILD),1)
+$(TSAN_PLAIN:%.c=$(BUILD)/obj/%.o): CFLAGS += -fno-sanitize=thread
+endif
 
 # Fuzz targets (tests/fuzz/fuzz_NAME.c, README there): one per parser of untrusted bytes.
 # `make fuzz` builds them with clang's libFuzzer against the whole library compiled by clang
@@ -130,6 +147,6 @@ $(BUILD)/replay/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/fuzz.h tests/fuzz/replay.
 	$(CC) $(CFLAGS) $(FUZZ_CFLAGS) -o $@ $< tests/fuzz/replay.c $(BUILD)/libhearth.a $(LDLIBS)
 
 clean:
-	rm -rf build build-asan build-fuzz
+	rm -rf build build-asan build-fuzz build-tsan
 
 -include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(REF_OBJ:.o=.d) $(MUT_OBJ:.o=.d)

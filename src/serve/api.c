@@ -1199,8 +1199,12 @@ int serve_main(const serve_opts *o) {
     fprintf(stderr, "hearth serve: %s: finishing\n", sig == SIGTERM ? "SIGTERM" : "SIGINT");
     rc = 0;
 out:
-    sched_stop(a.sc);  /* requests in flight end as cancelled; their connections finish */
+    /* requests in flight end as cancelled and new ones are refused; then the connections
+     * finish (http_stop joins their threads, which may still call the scheduler); only
+     * then is the scheduler freed */
+    sched_stop(a.sc);
     http_stop(hs);
+    sched_free(a.sc);
     if (a.eng) engine_free(a.eng);
     chat_template_free(a.tmpl);
     free(a.script);

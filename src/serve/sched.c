@@ -57,6 +57,7 @@ struct sched {
     sched_req **q;
     int64_t q_head, q_n;
     bool stopping;
+    bool running;           /* the engine thread was started and not joined yet */
     sched_stats st;
     engine_span *spans;
     slot **span_slot;
@@ -166,10 +167,10 @@ static void req_push(sched_req *r, int32_t id, const token_lp *t) {
     pthread_mutex_unlock(&r->mu);
 }
 
-static void req_finish(sched_req *r, sched_finish f, const char *err) {
+static void req_finish(sched_req *r, sched_finish f, const char *err, double t_end) {
     pthread_mutex_lock(&r->mu);
     r->finish = f;
-    r->t_end = time_now();
+    r->t_end = t_end;
     if (err) snprintf(r->err, sizeof r->err, "%s", err);
     pthread_cond_broadcast(&r->cv);
     pthread_mutex_unlock(&r->mu);
@@ -362,17 +363,20 @@ static void hist_add(sched_hist *h, double v) {
 
 static void slot_end(sched *s, slot *sl, sched_finish f, const char *err) {
     sched_req *r = sl->req;
-    req_finish(r, f, err);
-    sampler_free(&sl->sm);
-    sl->req = NULL;
-    sl->state = SLOT_IDLE;
-    sl->t_used = time_now();
+    const double t_end = time_now();
+    /* counted before the request is finished, so a client that reads /metrics right after
+     * its answer finds it there (the engine thread alone writes n_out and t_first) */
     pthread_mutex_lock(&s->mu);
     s->st.slots_busy--;
     s->st.n_gen_tokens += r->n_out;
     if (r->n_out > 0) hist_add(&s->st.ttft, r->t_first - r->t_queued);
-    hist_add(&s->st.duration, r->t_end - r->t_queued);
+    hist_add(&s->st.duration, t_end - r->t_queued);
     pthread_mutex_unlock(&s->mu);
+    req_finish(r, f, err, t_end);
+    sampler_free(&sl->sm);
+    sl->req = NULL;
+    sl->state = SLOT_IDLE;
+    sl->t_used = time_now();
     req_unref(r);
 }
 
@@ -472,8 +476,9 @@ static void admit(sched *s) {
     }
 }
 
-/* one engine_run over every busy slot */
-static void step(sched *s) {
+/* one engine_run over every busy slot; stopping: s->stopping as loop read it under mu (the
+ * engine thread reads it nowhere else unlocked) */
+static void step(sched *s, bool stopping) {
     int n = 0;
     bool prompt_rows = false;
     const int64_t rpp = s->info.rows_per_pass;
@@ -481,7 +486,7 @@ static void step(sched *s) {
         slot *sl = &s->slots[k];
         if (sl->state == SLOT_IDLE) continue;
         sched_req *r = sl->req;
-        if (req_cancelled(r) || s->stopping) { slot_end(s, sl, SCHED_CANCELLED, NULL); continue; }
+        if (req_cancelled(r) || stopping) { slot_end(s, sl, SCHED_CANCELLED, NULL); continue; }
         engine_span *sp = &s->spans[n];
         *sp = (engine_span){.seq = sl->id, .logits = sl->logits};
         if (sl->state == SLOT_PREFILL) {
@@ -602,8 +607,9 @@ static void *loop(void *arg) {
         run_job(s);
         if (!s->stopping) admit(s);
         publish(s);
+        const bool stopping = s->stopping;
         pthread_mutex_unlock(&s->mu);
-        step(s);
+        step(s, stopping);
         pthread_mutex_lock(&s->mu);
         publish(s);
     }
@@ -611,7 +617,7 @@ static void *loop(void *arg) {
         sched_req *r = s->q[s->q_head];
         s->q_head = (s->q_head + 1) % s->o.queue_max;
         s->q_n--;
-        req_finish(r, SCHED_CANCELLED, "the server is stopping");
+        req_finish(r, SCHED_CANCELLED, "the server is stopping", time_now());
         req_unref(r);
     }
     pthread_mutex_unlock(&s->mu);
@@ -647,17 +653,16 @@ int sched_start(sched **out, engine *eng, const tokenizer *tok, const sched_opts
     pthread_cond_init(&s->cv, NULL);
     pthread_cond_init(&s->job_cv, NULL);
     if (pcache_open(&s->pc, eng, o->cache_dir, e) < 0) {
-        s->stopping = true; /* no thread to join */
-        sched_stop(s);
+        sched_free(s);
         return -1;
     }
     s->pc_stats = pcache_get_stats(s->pc); /* what the files found at start came to */
     if (pthread_create(&s->th, NULL, loop, s) != 0) {
         herr_set(e, "cannot start the engine thread");
-        s->stopping = true; /* no thread to join */
-        sched_stop(s);
+        sched_free(s);
         return -1;
     }
+    s->running = true;
     *out = s;
     return 0;
 }
@@ -665,12 +670,18 @@ int sched_start(sched **out, engine *eng, const tokenizer *tok, const sched_opts
 void sched_stop(sched *s) {
     if (!s) return;
     pthread_mutex_lock(&s->mu);
-    const bool started = !s->stopping;
+    const bool join = s->running;
+    s->running = false;
     s->stopping = true;
     pthread_cond_broadcast(&s->cv);
     pthread_cond_broadcast(&s->job_cv);
     pthread_mutex_unlock(&s->mu);
-    if (started) pthread_join(s->th, NULL);
+    if (join) pthread_join(s->th, NULL);
+}
+
+void sched_free(sched *s) {
+    if (!s) return;
+    sched_stop(s);
     pcache_free(s->pc);
     for (int k = 0; k < s->o.n_slots; k++) {
         slot *sl = &s->slots[k];
@@ -699,9 +710,10 @@ int sched_submit(sched *s, sched_req *r, herr *e) {
     if (r->slot_wanted >= s->o.n_slots) return herr_set(e, "there is no slot %d (-np %d)", r->slot_wanted, s->o.n_slots);
     pthread_mutex_lock(&s->mu);
     if (s->stopping || s->q_n == s->o.queue_max) {
+        const bool stopping = s->stopping; /* read under mu: sched_stop writes it */
         s->st.n_refused++;
         pthread_mutex_unlock(&s->mu);
-        return herr_set(e, s->stopping ? "the server is stopping" : "the queue is full (%lld requests wait)",
+        return herr_set(e, stopping ? "the server is stopping" : "the queue is full (%lld requests wait)",
                         (long long)s->o.queue_max);
     }
     r->t_queued = time_now();

@@ -122,8 +122,12 @@ typedef struct sched_stats {
 /* Starts the engine thread. The engine (n_seq_max >= n_slots) and tokenizer stay the
  * caller's and must outlive the scheduler. */
 int sched_start(sched **out, engine *eng, const tokenizer *tok, const sched_opts *o, herr *e);
-/* Stops: requests in flight finish as SCHED_CANCELLED; joins the thread. */
+/* Stops: requests in flight finish as SCHED_CANCELLED; joins the thread. The scheduler
+ * stays valid (every call after refuses or answers "stopping") until sched_free, so the
+ * HTTP threads still running may call it: stop the scheduler, then the HTTP side (which
+ * joins its threads), then free. */
 void sched_stop(sched *s);
+void sched_free(sched *s);   /* stops first if needed */
 
 /* A new request, refs = 2 (ids and marks are taken over; free them with the request). */
 sched_req *sched_req_new(int32_t *ids, int64_t n_ids, int64_t *marks, int n_marks);
