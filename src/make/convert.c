@@ -175,6 +175,12 @@ static int config_from_json(const cJSON *root, model_hparams *hp, cfg_extra *x, 
                  " (hearth's GDN state is square)", key_dim, val_dim);
         goto out;
     }
+    /* bounded before the product (model_hparams_check bounds the rest) */
+    if (n_val < 1 || n_val > 1024 || val_dim < 1 || val_dim > 1024) {
+        herr_set(e, "config.json: linear_num_value_heads %" PRId64 " or linear_value_head_dim %" PRId64
+                 " is out of range [1, 1024]", n_val, val_dim);
+        goto out;
+    }
     hp->ssm_d_state = key_dim;
     hp->ssm_n_group = n_key;
     hp->ssm_dt_rank = n_val;

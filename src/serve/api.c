@@ -523,11 +523,23 @@ static void gen_part(void *cls, answer_part part, const char *s, size_t n) {
 
 /* a stream's last events: the finish, usage where asked, [DONE] on OpenAI's endpoints */
 static void gen_stream_end(gen *g) {
-    if (g->fin == SCHED_ERROR) {
+    if (g->fin == SCHED_ERROR || g->fin == SCHED_CANCELLED) {
+        /* a stream whose reader is still there was cancelled by the server stopping: it ends
+         * with an error the client can tell from a finished answer, as a whole answer's 503 */
+        const bool cancelled = g->fin == SCHED_CANCELLED;
+        const char *msg = g->r->err[0] ? g->r->err : "the request was cancelled";
         cJSON *j = cJSON_CreateObject(), *err = cJSON_AddObjectToObject(j, "error");
-        cJSON_AddNumberToObject(err, "code", 500);
-        cJSON_AddStringToObject(err, "message", g->r->err);
-        cJSON_AddStringToObject(err, "type", "server_error");
+        if (g->kind == API_MESSAGES) { /* Anthropic's error event */
+            block_close(g);
+            cJSON_AddStringToObject(j, "type", "error");
+            cJSON_AddStringToObject(err, "type", cancelled ? "overloaded_error" : "api_error");
+            cJSON_AddStringToObject(err, "message", msg);
+            sse_event(g, "error", j);
+            return;
+        }
+        cJSON_AddNumberToObject(err, "code", cancelled ? 503 : 500);
+        cJSON_AddStringToObject(err, "message", msg);
+        cJSON_AddStringToObject(err, "type", cancelled ? "unavailable_error" : "server_error");
         sse(g, j);
     } else if (g->kind == API_CHAT) {
         cJSON *j = chat_chunk(g, cJSON_CreateObject(), finish_reason(g));
@@ -1132,6 +1144,9 @@ int serve_main(const serve_opts *o) {
     sigaddset(&sigs, SIGINT);
     pthread_sigmask(SIG_BLOCK, &sigs, NULL);
     signal(SIGPIPE, SIG_IGN);
+    /* a --cache-dir over a file size limit (ulimit -f) is a write that fails (EFBIG, logged,
+     * the entry kept in RAM), as a full disk is, not a signal that ends the server */
+    signal(SIGXFSZ, SIG_IGN);
     herr e;
     app a = {.o = o};
     pthread_mutex_init(&a.id_mu, NULL);

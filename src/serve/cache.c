@@ -109,7 +109,7 @@ static int entry_write(pcache *c, entry *en, const char *want, herr *e) {
     else snprintf(path, sizeof path, "%s/%016" PRIx64 "-%" PRId64 ".hcache", c->dir, key, en->n);
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
     FILE *f = fopen(tmp, "wb");
-    if (!f) return herr_set(e, "cannot write %s: %s", tmp, strerror(errno));
+    if (!f) return herr_set(e, "cannot write %s: %s (the entry stays in RAM only)", tmp, strerror(errno));
     file_head h = {.model_id = en->kv->model_id, .n = en->n, .n_pts = en->n_pts, .kv_bytes = en->kv->bytes,
                    .n_gdn = (uint64_t)p0->n_gdn, .lane_floats = p0->lane_floats, .ring_floats = p0->ring_floats};
     memcpy(h.magic, MAGIC, 8);
@@ -125,10 +125,12 @@ static int entry_write(pcache *c, entry *en, const char *want, herr *e) {
     }
     h.checksum = sum;
     ok = ok && fseek(f, 0, SEEK_SET) == 0 && fwrite(&h, sizeof h, 1, f) == 1;
-    ok = fclose(f) == 0 && ok;
-    if (!ok || rename(tmp, path) != 0) {
-        unlink(tmp);
-        return herr_set(e, "writing %s failed: %s", path, strerror(errno));
+    int err = ok ? 0 : errno; /* the first failure's reason (a full disk, a size limit) */
+    if (fclose(f) != 0 && ok) ok = false, err = errno;
+    if (ok && rename(tmp, path) != 0) ok = false, err = errno;
+    if (!ok) {
+        unlink(tmp); /* no partial file is left to be read back */
+        return herr_set(e, "writing %s failed: %s (the entry stays in RAM only)", path, strerror(err));
     }
     struct stat sb;
     if (!stat(path, &sb)) c->st.disk_bytes += sb.st_size;
@@ -267,9 +269,14 @@ static void scan_dir(pcache *c) {
     struct dirent *de;
     while ((de = readdir(d)) && c->n < MAX_ENTRIES) {
         const size_t len = strlen(de->d_name);
-        if (len < 7 || strcmp(de->d_name + len - 7, ".hcache")) continue;
         char path[4096];
         snprintf(path, sizeof path, "%s/%s", c->dir, de->d_name);
+        if (len >= 11 && !strcmp(de->d_name + len - 11, ".hcache.tmp")) { /* a write a crash cut short */
+            fprintf(stderr, "hearth serve: --cache-dir: %s (an unfinished write) removed\n", path);
+            unlink(path);
+            continue;
+        }
+        if (len < 7 || strcmp(de->d_name + len - 7, ".hcache")) continue;
         entry en = {0};
         herr e;
         if (entry_read(c, &en, path, false, &e) < 0) {
@@ -293,11 +300,24 @@ int pcache_open(pcache **out, engine *eng, const char *dir, herr *e) {
     c->eng = eng;
     c->es = xcalloc(MAX_ENTRIES, sizeof *c->es);
     if (dir) {
-        if (mkdir(dir, 0755) < 0 && errno != EEXIST) {
+        /* a folder this process can write in, or a clear error at start (not one per entry
+         * later): made if missing, then a file created in it and removed */
+        struct stat sb;
+        char probe[4200];
+        snprintf(probe, sizeof probe, "%s/.hearth-probe-%d", dir, (int)getpid());
+        FILE *pf = NULL;
+        const char *why = NULL;
+        int err = 0;
+        if (mkdir(dir, 0755) < 0 && errno != EEXIST) why = "cannot make it", err = errno;
+        else if (stat(dir, &sb) < 0 || !S_ISDIR(sb.st_mode)) why = "it is not a directory";
+        else if (!(pf = fopen(probe, "wb"))) why = "cannot write in it", err = errno;
+        if (why) {
             free(c->es);
             free(c);
-            return herr_set(e, "--cache-dir: cannot make %s: %s", dir, strerror(errno));
+            return herr_set(e, "--cache-dir %s: %s%s%s", dir, why, err ? ": " : "", err ? strerror(err) : "");
         }
+        fclose(pf);
+        unlink(probe);
         c->dir = xstrdup(dir);
         scan_dir(c);
     }

@@ -486,7 +486,10 @@ static void step(sched *s, bool stopping) {
         slot *sl = &s->slots[k];
         if (sl->state == SLOT_IDLE) continue;
         sched_req *r = sl->req;
-        if (req_cancelled(r) || stopping) { slot_end(s, sl, SCHED_CANCELLED, NULL); continue; }
+        if (req_cancelled(r) || stopping) {
+            slot_end(s, sl, SCHED_CANCELLED, stopping ? "the server is stopping" : NULL);
+            continue;
+        }
         engine_span *sp = &s->spans[n];
         *sp = (engine_span){.seq = sl->id, .logits = sl->logits};
         if (sl->state == SLOT_PREFILL) {
