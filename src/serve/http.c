@@ -14,6 +14,10 @@
 #include <unistd.h>
 
 #define DRAIN_S 2.0 /* at http_stop, how long the requests under way get to send their end */
+/* Each connection's kernel send buffer (the kernel doubles it): a fixed size instead of
+ * autotuning up to tcp_wmem's 4 MiB, so a client that stops reading holds little kernel
+ * memory and its stream stalls soon, to be cut after the timeout. Ample for an SSE stream. */
+#define SNDBUF_BYTES (128 << 10)
 
 struct http_server {
     struct MHD_Daemon *d;
@@ -204,6 +208,15 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     atomic_fetch_sub(&s->busy, 1);
 }
 
+static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_ctx,
+                          enum MHD_ConnectionNotificationCode toe) {
+    (void)cls, (void)socket_ctx;
+    if (toe != MHD_CONNECTION_NOTIFY_STARTED) return;
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    const int sz = SNDBUF_BYTES;
+    if (ci) setsockopt(ci->connect_fd, SOL_SOCKET, SO_SNDBUF, &sz, sizeof sz); /* best effort */
+}
+
 static void on_mhd_error(void *cls, const char *fmt, va_list ap) {
     (void)cls;
     fputs("hearth serve: http: ", stderr);
@@ -235,6 +248,7 @@ int http_start(http_server **out, const http_opts *o, const http_route *routes, 
     s->d = MHD_start_daemon(flags, (uint16_t)o->port, NULL, NULL, on_request, s, MHD_OPTION_EXTERNAL_LOGGER,
                             on_mhd_error, s, MHD_OPTION_SOCK_ADDR, sa, MHD_OPTION_CONNECTION_TIMEOUT, o->timeout_s,
                             MHD_OPTION_CONNECTION_LIMIT, o->conn_max, MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
+                            MHD_OPTION_NOTIFY_CONNECTION, on_connection, s,
                             MHD_OPTION_LISTENING_ADDRESS_REUSE, 1u, MHD_OPTION_END);
     if (!s->d) {
         free(s);

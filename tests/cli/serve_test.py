@@ -687,9 +687,10 @@ def sigterm_under_load(model):
     for t in th:
         t.start()
     busy = False
-    for _ in range(200):  # both slots generating (the other requests queued)
+    for _ in range(400):  # both slots generating, the other 4 requests queued
         _, sl = s.request("GET", "/slots")
-        if all(x["is_processing"] and x["n_tokens"] > 0 for x in sl):
+        _, m = s.request("GET", "/metrics")
+        if all(x["is_processing"] and x["n_tokens"] > 0 for x in sl) and metric(m, "requests_deferred") == 4:
             busy = True
             break
         time.sleep(0.05)
@@ -698,17 +699,17 @@ def sigterm_under_load(model):
     took = time.monotonic() - t0
     for t in th:
         t.join(timeout=30)
-    check("SIGTERM under load: both slots were busy, the server exits 0 within 5 s", busy and rc == 0 and took < 5,
+    check("SIGTERM under load: both slots busy, 4 queued; the server exits 0 within 5 s", busy and rc == 0 and took < 5,
           f"busy {busy} rc {rc} in {took:.2f} s")
     wholes = [res.get(k) for k in range(1, 6, 2)]
     streams = [res.get(k) for k in range(0, 6, 2)]
     check("SIGTERM under load: every whole request answered 503 with an error body",
-          all(w and w[0] == 503 and isinstance(w[1], dict) and w[1]["error"]["type"] == "unavailable_error"
+          all(w and w[0] == 503 and isinstance(w[1], dict) and w[1].get("error", {}).get("type") == "unavailable_error"
               for w in wholes), str(wholes)[:400])
     ends = [st[1][-2:] if st and st[0] == 200 else st for st in streams]
     check("SIGTERM under load: every stream ends whole, with an error event ('stopping') then [DONE]",
-          all(isinstance(e, list) and len(e) == 2 and isinstance(e[0], dict) and "stopping" in e[0]["error"]["message"]
-              and e[1] == "[DONE]" for e in ends), str(ends)[:400])
+          all(isinstance(e, list) and len(e) == 2 and isinstance(e[0], dict) and
+              "stopping" in str(e[0].get("error", {}).get("message")) and e[1] == "[DONE]" for e in ends), str(ends)[:400])
     check("SIGTERM under load: no client left waiting", not any(t.is_alive() for t in th))
 
 
@@ -718,13 +719,13 @@ def slow_readers(model):
     s = Server(model, "-np", "2", "--timeout", "2")
     prompt = [5, 17, 200, 31, 8]
 
-    def raw_stream(body):
+    def raw_stream(body, path="/completion"):
         so = socket.socket()
         so.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # a small window: the server's sends block
         so.connect(("127.0.0.1", s.port))
         b = json.dumps(body).encode()
-        so.sendall(b"POST /completion HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: " +
-                   str(len(b)).encode() + b"\r\n\r\n" + b)
+        so.sendall(b"POST " + path.encode() + b" HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                   b"Content-Length: " + str(len(b)).encode() + b"\r\n\r\n" + b)
         return so
     want = s.post("/completion", {"prompt": prompt, "n_predict": 300, "temperature": 0, "ignore_eos": True})[1]["content"]
     so = raw_stream({"prompt": prompt, "n_predict": 300, "temperature": 0, "ignore_eos": True, "stream": True})
@@ -748,8 +749,10 @@ def slow_readers(model):
                    if isinstance(e, dict))
     check("a slow reader gets the whole stream, equal to the whole answer", text == want, f"{len(text)} vs {len(want)} chars")
     check("meanwhile another client is answered at once", other == 200 and t_other < 10, f"{other} in {t_other}")
-    # a reader that stops: the answer is generated, the connection is cut after --timeout
-    so = raw_stream({"prompt": prompt, "n_predict": 2000, "ignore_eos": True, "stream": True})
+    # a reader that stops: the answer is generated, the connection is cut after --timeout (chat's
+    # events, ~200 bytes a token, so the stream is larger than what the kernel buffers: ~400 KB)
+    so = raw_stream({"messages": [{"role": "user", "content": "go"}], "max_tokens": 2000, "ignore_eos": True,
+                     "stream": True}, "/v1/chat/completions")
     so.recv(100)
     idle = False
     for _ in range(600):
@@ -760,20 +763,23 @@ def slow_readers(model):
         time.sleep(0.1)
     time.sleep(3)  # --timeout 2 without progress
     so.settimeout(10)
-    got, closed = 0, False
+    data, closed = b"", False
     try:
         while True:
             k = so.recv(65536)
             if not k:
                 closed = True
                 break
-            got += len(k)
-    except (ConnectionResetError, socket.timeout):
+            data += k
+    except ConnectionResetError:
         closed = True
+    except socket.timeout:
+        pass
     so.close()
+    cut = closed and not data.endswith(b"0\r\n\r\n")  # closed before the chunked body's end
     st, _ = s.request("GET", "/health")
-    check("a reader that stops is cut off after --timeout, its slot free, the server serving",
-          idle and closed and got < 2000 * 100 and st == 200, f"idle {idle} closed {closed} {got} bytes, /health {st}")
+    check("a reader that stops is cut off after --timeout (its stream unfinished), its slot free, the server serving",
+          idle and cut and st == 200, f"idle {idle} closed {closed} {len(data)} bytes, ends {data[-12:]!r}, /health {st}")
     rc = s.stop()
     check("slow readers: SIGTERM exits 0", rc == 0, str(rc))
 
