@@ -958,6 +958,8 @@ static void on_metrics(void *ap, const http_call *c, http_out *o) {
     METRIC("cache_disk_loads_total", "counter", "entries read back from --cache-dir", st.pc.n_loaded);
     METRIC("cache_disk_refused_total", "counter", "files of --cache-dir refused and removed", st.pc.n_refused);
     METRIC("cache_disk_bytes", "gauge", "bytes written to --cache-dir", st.pc.disk_bytes);
+    METRIC("cache_evicted_ids_bytes", "gauge", "ids kept of entries evicted with no file (a miss's reason)",
+           st.pc.gone_bytes);
     METRIC("requests_deferred", "gauge", "requests waiting for a slot", st.queue_depth);
     METRIC("requests_processing", "gauge", "slots busy", st.slots_busy);
 #undef METRIC

@@ -74,11 +74,34 @@ int64_t ids_common_prefix(const int32_t *a, int64_t na, const int32_t *b, int64_
     return i;
 }
 
+/* what an evicted entry with no file still holds */
+static int64_t entry_gone_bytes(const entry *en) {
+    return (int64_t)(sizeof(int32_t) * (size_t)en->n + sizeof(int64_t) * (size_t)en->n_pts);
+}
+
 double pcache_oldest(const pcache *c) {
     double t = INFINITY;
     for (int i = 0; i < c->n; i++)
         if (c->es[i].kv && c->es[i].t_used < t) t = c->es[i].t_used;
     return t;
+}
+
+/* Forgets the least recently used entries evicted with no file while what they keep passes
+ * PCACHE_GONE_MAX: that memory is outside the budget, and MAX_ENTRIES of them, each a
+ * prompt's ids, would be megabytes (a soak's RSS crept by it). */
+static void trim_gone(pcache *c) {
+    for (;;) {
+        int64_t bytes = 0;
+        int k = -1;
+        for (int i = 0; i < c->n; i++) {
+            if (!c->es[i].gone) continue;
+            bytes += entry_gone_bytes(&c->es[i]);
+            if (k < 0 || c->es[i].t_used < c->es[k].t_used) k = i;
+        }
+        if (bytes <= PCACHE_GONE_MAX || k < 0) return;
+        entry_free(c, &c->es[k]);
+        c->es[k] = (entry){0}; /* a free slot (ids NULL) */
+    }
 }
 
 bool pcache_evict_older(pcache *c, double t) {
@@ -88,7 +111,10 @@ bool pcache_evict_older(pcache *c, double t) {
     if (k < 0) return false;
     entry_drop_ram(c, &c->es[k]);
     c->st.n_evicted++;
-    if (!c->es[k].path) c->es[k].gone = true; /* entries never move: the slot is free for another */
+    if (!c->es[k].path) { /* entries never move: the slot is free for another */
+        c->es[k].gone = true;
+        trim_gone(c);
+    }
     return true;
 }
 
@@ -504,6 +530,7 @@ pcache_stats pcache_get_stats(const pcache *c) {
     for (int i = 0; i < c->n; i++) {
         st.n_in_ram += c->es[i].kv != NULL;
         st.n_entries += c->es[i].ids != NULL && !c->es[i].gone;
+        if (c->es[i].gone) st.gone_bytes += entry_gone_bytes(&c->es[i]);
     }
     return st;
 }
