@@ -167,7 +167,7 @@ class Soak:
                 return None
             with self.mu:
                 self.accepted += 1
-            text, reasoning, finish, sid, n_ev, ttft = "", "", None, None, 0, None
+            text, reasoning, finish, sid, n_ev, ttft, timings = "", "", None, None, 0, None, None
             done = False
             while True:
                 line = r.readline()
@@ -187,6 +187,8 @@ class Soak:
                     c.close()
                     return None
                 sid = sid or e.get("id")
+                if "timings" in e:
+                    timings = e["timings"]
                 before = len(text) + len(reasoning)
                 if path == "/completion":
                     text += e.get("content", "")
@@ -216,7 +218,7 @@ class Soak:
                     self.ids.append(sid)
                 self.lat.setdefault(kind + " (first text)", []).append(ttft or dt)
             self.note(kind, "ok", dt)
-            return {"content": text, "reasoning_content": reasoning, "finish": finish}
+            return {"content": text, "reasoning_content": reasoning, "finish": finish, "timings": timings}
         except socket.timeout:
             self.note(kind, "lost (client timeout)", problem="no end")
         except (OSError, http.client.HTTPException, ValueError) as e:
@@ -238,15 +240,18 @@ class Soak:
                 if rnd.random() < 0.5:
                     got = self.post_stream("chat stream", "/v1/chat/completions", {**body, "stream": True})
                     msg = got and {"content": got["content"], "reasoning_content": got["reasoning_content"]}
+                    meta = got and {"stream": True, "finish": got["finish"], "timings": got["timings"]}
                 else:
                     j = self.post_whole("chat", "/v1/chat/completions", body)
                     m = j and j["choices"][0]["message"]
                     msg = m and {"content": m.get("content") or "", "reasoning_content": m.get("reasoning_content") or ""}
+                    meta = j and {"stream": False, "finish": j["choices"][0]["finish_reason"], "timings": j.get("timings"),
+                                  "usage": j.get("usage")}
                 if msg is None:
                     conv = []
                     continue
                 with self.mu:
-                    self.greedy.append(("/v1/chat/completions", json.loads(json.dumps(body)), msg))
+                    self.greedy.append(("/v1/chat/completions", json.loads(json.dumps(body)), msg, meta))
                 conv.append({"role": "assistant", **msg})
             elif r < 0.60:  # greedy /completion on ids, no cache: the solo run's tokens
                 ids = [rnd.randrange(1000) for _ in range(rnd.randint(4, 60))]
@@ -260,7 +265,7 @@ class Soak:
                     text = j and j["content"]
                 if text is not None:
                     with self.mu:
-                        self.greedy.append(("/completion", body, {"content": text}))
+                        self.greedy.append(("/completion", body, {"content": text}, None))
             elif r < 0.68:  # sampled: counted, not compared
                 body = {"messages": [{"role": "user", "content": rnd.choice(WORDS)}], "max_tokens": 16,
                         "temperature": 0.9, "top_p": 0.9, "seed": rnd.randrange(1 << 30)}
@@ -379,7 +384,7 @@ def main():
     pick = list(soak.greedy) if a.verify == 0 or len(soak.greedy) <= a.verify else rnd.sample(soak.greedy, a.verify)
     ref = Server(a.hearth, model, ["-np", "1", "-t", str(a.threads), "--metrics"], os.path.join(tmp, "ref.log"))
     mismatches = []
-    for path, body, got in pick:
+    for path, body, got, meta in pick:
         st, j = ref.json("POST", path, {**body, "cache_prompt": False})
         if path == "/completion":
             want = {"content": j.get("content")} if st == 200 else None
@@ -387,7 +392,7 @@ def main():
             mm = j["choices"][0]["message"] if st == 200 else {}
             want = {"content": mm.get("content") or "", "reasoning_content": mm.get("reasoning_content") or ""}
         if want != got:
-            mismatches.append((path, body, got, want))
+            mismatches.append((path, body, got, want, meta, j))
     ref.stop()
 
     # ------------------------------------------------------------------ figures and checks
@@ -436,7 +441,7 @@ def main():
         failed += not ok
     for p in soak.problems[:10]:
         print(f"     problem: {p}")
-    for path, body, got, want in mismatches[:5]:
+    for path, body, got, want, meta, solo in mismatches[:5]:
         print(f"     differs: {path} {json.dumps(body)[:200]}\n       soak {got}\n       solo {want}")
     if a.json:
         with open(a.json, "w") as f:
@@ -444,7 +449,10 @@ def main():
                        "latency": {k: {"p50": pct(v, .5), "p99": pct(v, .99), "n": len(v)} for k, v in soak.lat.items()},
                        "rss": {"idle": idle[0], "warm": rss_warm, "end": rss_end}, "fds": [idle[1], end[1]],
                        "threads": [idle[2], end[2]], "cache_bytes_max": cache_max[0], "samples": samples,
-                       "checks": [(n, ok, d) for n, ok, d in checks]}, f, indent=1)
+                       "checks": [(n, ok, d) for n, ok, d in checks],
+                       "mismatches": [{"path": p, "body": b, "soak": g, "solo": w, "soak_meta": mt, "solo_answer": sj}
+                                      for p, b, g, w, mt, sj in mismatches]},
+                      f, indent=1)
     print(f"{len(checks) - failed} passed, {failed} failed")
     return 1 if failed else 0
 

@@ -647,6 +647,21 @@ def tool_calls(model):
               and 0 < total <= elapsed and lo <= total <= hi)
         check(f"/metrics: {h} histogram counts the 4 requests", ok, f"{b} sum {total} in [{lo}, {hi}], {elapsed:.3f} s")
     s.stop()
+    # a NUL byte in the model's text (byte-level token 'Ā'): the whole answer and the stream
+    # both carry all of it (a cJSON string ended at the NUL: the whole answer lost the rest)
+    with open(reply, "wb") as f:
+        f.write(b"before\x00after the NUL")
+    s = Server(model, "-np", "1", env={"HEARTH_TEST_REPLY": reply})
+    body = {"messages": [{"role": "user", "content": "x"}], "max_tokens": 50, "temperature": 0,
+            "chat_template_kwargs": {"enable_thinking": False}}
+    st, j = s.post("/v1/chat/completions", body)
+    whole = j["choices"][0]["message"]["content"] if st == 200 else None
+    st2, _, ev = s.stream("/v1/chat/completions", {**body, "stream": True})
+    streamed = "".join(c["delta"].get("content") or "" for e in ev if e != "[DONE]" for c in e["choices"])
+    check("a NUL in the answer: whole and streamed both carry all of the text (the NUL as U+FFFD)",
+          st == 200 and st2 == 200 and whole == streamed and whole.endswith("before\ufffdafter the NUL"),
+          f"{whole!r} vs {streamed!r}")
+    s.stop()
 
 
 def sse_data(text):
