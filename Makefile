@@ -64,11 +64,11 @@ all: $(BUILD)/hearth tests
 
 $(BUILD)/libhearth.a: $(LIB_OBJ)
 	@mkdir -p $(@D)
-	$(AR) rcs $@ $^
+	rm -f $@ && $(AR) rcs $@ $^
 
 $(BUILD)/libhearth-mut.a: $(MUT_OBJ)
 	@mkdir -p $(@D)
-	$(AR) rcs $@ $^
+	rm -f $@ && $(AR) rcs $@ $^
 
 $(BUILD)/hearth: $(CLI_OBJ) $(BUILD)/libhearth.a
 	$(CC) $(CFLAGS) -o $@ $(CLI_OBJ) $(BUILD)/libhearth.a $(LDLIBS)
@@ -136,7 +136,7 @@ endif
 FUZZ_NAMES := gguf safetensors hf_config request jinja tokenizer answer cache
 FUZZ_CFLAGS = -Itests -DFUZZ_ROOT='"$(CURDIR)"'
 fuzz:
-	$(MAKE) BUILD=build-fuzz CC=clang NVCC= OPT="-O1 -fsanitize=fuzzer-no-link,address,undefined -fno-omit-frame-pointer" \
+	$(MAKE) BUILD=build-fuzz CC=clang NVCC= OPT="-O1 -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer" \
 	    fuzz-bins
 fuzz-bins: $(FUZZ_NAMES:%=$(BUILD)/fuzz_%)
 $(BUILD)/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/fuzz.h $(BUILD)/libhearth.a

@@ -7,8 +7,10 @@
 # (HEARTH_GATES_DEVICE=cuda) at tiny and small; the engine at the real widths (test_engine
 # --wide); then hearth bench on the q36 file, GPU and CPU. Each step is time-boxed so the
 # whole fits one 600 s command; logs go to $OUT, a summary to stdout.
-#   STEPS (default "unit engine gates wide q36") which steps to run (engine_tiny: test_engine
-#   --tiny alone); WIDE_S the wide step's time box (default 290 s)
+#   STEPS (default "unit engine gates wide q36") which steps to run (engine_tiny:
+#   test_engine --tiny alone; gates_tiny: the gates at tiny alone;
+#   q36_graphs_off: the bench with HEARTH_CUDA_GRAPHS=0); WIDE_S the wide step's time box
+#   (default 290 s); PP, TG, REPS the q36 bench's -p, -n, -r (512, 64, 3)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-/tmp/out}; mkdir -p "$out"
@@ -35,10 +37,13 @@ for s in $steps; do
     engine_tiny) step engine_tiny 100 build/tests/test_engine --tiny ;;
     gates) HEARTH_GATES_DEVICE=cuda step gates_tiny 100 build/gates all tiny
            HEARTH_GATES_DEVICE=cuda step gates_small 150 build/gates all small ;;
+    gates_tiny) HEARTH_GATES_DEVICE=cuda step gates_tiny 100 build/gates all tiny ;;
     wide) build/hearth gen --preset wide --quant q4_k_m --seed 1 -o /dev/shm/shared-wide-q4_k_m.gguf >/dev/null 2>&1
           step wide ${WIDE_S:-290} build/tests/test_engine --wide ;;
     q36) build/hearth gen --preset q36 --quant q4_k_m --seed 1 -o /dev/shm/q36.gguf >"$out/gen.log" 2>&1
-         step q36_cuda 150 build/hearth bench --device cuda -m /dev/shm/q36.gguf -p 512 -n 64 -r 3 ;
+         step q36_cuda 150 build/hearth bench --device cuda -m /dev/shm/q36.gguf -p ${PP:-512} -n ${TG:-64} -r ${REPS:-3} --kv f16 ;
          cat "$out/q36_cuda.log" ;;
+    q36_graphs_off) HEARTH_CUDA_GRAPHS=0 step q36_nograph 100 build/hearth bench --device cuda -m /dev/shm/q36.gguf -p 512 -n 64 -r 2 --kv f16 ;
+         cat "$out/q36_nograph.log" ;;
     esac
 done

@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #define KEEPALIVE_S 5.0     /* a stream with nothing new for this long gets an SSE comment */
 
@@ -655,8 +656,9 @@ static void gen_run(app *a, const http_call *c, http_out *o, api_kind kind, gen_
     r->no_reuse = !g->p.cache_prompt;
     r->top_logprobs = g->p.top_logprobs;
     herr e;
-    if (sched_submit(a->sc, r, &e) < 0) {
-        const bool full = strstr(e.msg, "queue is full") || strstr(e.msg, "stopping");
+    const int rc = sched_submit(a->sc, r, &e);
+    if (rc < 0) {
+        const bool full = rc == SCHED_UNAVAILABLE;
         http_error(o, c, full ? 503 : 400, full ? "unavailable_error" : "invalid_request_error", "%s", e.msg);
         sched_release(r);
         sched_release(r);
@@ -809,7 +811,12 @@ static void on_llama_completion(void *ap, const http_call *c, http_out *o) { on_
 static void on_oai_completion(void *ap, const http_call *c, http_out *o) { on_completion(ap, c, o, API_OAI_COMPLETION); }
 
 static void on_health(void *ap, const http_call *c, http_out *o) {
-    (void)ap, (void)c;
+    app *a = ap;
+    char why[600];
+    if (!sched_model_ok(a->sc, why, sizeof why)) { /* a balancer in front moves the traffic away */
+        http_error(o, c, 503, "unavailable_error", "%s", why);
+        return;
+    }
     cJSON *j = cJSON_CreateObject();
     cJSON_AddStringToObject(j, "status", "ok");
     http_json(o, 200, j);
@@ -1140,6 +1147,17 @@ static char *token_text(const tokenizer *t, int32_t id) {
     return r;
 }
 
+/* A read of the mapped model file past its end: the file was truncated in place between two of
+ * the scheduler's checks (model_file_ok). A clear last word and exit 1, not a bare "Bus error". */
+static void on_sigbus(int sig) {
+    (void)sig;
+    static const char msg[] = "hearth serve: SIGBUS: the model file was cut short while serving (a file written "
+                              "in place); exiting. Replace a model file by renaming a new one over it.\n";
+    ssize_t w = write(2, msg, sizeof msg - 1);
+    (void)w;
+    _exit(1);
+}
+
 int serve_main(const serve_opts *o) {
     /* SIGTERM and SIGINT are taken by sigwait below, in this thread only */
     sigset_t sigs;
@@ -1151,6 +1169,7 @@ int serve_main(const serve_opts *o) {
     /* a --cache-dir over a file size limit (ulimit -f) is a write that fails (EFBIG, logged,
      * the entry kept in RAM), as a full disk is, not a signal that ends the server */
     signal(SIGXFSZ, SIG_IGN);
+    signal(SIGBUS, on_sigbus);
     herr e;
     app a = {.o = o};
     pthread_mutex_init(&a.id_mu, NULL);
@@ -1188,7 +1207,8 @@ int serve_main(const serve_opts *o) {
     a.info = engine_get_info(a.eng);
     a.rx = (req_ctx){.tok = a.tok, .tmpl = a.tmpl, .n_ctx = a.info.n_ctx, .n_predict = o->n_predict,
                      .bos_text = a.bos_text, .eos_text = a.eos_text};
-    sched_opts so = {.n_slots = o->n_slots, .queue_max = o->queue_max, .cache_dir = o->cache_dir};
+    sched_opts so = {.n_slots = o->n_slots, .queue_max = o->queue_max, .cache_dir = o->cache_dir,
+                     .model_path = o->model_path};
     const char *script = getenv("HEARTH_TEST_REPLY"); /* sched.h's test seam: a file of the reply's text */
     if (script && script[0]) {
         char *text;

@@ -1,4 +1,6 @@
-/* cache.c: the prompt cache shared by the slots (cache.h). */
+/* cache.c: the prompt cache shared by the slots (cache.h), and its files in --cache-dir,
+ * which several processes may share: each file is written under a temporary name of its own
+ * and renamed into place, found by its name's prefix key, and checked again when read back. */
 #include "serve/cache.h"
 #include "base/util.h"
 
@@ -10,9 +12,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #define MAX_ENTRIES 4096
+#define MAX_SEEN 65536  /* files of the folder not yet indexed that a lookup checks by name */
+#define TMP_STALE_S 3600 /* a temporary file this old was left by a writer that died */
 static const char MAGIC[8] = {'H', 'R', 'T', 'H', 'P', 'C', '0', '1'};
 
 typedef struct entry {
@@ -28,13 +33,33 @@ typedef struct entry {
                              * tell a request that misses why (a free slot for a new entry) */
 } entry;
 
+/* A file of the folder that no entry holds yet (another process wrote it, or it appeared
+ * after the start), known only by its name: the key of the ids before its first point. */
+typedef struct seen_file {
+    uint64_t key;
+    int64_t p0;             /* its first point's position */
+    char *path;
+} seen_file;
+
 struct pcache {
     engine *eng;
     char *dir;
     entry *es;
     int n;
     pcache_stats st;
+    seen_file *seen;        /* the folder's files no entry holds, as of the last listing */
+    int n_seen;
+    struct timespec dir_mtime; /* the folder's, at the last listing */
+    time_t listed_at;       /* wall clock of the last listing */
+    mode_t file_mode;       /* 0666 less the umask, as fopen would have made a file */
 };
+
+/* a file's outcome when read (entry_read) */
+enum { RD_OK = 0, RD_GONE = -1, RD_BAD = -2, RD_ROOM = -3 };
+/* how much of a file entry_read reads: the header, ids and point positions only (the rest
+ * is checked when it is read in full); all of it, checksum verified, keeping the ids; all
+ * of it into RAM */
+typedef enum rd_mode { RD_INDEX, RD_CHECK, RD_FULL } rd_mode;
 
 /* the file's fixed header */
 typedef struct file_head {
@@ -51,6 +76,34 @@ static uint64_t fnv(uint64_t h, const void *p, size_t n) {
     const unsigned char *b = p;
     for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 0x100000001b3ull;
     return h;
+}
+
+/* the key of ids [0, n) in file names: FNV-1a over the ids, seeded by the model, so that a
+ * lookup computes it for every prefix of a request in one pass */
+static uint64_t name_key(const pcache *c, const int32_t *ids, int64_t n) {
+    return fnv(engine_get_info(c->eng).model_id, ids, sizeof(int32_t) * (size_t)n);
+}
+
+/* An entry's file name: the key of the ids before its first point and that point's
+ * position (what a lookup matches a request by), then the key of all its ids and its
+ * points, and its rows. Two processes writing the same entry write the same name. */
+static void entry_name(const pcache *c, const entry *en, char *out, size_t cap) {
+    const int64_t p0 = en->pt_pos[0];
+    const uint64_t all = fnv(name_key(c, en->ids, en->n), en->pt_pos, sizeof(int64_t) * (size_t)en->n_pts);
+    snprintf(out, cap, "%s/%016" PRIx64 "-%" PRId64 "-%016" PRIx64 "-%" PRId64 ".hcache", c->dir,
+             name_key(c, en->ids, p0), p0, all, en->n);
+}
+
+/* a file name of entry_name's form (exactly: written back, it is the same name): its prefix
+ * key and first point */
+static bool name_parse(const char *name, uint64_t *key, int64_t *p0) {
+    uint64_t all;
+    int64_t n;
+    char back[128];
+    if (strlen(name) > 100 || sscanf(name, "%16" SCNx64 "-%" SCNd64 "-%16" SCNx64 "-%" SCNd64 ".hcache", key, p0, &all, &n) != 4)
+        return false;
+    snprintf(back, sizeof back, "%016" PRIx64 "-%" PRId64 "-%016" PRIx64 "-%" PRId64 ".hcache", *key, *p0, all, n);
+    return !strcmp(back, name) && *p0 >= 1 && n >= *p0;
 }
 
 static void entry_drop_ram(pcache *c, entry *en) {
@@ -125,17 +178,26 @@ static bool wr(FILE *f, const void *p, size_t n, uint64_t *h) {
     return fwrite(p, 1, n, f) == n;
 }
 
-/* en as a file: at want (NULL: its name in the cache's directory, if it has one) */
+/* en as a file: at want (NULL: its name in the cache's directory, if it has one). It is
+ * written under a temporary name of its own in the same folder (mkstemp: unique across
+ * processes and hosts sharing the folder) and renamed into place, so a reader sees the whole
+ * file or none, and two writers of one entry never write into one file. */
 static int entry_write(pcache *c, entry *en, const char *want, herr *e) {
     if (!want && !c->dir) return 0;
     const engine_point *p0 = en->pts[0];
-    uint64_t key = engine_ids_hash(c->eng, en->ids, en->n);
     char path[4096], tmp[4200];
     if (want) snprintf(path, sizeof path, "%s", want);
-    else snprintf(path, sizeof path, "%s/%016" PRIx64 "-%" PRId64 ".hcache", c->dir, key, en->n);
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    FILE *f = fopen(tmp, "wb");
-    if (!f) return herr_set(e, "cannot write %s: %s (the entry stays in RAM only)", tmp, strerror(errno));
+    else entry_name(c, en, path, sizeof path);
+    snprintf(tmp, sizeof tmp, "%s.tmp.XXXXXX", path);
+    const int fd = mkstemp(tmp);
+    if (fd < 0) return herr_set(e, "cannot write %s: %s (the entry stays in RAM only)", tmp, strerror(errno));
+    fchmod(fd, c->file_mode); /* mkstemp's 0600 would hide it from replicas run as other users */
+    FILE *f = fdopen(fd, "wb");
+    if (!f) {
+        close(fd);
+        unlink(tmp);
+        return herr_set(e, "cannot write %s: %s (the entry stays in RAM only)", tmp, strerror(errno));
+    }
     file_head h = {.model_id = en->kv->model_id, .n = en->n, .n_pts = en->n_pts, .kv_bytes = en->kv->bytes,
                    .n_gdn = (uint64_t)p0->n_gdn, .lane_floats = p0->lane_floats, .ring_floats = p0->ring_floats};
     memcpy(h.magic, MAGIC, 8);
@@ -172,8 +234,9 @@ static bool rd(FILE *f, void *p, size_t n, uint64_t *h) {
     return true;
 }
 
-/* n bytes into the checksum, not kept */
-static bool rd_skip(FILE *f, uint64_t n, uint64_t *h) {
+/* n bytes into the checksum, not kept (RD_INDEX: passed over, unread) */
+static bool rd_skip(FILE *f, uint64_t n, uint64_t *h, rd_mode mode) {
+    if (mode == RD_INDEX) return fseeko(f, (off_t)n, SEEK_CUR) == 0;
     char buf[65536];
     bool ok = true;
     for (uint64_t left = n; ok && left;) {
@@ -184,15 +247,22 @@ static bool rd_skip(FILE *f, uint64_t n, uint64_t *h) {
     return ok;
 }
 
-/* Reads en's file: just the ids (full false), or everything into RAM. Refuses (and says
- * why) anything that is not exactly what this engine would have written. */
-static int entry_read(pcache *c, entry *en, const char *path, bool full, herr *e) {
+/* Reads en's file as far as mode says, refusing (RD_BAD, saying why) anything that is not
+ * exactly what this engine would have written; RD_GONE: it cannot be opened (another process
+ * removed it), RD_ROOM: the cache budget is short. On success en's ids and point positions
+ * are the file's (and with RD_FULL its KV rows and points); *seen (may be NULL) receives the
+ * file's identity, to remove only that file and not one renamed over it since. */
+static int entry_read(pcache *c, entry *en, const char *path, rd_mode mode, struct stat *seen, herr *e) {
+    if (seen) memset(seen, 0, sizeof *seen);
     FILE *f = fopen(path, "rb");
-    if (!f) return herr_set(e, "cannot open: %s", strerror(errno));
+    if (!f) {
+        herr_set(e, "cannot open: %s", strerror(errno));
+        return RD_GONE;
+    }
     file_head h;
     const engine_info info = engine_get_info(c->eng);
     engine_point *shape = NULL;
-    int rc = -1;
+    int rc = RD_BAD;
     engine_kv *kv = NULL;
     engine_point **pts = NULL;
     int32_t *ids = NULL;
@@ -200,9 +270,12 @@ static int entry_read(pcache *c, entry *en, const char *path, bool full, herr *e
     int np = 0;
     uint64_t sum = 0xcbf29ce484222325ull;
     struct stat sb;
+    const bool full = mode == RD_FULL;
+    if (fstat(fileno(f), &sb)) { herr_set(e, "cannot stat: %s", strerror(errno)); goto out; }
+    if (seen) *seen = sb;
     if (fread(&h, sizeof h, 1, f) != 1 || memcmp(h.magic, MAGIC, 8)) { herr_set(e, "not a hearth cache file"); goto out; }
     if (h.model_id != info.model_id) { herr_set(e, "made by another model"); goto out; }
-    if (engine_point_new(c->eng, &shape, e) < 0) goto out;
+    if (engine_point_new(c->eng, &shape, e) < 0) { rc = RD_ROOM; goto out; }
     if (h.n < 1 || h.n > info.n_ctx || h.n_pts < 1 || h.n_pts > 4096 || h.kv_bytes != info.kv_bytes_per_token * (uint64_t)h.n ||
         h.n_gdn != (uint64_t)shape->n_gdn || h.lane_floats != shape->lane_floats || h.ring_floats != shape->ring_floats) {
         herr_set(e, "its shapes are not this engine's (%" PRId64 " rows, context %" PRId64 ")", h.n, info.n_ctx);
@@ -210,7 +283,7 @@ static int entry_read(pcache *c, entry *en, const char *path, bool full, herr *e
     }
     const uint64_t state = sizeof(float) * h.n_gdn * (h.lane_floats + h.ring_floats);
     const uint64_t want = sizeof h + 4 * (uint64_t)h.n + 8 + 8 * (uint64_t)h.n + h.kv_bytes + (uint64_t)h.n_pts * (16 + state);
-    if (fstat(fileno(f), &sb) || (uint64_t)sb.st_size != want) {
+    if ((uint64_t)sb.st_size != want) {
         herr_set(e, "%lld bytes where its header says %llu (truncated?)", (long long)sb.st_size, (unsigned long long)want);
         goto out;
     }
@@ -218,13 +291,13 @@ static int entry_read(pcache *c, entry *en, const char *path, bool full, herr *e
     pos = xmalloc(sizeof(int64_t) * (size_t)h.n_pts);
     if (!rd(f, ids, 4 * (size_t)h.n, &sum)) { herr_set(e, "read error"); goto out; }
     if (full) {
-        if (engine_kv_new(c->eng, 0, h.n, &kv, e) < 0) goto out;
+        if (engine_kv_new(c->eng, 0, h.n, &kv, e) < 0) { rc = RD_ROOM; goto out; }
         pts = xcalloc((size_t)h.n_pts, sizeof *pts);
     }
     uint64_t hash_a;
     uint64_t *hash = kv ? kv->hash : xmalloc(8 * (size_t)h.n);
     bool ok = rd(f, &hash_a, 8, &sum) && rd(f, hash, 8 * (size_t)h.n, &sum);
-    ok = ok && (kv ? rd(f, kv->data, h.kv_bytes, &sum) : rd_skip(f, h.kv_bytes, &sum));
+    ok = ok && (kv ? rd(f, kv->data, h.kv_bytes, &sum) : rd_skip(f, h.kv_bytes, &sum, mode));
     for (int i = 0; ok && i < h.n_pts; i++) {
         int64_t p;
         uint64_t ph;
@@ -238,7 +311,10 @@ static int entry_read(pcache *c, entry *en, const char *path, bool full, herr *e
         pos[i] = p;
         engine_point *pt = NULL;
         if (full) {
-            if (engine_point_new(c->eng, &pt, e) < 0) { if (!kv) free(hash); goto out; }
+            if (engine_point_new(c->eng, &pt, e) < 0) {
+                rc = RD_ROOM;
+                goto out; /* hash is kv's */
+            }
             pts[np++] = pt;
             pt->pos = p;
             pt->hash = ph;
@@ -246,30 +322,31 @@ static int entry_read(pcache *c, entry *en, const char *path, bool full, herr *e
             ok = rd(f, pt->lanes, sizeof(float) * h.n_gdn * h.lane_floats, &sum) &&
                  rd(f, pt->rings, sizeof(float) * h.n_gdn * h.ring_floats, &sum);
         } else {
-            ok = rd_skip(f, state, &sum);
+            ok = rd_skip(f, state, &sum, mode);
         }
     }
     const bool rows_ok = ok && hash_a == engine_ids_hash(c->eng, ids, 0) && hash[h.n - 1] == engine_ids_hash(c->eng, ids, h.n);
     if (!kv) free(hash);
     if (!ok) { herr_set(e, "read error"); goto out; }
-    if (sum != h.checksum) { herr_set(e, "its checksum does not match (corrupt)"); goto out; }
+    if (mode != RD_INDEX && sum != h.checksum) { herr_set(e, "its checksum does not match (corrupt)"); goto out; }
     if (!rows_ok) { herr_set(e, "its KV rows' hashes do not match its ids"); goto out; }
     if (kv) kv->hash_a = hash_a;
-    if (!full) {
-        en->ids = ids;
-        en->n = h.n;
-        en->pt_pos = pos;
-        en->n_pts = (int)h.n_pts;
-        ids = NULL;
-        pos = NULL;
-    } else {
+    free(en->ids);
+    free(en->pt_pos);
+    en->ids = ids;
+    en->n = h.n;
+    en->pt_pos = pos;
+    en->n_pts = (int)h.n_pts;
+    ids = NULL;
+    pos = NULL;
+    if (full) {
         en->kv = kv;
         en->pts = pts;
         kv = NULL;
         pts = NULL;
         np = 0;
     }
-    rc = 0;
+    rc = RD_OK;
 out:
     fclose(f);
     engine_point_free(c->eng, shape);
@@ -281,14 +358,38 @@ out:
     return rc;
 }
 
+/* Removes path if it is still the file seen (not one another process renamed over it since),
+ * counting it refused, with a line on stderr. */
+static void refuse(pcache *c, const char *path, const struct stat *seen, const char *why) {
+    struct stat now;
+    const bool same = seen->st_ino && !stat(path, &now) && now.st_ino == seen->st_ino && now.st_dev == seen->st_dev;
+    if (same) unlink(path);
+    fprintf(stderr, "hearth serve: --cache-dir: %s refused%s: %s\n", path, same ? " and removed" : " (a newer file has its name)",
+            why);
+    c->st.n_refused++;
+}
+
 /* en's file into RAM, dropping the least recently used entries while the budget is short */
-static int entry_read_evicting(pcache *c, entry *en, const char *path, herr *e) {
+static int entry_read_evicting(pcache *c, entry *en, const char *path, struct stat *seen, herr *e) {
     int rc;
-    while ((rc = entry_read(c, en, path, true, e)) < 0 && strstr(e->msg, "cache budget"))
+    while ((rc = entry_read(c, en, path, RD_FULL, seen, e)) == RD_ROOM)
         if (!pcache_evict_older(c, INFINITY)) break;
     return rc;
 }
 
+/* the entry whose file is path, or -1 */
+static int entry_of_path(const pcache *c, const char *path) {
+    for (int i = 0; i < c->n; i++)
+        if (c->es[i].path && !strcmp(c->es[i].path, path)) return i;
+    return -1;
+}
+
+/* a temporary file of entry_write's that no writer will rename: one that died mid-write */
+static bool stale_tmp(const char *name, const struct stat *sb) {
+    return strstr(name, ".hcache.tmp.") && sb->st_mtime < time(NULL) - TMP_STALE_S;
+}
+
+/* at the start: every file of the folder checked in full (checksum included) and indexed */
 static void scan_dir(pcache *c) {
     DIR *d = opendir(c->dir);
     if (!d) return;
@@ -297,7 +398,8 @@ static void scan_dir(pcache *c) {
         const size_t len = strlen(de->d_name);
         char path[4096];
         snprintf(path, sizeof path, "%s/%s", c->dir, de->d_name);
-        if (len >= 11 && !strcmp(de->d_name + len - 11, ".hcache.tmp")) { /* a write a crash cut short */
+        struct stat sb;
+        if (!stat(path, &sb) && stale_tmp(de->d_name, &sb)) { /* a write its writer never finished */
             fprintf(stderr, "hearth serve: --cache-dir: %s (an unfinished write) removed\n", path);
             unlink(path);
             continue;
@@ -305,18 +407,90 @@ static void scan_dir(pcache *c) {
         if (len < 7 || strcmp(de->d_name + len - 7, ".hcache")) continue;
         entry en = {0};
         herr e;
-        if (entry_read(c, &en, path, false, &e) < 0) {
-            fprintf(stderr, "hearth serve: --cache-dir: %s refused and removed: %s\n", path, e.msg);
-            unlink(path);
-            c->st.n_refused++;
+        const int rc = entry_read(c, &en, path, RD_CHECK, &sb, &e);
+        if (rc < 0) {
+            if (rc == RD_BAD) refuse(c, path, &sb, e.msg);
+            entry_free(c, &en);
             continue;
         }
-        struct stat sb;
-        if (!stat(path, &sb)) c->st.disk_bytes += sb.st_size;
+        c->st.disk_bytes += sb.st_size;
         en.path = xstrdup(path);
         c->es[c->n++] = en;
     }
     closedir(d);
+}
+
+static void seen_clear(pcache *c) {
+    for (int i = 0; i < c->n_seen; i++) free(c->seen[i].path);
+    c->n_seen = 0;
+}
+
+/* The folder's files that no entry holds, by name, listed again only when the folder changed
+ * since the last listing (its mtime; a listing within a second of that mtime is not trusted
+ * to have seen every file of that second). */
+static void list_dir(pcache *c) {
+    struct stat sb;
+    if (stat(c->dir, &sb)) return;
+    const bool same = sb.st_mtim.tv_sec == c->dir_mtime.tv_sec && sb.st_mtim.tv_nsec == c->dir_mtime.tv_nsec;
+    if (same && c->listed_at > sb.st_mtim.tv_sec + 1) return;
+    DIR *d = opendir(c->dir);
+    if (!d) return;
+    c->dir_mtime = sb.st_mtim;
+    c->listed_at = time(NULL);
+    seen_clear(c);
+    struct dirent *de;
+    while ((de = readdir(d)) && c->n_seen < MAX_SEEN) {
+        seen_file sf;
+        if (!name_parse(de->d_name, &sf.key, &sf.p0)) continue;
+        char path[4096];
+        snprintf(path, sizeof path, "%s/%s", c->dir, de->d_name);
+        if (entry_of_path(c, path) >= 0) continue;
+        sf.path = xstrdup(path);
+        c->seen[c->n_seen++] = sf;
+    }
+    closedir(d);
+}
+
+static int free_slot(pcache *c);
+
+/* Files other processes wrote into the folder since this one looked (or that it has not
+ * indexed yet) that a request of ids [0, n) could resume from: those whose name's prefix key
+ * is the key of the request's ids before the file's first point. Each is indexed (its
+ * header, ids and point positions; the rest is checked when it is read back) as an entry. */
+static void discover(pcache *c, const int32_t *ids, int64_t n) {
+    list_dir(c);
+    int64_t most = 0;
+    for (int i = 0; i < c->n_seen; i++)
+        if (c->seen[i].p0 < n && c->seen[i].p0 > most) most = c->seen[i].p0;
+    if (most == 0) return;
+    /* the prefix keys of the request, in one pass */
+    uint64_t *key = xmalloc(sizeof(uint64_t) * (size_t)(most + 1));
+    key[0] = engine_get_info(c->eng).model_id;
+    for (int64_t p = 0; p < most; p++) key[p + 1] = fnv(key[p], &ids[p], sizeof ids[p]);
+    for (int i = 0; i < c->n_seen;) {
+        seen_file *sf = &c->seen[i];
+        if (sf->p0 >= n || key[sf->p0] != sf->key) { i++; continue; }
+        const int slot = free_slot(c);
+        if (slot < 0) break;
+        entry en = {0};
+        herr e;
+        struct stat sb;
+        const int rc = entry_read(c, &en, sf->path, RD_INDEX, &sb, &e);
+        if (rc == RD_OK) {
+            en.path = sf->path;
+            en.t_used = time_now();
+            if (slot == c->n) c->n++;
+            entry_free(c, &c->es[slot]);
+            c->es[slot] = en;
+            c->st.disk_bytes += sb.st_size;
+        } else {
+            if (rc == RD_BAD) refuse(c, sf->path, &sb, e.msg);
+            entry_free(c, &en);
+            free(sf->path);
+        }
+        *sf = c->seen[--c->n_seen]; /* indexed, refused or gone: not seen again */
+    }
+    free(key);
 }
 
 /* ---------------------------------------------------------------- public */
@@ -345,6 +519,10 @@ int pcache_open(pcache **out, engine *eng, const char *dir, herr *e) {
         fclose(pf);
         unlink(probe);
         c->dir = xstrdup(dir);
+        c->seen = xcalloc(MAX_SEEN, sizeof *c->seen);
+        const mode_t um = umask(0); /* read back at once: no other thread makes files yet */
+        umask(um);
+        c->file_mode = 0666 & ~um;
         scan_dir(c);
     }
     *out = c;
@@ -354,6 +532,8 @@ int pcache_open(pcache **out, engine *eng, const char *dir, herr *e) {
 void pcache_free(pcache *c) {
     if (!c) return;
     for (int i = 0; i < c->n; i++) entry_free(c, &c->es[i]);
+    seen_clear(c);
+    free(c->seen);
     free(c->es);
     free(c->dir);
     free(c);
@@ -384,6 +564,7 @@ static int64_t best_of(const pcache *c, bool gone, const int32_t *ids, int64_t n
 
 int64_t pcache_best(pcache *c, const int32_t *ids, int64_t n, bool (*ok)(const void *, int64_t), const void *cls,
                     int *entry_out, int *point_out) {
+    if (c->dir) discover(c, ids, n);
     return best_of(c, false, ids, n, ok, cls, entry_out, point_out);
 }
 
@@ -408,13 +589,9 @@ static int free_slot(pcache *c) {
     return k;
 }
 
-/* pcache_put, writing the file at path (NULL: the directory's name for it) and saying why not */
-static int put(pcache *c, int seq, const int32_t *ids, int64_t n_held, engine_point **pts, int n_pts, const char *path,
-               bool dedupe, herr *e) {
-    if (n_pts == 0) return herr_set(e, "nothing to keep: the slot holds no point");
-    const int64_t n = pts[n_pts - 1]->pos;
-    /* an entry that already holds this prefix and these points: nothing to add */
-    for (int i = 0; dedupe && i < c->n; i++) {
+/* whether an entry already holds prefix [0, n) of ids and all these points */
+static bool held(const pcache *c, const int32_t *ids, int64_t n, engine_point *const *pts, int n_pts) {
+    for (int i = 0; i < c->n; i++) {
         const entry *en = &c->es[i];
         if (!en->ids || en->gone || en->n < n || ids_common_prefix(en->ids, en->n, ids, n) < n) continue;
         bool all = true;
@@ -423,10 +600,19 @@ static int put(pcache *c, int seq, const int32_t *ids, int64_t n_held, engine_po
             for (int j = 0; j < en->n_pts && !found; j++) found = en->pt_pos[j] == pts[k]->pos;
             all = found;
         }
-        if (all) {
-            for (int k = 0; k < n_pts; k++) engine_point_free(c->eng, pts[k]);
-            return 0;
-        }
+        if (all) return true;
+    }
+    return false;
+}
+
+/* pcache_put, writing the file at path (NULL: the directory's name for it) and saying why not */
+static int put(pcache *c, int seq, const int32_t *ids, int64_t n_held, engine_point **pts, int n_pts, const char *path,
+               bool dedupe, herr *e) {
+    if (n_pts == 0) return herr_set(e, "nothing to keep: the slot holds no point");
+    const int64_t n = pts[n_pts - 1]->pos;
+    if (dedupe && held(c, ids, n, pts, n_pts)) { /* nothing to add */
+        for (int k = 0; k < n_pts; k++) engine_point_free(c->eng, pts[k]);
+        return 0;
     }
     engine_kv *kv = NULL;
     while (engine_kv_read(c->eng, seq, 0, n, &kv, e) < 0)
@@ -459,6 +645,40 @@ void pcache_put(pcache *c, int seq, const int32_t *ids, int64_t n_held, engine_p
         fprintf(stderr, "hearth serve: --cache-dir: %s\n", e.msg);
 }
 
+void pcache_write_through(pcache *c, int seq, const int32_t *ids, int64_t n_held, engine_point *const *pts, int n_pts) {
+    if (!c->dir || n_pts == 0) return;
+    const int64_t n = pts[n_pts - 1]->pos;
+    if (n > n_held || held(c, ids, n, pts, n_pts)) return;
+    herr e;
+    engine_kv *kv = NULL;
+    const int slot = free_slot(c);
+    if (slot < 0) {
+        fprintf(stderr, "hearth serve: --cache-dir: not written: the cache has %d entries already\n", MAX_ENTRIES);
+        return;
+    }
+    while (engine_kv_read(c->eng, seq, 0, n, &kv, &e) < 0)
+        if (!pcache_evict_older(c, INFINITY)) {
+            fprintf(stderr, "hearth serve: --cache-dir: not written: %s\n", e.msg);
+            return;
+        }
+    int64_t *pos = xmalloc(sizeof *pos * (size_t)n_pts);
+    for (int k = 0; k < n_pts; k++) pos[k] = pts[k]->pos;
+    /* written from the slot's own points, which it keeps: the entry holds only the file */
+    entry en = {.ids = (int32_t *)ids, .n = n, .kv = kv, .pts = (engine_point **)pts, .n_pts = n_pts, .pt_pos = pos};
+    const int rc = entry_write(c, &en, NULL, &e);
+    engine_kv_free(c->eng, kv);
+    if (rc < 0) {
+        fprintf(stderr, "hearth serve: --cache-dir: %s\n", e.msg);
+        free(pos);
+        return;
+    }
+    if (slot == c->n) c->n++;
+    entry_free(c, &c->es[slot]); /* an evicted entry's leftovers */
+    c->es[slot] = (entry){.n = n, .n_pts = n_pts, .pt_pos = pos, .path = en.path, .t_used = time_now()};
+    c->es[slot].ids = xmalloc(sizeof(int32_t) * (size_t)n);
+    memcpy(c->es[slot].ids, ids, sizeof(int32_t) * (size_t)n);
+}
+
 int pcache_save(pcache *c, int seq, const int32_t *ids, int64_t n_held, engine_point *const *pts, int n_pts,
                 const char *path, int64_t *n_rows, herr *e) {
     if (n_pts == 0) return herr_set(e, "nothing to save: the slot holds no point");
@@ -488,8 +708,7 @@ int pcache_load(pcache *c, const char *path, int64_t *n_rows, herr *e) {
     const int slot = free_slot(c);
     if (slot < 0) return herr_set(e, "the cache has %d entries already", MAX_ENTRIES);
     entry en = {0};
-    if (entry_read(c, &en, path, false, e) < 0) return -1;
-    if (entry_read_evicting(c, &en, path, e) < 0) {
+    if (entry_read(c, &en, path, RD_CHECK, NULL, e) < 0 || entry_read_evicting(c, &en, path, NULL, e) < 0) {
         entry_free(c, &en);
         return -1;
     }
@@ -505,11 +724,27 @@ int pcache_load(pcache *c, const char *path, int64_t *n_rows, herr *e) {
 
 int pcache_restore(pcache *c, int i, int k, int seq, const int32_t **ids, int64_t *pos, herr *e) {
     entry *en = &c->es[i];
-    if (!en->kv) { /* back from its file */
+    const int64_t want = en->pt_pos[k];
+    if (!en->kv) { /* back from its file, which another process may have removed or replaced */
         herr fe;
-        if (entry_read_evicting(c, en, en->path, &fe) < 0)
-            return herr_set(e, "the cache file %s could not be read back: %s", en->path, fe.msg);
+        struct stat sb;
+        const int rc = entry_read_evicting(c, en, en->path, &sb, &fe);
+        if (rc < 0) {
+            herr_set(e, "the cache file %s could not be read back: %s", en->path, fe.msg);
+            if (rc == RD_BAD) refuse(c, en->path, &sb, fe.msg);
+            if (rc != RD_ROOM) { /* forgotten: its slot is free for another */
+                entry_free(c, en);
+                *en = (entry){0};
+            }
+            return -1;
+        }
         c->st.n_loaded++;
+        k = 0; /* the file's points, which are the name's: the one asked for is among them */
+        while (k < en->n_pts && en->pt_pos[k] != want) k++;
+        if (k == en->n_pts) {
+            entry_drop_ram(c, en);
+            return herr_set(e, "the cache file %s no longer holds a point at %" PRId64, en->path, want);
+        }
     }
     engine_seq_clear(c->eng, seq);
     if (engine_kv_write(c->eng, seq, en->kv, e) < 0 || engine_restore(c->eng, seq, en->pts[k], e) < 0) {

@@ -5,10 +5,18 @@
  *
  * Entries live in host RAM under the engine's cache budget (--cache-ram), shared with the
  * slots' own points; the least recently used goes first. With a directory (--cache-dir)
- * every entry is also a file, found again after a restart: a file that is corrupt (its
- * checksum), truncated, of another model, or inconsistent (a point's or row's hash against
- * its ids) is refused and removed, with a line on stderr. An entry evicted from RAM keeps its
- * file and its ids, and is read back when a request matches it. */
+ * every entry is also a file, and so are the points each request made (written through when
+ * it ends, kept as a file only), found again after a restart or a crash: a file that is
+ * corrupt (its checksum), truncated, of another model, or inconsistent (a point's or row's
+ * hash against its ids) is refused and removed, with a line on stderr. An entry evicted from
+ * RAM keeps its file and its ids, and is read back when a request matches it.
+ *
+ * Several processes (replicas) may share the directory: a file is written under a temporary
+ * name of its own and renamed into place; its name carries the key of the ids before its
+ * first point, so a lookup finds the files others wrote since it last looked (listing the
+ * folder again only when it changed) without reading the ones of other conversations; a file
+ * that is gone or refused when read back leaves a miss, not a crash. Each process keeps only
+ * the ids and point positions of a file it did not make until it reads it back. */
 #ifndef HEARTH_SERVE_CACHE_H
 #define HEARTH_SERVE_CACHE_H
 
@@ -34,7 +42,8 @@ int pcache_open(pcache **out, engine *eng, const char *dir, herr *e);
 void pcache_free(pcache *c);
 
 /* The best resume for ids [0, n) (at most n - 1): the row (0: none), with *entry and *point
- * naming it. ok(cls, pos) says which positions may be resumed at (NULL: any). */
+ * naming it. ok(cls, pos) says which positions may be resumed at (NULL: any). With a
+ * directory, the files other processes wrote there that match ids are indexed first. */
 int64_t pcache_best(pcache *c, const int32_t *ids, int64_t n, bool (*ok)(const void *, int64_t), const void *cls,
                     int *entry, int *point);
 /* The resume an entry evicted for the budget would have given (0: none): a miss's reason. */
@@ -43,13 +52,18 @@ int64_t pcache_evicted_best(const pcache *c, const int32_t *ids, int64_t n, bool
 /* Puts sequence seq's state into the cache: its ids [0, n_held) and the points (taken over:
  * freed here if they cannot be kept); the KV rows up to the last point are copied. */
 void pcache_put(pcache *c, int seq, const int32_t *ids, int64_t n_held, engine_point **pts, int n_pts);
+/* With a directory: points pts (the slot's, which it keeps) with the KV rows up to the last
+ * as a file, and an entry naming it, unless an entry holds them already. Written by the
+ * caller's thread before it returns (the engine thread: the other slots wait meanwhile). */
+void pcache_write_through(pcache *c, int seq, const int32_t *ids, int64_t n_held, engine_point *const *pts, int n_pts);
 /* /slots save: copies of the points (the slot keeps its own) and the KV rows up to the last,
  * as an entry and as the file at path; *n_rows the rows it covers. */
 int pcache_save(pcache *c, int seq, const int32_t *ids, int64_t n_held, engine_point *const *pts, int n_pts,
                 const char *path, int64_t *n_rows, herr *e);
 /* /slots restore: the file at path (checked as at start) as an entry any slot resumes from. */
 int pcache_load(pcache *c, const char *path, int64_t *n_rows, herr *e);
-/* Resumes sequence seq from entry's point: afterwards it holds ids [0, pos) of the entry. */
+/* Resumes sequence seq from entry's point: afterwards it holds ids [0, pos) of the entry. An
+ * entry whose file cannot be read back is forgotten (and the file removed if it is bad). */
 int pcache_restore(pcache *c, int entry, int point, int seq, const int32_t **ids, int64_t *pos, herr *e);
 /* Frees the least recently used entry's RAM if it was used before t (returns true), for a
  * caller that needs room; *t_oldest receives the oldest use (INFINITY: none in RAM). */

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #define SLOT_POINTS 256 /* points one slot keeps; past it the oldest goes */
@@ -58,6 +59,12 @@ struct sched {
     int64_t q_head, q_n;
     bool stopping;
     bool running;           /* the engine thread was started and not joined yet */
+    /* the model file as it was at start (sched_opts.model_path): model_bad (under mu, sticky)
+     * once it was written in place, its message in model_err; model_moved once another file
+     * was renamed over it (logged once, served on: the mapping keeps the old file) */
+    struct stat model_st;
+    bool model_bad, model_moved;
+    char model_err[600];
     sched_stats st;
     engine_span *spans;
     slot **span_slot;
@@ -361,11 +368,65 @@ static void hist_add(sched_hist *h, double v) {
     h->sum += v;
 }
 
+
+/* false once the model file was written in place since the start (its size or time changed
+ * on the same inode). The weights are mapped from it, so from then on nothing is run or
+ * written to the cache: every request fails naming the file, /health says so, and the server
+ * must be restarted. A file renamed over it (or its removal) leaves the mapping on the file
+ * loaded, which is served on. Checked before each engine pass, before each cache write and by
+ * /health (a stat, a microsecond, beside a pass of milliseconds); any thread, under mu. */
+static bool model_file_ok_locked(sched *s) {
+    if (!s->o.model_path || s->model_bad) return !s->model_bad;
+    struct stat now;
+    const bool same_file = stat(s->o.model_path, &now) == 0 && now.st_dev == s->model_st.st_dev &&
+                           now.st_ino == s->model_st.st_ino;
+    if (!same_file) {
+        if (!s->model_moved)
+            fprintf(stderr, "hearth serve: the model file %s was replaced or removed on disk; serving on from the "
+                            "file loaded at start (restart to load the new one)\n", s->o.model_path);
+        s->model_moved = true;
+        return true;
+    }
+    if (now.st_size == s->model_st.st_size && now.st_mtim.tv_sec == s->model_st.st_mtim.tv_sec &&
+        now.st_mtim.tv_nsec == s->model_st.st_mtim.tv_nsec)
+        return true;
+    snprintf(s->model_err, sizeof s->model_err,
+             "the model file %s was written in place while serving (%lld -> %lld bytes): its weights can no longer "
+             "be trusted; restart the server (replace a model file by renaming a new one over it)",
+             s->o.model_path, (long long)s->model_st.st_size, (long long)now.st_size);
+    s->model_bad = true;
+    fprintf(stderr, "hearth serve: %s\n", s->model_err);
+    return false;
+}
+
+static bool model_file_ok(sched *s) {
+    pthread_mutex_lock(&s->mu);
+    const bool ok = model_file_ok_locked(s);
+    pthread_mutex_unlock(&s->mu);
+    return ok;
+}
+
+/* With --cache-dir, the points this request made (past its resume row) go to a file before it
+ * is reported done: a replica sharing the folder, or this one after a crash, resumes from
+ * them. The slot keeps them too. */
+static void slot_write_through(sched *s, slot *sl) {
+    int first = 0;
+    while (first < sl->n_pts && sl->pts[first].p->pos <= sl->pf_base) first++;
+    if (!s->o.cache_dir || first == sl->n_pts || !model_file_ok(s)) return;
+    engine_point *pts[SLOT_POINTS];
+    for (int i = first; i < sl->n_pts; i++) pts[i - first] = sl->pts[i].p;
+    pcache_write_through(s->pc, sl->id, sl->ids, sl->n, pts, sl->n_pts - first);
+}
+
 static void slot_end(sched *s, slot *sl, sched_finish f, const char *err) {
     sched_req *r = sl->req;
+    slot_write_through(s, sl);
+    sampler_free(&sl->sm);
+    sl->req = NULL;
+    sl->state = SLOT_IDLE;
+    sl->t_used = time_now();
+    /* counted before the client hears the end, so /metrics read after it counts it */
     const double t_end = time_now();
-    /* counted before the request is finished, so a client that reads /metrics right after
-     * its answer finds it there (the engine thread alone writes n_out and t_first) */
     pthread_mutex_lock(&s->mu);
     s->st.slots_busy--;
     s->st.n_gen_tokens += r->n_out;
@@ -373,10 +434,6 @@ static void slot_end(sched *s, slot *sl, sched_finish f, const char *err) {
     hist_add(&s->st.duration, t_end - r->t_queued);
     pthread_mutex_unlock(&s->mu);
     req_finish(r, f, err, t_end);
-    sampler_free(&sl->sm);
-    sl->req = NULL;
-    sl->state = SLOT_IDLE;
-    sl->t_used = time_now();
     req_unref(r);
 }
 
@@ -479,6 +536,7 @@ static void admit(sched *s) {
 /* one engine_run over every busy slot; stopping: s->stopping as loop read it under mu (the
  * engine thread reads it nowhere else unlocked) */
 static void step(sched *s, bool stopping) {
+    const bool model_ok = model_file_ok(s);
     int n = 0;
     bool prompt_rows = false;
     const int64_t rpp = s->info.rows_per_pass;
@@ -486,8 +544,8 @@ static void step(sched *s, bool stopping) {
         slot *sl = &s->slots[k];
         if (sl->state == SLOT_IDLE) continue;
         sched_req *r = sl->req;
-        if (req_cancelled(r) || stopping) {
-            slot_end(s, sl, SCHED_CANCELLED, stopping ? "the server is stopping" : NULL);
+        if (req_cancelled(r) || stopping || !model_ok) {
+            slot_end(s, sl, SCHED_CANCELLED, stopping ? "the server is stopping" : !model_ok ? s->model_err : NULL);
             continue;
         }
         engine_span *sp = &s->spans[n];
@@ -655,6 +713,11 @@ int sched_start(sched **out, engine *eng, const tokenizer *tok, const sched_opts
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
     pthread_cond_init(&s->job_cv, NULL);
+    if (o->model_path && stat(o->model_path, &s->model_st) < 0) {
+        herr_set(e, "%s: %s", o->model_path, strerror(errno));
+        sched_free(s);
+        return -1;
+    }
     if (pcache_open(&s->pc, eng, o->cache_dir, e) < 0) {
         sched_free(s);
         return -1;
@@ -712,12 +775,14 @@ int sched_submit(sched *s, sched_req *r, herr *e) {
                         (long long)s->info.n_ctx);
     if (r->slot_wanted >= s->o.n_slots) return herr_set(e, "there is no slot %d (-np %d)", r->slot_wanted, s->o.n_slots);
     pthread_mutex_lock(&s->mu);
-    if (s->stopping || s->q_n == s->o.queue_max) {
-        const bool stopping = s->stopping; /* read under mu: sched_stop writes it */
+    if (s->stopping || !model_file_ok_locked(s) || s->q_n == s->o.queue_max) {
+        /* read under mu: sched_stop and model_file_ok write them */
+        if (s->stopping) herr_set(e, "the server is stopping");
+        else if (s->model_bad) herr_set(e, "%s", s->model_err);
+        else herr_set(e, "the queue is full (%lld requests wait)", (long long)s->o.queue_max);
         s->st.n_refused++;
         pthread_mutex_unlock(&s->mu);
-        return herr_set(e, stopping ? "the server is stopping" : "the queue is full (%lld requests wait)",
-                        (long long)s->o.queue_max);
+        return SCHED_UNAVAILABLE;
     }
     r->t_queued = time_now();
     s->q[(s->q_head + s->q_n) % s->o.queue_max] = r;
@@ -781,4 +846,12 @@ int sched_slot_restore(sched *s, int k, const char *path, int64_t *n, herr *e) {
 int sched_slot_erase(sched *s, int k, herr *e) {
     int64_t n;
     return slot_job(s, JOB_ERASE, k, NULL, &n, e);
+}
+
+bool sched_model_ok(sched *s, char *why, size_t cap) {
+    pthread_mutex_lock(&s->mu);
+    const bool ok = model_file_ok_locked(s);
+    if (!ok) snprintf(why, cap, "%s", s->model_err);
+    pthread_mutex_unlock(&s->mu);
+    return ok;
 }

@@ -10,6 +10,7 @@ import json
 import math
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -420,7 +421,7 @@ def main():
           r["timings"]["cache"])
     c2.stop()
     # a corrupt file (one byte flipped), a truncated one, and one of another model
-    n0 = int(files[0].split("-")[1].split(".")[0])  # its rows: the KV data starts after the
+    n0 = int(files[0].split("-")[-1].split(".")[0])  # its rows: the KV data starts after the
     at = 72 + 12 * n0 + 8 + 10                      # header (72 bytes), ids and row hashes
     with open(os.path.join(cdir, files[0]), "r+b") as f:
         f.seek(at)
@@ -437,7 +438,8 @@ def main():
     chat(o1, conv_a)
     chat(o1, conv_b)
     o1.stop()
-    for f in os.listdir(odir):
+    foreign = os.listdir(odir)  # A's and B's turns, written through
+    for f in foreign:
         os.rename(os.path.join(odir, f), os.path.join(cdir, "other-" + f))
     n_before = len([f for f in os.listdir(cdir) if f.endswith(".hcache")])
     c3 = Server(model, "-np", "1", "--cache-dir", cdir, "--metrics")
@@ -446,11 +448,72 @@ def main():
     log = open(os.path.join(TMP, "serve.log")).read()
     check("--cache-dir: a corrupt, a truncated and a foreign file are refused and removed",
           files[0] not in left and files[1] not in left and not any(f.startswith("other-") for f in left) and
-          metric(m, "cache_disk_refused_total") == 3 and "checksum" in log and "another model" in log and "truncated" in log,
+          metric(m, "cache_disk_refused_total") == 2 + len(foreign) and len(foreign) >= 1 and "checksum" in log and "another model" in log and "truncated" in log,
           f"{n_before} files before, {left} after; " + m[-300:])
     r = chat(c3, conv_a)
     check("--cache-dir: the server serves on after refusing them", r["usage"]["completion_tokens"] == 8)
     c3.stop()
+
+    # the model file replaced while serving. Renamed over (the way to replace one): the server
+    # serves on from the file it loaded, bit for bit, and says so once. Written in place (cp
+    # over it: the same inode, truncated and rewritten): the mapped weights changed under it,
+    # so every request and /health are 503 naming the file, nothing more goes to the cache,
+    # no SIGBUS, SIGTERM exits 0; restarted on the new bytes, the old points are refused. (A
+    # file cut short under a pass that reads it is a SIGBUS: exit 1 with a message, untested.)
+    mdir = os.path.join(TMP, f"model-swap-{os.getpid()}")
+    os.makedirs(mdir)
+    mfile, mlog = os.path.join(mdir, "m.gguf"), os.path.join(TMP, f"serve-swap-{os.getpid()}.log")
+    shutil.copyfile(model, mfile)
+    sdir = os.path.join(mdir, "cache")
+    ms = Server(mfile, "-np", "1", "--cache-dir", sdir, log=mlog)
+    ask = {"prompt": "The hearth", "n_predict": 8, "temperature": 0}
+    _, before = ms.post("/completion", ask)
+    shutil.copyfile(other, mfile + ".new")
+    os.rename(mfile + ".new", mfile)
+    st, after = ms.post("/completion", ask)
+    check("model file renamed over while serving: served on from the file loaded, the same answer, logged",
+          st == 200 and after["content"] == before["content"] and "replaced or removed on disk" in open(mlog).read(),
+          f"{st} {str(after)[:200]}")
+    ms.stop()
+    shutil.copyfile(model, mfile + ".new")
+    os.rename(mfile + ".new", mfile)
+    ms = Server(mfile, "-np", "1", "--cache-dir", sdir, log=mlog)
+    r = chat(ms, conv_a)
+    files_before = sorted(os.listdir(sdir))
+    ino = os.stat(mfile).st_ino
+    long_one = {}
+    t = threading.Thread(target=lambda: long_one.update(
+        r=ms.post("/completion", {"prompt": "The hearth", "n_predict": 3000, "ignore_eos": True, "temperature": 0})))
+    t.start()
+    time.sleep(0.5)  # under way: 3,000 tokens take the tiny model seconds
+    with open(mfile, "r+b") as f:  # bytes in its middle rewritten, the size kept (no pass can fault)
+        f.seek(os.path.getsize(mfile) // 2)
+        f.write(b"\x55" * 4096)
+    t.join()
+    shutil.copyfile(other, mfile)  # and cp over it (truncated, rewritten) while no pass runs
+    st0, j0 = long_one["r"]
+    st, j = ms.post("/v1/chat/completions", {"messages": conv_a2, "max_tokens": 8, "temperature": 0})
+    st_h, h = ms.request("GET", "/health")
+    with open(mfile, "r+b") as f:  # and cut short: a pass would read past its end (SIGBUS)
+        f.truncate(os.path.getsize(mfile) // 2)
+    st2, j2 = ms.post("/completion", ask)
+    check("model file written in place while serving: the request under way, the next ones and /health 503 "
+          "naming it, nothing cached, alive",
+          os.stat(mfile).st_ino == ino and st0 == 503 and "written in place" in j0["error"]["message"] and st == 503 and "written in place" in j["error"]["message"] and
+          mfile in j["error"]["message"] and st_h == 503 and "written in place" in h["error"]["message"] and
+          st2 == 503 and ms.p.poll() is None and sorted(os.listdir(sdir)) == files_before,
+          f"under way {st0} {str(j0)[:200]}; {st} {str(j)[:300]} /health {st_h} then {st2}; files {files_before} -> {sorted(os.listdir(sdir))}")
+    rc = ms.stop()
+    check("model file written in place: SIGTERM exits 0", rc == 0, str(rc))
+    shutil.copyfile(other, mfile)
+    ms = Server(mfile, "-np", "1", "--cache-dir", sdir, "--metrics", log=mlog)
+    _, m = ms.request("GET", "/metrics")
+    r = chat(ms, conv_a)
+    check("model file written in place: restarted on the new bytes, the old model's points are refused",
+          metric(m, "cache_disk_refused_total") == len(files_before) and len(files_before) >= 1 and
+          "another model" in open(mlog).read() and r["usage"]["completion_tokens"] == 8,
+          m[-300:])
+    ms.stop()
 
     # --cache-dir faults: a folder that cannot be one is refused at start by name; a full one
     # (a file size limit: writes fail as on a full disk) is logged and skipped, the entry kept
@@ -468,7 +531,11 @@ def main():
               f"{p.returncode} {err.strip()[-300:]}")
     fdir = os.path.join(TMP, f"cache-full-{os.getpid()}")
     os.makedirs(fdir)
-    open(os.path.join(fdir, "0123-7.hcache.tmp"), "wb").write(b"\0" * 100)
+    stale = os.path.join(fdir, "0123-7.hcache.tmp.Ab12Cd")  # a writer that died 2 h ago
+    open(stale, "wb").write(b"\0" * 100)
+    os.utime(stale, (time.time() - 7200, time.time() - 7200))
+    fresh = "0123-7.hcache.tmp.Ef34Gh"  # another replica's write under way: left alone
+    open(os.path.join(fdir, fresh), "wb").write(b"\0" * 100)
     flog = os.path.join(TMP, f"serve-full-{os.getpid()}.log")
 
     def small_files():  # 64 KiB a file: every entry's write fails (EFBIG), as on a full disk
@@ -482,8 +549,8 @@ def main():
     log = open(flog).read()
     check("--cache-dir full: the write fails, logged, the server lives on", full.p.poll() is None and
           "failed: File too large (the entry stays in RAM only)" in log and metric(m, "cache_disk_saves_total") == 0, log[-400:])
-    check("--cache-dir full: no file and no partial file left, the stale .tmp removed at start",
-          os.listdir(fdir) == [] and "an unfinished write) removed" in log, str(os.listdir(fdir)))
+    check("--cache-dir full: no file and no partial file left, the stale .tmp removed at start, the fresh one kept",
+          os.listdir(fdir) == [fresh] and "an unfinished write) removed" in log, str(os.listdir(fdir)))
     check("--cache-dir full: A's turn 2 resumes from the entry in RAM and answers as a cold server",
           "shared cache" in r["timings"]["cache"] and r["choices"][0]["message"] == want_a2["choices"][0]["message"],
           r["timings"]["cache"])

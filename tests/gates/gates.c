@@ -11,7 +11,7 @@
  *                    another sequence (KV rows carried by engine_kv_read / engine_kv_write)
  *   stale            a point whose KV prefix changed is refused, and so is a KV range on
  *                    another prefix
- *   k_keep           a marked call runs as many passes as the unmarked one, past 512 rows
+ *   k_keep           a marked call runs as many passes as the unmarked one, past a pass (512 rows on the CPU)
  *   batch_inv        a sequence in a mixed call (prompt spans and decode rows of others)
  *                    gives the bits of a call of its own; a sequence twice is an error
  *   anchor           a span anchored at rows a_i gives the bits of spans cut at a_i (every
@@ -319,7 +319,9 @@ TEST(k_keep) {
                   (long long)n, (long long)(s2.n_passes - s1.n_passes), (long long)plain);
         CHECK_MSG(s2.n_calls - s1.n_calls == 1, "k_keep: a marked call counted as %lld calls", (long long)(s2.n_calls - s1.n_calls));
         CHECK_MSG(s2.n_points - s1.n_points == nm, "k_keep: %lld points for %d marks", (long long)(s2.n_points - s1.n_points), nm);
-        CHECK_MSG(plain == (n + 511) / 512, "k_keep: %lld rows in %lld passes", (long long)n, (long long)plain);
+        const int64_t rpp = engine_get_info(f.eng).rows_per_pass;
+        CHECK_MSG(plain == (n + rpp - 1) / rpp, "k_keep: %lld rows in %lld passes of at most %lld", (long long)n, (long long)plain,
+                  (long long)rpp);
         /* and an unmarked call after a marked one runs exactly as the first */
         seq_with_prefix(&f, 0, ids, 0);
         run1(&f, 0, ids, n, NULL, 0, NULL, c);
@@ -409,14 +411,24 @@ TEST(anchor) {
     float *la = xmalloc(sizeof(float) * (size_t)(n * V)), *lb = xmalloc(sizeof(float) * (size_t)(n * V));
     engine_point *pa[5], *pb[5];
     for (int i = 0; i < nm; i++) pa[i] = point_new(&f), pb[i] = point_new(&f);
+    /* the passes of the same span unanchored and unmarked (an engine may take more than
+     * n / rows_per_pass where a pass returns fewer logits rows than the span wants) */
+    engine_seq_clear(f.eng, 1);
+    engine_stats u0 = engine_get_stats(f.eng);
+    engine_span su = {.seq = 1, .ids = ids, .n = n, .want = ENGINE_LOGITS_ALL, .logits = lb};
+    SETUP(engine_run(f.eng, &su, 1, &e) == 0, "%s", e.msg);
+    const int64_t plain = engine_get_stats(f.eng).n_passes - u0.n_passes;
+    const int64_t rpp = engine_get_info(f.eng).rows_per_pass;
+    CHECK_MSG(plain >= (n + rpp - 1) / rpp, "anchor: %lld rows in %lld passes of at most %lld rows", (long long)n,
+              (long long)plain, (long long)rpp);
     engine_seq_clear(f.eng, 0);
     engine_stats s0 = engine_get_stats(f.eng);
     engine_span sa = {.seq = 0, .ids = ids, .n = n, .marks = marks, .n_marks = nm, .points = pa, .anchors = anchors,
                       .n_anchors = na, .want = ENGINE_LOGITS_ALL, .logits = la};
     SETUP(engine_run(f.eng, &sa, 1, &e) == 0, "%s", e.msg);
     engine_stats s1 = engine_get_stats(f.eng);
-    CHECK_MSG(s1.n_passes - s0.n_passes == (n + 511) / 512, "anchor: %lld rows anchored ran %lld passes, unanchored %lld",
-              (long long)n, (long long)(s1.n_passes - s0.n_passes), (long long)((n + 511) / 512));
+    CHECK_MSG(s1.n_passes - s0.n_passes == plain, "anchor: %lld rows anchored ran %lld passes, unanchored %lld",
+              (long long)n, (long long)(s1.n_passes - s0.n_passes), (long long)plain);
     /* the same rows as spans cut at the anchors, one call each */
     engine_seq_clear(f.eng, 1);
     for (int k = 0, mi = 0; k <= na; k++) {

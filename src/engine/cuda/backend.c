@@ -1,24 +1,34 @@
-/* backend.c: the CUDA backend of engine.h (host side, C; the kernels are kernels.cu).
+/* backend.c: the CUDA backend of engine.h (host side, C; the kernels are in the .cu files
+ * behind kernels.h).
  *
- * The model's tensors are copied to the GPU at open; every sequence's state (the GDN lanes
- * and rings, the attention layers' KV rows) lives there for the engine's life. A call's spans
- * are cut into passes as the CPU cuts them (pieces of CUDA_UBATCH rows from each span's start,
- * at most one piece of a span per pass), and a pass runs layer by layer over all its rows.
- * Every kernel computes a row from that row alone in a fixed order (kernels.h), so the bits of
- * one sequence do not depend on what shares its call. Marks: the delta rule runs row by row,
- * so the lane after row m is the state a prefill ending at m leaves, written out as the pass
- * goes by (into a staging area, copied to the points when the pass ends); the pass itself is
- * not changed by them. */
+ * The model's tensors are copied to the GPU at open (Q6_K and Q8_0 repacked, kernels.h);
+ * every sequence's state (the GDN lanes and rings, the attention layers' KV rows) lives there
+ * for the engine's life. A call's spans are cut into passes where the CPU cuts them
+ * (engine_piece_end: at most CUDA_UBATCH rows of a span per pass, on its chunk grid; fewer where
+ * a span wants more logits rows than a pass returns), and a
+ * pass runs layer by layer over all its rows on one stream, with no host sync until its
+ * logits and points are copied out. Matrix inputs are rounded to 8-bit blocks as the CPU
+ * rounds them; every kernel computes a row from that row alone in a fixed order (kernels.h),
+ * so the bits of one sequence do not depend on what shares its call.
+ *
+ * Graphs: a pass's launches depend only on its shape (rows, pieces, marks, logits rows,
+ * attention tiles); its data (ids, positions, pieces) travel in one copy before it. The
+ * second time a shape is seen its launches are captured into a CUDA graph, replayed after
+ * that (decode steps repeat one shape), which removes most of a step's launch cost. */
 #include "engine/backend.h"
 #include "engine/cuda/kernels.h"
 #include "engine/cuda/cuda.h"
 #include "format/quant.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #define CUDA_CHUNK 64
-#define CUDA_UBATCH 512
+#define CUDA_UBATCH 2048  /* rows of a span per pass: each pass reads every expert's weights once */
+#define LOGITS_CAP 512    /* logits rows a pass returns (a span wanting all of them takes more passes) */
+#define GEMV_ROWS 8   /* rows up to which the experts run pair by pair (no sort) */
+#define N_GRAPHS 8
 
 typedef struct cuda_layer {
     hk_w attn_norm, post_norm;
@@ -26,57 +36,156 @@ typedef struct cuda_layer {
     hk_w attn_q, attn_k, attn_v, attn_out, attn_q_norm, attn_k_norm;
     hk_w ffn_gate_inp, ffn_gate_exps, ffn_up_exps, ffn_down_exps;
     hk_w ffn_gate_inp_shexp, ffn_gate_shexp, ffn_up_shexp, ffn_down_shexp;
+    hk_w router;            /* ffn_gate_inp with the shared expert's gate (ffn_gate_inp_shexp) as row X,
+                             * when both are F32: one product gives the routing logits and that gate */
     int gi, ai;             /* index among the GDN / attention layers */
+    bool sh_fused;          /* the shared expert runs as one more pair of the routed products */
 } cuda_layer;
+
+/* a pass's inputs, laid out identically in pinned host memory and on the device */
+typedef struct pass_io {
+    size_t ids, row_seq, row_piece, lrows, pos, pieces, marks, tiles, bytes;
+} pass_io;
+
+typedef struct graph_entry {
+    int64_t n, n_logits, use;
+    int n_pieces, n_marks, n_tiles;
+    void *exec;
+} graph_entry;
+
+/* HEARTH_CUDA_PROFILE=1: an event after every op of a pass (graphs off), the time between
+ * events summed per op name over the engine's life and printed to stderr when it closes */
+#define PROF_EVENTS 2048
+#define PROF_OPS 48
+typedef struct prof {
+    void *ev[PROF_EVENTS];
+    const char *at[PROF_EVENTS];  /* the op that ended at event i */
+    int n;
+    const char *name[PROF_OPS];
+    double ms[PROF_OPS];
+    int64_t calls[PROF_OPS], passes;
+} prof;
 
 typedef struct cuda_engine {
     engine base;
+    prof *prof;
+    void *st;               /* the stream every launch queues on */
     cuda_layer layers[MODEL_MAX_LAYERS];
     hk_w token_embd, output_norm, output;
-    void *wmem[MODEL_MAX_LAYERS * 32 + 8];
+    void *wmem[MODEL_MAX_LAYERS * 64 + 16];
     int n_wmem;
-    int64_t n_gdn, n_attn, R;
+    int64_t n_gdn, n_attn, R, seg, n_seg;
     size_t lane_floats, ring_floats, kv_row;  /* kv_row: elements of one KV row */
     bool f16;
     float *lanes, *rings;   /* [seq][gdn layer][lane_floats | ring_floats] */
     void *kc[MODEL_MAX_LAYERS], *vc[MODEL_MAX_LAYERS]; /* per attention layer: [seq][n_ctx][kv_row] */
     /* pass scratch, R rows */
-    float *x, *h, *y, *qkv, *cv, *z, *gb, *ga, *o, *qf, *k, *v, *ao, *scores, *rlog, *wsel, *g, *u, *sg, *su, *eo, *so;
+    float *x, *h, *qkv, *cv, *z, *gb, *ga, *o, *qf, *k, *v, *ao, *part, *rlog, *sgl, *wsel, *g, *u, *sg, *su, *eo, *so;
     float *logits, *ring_tmp;
-    int32_t *ids, *row_seq, *row_piece, *sel, *counts, *offs, *list, *lrows;
-    int64_t *pos;
-    hk_piece *pieces;
-    hk_mark *marks;
+    hk_act ax8k, ax80;      /* the layer input's rows (n_embd) rounded */
+    hk_act ao8k, ao80;      /* the mixer's output rows (GDN value dim or H*D) rounded */
+    hk_act af8k, af80;      /* the experts' SwiGLU rows (n_ff_exp), one per pair */
+    hk_act as8k, as80;      /* the shared expert's SwiGLU rows when it runs apart */
+    int32_t *sel, *offs, *list, *mtiles;
+    pass_io io;
+    uint8_t *h_io, *d_io;   /* the pass's inputs: pinned host, device */
     float *stage_lanes, *stage_rings;
     int64_t stage_cap;      /* points the staging area holds */
-    float *h_logits;        /* host copy of a pass's logits rows */
-    int64_t h_logits_cap;
+    float *h_logits;        /* pinned host copy of a pass's logits rows */
     int32_t *h_sel;         /* host copy of a layer's choices (route trace) */
+    graph_entry graphs[N_GRAPHS];
+    int64_t graph_clock;
+    const char *no_graphs;  /* HEARTH_CUDA_GRAPHS=0 turns them off */
 } cuda_engine;
 
 static void cuda_free(engine *eng);
 
-static int up(cuda_engine *ce, const qtensor *t, hk_w *w, bool want_f32, herr *e) {
+#define TRY(x) \
+    do {       \
+        if ((x) < 0) return -1; \
+    } while (0)
+
+static void prof_mark(cuda_engine *ce, const char *op) {
+    prof *p = ce->prof;
+    herr e;
+    if (!p || p->n >= PROF_EVENTS) return;
+    if (!p->ev[p->n] && hk_event_new(&p->ev[p->n], &e) < 0) return;
+    p->at[p->n] = op;
+    hk_event_record(ce->st, p->ev[p->n++], &e);
+}
+
+/* after the pass has synced: each op's time into its name's sum */
+static void prof_collect(cuda_engine *ce) {
+    prof *p = ce->prof;
+    if (!p) return;
+    for (int i = 1; i < p->n; i++) {
+        int k = 0;
+        while (k < PROF_OPS && p->name[k] && strcmp(p->name[k], p->at[i])) k++;
+        if (k == PROF_OPS) continue;
+        p->name[k] = p->at[i];
+        p->ms[k] += hk_event_ms(p->ev[i - 1], p->ev[i]);
+        p->calls[k]++;
+    }
+    p->passes++;
+    p->n = 0;
+}
+
+static void prof_print(cuda_engine *ce) {
+    prof *p = ce->prof;
+    if (!p || !p->passes) return;
+    double total = 0;
+    for (int k = 0; k < PROF_OPS && p->name[k]; k++) total += p->ms[k];
+    fprintf(stderr, "cuda profile: %lld passes, %.3f ms of GPU time\n| op | ms | %% | calls | us/call |\n|---|---:|---:|---:|---:|\n",
+            (long long)p->passes, total);
+    for (int k = 0; k < PROF_OPS && p->name[k]; k++)
+        fprintf(stderr, "| %s | %.3f | %.1f | %lld | %.2f |\n", p->name[k], p->ms[k], 100 * p->ms[k] / total,
+                (long long)p->calls[k], 1e3 * p->ms[k] / (double)p->calls[k]);
+}
+
+/* an op of the pass: its launches, then (profiling) an event named after it */
+#define OP(name, x)                 \
+    do {                            \
+        if ((x) < 0) return -1;     \
+        if (ce->prof) prof_mark(ce, name); \
+    } while (0)
+
+static int alloc_w(cuda_engine *ce, void **p, size_t bytes, herr *e) {
+    if (hk_malloc(p, bytes, e) < 0) return -1;
+    if (*p) ce->wmem[ce->n_wmem++] = *p;
+    return 0;
+}
+
+/* a tensor to the GPU; file_layout keeps the file's blocks (the embedding, read a row at a time) */
+static int up(cuda_engine *ce, const qtensor *t, hk_w *w, bool want_f32, bool file_layout, herr *e) {
     *w = (hk_w){0};
     if (!t->data) return 0; /* a tensor the layer kind does not have */
     if (want_f32 && t->type != QT_F32) return herr_set(e, "%s: the CUDA engine reads it as F32, the file has %s", t->name, qtype_name(t->type));
     if (!hk_type_ok(t->type)) return herr_set(e, "%s: type %s is not read by the CUDA engine", t->name, qtype_name(t->type));
+    const int64_t K = t->ne[0], M = t->ne[1] > 0 ? t->ne[1] : 1;
     int64_t rows = 1;
     for (int d = 1; d < GGUF_MAX_DIMS; d++) rows *= t->ne[d] > 0 ? t->ne[d] : 1;
-    const size_t bytes = t->row_bytes * (size_t)rows;
-    void *d;
-    if (hk_malloc(&d, bytes, e) < 0) return -1;
-    ce->wmem[ce->n_wmem++] = d;
-    if (hk_h2d(d, t->data, bytes, e) < 0) return -1;
-    *w = (hk_w){.d = d, .type = t->type, .K = t->ne[0], .M = t->ne[1] > 0 ? t->ne[1] : 1, .row_bytes = t->row_bytes,
-                .slice_bytes = t->row_bytes * (size_t)(t->ne[1] > 0 ? t->ne[1] : 1)};
-    return 0;
+    const bool repack = !file_layout && (t->type == QT_Q6_K || t->type == QT_Q8_0);
+    if (!file_layout && t->type != QT_F32 && t->type != QT_F16 && t->type != QT_BF16 && K % 256)
+        return herr_set(e, "%s: rows of %lld %s weights (the CUDA engine takes whole blocks of 256)", t->name, (long long)K,
+                        qtype_name(t->type));
+    size_t db, ddb;
+    if (repack) hk_w_bytes(t->type, K, rows, &db, &ddb);
+    else db = t->row_bytes * (size_t)rows, ddb = 0;
+    void *d = NULL, *dd = NULL;
+    if (alloc_w(ce, &d, db, e) < 0 || alloc_w(ce, &dd, ddb, e) < 0) return -1;
+    const size_t rb = db / (size_t)rows, ddr = ddb / sizeof(uint16_t) / (size_t)rows;
+    *w = (hk_w){.d = d, .dd = dd, .type = t->type, .K = K, .M = M, .row_bytes = rb, .slice_bytes = rb * (size_t)M,
+                .dd_row = ddr, .dd_slice = ddr * (size_t)M};
+    if (repack) return hk_w_upload(w, t->data, rows, t->row_bytes, e);
+    return hk_h2d(d, t->data, db, e);
 }
+
+static bool same_shape(const hk_w *a, const hk_w *b) { return a->type == b->type && a->K == b->K && a->M == b->M; }
 
 static int upload(cuda_engine *ce, herr *e) {
     const model *m = ce->base.m;
-    if (up(ce, &m->token_embd, &ce->token_embd, false, e) < 0 || up(ce, &m->output_norm, &ce->output_norm, true, e) < 0 ||
-        up(ce, &m->output, &ce->output, false, e) < 0)
+    if (up(ce, &m->token_embd, &ce->token_embd, false, true, e) < 0 || up(ce, &m->output_norm, &ce->output_norm, true, false, e) < 0 ||
+        up(ce, &m->output, &ce->output, false, false, e) < 0)
         return -1;
     int gi = 0, ai = 0;
     for (int il = 0; il < m->hp.n_layer; il++) {
@@ -97,14 +206,61 @@ static int upload(cuda_engine *ce, herr *e) {
             {&L->ffn_down_shexp, &C->ffn_down_shexp, false},
         };
         for (size_t k = 0; k < sizeof list / sizeof list[0]; k++)
-            if (up(ce, list[k].t, list[k].w, list[k].f32, e) < 0) return -1;
+            if (up(ce, list[k].t, list[k].w, list[k].f32, false, e) < 0) return -1;
         C->gi = L->recurrent ? gi++ : -1;
         C->ai = L->recurrent ? -1 : ai++;
+        if (C->ffn_gate_inp.type == QT_F32) {
+            const int64_t E = C->ffn_gate_inp.K, X = C->ffn_gate_inp.M;
+            void *d;
+            if (alloc_w(ce, &d, sizeof(float) * (size_t)((X + 1) * E), e) < 0 ||
+                hk_h2d(d, L->ffn_gate_inp.data, sizeof(float) * (size_t)(X * E), e) < 0 ||
+                hk_h2d((float *)d + X * E, L->ffn_gate_inp_shexp.data, sizeof(float) * (size_t)E, e) < 0)
+                return -1;
+            C->router = (hk_w){.d = d, .type = QT_F32, .K = E, .M = X + 1, .row_bytes = sizeof(float) * (size_t)E,
+                               .slice_bytes = sizeof(float) * (size_t)((X + 1) * E)};
+        }
+        C->sh_fused = same_shape(&C->ffn_gate_shexp, &C->ffn_gate_exps) && same_shape(&C->ffn_up_shexp, &C->ffn_up_exps) &&
+                      same_shape(&C->ffn_down_shexp, &C->ffn_down_exps);
     }
     return 0;
 }
 
 #define F(p) ((const float *)(p).d)
+
+static int act_alloc(hk_act *a, int64_t rows, int64_t K, bool q80, herr *e) {
+    *a = (hk_act){.K = K, .q80 = q80};
+    if (K % 256) return 0; /* never rounded: the weights there are float (upload checked) */
+    if (hk_malloc((void **)&a->q, (size_t)(rows * K), e) < 0 ||
+        hk_malloc((void **)&a->d, sizeof(float) * (size_t)(rows * (q80 ? K / 32 : K / 256)), e) < 0 ||
+        (!q80 && hk_malloc((void **)&a->s, sizeof(int32_t) * (size_t)(rows * K / 32), e) < 0))
+        return -1;
+    return 0;
+}
+
+static void act_free(hk_act *a) {
+    hk_free(a->q);
+    hk_free(a->d);
+    hk_free(a->s);
+}
+
+/* the rounded rows a weight's product reads (NULL for float weights) */
+static const hk_act *act_for(const hk_w *w, const hk_act *a8k, const hk_act *a80) {
+    if (w->type == QT_F32 || w->type == QT_F16 || w->type == QT_BF16) return NULL;
+    return w->type == QT_Q8_0 ? a80 : a8k;
+}
+
+/* the buffer of a (sized for rows of a->K) as rows of K <= a->K: NULL for float weights */
+static hk_act *act_view(const hk_act *a, int64_t K, hk_act *view) {
+    if (!a) return NULL;
+    *view = *a;
+    view->K = K;
+    return view;
+}
+
+static bool needs(const hk_w *w, bool q80) {
+    if (!w->d || w->type == QT_F32 || w->type == QT_F16 || w->type == QT_BF16) return false;
+    return (w->type == QT_Q8_0) == q80;
+}
 
 /* the pass scratch and the sequences' state; -1 naming the flags to lower when it does not fit */
 static int alloc_state(cuda_engine *ce, herr *e) {
@@ -113,32 +269,55 @@ static int alloc_state(cuda_engine *ce, herr *e) {
     const int64_t R = ce->R, E = hp->n_embd, cd = hp_conv_dim(hp), Vd = hp_value_dim(hp), Gv = hp->ssm_dt_rank;
     const int64_t H = hp->n_head, Hkv = hp->n_head_kv, D = hp->head_dim, X = hp->n_expert, K = hp->n_expert_used;
     const int64_t F = hp->n_ff_exp, Fs = hp->n_ff_shexp, V = hp->n_vocab, n_ctx = eng->opts.n_ctx, ns = eng->opts.n_seq_max;
+    const int64_t P = R * K + R; /* pairs: routed, then the shared expert's rows */
+    const int64_t Od = Vd > H * D ? Vd : H * D;
     const size_t f = sizeof(float);
     struct { void **p; size_t bytes; } bufs[] = {
         {(void **)&ce->lanes, f * ce->lane_floats * (size_t)(ns * ce->n_gdn)},
         {(void **)&ce->rings, f * ce->ring_floats * (size_t)(ns * ce->n_gdn)},
-        {(void **)&ce->x, f * (size_t)(R * E)}, {(void **)&ce->h, f * (size_t)(R * E)}, {(void **)&ce->y, f * (size_t)(R * E)},
+        {(void **)&ce->x, f * (size_t)(R * E)}, {(void **)&ce->h, f * (size_t)(R * E)},
         {(void **)&ce->qkv, f * (size_t)(R * cd)}, {(void **)&ce->cv, f * (size_t)(R * cd)},
         {(void **)&ce->z, f * (size_t)(R * Vd)}, {(void **)&ce->o, f * (size_t)(R * Vd)},
         {(void **)&ce->gb, f * (size_t)(R * Gv)}, {(void **)&ce->ga, f * (size_t)(R * Gv)},
         {(void **)&ce->qf, f * (size_t)(R * 2 * H * D)}, {(void **)&ce->k, f * (size_t)(R * Hkv * D)},
         {(void **)&ce->v, f * (size_t)(R * Hkv * D)}, {(void **)&ce->ao, f * (size_t)(R * H * D)},
-        {(void **)&ce->scores, f * (size_t)(R * H) * (size_t)n_ctx},
-        {(void **)&ce->rlog, f * (size_t)(R * X)}, {(void **)&ce->wsel, f * (size_t)(R * K)},
-        {(void **)&ce->g, f * (size_t)(R * K * F)}, {(void **)&ce->u, f * (size_t)(R * K * F)},
+        {(void **)&ce->part, f * (size_t)(R * H * ce->n_seg * hk_attn_part_floats(D))},
+        {(void **)&ce->rlog, f * (size_t)(R * (X + 1))}, {(void **)&ce->sgl, f * (size_t)R}, {(void **)&ce->wsel, f * (size_t)(R * K)},
+        {(void **)&ce->g, f * (size_t)(P * F)}, {(void **)&ce->u, f * (size_t)(P * F)},
         {(void **)&ce->sg, f * (size_t)(R * Fs)}, {(void **)&ce->su, f * (size_t)(R * Fs)},
-        {(void **)&ce->eo, f * (size_t)(R * K * E)}, {(void **)&ce->so, f * (size_t)(R * E)},
-        {(void **)&ce->logits, f * (size_t)R * (size_t)V}, {(void **)&ce->ring_tmp, f * ce->ring_floats * (size_t)ns},
-        {(void **)&ce->ids, 4 * (size_t)R}, {(void **)&ce->row_seq, 4 * (size_t)R}, {(void **)&ce->row_piece, 4 * (size_t)R},
-        {(void **)&ce->sel, 4 * (size_t)(R * K)}, {(void **)&ce->counts, 4 * (size_t)(X + 1)},
-        {(void **)&ce->offs, 4 * (size_t)(2 * X + 2)}, {(void **)&ce->list, 4 * (size_t)(R * K)},
-        {(void **)&ce->lrows, 4 * (size_t)R}, {(void **)&ce->pos, 8 * (size_t)R},
-        {(void **)&ce->pieces, sizeof(hk_piece) * (size_t)ns}, {(void **)&ce->marks, sizeof(hk_mark) * (size_t)R},
+        {(void **)&ce->eo, f * (size_t)(P * E)}, {(void **)&ce->so, f * (size_t)(R * E)},
+        {(void **)&ce->logits, f * (size_t)LOGITS_CAP * (size_t)V}, {(void **)&ce->ring_tmp, f * ce->ring_floats * (size_t)ns},
+        {(void **)&ce->sel, 4 * (size_t)(R * K)}, {(void **)&ce->offs, 4 * (size_t)(X + 1)},
+        {(void **)&ce->list, 4 * (size_t)(R * K)}, {(void **)&ce->mtiles, 4 * (size_t)(2 * (R * K + X) + 2)},
+        {(void **)&ce->d_io, ce->io.bytes},
     };
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (hk_malloc(bufs[i].p, bufs[i].bytes, e) < 0)
             return herr_wrap(e, "--device cuda: the GPU has no room for %d sequences of %lld tokens (lower -c or -np)",
                              (int)ns, (long long)n_ctx);
+    /* the rounded rows, in each format some weight of the site reads */
+    bool x8k = needs(&ce->output, false), x80 = needs(&ce->output, true), o8k = false, o80 = false, f8k = false,
+         f80 = false, s8k = false, s80 = false;
+    for (int il = 0; il < hp->n_layer; il++) {
+        const cuda_layer *C = &ce->layers[il];
+        const hk_w *xs[] = {&C->attn_qkv, &C->attn_gate, &C->ssm_beta, &C->ssm_alpha, &C->attn_q, &C->attn_k,
+                            &C->attn_v, &C->ffn_gate_exps, &C->ffn_up_exps, &C->ffn_gate_shexp, &C->ffn_up_shexp};
+        for (size_t k = 0; k < sizeof xs / sizeof xs[0]; k++) x8k |= needs(xs[k], false), x80 |= needs(xs[k], true);
+        o8k |= needs(&C->ssm_out, false) || needs(&C->attn_out, false);
+        o80 |= needs(&C->ssm_out, true) || needs(&C->attn_out, true);
+        f8k |= needs(&C->ffn_down_exps, false), f80 |= needs(&C->ffn_down_exps, true);
+        if (!C->sh_fused) s8k |= needs(&C->ffn_down_shexp, false), s80 |= needs(&C->ffn_down_shexp, true);
+    }
+    struct { hk_act *a; bool want; int64_t rows, K; bool q80; } acts[] = {
+        {&ce->ax8k, x8k, R, E, false}, {&ce->ax80, x80, R, E, true}, {&ce->ao8k, o8k, R, Od, false},
+        {&ce->ao80, o80, R, Od, true}, {&ce->af8k, f8k, P, F, false}, {&ce->af80, f80, P, F, true},
+        {&ce->as8k, s8k, R, Fs, false}, {&ce->as80, s80, R, Fs, true},
+    };
+    for (size_t i = 0; i < sizeof acts / sizeof acts[0]; i++) {
+        *acts[i].a = (hk_act){.K = acts[i].K, .q80 = acts[i].q80};
+        if (acts[i].want && act_alloc(acts[i].a, acts[i].rows, acts[i].K, acts[i].q80, e) < 0)
+            return herr_wrap(e, "--device cuda: the GPU has no room for the rounded rows (lower -np)");
+    }
     const size_t kv_bytes = (ce->f16 ? 2 : 4) * ce->kv_row * (size_t)n_ctx * (size_t)ns;
     for (int il = 0; il < hp->n_layer; il++) {
         const int ai = ce->layers[il].ai;
@@ -146,15 +325,27 @@ static int alloc_state(cuda_engine *ce, herr *e) {
         if (hk_malloc(&ce->kc[ai], kv_bytes, e) < 0 || hk_malloc(&ce->vc[ai], kv_bytes, e) < 0)
             return herr_wrap(e, "--device cuda: the GPU has no room for the KV rows of %d sequences of %lld tokens "
                              "(lower -c or -np)", (int)ns, (long long)n_ctx);
+        if (hk_memset(ce->kc[ai], 0, kv_bytes, e) < 0 || hk_memset(ce->vc[ai], 0, kv_bytes, e) < 0) return -1;
     }
     if (hk_memset(ce->lanes, 0, f * ce->lane_floats * (size_t)(ns * ce->n_gdn), e) < 0 ||
         hk_memset(ce->rings, 0, f * ce->ring_floats * (size_t)(ns * ce->n_gdn), e) < 0)
         return -1;
+    if (hk_host_alloc((void **)&ce->h_io, ce->io.bytes, e) < 0 ||
+        hk_host_alloc((void **)&ce->h_logits, f * (size_t)LOGITS_CAP * (size_t)V, e) < 0)
+        return herr_wrap(e, "--device cuda");
     return 0;
+}
+
+static void graphs_drop(cuda_engine *ce) {
+    for (int i = 0; i < N_GRAPHS; i++) {
+        hk_graph_free(ce->graphs[i].exec);
+        ce->graphs[i] = (graph_entry){0};
+    }
 }
 
 static int stage_reserve(cuda_engine *ce, int64_t n_points, herr *e) {
     if (n_points <= ce->stage_cap) return 0;
+    graphs_drop(ce); /* they point at the old staging area */
     hk_free(ce->stage_lanes);
     hk_free(ce->stage_rings);
     ce->stage_lanes = ce->stage_rings = NULL;
@@ -170,150 +361,245 @@ static int stage_reserve(cuda_engine *ce, int64_t n_points, herr *e) {
 /* one pass's rows, as cuda_run laid them out (host copies of what went to the device) */
 typedef struct pass {
     int64_t n, n_logits;
-    int n_pieces, n_marks;
+    int n_pieces, n_marks, n_tiles;
     const int64_t *row_call;
     float *const *logit_row;
     engine_point *const *mark_point;
 } pass;
 
-#define TRY(x) \
-    do {       \
-        if ((x) < 0) return -1; \
-    } while (0)
+#define IO(ce, field, type) ((type *)((ce)->d_io + (ce)->io.field))
 
 static int gdn_layer(cuda_engine *ce, const cuda_layer *C, const pass *p, herr *e) {
     const model_hparams *hp = &ce->base.m->hp;
+    void *st = ce->st;
     const int64_t n = p->n, E = hp->n_embd, cd = hp_conv_dim(hp), Vd = hp_value_dim(hp), Gv = hp->ssm_dt_rank;
     const int64_t S = hp->ssm_d_state, Gk = hp->ssm_n_group, dc = hp->ssm_d_conv;
     const size_t lstride = ce->lane_floats * (size_t)ce->n_gdn, rstride = ce->ring_floats * (size_t)ce->n_gdn;
     float *lane0 = ce->lanes + (size_t)C->gi * ce->lane_floats, *ring0 = ce->rings + (size_t)C->gi * ce->ring_floats;
     float *sl = ce->stage_lanes ? ce->stage_lanes + (size_t)C->gi * ce->lane_floats : NULL;
     float *sr = ce->stage_rings ? ce->stage_rings + (size_t)C->gi * ce->ring_floats : NULL;
-    TRY(hk_matmul(&C->attn_qkv, ce->h, E, n, ce->qkv, cd, e));
-    TRY(hk_matmul(&C->attn_gate, ce->h, E, n, ce->z, Vd, e));
-    TRY(hk_matmul(&C->ssm_beta, ce->h, E, n, ce->gb, Gv, e));
-    TRY(hk_matmul(&C->ssm_alpha, ce->h, E, n, ce->ga, Gv, e));
-    TRY(hk_gdn_conv(ce->qkv, ring0, rstride, F(C->ssm_conv1d), ce->row_piece, ce->pieces, n, cd, dc, ce->cv, e));
-    TRY(hk_gdn_ring(ce->qkv, ring0, rstride, ce->pieces, p->n_pieces, ce->marks, p->n_marks, sr, rstride, cd, dc,
-                    ce->ring_tmp, e));
-    TRY(hk_gdn_norm_gate(ce->cv, ce->gb, ce->ga, F(C->ssm_a), F(C->ssm_dt), n, S, Gk, Gv, cd, hp->rms_eps, e));
-    TRY(hk_gdn_delta(ce->cv, ce->gb, ce->ga, lane0, lstride, ce->pieces, p->n_pieces, ce->marks, sl, lstride, S, Gk, Gv,
-                     cd, ce->o, e));
-    TRY(hk_gdn_gated_norm(ce->o, ce->z, F(C->ssm_norm), n, S, Gv, hp->rms_eps, e));
-    return hk_matmul(&C->ssm_out, ce->o, Vd, n, ce->y, E, e);
+    const hk_piece *pieces = IO(ce, pieces, hk_piece);
+    const hk_mark *marks = IO(ce, marks, hk_mark);
+#define AX(w) act_for(&(w), &ce->ax8k, &ce->ax80)
+    OP("gdn qkv", hk_matmul(st, &C->attn_qkv, ce->h, E, AX(C->attn_qkv), n, ce->qkv, cd, false, e));
+    OP("gdn z", hk_matmul(st, &C->attn_gate, ce->h, E, AX(C->attn_gate), n, ce->z, Vd, false, e));
+    if (AX(C->ssm_beta) && AX(C->ssm_beta) == AX(C->ssm_alpha))
+        OP("gdn beta alpha", hk_matmul2(st, &C->ssm_beta, &C->ssm_alpha, AX(C->ssm_beta), n, ce->gb, ce->ga, Gv, e));
+    else {
+        OP("gdn beta alpha", hk_matmul(st, &C->ssm_beta, ce->h, E, AX(C->ssm_beta), n, ce->gb, Gv, false, e));
+        OP("gdn beta alpha", hk_matmul(st, &C->ssm_alpha, ce->h, E, AX(C->ssm_alpha), n, ce->ga, Gv, false, e));
+    }
+    OP("gdn conv", hk_gdn_conv(st, ce->qkv, ring0, rstride, F(C->ssm_conv1d), IO(ce, row_piece, int32_t), pieces, n, cd, dc, ce->cv, e));
+    OP("gdn ring", hk_gdn_ring(st, ce->qkv, ring0, rstride, pieces, p->n_pieces, marks, p->n_marks, sr, rstride, cd, dc, ce->ring_tmp, e));
+    OP("gdn norm gate", hk_gdn_norm_gate(st, ce->cv, ce->gb, ce->ga, F(C->ssm_a), F(C->ssm_dt), n, S, Gk, Gv, cd, hp->rms_eps, e));
+    OP("gdn delta", hk_gdn_delta(st, ce->cv, ce->gb, ce->ga, lane0, lstride, pieces, p->n_pieces, marks, sl, lstride, S, Gk, Gv, cd,
+                     ce->o, e));
+    hk_act aov, *ao = act_view(act_for(&C->ssm_out, &ce->ao8k, &ce->ao80), Vd, &aov);
+    OP("gdn gated norm", hk_gdn_gated_norm(st, ce->o, ce->z, F(C->ssm_norm), n, S, Gv, hp->rms_eps, ao, e));
+    OP("gdn out", hk_matmul(st, &C->ssm_out, ce->o, Vd, ao, n, ce->x, E, true, e));
+    return 0;
 }
 
 static int attn_layer(cuda_engine *ce, const cuda_layer *C, const pass *p, herr *e) {
     const model_hparams *hp = &ce->base.m->hp;
+    void *st = ce->st;
     const int64_t n = p->n, E = hp->n_embd, H = hp->n_head, Hkv = hp->n_head_kv, D = hp->head_dim;
-    const int64_t n_ctx = ce->base.opts.n_ctx;
-    const size_t sstride = ce->kv_row * (size_t)n_ctx;
-    TRY(hk_matmul(&C->attn_q, ce->h, E, n, ce->qf, 2 * H * D, e));
-    TRY(hk_matmul(&C->attn_k, ce->h, E, n, ce->k, Hkv * D, e));
-    TRY(hk_matmul(&C->attn_v, ce->h, E, n, ce->v, Hkv * D, e));
-    TRY(hk_attn_prep(ce->qf, ce->k, ce->v, F(C->attn_q_norm), F(C->attn_k_norm), ce->row_seq, ce->pos, n, H, Hkv, D,
-                     hp->rope_dims, hp->rope_theta, hp->rms_eps, ce->kc[C->ai], ce->vc[C->ai], sstride, ce->f16, e));
-    TRY(hk_attn(ce->qf, ce->row_seq, ce->pos, n, H, Hkv, D, ce->kc[C->ai], ce->vc[C->ai], sstride, ce->f16, ce->scores,
-                n_ctx, ce->ao, e));
-    return hk_matmul(&C->attn_out, ce->ao, H * D, n, ce->y, E, e);
+    const size_t sstride = ce->kv_row * (size_t)ce->base.opts.n_ctx;
+    OP("attn q", hk_matmul(st, &C->attn_q, ce->h, E, AX(C->attn_q), n, ce->qf, 2 * H * D, false, e));
+    OP("attn k v", hk_matmul(st, &C->attn_k, ce->h, E, AX(C->attn_k), n, ce->k, Hkv * D, false, e));
+    OP("attn k v", hk_matmul(st, &C->attn_v, ce->h, E, AX(C->attn_v), n, ce->v, Hkv * D, false, e));
+    OP("attn prep", hk_attn_prep(st, ce->qf, ce->k, ce->v, F(C->attn_q_norm), F(C->attn_k_norm), IO(ce, row_seq, int32_t),
+                     IO(ce, pos, int64_t), n, H, Hkv, D, hp->rope_dims, hp->rope_theta, hp->rms_eps, ce->kc[C->ai],
+                     ce->vc[C->ai], sstride, ce->f16, e));
+    OP("attn", hk_attn(st, ce->qf, IO(ce, tiles, hk_qtile), p->n_tiles, IO(ce, pos, int64_t), n, H, Hkv, D, ce->kc[C->ai],
+                ce->vc[C->ai], sstride, ce->f16, ce->seg, ce->n_seg, ce->part, ce->ao, e));
+    hk_act aov, *ao = act_view(act_for(&C->attn_out, &ce->ao8k, &ce->ao80), H * D, &aov);
+    if (ao) OP("attn round", hk_quantize(st, ce->ao, H * D, n, ao, e));
+    OP("attn out", hk_matmul(st, &C->attn_out, ce->ao, H * D, ao, n, ce->x, E, true, e));
+    return 0;
 }
 
-static int moe_layer(cuda_engine *ce, int il, const cuda_layer *C, const pass *p, herr *e) {
+static bool is_float_w(const hk_w *w) { return w->type == QT_F32 || w->type == QT_F16 || w->type == QT_BF16; }
+
+/* the MoE block of layer il; its combine also makes the next layer's normed input (next_norm) */
+static int moe_layer(cuda_engine *ce, int il, const cuda_layer *C, const float *next_norm, const pass *p, herr *e) {
     engine *eng = &ce->base;
     const model_hparams *hp = &eng->m->hp;
+    void *st = ce->st;
     const int64_t n = p->n, E = hp->n_embd, X = hp->n_expert, K = hp->n_expert_used, F = hp->n_ff_exp, Fs = hp->n_ff_shexp;
-    TRY(hk_matmul(&C->ffn_gate_inp, ce->h, E, n, ce->rlog, X, e));
-    TRY(hk_moe_route(ce->rlog, n, (int)X, (int)K, ce->sel, ce->wsel, e));
+    const bool fused = C->sh_fused, gu_f = is_float_w(&C->ffn_gate_exps), dn_f = is_float_w(&C->ffn_down_exps);
+    const int64_t nr = n * K, np = nr + (fused ? n : 0); /* pairs: routed, then the shared expert's rows */
+    /* the routing logits and the shared expert's gate logit (gl, at stride gls) */
+    const float *gl;
+    int64_t ls, gls;
+    if (C->router.d) {
+        OP("moe router", hk_matmul(st, &C->router, ce->h, E, NULL, n, ce->rlog, X + 1, false, e));
+        ls = gls = X + 1, gl = ce->rlog + X;
+    } else {
+        const hk_w gw = {.d = C->ffn_gate_inp_shexp.d, .type = QT_F32, .K = E, .M = 1, .row_bytes = sizeof(float) * (size_t)E,
+                         .slice_bytes = sizeof(float) * (size_t)E};
+        OP("moe router", hk_matmul(st, &C->ffn_gate_inp, ce->h, E, AX(C->ffn_gate_inp), n, ce->rlog, X, false, e));
+        OP("moe router", hk_matmul(st, &gw, ce->h, E, NULL, n, ce->sgl, 1, false, e));
+        ls = X, gls = 1, gl = ce->sgl;
+    }
+    OP("moe route", hk_moe_route(st, ce->rlog, ls, n, (int)X, (int)K, ce->sel, ce->wsel, e));
     if (eng->route_trace) { /* tests compare the experts chosen: (row of the call, layer, K) */
+        TRY(hk_stream_sync(st, e));
         TRY(hk_d2h(ce->h_sel, ce->sel, sizeof(int32_t) * (size_t)(n * K), e));
         for (int64_t r = 0; r < n; r++)
             memcpy(eng->route_trace + (size_t)(p->row_call[r] * hp->n_layer + il) * (size_t)K, ce->h_sel + r * K,
                    sizeof(int32_t) * (size_t)K);
     }
-    TRY(hk_moe_sort(ce->sel, n * K, (int)X, ce->counts, ce->offs, ce->list, e));
-    TRY(hk_moe_matmul(&C->ffn_gate_exps, (int)X, n * K, ce->offs, ce->list, (int)K, ce->h, E, ce->g, F, e));
-    TRY(hk_moe_matmul(&C->ffn_up_exps, (int)X, n * K, ce->offs, ce->list, (int)K, ce->h, E, ce->u, F, e));
-    TRY(hk_matmul(&C->ffn_gate_shexp, ce->h, E, n, ce->sg, Fs, e));
-    TRY(hk_matmul(&C->ffn_up_shexp, ce->h, E, n, ce->su, Fs, e));
-    TRY(hk_swiglu(ce->g, ce->u, n * K * F, e));
-    TRY(hk_swiglu(ce->sg, ce->su, n * Fs, e));
-    TRY(hk_moe_matmul(&C->ffn_down_exps, (int)X, n * K, ce->offs, ce->list, 1, ce->g, F, ce->eo, E, e));
-    TRY(hk_matmul(&C->ffn_down_shexp, ce->sg, Fs, n, ce->so, E, e));
-    return hk_moe_combine(ce->h, F(C->ffn_gate_inp_shexp), ce->eo, ce->so, ce->wsel, ce->y, n, E, (int)K, e);
+    /* a prompt's pairs grouped by expert for the tensor cores; a few rows run pair by pair */
+    hk_moe_sorted so, *sp = NULL;
+    if (n > GEMV_ROWS && !(gu_f && dn_f)) {
+        OP("moe sort", hk_moe_sort(st, ce->sel, nr, (int)X, ce->offs, ce->list, ce->mtiles, e));
+        so = (hk_moe_sorted){.offs = ce->offs, .list = ce->list, .tiles = ce->mtiles,
+                             .max_tiles = nr / hk_moe_tile_rows() + (X < nr ? X : nr)};
+        sp = &so;
+    }
+    const hk_w *wsg = fused ? &C->ffn_gate_shexp : NULL, *wsu = fused ? &C->ffn_up_shexp : NULL;
+    const hk_w *wsd = fused ? &C->ffn_down_shexp : NULL;
+    if (gu_f) {
+        OP("moe gate up", hk_moe_matmul_f32(st, &C->ffn_gate_exps, wsg, ce->sel, nr, np, (int)K, 0, ce->h, E, ce->g, F, e));
+        OP("moe gate up", hk_moe_matmul_f32(st, &C->ffn_up_exps, wsu, ce->sel, nr, np, (int)K, 0, ce->h, E, ce->u, F, e));
+    } else {
+        const hk_act *ax = AX(C->ffn_gate_exps);
+        OP("moe gate up", hk_moe_matmul2(st, &C->ffn_gate_exps, wsg, &C->ffn_up_exps, wsu, ce->sel, nr, np, (int)K, 0, ax, sp,
+                                         ce->g, ce->u, F, e));
+    }
+    hk_act *af = (hk_act *)act_for(&C->ffn_down_exps, &ce->af8k, &ce->af80);
+    OP("moe swiglu", hk_swiglu_quant(st, ce->g, ce->u, np, F, af, e));
+    if (dn_f) OP("moe down", hk_moe_matmul_f32(st, &C->ffn_down_exps, wsd, ce->sel, nr, np, 1, nr, ce->g, F, ce->eo, E, e));
+    else OP("moe down", hk_moe_matmul(st, &C->ffn_down_exps, wsd, ce->sel, nr, np, 1, nr, af, sp, ce->eo, E, e));
+    const float *so_rows = ce->eo + nr * E;
+    if (!fused) { /* the shared expert apart (its shape differs from the experts') */
+        hk_act *as = (hk_act *)act_for(&C->ffn_down_shexp, &ce->as8k, &ce->as80);
+        OP("moe shared", hk_matmul(st, &C->ffn_gate_shexp, ce->h, E, AX(C->ffn_gate_shexp), n, ce->sg, Fs, false, e));
+        OP("moe shared", hk_matmul(st, &C->ffn_up_shexp, ce->h, E, AX(C->ffn_up_shexp), n, ce->su, Fs, false, e));
+        OP("moe shared", hk_swiglu_quant(st, ce->sg, ce->su, n, Fs, as, e));
+        OP("moe shared", hk_matmul(st, &C->ffn_down_shexp, ce->sg, Fs, as, n, ce->so, E, false, e));
+        so_rows = ce->so;
+    }
+    hk_act *x8k = ce->ax8k.q ? &ce->ax8k : NULL, *x80 = ce->ax80.q ? &ce->ax80 : NULL;
+    OP("moe combine", hk_moe_combine(st, ce->x, gl, gls, ce->eo, so_rows, ce->wsel, n, E, (int)K, next_norm, ce->h,
+                                     hp->rms_eps, x8k, x80, e));
+    return 0;
 }
 
+/* the pass's launches, from the embedding to the logits rows (no host sync unless a route trace is on) */
 static int forward(cuda_engine *ce, const pass *p, herr *e) {
     const model *m = ce->base.m;
     const model_hparams *hp = &m->hp;
+    void *st = ce->st;
     const int64_t n = p->n, E = hp->n_embd, V = hp->n_vocab;
-    TRY(hk_embed(&ce->token_embd, ce->ids, n, ce->x, e));
+    if (ce->prof) prof_mark(ce, "start");
+    OP("embed", hk_embed(st, &ce->token_embd, IO(ce, ids, int32_t), n, ce->x, e));
+    hk_act *x8k = ce->ax8k.q ? &ce->ax8k : NULL, *x80 = ce->ax80.q ? &ce->ax80 : NULL;
     for (int il = 0; il < hp->n_layer; il++) {
         const cuda_layer *C = &ce->layers[il];
-        TRY(hk_rmsnorm(ce->x, NULL, F(C->attn_norm), ce->h, n, E, hp->rms_eps, e));
+        if (il == 0) /* later layers' input norms come from the previous layer's combine */
+            OP("norm", hk_rmsnorm(st, ce->x, NULL, F(C->attn_norm), ce->h, n, E, hp->rms_eps, x8k, x80, e));
         TRY(C->gi >= 0 ? gdn_layer(ce, C, p, e) : attn_layer(ce, C, p, e));
-        TRY(hk_add(ce->x, ce->y, n * E, e));
-        TRY(hk_rmsnorm(ce->x, NULL, F(C->post_norm), ce->h, n, E, hp->rms_eps, e));
-        TRY(moe_layer(ce, il, C, p, e));
-        TRY(hk_add(ce->x, ce->y, n * E, e));
+        OP("norm", hk_rmsnorm(st, ce->x, NULL, F(C->post_norm), ce->h, n, E, hp->rms_eps, x8k, x80, e));
+        TRY(moe_layer(ce, il, C, il + 1 < hp->n_layer ? F(ce->layers[il + 1].attn_norm) : NULL, p, e));
     }
     if (p->n_logits) {
-        TRY(hk_rmsnorm(ce->x, ce->lrows, F(ce->output_norm), ce->h, p->n_logits, E, hp->rms_eps, e));
-        TRY(hk_matmul(&ce->output, ce->h, E, p->n_logits, ce->logits, V, e));
-        if (p->n_logits > ce->h_logits_cap) {
-            free(ce->h_logits);
-            ce->h_logits = malloc(sizeof(float) * (size_t)V * (size_t)p->n_logits);
-            ce->h_logits_cap = ce->h_logits ? p->n_logits : 0;
-            if (!ce->h_logits) return herr_set(e, "cannot allocate the host copy of %lld logits rows", (long long)p->n_logits);
-        }
-        TRY(hk_d2h(ce->h_logits, ce->logits, sizeof(float) * (size_t)V * (size_t)p->n_logits, e));
-        int64_t k = 0;
-        for (int64_t r = 0; r < n; r++)
-            if (p->logit_row[r]) memcpy(p->logit_row[r], ce->h_logits + (size_t)(k++) * (size_t)V, sizeof(float) * (size_t)V);
+        const hk_act *ax = AX(ce->output);
+        OP("norm", hk_rmsnorm(st, ce->x, IO(ce, lrows, int32_t), F(ce->output_norm), ce->h, p->n_logits, E, hp->rms_eps,
+                       ax == &ce->ax8k ? x8k : NULL, ax == &ce->ax80 ? x80 : NULL, e));
+        OP("output", hk_matmul(st, &ce->output, ce->h, E, ax, p->n_logits, ce->logits, V, false, e));
+        OP("logits copy", hk_d2h_async(st, ce->h_logits, ce->logits, sizeof(float) * (size_t)V * (size_t)p->n_logits, e));
     }
-    /* the points of the pass, from the staging area */
-    for (int i = 0; i < p->n_marks; i++) {
-        engine_point *pt = p->mark_point[i];
-        TRY(hk_d2h(pt->lanes, ce->stage_lanes + (size_t)i * ce->lane_floats * (size_t)ce->n_gdn,
-                   sizeof(float) * ce->lane_floats * (size_t)ce->n_gdn, e));
-        TRY(hk_d2h(pt->rings, ce->stage_rings + (size_t)i * ce->ring_floats * (size_t)ce->n_gdn,
-                   sizeof(float) * ce->ring_floats * (size_t)ce->n_gdn, e));
+    return 0;
+}
+#undef AX
+
+/* runs the pass: replays its graph, captures one the second time its shape is seen, or
+ * launches it plainly */
+static int run_pass(cuda_engine *ce, const pass *p, herr *e) {
+    engine *eng = &ce->base;
+    if (ce->no_graphs || ce->prof || eng->route_trace) return forward(ce, p, e);
+    graph_entry *hit = NULL, *free_e = NULL, *old = &ce->graphs[0];
+    for (int i = 0; i < N_GRAPHS; i++) {
+        graph_entry *g = &ce->graphs[i];
+        if (g->use && g->n == p->n && g->n_logits == p->n_logits && g->n_pieces == p->n_pieces && g->n_marks == p->n_marks &&
+            g->n_tiles == p->n_tiles)
+            hit = g;
+        if (!g->use && !free_e) free_e = g;
+        if (g->use < old->use) old = g;
     }
-    return hk_sync(e);
+    ce->graph_clock++;
+    if (hit && hit->exec) {
+        hit->use = ce->graph_clock;
+        return hk_graph_launch(ce->st, hit->exec, e);
+    }
+    if (!hit) { /* first sight: remember the shape, run it plainly */
+        graph_entry *g = free_e ? free_e : old;
+        hk_graph_free(g->exec);
+        *g = (graph_entry){.n = p->n, .n_logits = p->n_logits, .n_pieces = p->n_pieces, .n_marks = p->n_marks,
+                           .n_tiles = p->n_tiles, .use = ce->graph_clock};
+        return forward(ce, p, e);
+    }
+    /* second sight: capture, then launch */
+    TRY(hk_capture_begin(ce->st, e));
+    int rc = forward(ce, p, e);
+    void *exec = NULL;
+    herr e2;
+    if (hk_capture_end(ce->st, &exec, rc < 0 ? &e2 : e) < 0 && rc == 0) return -1;
+    if (rc < 0) return -1;
+    hit->exec = exec;
+    hit->use = ce->graph_clock;
+    return hk_graph_launch(ce->st, exec, e);
+}
+
+static size_t io_add(size_t *at, size_t bytes) {
+    const size_t a = *at;
+    *at += (bytes + 255) & ~(size_t)255;
+    return a;
 }
 
 static int cuda_run(engine *eng, const engine_span *spans, int n_spans, herr *e) {
     cuda_engine *ce = (cuda_engine *)eng;
-    const int64_t V = eng->m->hp.n_vocab, R = ce->R;
-    const int ns = eng->opts.n_seq_max;
+    const model_hparams *hp = &eng->m->hp;
+    const int64_t V = hp->n_vocab, R = ce->R;
+    const int qt = hk_attn_tile_rows(hp->n_head / hp->n_head_kv);
     int64_t *done = xcalloc((size_t)n_spans, sizeof *done), *call0 = xcalloc((size_t)n_spans, sizeof *call0);
-    int32_t *ids = xmalloc(sizeof(int32_t) * (size_t)R), *row_seq = xmalloc(sizeof(int32_t) * (size_t)R);
-    int32_t *row_piece = xmalloc(sizeof(int32_t) * (size_t)R), *lrows = xmalloc(sizeof(int32_t) * (size_t)R);
-    int64_t *pos = xmalloc(sizeof(int64_t) * (size_t)R), *row_call = xmalloc(sizeof(int64_t) * (size_t)R);
+    int64_t *row_call = xmalloc(sizeof(int64_t) * (size_t)R);
     float **logit_row = xmalloc(sizeof(float *) * (size_t)R);
-    hk_piece *pieces = xmalloc(sizeof(hk_piece) * (size_t)ns);
-    hk_mark *marks = xmalloc(sizeof(hk_mark) * (size_t)R);
     engine_point **mark_point = xmalloc(sizeof(engine_point *) * (size_t)R);
+    int32_t *ids = (int32_t *)(ce->h_io + ce->io.ids), *row_seq = (int32_t *)(ce->h_io + ce->io.row_seq);
+    int32_t *row_piece = (int32_t *)(ce->h_io + ce->io.row_piece), *lrows = (int32_t *)(ce->h_io + ce->io.lrows);
+    int64_t *pos = (int64_t *)(ce->h_io + ce->io.pos);
+    hk_piece *pieces = (hk_piece *)(ce->h_io + ce->io.pieces);
+    hk_mark *marks = (hk_mark *)(ce->h_io + ce->io.marks);
+    hk_qtile *tiles = (hk_qtile *)(ce->h_io + ce->io.tiles);
     int rc = 0;
     for (int i = 0; i < n_spans; i++) call0[i] = i ? call0[i - 1] + spans[i - 1].n : 0;
     for (;;) {
         int64_t n = 0, n_logits = 0;
-        int np = 0, nm = 0;
+        int np = 0, nm = 0, nt = 0;
         for (int i = 0; i < n_spans; i++) {
             const engine_span *sp = &spans[i];
             if (done[i] == sp->n) continue;
             /* the delta rule runs row by row here, so no bit depends on the grid; the pieces
              * still end where the CPU's do */
-            const int64_t len = engine_piece_end(sp->anchors, sp->n_anchors, sp->n, done[i], CUDA_UBATCH, CUDA_CHUNK) - done[i];
-            if (n + len > R) continue; /* the next pass takes it */
+            int64_t len = engine_piece_end(sp->anchors, sp->n_anchors, sp->n, done[i], CUDA_UBATCH, CUDA_CHUNK) - done[i];
+            if (sp->want == ENGINE_LOGITS_ALL && len > LOGITS_CAP - n_logits) len = LOGITS_CAP - n_logits;
+            if (len <= 0 || n + len > R) continue; /* the next pass takes it */
+            if (sp->want == ENGINE_LOGITS_LAST && done[i] + len == sp->n && n_logits == LOGITS_CAP) continue;
+            const int64_t pos0 = eng->seqs[sp->seq].pos + done[i];
             hk_piece *pc = &pieces[np];
-            *pc = (hk_piece){.r0 = n, .n = len, .seq = sp->seq, .mark0 = nm};
+            *pc = (hk_piece){.r0 = n, .n = len, .pos0 = pos0, .seq = sp->seq, .mark0 = nm};
             for (int k = 0; k < sp->n_marks; k++)
                 if (sp->marks[k] > done[i] && sp->marks[k] <= done[i] + len) {
                     marks[nm] = (hk_mark){.m = sp->marks[k] - done[i], .slot = nm, .piece = np};
                     mark_point[nm++] = sp->points[k];
                     pc->n_marks++;
                 }
-            const int64_t pos0 = eng->seqs[sp->seq].pos + done[i];
+            for (int64_t t0 = 0; t0 < len; t0 += qt)
+                tiles[nt++] = (hk_qtile){.r0 = (int32_t)(n + t0), .n = (int32_t)(len - t0 < qt ? len - t0 : qt),
+                                         .seq = sp->seq, .pos0 = pos0 + t0};
             for (int64_t k = 0; k < len; k++) {
                 const int64_t at = done[i] + k, r = n + k;
                 ids[r] = sp->ids[at];
@@ -331,28 +617,36 @@ static int cuda_run(engine *eng, const engine_span *spans, int n_spans, herr *e)
             np++;
         }
         if (n == 0) break;
-        if (stage_reserve(ce, nm, e) < 0 || hk_h2d(ce->ids, ids, sizeof(int32_t) * (size_t)n, e) < 0 ||
-            hk_h2d(ce->row_seq, row_seq, sizeof(int32_t) * (size_t)n, e) < 0 ||
-            hk_h2d(ce->row_piece, row_piece, sizeof(int32_t) * (size_t)n, e) < 0 ||
-            hk_h2d(ce->pos, pos, sizeof(int64_t) * (size_t)n, e) < 0 ||
-            hk_h2d(ce->lrows, lrows, sizeof(int32_t) * (size_t)n_logits, e) < 0 ||
-            hk_h2d(ce->pieces, pieces, sizeof(hk_piece) * (size_t)np, e) < 0 ||
-            hk_h2d(ce->marks, marks, sizeof(hk_mark) * (size_t)nm, e) < 0) {
+        if (stage_reserve(ce, nm, e) < 0 || hk_h2d_async(ce->st, ce->d_io, ce->h_io, ce->io.bytes, e) < 0) {
             rc = -1;
             break;
         }
-        pass p = {.n = n, .n_logits = n_logits, .n_pieces = np, .n_marks = nm, .row_call = row_call,
+        pass p = {.n = n, .n_logits = n_logits, .n_pieces = np, .n_marks = nm, .n_tiles = nt, .row_call = row_call,
                   .logit_row = logit_row, .mark_point = mark_point};
-        if (forward(ce, &p, e) < 0) {
+        if (run_pass(ce, &p, e) < 0 || hk_stream_sync(ce->st, e) < 0) {
             rc = -1;
             break;
         }
+        prof_collect(ce);
+        if (n_logits) { /* the caller's rows from the pinned copy */
+            int64_t k = 0;
+            for (int64_t r = 0; r < n; r++)
+                if (logit_row[r]) memcpy(logit_row[r], ce->h_logits + (size_t)(k++) * (size_t)V, sizeof(float) * (size_t)V);
+        }
+        for (int i = 0; i < nm && rc == 0; i++) { /* the points of the pass, from the staging area */
+            engine_point *pt = mark_point[i];
+            if (hk_d2h(pt->lanes, ce->stage_lanes + (size_t)i * ce->lane_floats * (size_t)ce->n_gdn,
+                       sizeof(float) * ce->lane_floats * (size_t)ce->n_gdn, e) < 0 ||
+                hk_d2h(pt->rings, ce->stage_rings + (size_t)i * ce->ring_floats * (size_t)ce->n_gdn,
+                       sizeof(float) * ce->ring_floats * (size_t)ce->n_gdn, e) < 0)
+                rc = -1;
+        }
+        if (rc < 0) break;
         eng->stats.n_passes++;
         eng->stats.n_rows += n;
         eng->stats.n_points += nm;
     }
-    free(done), free(call0), free(ids), free(row_seq), free(row_piece), free(lrows), free(pos), free(row_call);
-    free(logit_row), free(pieces), free(marks), free(mark_point);
+    free(done), free(call0), free(row_call), free(logit_row), free(mark_point);
     return rc;
 }
 
@@ -409,18 +703,28 @@ static void cuda_kv_write(engine *eng, int seq, int64_t a, int64_t b, const void
 
 static void cuda_free(engine *eng) {
     cuda_engine *ce = (cuda_engine *)eng;
+    if (ce->prof) {
+        prof_print(ce);
+        for (int i = 0; i < PROF_EVENTS; i++) hk_event_free(ce->prof->ev[i]);
+        free(ce->prof);
+    }
+    graphs_drop(ce);
     for (int i = 0; i < ce->n_wmem; i++) hk_free(ce->wmem[i]);
-    void *bufs[] = {ce->lanes, ce->rings, ce->x, ce->h, ce->y, ce->qkv, ce->cv, ce->z, ce->o, ce->gb, ce->ga, ce->qf,
-                    ce->k, ce->v, ce->ao, ce->scores, ce->rlog, ce->wsel, ce->g, ce->u, ce->sg, ce->su, ce->eo, ce->so,
-                    ce->logits, ce->ring_tmp, ce->ids, ce->row_seq, ce->row_piece, ce->sel, ce->counts, ce->offs,
-                    ce->list, ce->lrows, ce->pos, ce->pieces, ce->marks, ce->stage_lanes, ce->stage_rings};
+    void *bufs[] = {ce->lanes, ce->rings, ce->x, ce->h, ce->qkv, ce->cv, ce->z, ce->o, ce->gb, ce->ga, ce->qf, ce->k,
+                    ce->v, ce->ao, ce->part, ce->rlog, ce->sgl, ce->wsel, ce->g, ce->u, ce->sg, ce->su, ce->eo, ce->so,
+                    ce->logits, ce->ring_tmp, ce->sel, ce->offs, ce->list, ce->mtiles, ce->d_io, ce->stage_lanes,
+                    ce->stage_rings};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) hk_free(bufs[i]);
+    hk_act *acts[] = {&ce->ax8k, &ce->ax80, &ce->ao8k, &ce->ao80, &ce->af8k, &ce->af80, &ce->as8k, &ce->as80};
+    for (size_t i = 0; i < sizeof acts / sizeof acts[0]; i++) act_free(acts[i]);
     for (int i = 0; i < MODEL_MAX_LAYERS; i++) {
         hk_free(ce->kc[i]);
         hk_free(ce->vc[i]);
     }
-    free(ce->h_logits);
+    hk_host_free(ce->h_io);
+    hk_host_free(ce->h_logits);
     free(ce->h_sel);
+    hk_stream_free(ce->st);
     engine_fini(eng);
     free(ce);
 }
@@ -441,22 +745,45 @@ int engine_open_cuda(engine **out, const model *m, const engine_opts *o, herr *e
     const model_hparams *hp = &m->hp;
     if (hp->ssm_d_state != 128)
         return herr_set(e, "--device cuda: the CUDA engine takes ssm_d_state 128, this model has %lld", (long long)hp->ssm_d_state);
+    if (!hk_attn_tile_rows(hp->n_head / hp->n_head_kv) || (hp->head_dim != 128 && hp->head_dim != 256))
+        return herr_set(e, "--device cuda: the CUDA engine takes head dims 128 or 256 and 1..32 query heads per KV head "
+                        "(this model: %lld, %lld of %lld)", (long long)hp->head_dim, (long long)hp->n_head,
+                        (long long)hp->n_head_kv);
     cuda_engine *ce = xcalloc(1, sizeof *ce);
     engine *eng = &ce->base;
-    if (engine_init(eng, &cuda_backend, m, o, e) < 0) {
+    if (engine_init(eng, &cuda_backend, m, o, e) < 0 || hk_stream_new(&ce->st, e) < 0) {
         cuda_free(eng);
         return -1;
     }
+    const char *g = getenv("HEARTH_CUDA_GRAPHS"), *pr = getenv("HEARTH_CUDA_PROFILE");
+    ce->no_graphs = g && !strcmp(g, "0") ? "off" : NULL;
+    if (pr && *pr && strcmp(pr, "0")) ce->prof = xcalloc(1, sizeof *ce->prof);
     ce->f16 = eng->opts.kv_f16;
     ce->R = CUDA_UBATCH + eng->opts.n_seq_max;
     for (int il = 0; il < hp->n_layer; il++) {
         if (hp->is_recurrent[il]) ce->n_gdn++;
         else ce->n_attn++;
     }
+    /* attention segments: 512 keys, or more on long contexts so that a row has at most 64 */
+    const int64_t n_ctx = eng->opts.n_ctx;
+    ce->seg = 512;
+    if (n_ctx > 64 * ce->seg) ce->seg = ((n_ctx + 63) / 64 + 31) / 32 * 32;
+    ce->n_seg = (n_ctx + ce->seg - 1) / ce->seg;
     ce->lane_floats = (size_t)(hp->ssm_dt_rank * hp->ssm_d_state * hp->ssm_d_state);
     ce->ring_floats = (size_t)((hp->ssm_d_conv - 1) * hp_conv_dim(hp));
     ce->kv_row = (size_t)(hp->n_head_kv * hp->head_dim);
     ce->h_sel = xmalloc(sizeof(int32_t) * (size_t)(ce->R * hp->n_expert_used));
+    const int64_t R = ce->R;
+    size_t at = 0;
+    ce->io.ids = io_add(&at, 4 * (size_t)R);
+    ce->io.row_seq = io_add(&at, 4 * (size_t)R);
+    ce->io.row_piece = io_add(&at, 4 * (size_t)R);
+    ce->io.lrows = io_add(&at, 4 * (size_t)R);
+    ce->io.pos = io_add(&at, 8 * (size_t)R);
+    ce->io.pieces = io_add(&at, sizeof(hk_piece) * (size_t)eng->opts.n_seq_max);
+    ce->io.marks = io_add(&at, sizeof(hk_mark) * (size_t)R);
+    ce->io.tiles = io_add(&at, sizeof(hk_qtile) * (size_t)R);
+    ce->io.bytes = at;
     if (upload(ce, e) < 0) {
         herr_wrap(e, "--device cuda: loading the weights (a smaller file, or --device cpu)");
         cuda_free(eng);
@@ -469,7 +796,7 @@ int engine_open_cuda(engine **out, const model *m, const engine_opts *o, herr *e
     eng->info.backend = "cuda";
     eng->info.chunk = CUDA_CHUNK;
     eng->info.rows_per_pass = CUDA_UBATCH;
-    eng->info.act_f32 = true;
+    eng->info.act_f32 = false;
     *out = eng;
     return 0;
 }

@@ -9,14 +9,8 @@
 extern "C" {
 #include "engine/cuda/cuda.h"
 }
+#include "engine/cuda/common.cuh"
 #include "engine/cuda/dq.cuh"
-
-#define CUDA_OK(call, e)                                                                  \
-    do {                                                                                  \
-        cudaError_t err_ = (call);                                                        \
-        if (err_ != cudaSuccess)                                                          \
-            return herr_set(e, "%s:%d: %s: %s", __FILE__, __LINE__, #call, cudaGetErrorString(err_)); \
-    } while (0)
 
 // one thread per output weight, i = row * k + col
 template <int T> __global__ void dequant_kernel(const uint8_t *src, float *dst, int64_t n, int64_t k, size_t row_bytes) {
@@ -38,7 +32,7 @@ extern "C" int hcuda_device_count(herr *e) {
 
 extern "C" int hcuda_device_name(int dev, char *buf, size_t n, herr *e) {
     cudaDeviceProp p;
-    CUDA_OK(cudaGetDeviceProperties(&p, dev), e);
+    CUDA_TRY(cudaGetDeviceProperties(&p, dev), e);
     snprintf(buf, n, "%s, sm_%d%d, %.1f GiB", p.name, p.major, p.minor, (double)p.totalGlobalMem / (1 << 30));
     return 0;
 }
@@ -50,15 +44,15 @@ extern "C" int hcuda_dequantize(uint32_t t, const void *src, float *dst, int64_t
     const int64_t n = n_rows * k;
     uint8_t *d_src = NULL;
     float *d_dst = NULL;
-    CUDA_OK(cudaMalloc(&d_src, rb * (size_t)n_rows), e);
-    CUDA_OK(cudaMalloc(&d_dst, sizeof(float) * (size_t)n), e);
-    CUDA_OK(cudaMemcpy(d_src, src, rb * (size_t)n_rows, cudaMemcpyHostToDevice), e);
+    CUDA_TRY(cudaMalloc(&d_src, rb * (size_t)n_rows), e);
+    CUDA_TRY(cudaMalloc(&d_dst, sizeof(float) * (size_t)n), e);
+    CUDA_TRY(cudaMemcpy(d_src, src, rb * (size_t)n_rows, cudaMemcpyHostToDevice), e);
     const int threads = 256;
     const unsigned blocks = (unsigned)((n + threads - 1) / threads);
     DQ_DISPATCH(t, (dequant_kernel<T_><<<blocks, threads>>>(d_src, d_dst, n, k, rb)));
-    CUDA_OK(cudaGetLastError(), e);
-    CUDA_OK(cudaMemcpy(dst, d_dst, sizeof(float) * (size_t)n, cudaMemcpyDeviceToHost), e);
-    CUDA_OK(cudaFree(d_src), e);
-    CUDA_OK(cudaFree(d_dst), e);
+    CUDA_TRY(cudaGetLastError(), e);
+    CUDA_TRY(cudaMemcpy(dst, d_dst, sizeof(float) * (size_t)n, cudaMemcpyDeviceToHost), e);
+    CUDA_TRY(cudaFree(d_src), e);
+    CUDA_TRY(cudaFree(d_dst), e);
     return 0;
 }

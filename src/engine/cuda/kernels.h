@@ -1,15 +1,23 @@
-/* kernels.h: the CUDA engine's kernels behind a C face (kernels.cu), for backend.c. Device
- * pointers unless a name says h_. Every launcher queues on the default stream and returns 0,
- * or -1 with e set when the launch failed; hk_sync reports what failed while running.
+/* kernels.h: the CUDA engine's kernels behind a C face, for backend.c (the .cu files hold
+ * them: base.cu memory, norms and embedding; mmq.cu the matrix products; moe.cu routing
+ * and the expert combine; gdn.cu the recurrent layer; attn.cu attention). Device pointers
+ * unless a name says h_. Every launcher queues on the stream st (a cudaStream_t) and
+ * returns 0, or -1 with e set when the launch failed; hk_sync reports what failed while
+ * running.
  *
- * Every kernel computes a row's outputs from that row's inputs alone, in one fixed order of
- * operations that does not look at how many rows share the launch or where they sit (no
- * split-K, no atomics in a sum, reductions in a fixed tree): the engine's batch invariance
- * and its marks (a point equals a prefill up to it) rest on this, as on the CPU. Activations
- * stay f32; weights are dequantized in the inner loops from the file's blocks. */
+ * Bits: every kernel computes a row's outputs from that row's inputs alone, in one fixed
+ * order of operations that does not look at how many rows share the launch or where they
+ * sit (no split-K, no atomics in a sum, reductions in a fixed tree), so the engine's batch
+ * invariance and its marks (a point equals a prefill up to it) hold on the GPU as on the
+ * CPU. Matrix products of quantized weights round their input rows to 8-bit blocks as the
+ * CPU does (Q8_K for K-quants, Q8_0 for Q8_0: quant_quantize_act's bytes), sum each
+ * block's integer products exactly (tensor cores or dp4a, whichever a launch takes) and
+ * finish every block with quant_dot_ref's float expression, in block order: the GPU's
+ * product of a row is the CPU reference dot's bits, whatever path computed it. */
 #ifndef HEARTH_CUDA_KERNELS_H
 #define HEARTH_CUDA_KERNELS_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include "base/util.h"
@@ -18,18 +26,35 @@
 extern "C" {
 #endif
 
-/* a weight on the device: M rows of K weights (row_bytes each); 3-D: slices of M rows */
+/* A weight on the device: M rows of K weights; 3-D: slices (experts) of M rows. Layouts:
+ * F32, F16, BF16, Q4_K and Q5_K as in the file (row_bytes per row). Q6_K and Q8_0 are
+ * repacked at upload so every block starts 16-byte aligned: Q6_K keeps a block's first
+ * 208 bytes (ql, qh, scales) in d and its f16 scale in dd (one per block); Q8_0 keeps the
+ * K int8 weights of a row in d and the f16 scales in dd (K/32 per row). */
 typedef struct hk_w {
     const void *d;
+    const uint16_t *dd;
     uint32_t type;
     int64_t K, M;
-    size_t row_bytes, slice_bytes;
+    size_t row_bytes, slice_bytes;  /* d: bytes per row, per slice */
+    size_t dd_row, dd_slice;        /* dd: halfs per row, per slice */
 } hk_w;
 
-/* one span's rows in a pass: rows [r0, r0 + n) of sequence seq; its marks are
- * marks[mark0 .. mark0 + n_marks) */
+/* Activation rows rounded for the integer products: q (rows, K) int8; Q8_K: d (rows, K/256)
+ * the block scales and s (rows, K/32) the sums of q over 32; Q8_0: d (rows, K/32) the f16
+ * scale as a float, s unused. Sized for `rows` rows of K at open. */
+typedef struct hk_act {
+    int8_t *q;
+    float *d;
+    int32_t *s;
+    int64_t K;
+    bool q80;   /* Q8_0 blocks, else Q8_K */
+} hk_act;
+
+/* one span's rows in a pass: rows [r0, r0 + n) of sequence seq, its first at position pos0;
+ * its marks are marks[mark0 .. mark0 + n_marks) */
 typedef struct hk_piece {
-    int64_t r0, n;
+    int64_t r0, n, pos0;
     int32_t seq, mark0, n_marks, pad;
 } hk_piece;
 
@@ -39,71 +64,148 @@ typedef struct hk_mark {
     int32_t slot, piece;
 } hk_mark;
 
+/* attention query tile: rows [r0, r0 + n) of one piece (so one sequence, consecutive
+ * positions from pos0) */
+typedef struct hk_qtile {
+    int32_t r0, n, seq, pad;
+    int64_t pos0;
+} hk_qtile;
+
+/* ---- base.cu ---- */
 int hk_malloc(void **p, size_t bytes, herr *e);
 void hk_free(void *p);
-int hk_h2d(void *d, const void *h, size_t n, herr *e);
+int hk_host_alloc(void **p, size_t bytes, herr *e);  /* pinned host memory */
+void hk_host_free(void *p);
+int hk_stream_new(void **st, herr *e);
+void hk_stream_free(void *st);
+int hk_h2d(void *d, const void *h, size_t n, herr *e);             /* synchronous */
 int hk_d2h(void *h, const void *d, size_t n, herr *e);
+int hk_h2d_async(void *st, void *d, const void *h, size_t n, herr *e);
+int hk_d2h_async(void *st, void *h, const void *d, size_t n, herr *e);
 int hk_memset(void *d, int v, size_t n, herr *e);
 int hk_sync(herr *e);
+int hk_stream_sync(void *st, herr *e);
 int hk_mem_info(size_t *free_b, size_t *total_b, herr *e);
 bool hk_type_ok(uint32_t t); /* a weight type the kernels read */
+/* Uploads the file's rows of a weight (host src, the file's layout) into w's GPU layout;
+ * w->d and w->dd allocated by the caller with hk_w_bytes's sizes. */
+void hk_w_bytes(uint32_t type, int64_t K, int64_t rows, size_t *d_bytes, size_t *dd_bytes);
+int hk_w_upload(hk_w *w, const void *src, int64_t rows, size_t src_row_bytes, herr *e);
 
-/* x (n, E) = rows ids of the embedding te (E = te->K) */
-int hk_embed(const hk_w *te, const int32_t *ids, int64_t n, float *x, herr *e);
-/* y[i] (n, E) = rmsnorm(x[rows ? rows[i] : i]) * w */
-int hk_rmsnorm(const float *x, const int32_t *rows, const float *w, float *y, int64_t n, int64_t E, float eps, herr *e);
-/* x += y, n floats */
-int hk_add(float *x, const float *y, int64_t n, herr *e);
-/* y[r * ys + o] = W[o] . x[r * xs], r < n, o < M */
-int hk_matmul(const hk_w *w, const float *x, int64_t xs, int64_t n, float *y, int64_t ys, herr *e);
+/* Graphs: capture the launches queued on st between begin and end into *graph (an
+ * executable graph), then replay it. */
+int hk_capture_begin(void *st, herr *e);
+int hk_capture_end(void *st, void **graph, herr *e);
+int hk_graph_launch(void *st, void *graph, herr *e);
+void hk_graph_free(void *graph);
 
-/* MoE: softmax over X logits per row, top K (ties: the lower id), weights renormalised */
-int hk_moe_route(const float *logits, int64_t n, int X, int K, int32_t *sel, float *wsel, herr *e);
-/* the n_pairs (row, slot) pairs grouped by expert: offs (2X + 2), list[offs[e]..offs[e+1]) =
- * the pairs r * K + slot of expert e (in no fixed order: each pair's result is its own);
- * offs[X + 1] experts have pairs, listed ascending from offs[X + 2]. counts: X + 1 ints. */
-int hk_moe_sort(const int32_t *sel, int64_t n_pairs, int X, int32_t *counts, int32_t *offs, int32_t *list, herr *e);
-/* for every expert e and pair p of it: y[list[p] * ys + o] = W_e[o] . x[(list[p] / in_div) * xs] */
-int hk_moe_matmul(const hk_w *w, int X, int64_t n_pairs, const int32_t *offs, const int32_t *list, int in_div,
-                  const float *x, int64_t xs, float *y, int64_t ys, herr *e);
-/* g = silu(g) * u, n floats */
-int hk_swiglu(float *g, const float *u, int64_t n, herr *e);
-/* out (n, E) = sum_k wsel[r,k] eo[r*K+k] (slot order) + sigmoid(h2[r] . gs) so[r] */
-int hk_moe_combine(const float *h2, const float *gs, const float *eo, const float *so, const float *wsel, float *out,
-                   int64_t n, int64_t E, int K, herr *e);
+/* Events for the op profile (HEARTH_CUDA_PROFILE): recorded on st, ms between two */
+int hk_event_new(void **ev, herr *e);
+void hk_event_free(void *ev);
+int hk_event_record(void *st, void *ev, herr *e);
+float hk_event_ms(void *a, void *b);
 
+/* x (n, E) = rows ids of the embedding te (E = te->K; te in the file's layout) */
+int hk_embed(void *st, const hk_w *te, const int32_t *ids, int64_t n, float *x, herr *e);
+/* y[i] (n, E) = rmsnorm(x[rows ? rows[i] : i]) * w; then, where a is set, y's rows rounded
+ * into a (and into a2) */
+int hk_rmsnorm(void *st, const float *x, const int32_t *rows, const float *w, float *y, int64_t n, int64_t E, float eps,
+               hk_act *a, hk_act *a2, herr *e);
+/* a (n rows of K) = x rounded (quant_quantize_act's bytes and scales) */
+int hk_quantize(void *st, const float *x, int64_t xs, int64_t n, hk_act *a, herr *e);
+
+/* ---- mmq.cu ---- */
+/* y[r * ys + o] (+)= W[o] . x[r], r < n, o < M; float weights read x (f32, stride xs),
+ * quantized ones read a (x rounded by hk_quantize for that type). add: y += the product
+ * (the residual), one add per element after the product's last block. */
+int hk_matmul(void *st, const hk_w *w, const float *x, int64_t xs, const hk_act *a, int64_t n, float *y, int64_t ys,
+              bool add, herr *e);
+
+/* two products of the same rows (a, n rows) and shape of output rows (ys): y = W x, y2 = W2 x,
+ * in one launch where both are quantized alike and n is a few rows (decode) */
+int hk_matmul2(void *st, const hk_w *w, const hk_w *w2, const hk_act *a, int64_t n, float *y, float *y2, int64_t ys,
+               herr *e);
+
+/* Expert products over pairs p < n_pairs (a pair: an activation row and an expert):
+ * y[p * ys + o] = W_{sel[p]}[o] . act[p / in_div], o < M. Pairs at or past n_routed use the
+ * shared expert ws (when set) instead: y[p] = Ws[o] . act[p - n_routed + sh_row0]. With
+ * sorted = NULL every pair runs on its own (a few pairs: decode); else sorted (from
+ * hk_moe_sort) groups the routed pairs by expert for the tensor cores. A pair's bits are the
+ * same either way. */
+typedef struct hk_moe_sorted {
+    const int32_t *offs;   /* X + 1 offsets of each expert's pairs in list */
+    const int32_t *list;   /* the routed pairs grouped by expert */
+    const int32_t *tiles;  /* the count, then (expert, first index in list) of each tile of MOE_TILE pairs */
+    int64_t max_tiles;     /* grid size: n_routed / MOE_TILE + min(X, n_routed) bounds the tiles */
+} hk_moe_sorted;
+int hk_moe_matmul(void *st, const hk_w *w, const hk_w *ws, const int32_t *sel, int64_t n_routed, int64_t n_pairs,
+                  int in_div, int64_t sh_row0, const hk_act *a, const hk_moe_sorted *sorted, float *y, int64_t ys,
+                  herr *e);
+/* two weights over the same pairs and rows in one launch (the gate and the up products):
+ * y from w (and ws), y2 from w2 (and ws2) */
+int hk_moe_matmul2(void *st, const hk_w *w, const hk_w *ws, const hk_w *w2, const hk_w *ws2, const int32_t *sel,
+                   int64_t n_routed, int64_t n_pairs, int in_div, int64_t sh_row0, const hk_act *a,
+                   const hk_moe_sorted *sorted, float *y, float *y2, int64_t ys, herr *e);
+/* the same for float experts over f32 rows x (stride xs), every pair on its own */
+int hk_moe_matmul_f32(void *st, const hk_w *w, const hk_w *ws, const int32_t *sel, int64_t n_routed, int64_t n_pairs,
+                      int in_div, int64_t sh_row0, const float *x, int64_t xs, float *y, int64_t ys, herr *e);
+int hk_moe_tile_rows(void);  /* MOE_TILE */
+
+/* ---- moe.cu ---- */
+/* per row (logits at stride ls): softmax over X logits, the top K (ties: the lower id), weights
+ * renormalised; X <= 512 */
+int hk_moe_route(void *st, const float *logits, int64_t ls, int64_t n, int X, int K, int32_t *sel, float *wsel, herr *e);
+/* the n_pairs routed pairs grouped by expert (offs, list, tiles of hk_moe_sorted), on the GPU */
+int hk_moe_sort(void *st, const int32_t *sel, int64_t n_pairs, int X, int32_t *offs, int32_t *list, int32_t *tiles,
+                herr *e);
+/* g = silu(g) * u for n_pairs rows of F, then rounded into a (for the down product) */
+int hk_swiglu_quant(void *st, const float *g, const float *u, int64_t n_pairs, int64_t F, hk_act *a, herr *e);
+/* x[r] += sum_k wsel[r,k] eo[r*K+k] (slot order) + sigmoid(gl[r * gls]) so[r] (the shared
+ * expert, gl its gate logit h2 . gs); then, with nw set, the next layer's norm of the new x
+ * as hk_rmsnorm makes it (into h, rounded into a and a2) */
+int hk_moe_combine(void *st, float *x, const float *gl, int64_t gls, const float *eo, const float *so, const float *wsel,
+                   int64_t n, int64_t E, int K, const float *nw, float *h, float eps, hk_act *a, hk_act *a2, herr *e);
+
+/* ---- gdn.cu ---- */
 /* GDN. rings: layer gi's ring of sequence s at ring0 + s * seq_stride, (dc-1, cd) rows;
  * conv: cv (n, cd) = silu(causal conv of [ring; qkv rows of the piece]) */
-int hk_gdn_conv(const float *qkv, const float *ring0, size_t seq_stride, const float *w, const int32_t *row_piece,
-                const hk_piece *pieces, int64_t n, int64_t cd, int64_t dc, float *cv, herr *e);
+int hk_gdn_conv(void *st, const float *qkv, const float *ring0, size_t seq_stride, const float *w,
+                const int32_t *row_piece, const hk_piece *pieces, int64_t n, int64_t cd, int64_t dc, float *cv, herr *e);
 /* ring points (into stage0 + slot * stage_stride) and each piece's new ring (via tmp: n_pieces
  * rings), then written over the old */
-int hk_gdn_ring(const float *qkv, float *ring0, size_t seq_stride, const hk_piece *pieces, int n_pieces,
+int hk_gdn_ring(void *st, const float *qkv, float *ring0, size_t seq_stride, const hk_piece *pieces, int n_pieces,
                 const hk_mark *marks, int n_marks, float *stage0, size_t stage_stride, int64_t cd, int64_t dc, float *tmp,
                 herr *e);
 /* per row: q and k heads L2-normed (q also times 1/sqrt(S)); b = sigmoid(b), a = A * softplus(a + dt) */
-int hk_gdn_norm_gate(float *cv, float *b, float *a, const float *ssm_a, const float *dt, int64_t n, int64_t S, int64_t Gk,
-                     int64_t Gv, int64_t cd, float eps, herr *e);
-/* the gated delta rule, row by row per (piece, value head); lanes of sequence s at
- * lane0 + s * seq_stride, (Gv, S, S) with rows the key dim; points into stage0 + slot *
+int hk_gdn_norm_gate(void *st, float *cv, float *b, float *a, const float *ssm_a, const float *dt, int64_t n, int64_t S,
+                     int64_t Gk, int64_t Gv, int64_t cd, float eps, herr *e);
+/* the gated delta rule, row by row per (piece, value head, column group); lanes of sequence
+ * s at lane0 + s * seq_stride, (Gv, S, S) with rows the key dim; points into stage0 + slot *
  * stage_stride; o (n, Gv*S). S must be 128. */
-int hk_gdn_delta(const float *cv, const float *b, const float *a, float *lane0, size_t seq_stride,
+int hk_gdn_delta(void *st, const float *cv, const float *b, const float *a, float *lane0, size_t seq_stride,
                  const hk_piece *pieces, int n_pieces, const hk_mark *marks, float *stage0, size_t stage_stride,
                  int64_t S, int64_t Gk, int64_t Gv, int64_t cd, float *o, herr *e);
-/* o (n, Gv*S) = rmsnorm per head (weight nw, S) * silu(z) */
-int hk_gdn_gated_norm(float *o, const float *z, const float *nw, int64_t n, int64_t S, int64_t Gv, float eps, herr *e);
+/* o (n, Gv*S) = rmsnorm per head (weight nw, S) * silu(z), then rounded into a */
+int hk_gdn_gated_norm(void *st, float *o, const float *z, const float *nw, int64_t n, int64_t S, int64_t Gv, float eps,
+                      hk_act *a, herr *e);
 
+/* ---- attn.cu ---- */
 /* attention: per row, q heads (in qf: per head [q D | gate D]) and k heads RMS-normed and
  * roped, k and v stored at the row's position in its sequence's cache (f16 or f32; layer base
  * k0/v0, sequence s at + s * seq_stride elements) */
-int hk_attn_prep(float *qf, float *k, const float *v, const float *qn, const float *kn, const int32_t *row_seq,
+int hk_attn_prep(void *st, float *qf, float *k, const float *v, const float *qn, const float *kn, const int32_t *row_seq,
                  const int64_t *pos, int64_t n, int64_t H, int64_t Hkv, int64_t D, int64_t rope_dims, float theta,
                  float eps, void *k0, void *v0, size_t seq_stride, bool f16, herr *e);
 /* ao (n, H*D) = softmax(q k^T / sqrt(D)) v over keys [0, pos] of the row's sequence, times
- * sigmoid(gate); scores: n * H * n_ctx floats of scratch */
-int hk_attn(const float *qf, const int32_t *row_seq, const int64_t *pos, int64_t n, int64_t H, int64_t Hkv, int64_t D,
-            const void *k0, const void *v0, size_t seq_stride, bool f16, float *scores, int64_t n_ctx, float *ao,
-            herr *e);
+ * sigmoid(gate). Keys in segments of seg rows (fixed per engine), each over blocks of
+ * ATTN_KB keys in order with a running max; then the segments merged in order. tiles:
+ * n_tiles query tiles of at most hk_attn_tile_rows(H / Hkv) rows; part: scratch of
+ * n * H * n_seg * hk_attn_part_floats(D) floats. Every row takes the same path whatever shares its tile. */
+int hk_attn(void *st, const float *qf, const hk_qtile *tiles, int n_tiles, const int64_t *pos, int64_t n, int64_t H,
+            int64_t Hkv, int64_t D, const void *k0, const void *v0, size_t seq_stride, bool f16, int64_t seg,
+            int64_t n_seg, float *part, float *ao, herr *e);
+int hk_attn_tile_rows(int64_t G);   /* query rows per tile: 32 query heads / G */
+int64_t hk_attn_part_floats(int64_t D);
 
 #ifdef __cplusplus
 }

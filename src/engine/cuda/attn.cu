@@ -1,0 +1,295 @@
+// attn.cu: the attention layer's kernels: per-head RMSNorm and RoPE with the rows' K and V
+// stored in the cache, and causal softmax attention in f32, flash style.
+//
+// Every row takes one fixed path, whatever shares its launch: its keys [0, pos] are cut at
+// absolute multiples of seg (segments, fixed per engine) and of ATTN_KB inside them (blocks);
+// a segment runs its blocks in order with a running max (blocks past the row's position are
+// skipped, and a block's sums take only the row's own keys, in order); then the segments are
+// merged in order. A tile packs the G query heads of a KV head over consecutive rows of one
+// piece (32 query vectors), so K and V are read once for all of them; a decode row is a tile
+// of one row and takes the same path.
+#include <cuda_fp16.h>
+
+#include "engine/cuda/common.cuh"
+
+// one warp: RMSNorm x (D) by w in place, then NeoX RoPE on its first rope_dims dims
+__device__ void norm_rope(float *x, const float *w, int64_t D, int64_t rope_dims, int64_t pos, float theta, float eps) {
+    const int lane = threadIdx.x % 32;
+    float ss = 0;
+    for (int64_t i = lane; i < D; i += 32) ss += x[i] * x[i];
+    ss = warp_sum(ss);
+    const float sc = 1.0f / sqrtf(ss / (float)D + eps);
+    for (int64_t i = lane; i < D; i += 32) x[i] = x[i] * sc * w[i];
+    __syncwarp();
+    const int64_t half = rope_dims / 2;
+    for (int64_t i = lane; i < half; i += 32) {
+        const double ang = (double)pos * pow((double)theta, -2.0 * (double)i / (double)rope_dims);
+        const float c = (float)cos(ang), s = (float)sin(ang);
+        const float x0 = x[i], x1 = x[i + half];
+        x[i] = x0 * c - x1 * s;
+        x[i + half] = x0 * s + x1 * c;
+    }
+    __syncwarp();
+}
+
+// grid (n, H + Hkv), a warp per (row, head): a query head RMS-normed and roped in place; a KV
+// head's k likewise, then its k and v stored at the row's position in its sequence's cache
+__global__ void attn_prep_kernel(float *qf, float *k, const float *v, const float *qn, const float *kn,
+                                 const int32_t *row_seq, const int64_t *pos, int64_t H, int64_t Hkv, int64_t D,
+                                 int64_t rope_dims, float theta, float eps, void *k0, void *v0, size_t seq_stride, bool f16) {
+    const int64_t r = blockIdx.x, h = blockIdx.y;
+    if (h < H) {
+        norm_rope(qf + r * 2 * H * D + h * 2 * D, qn, D, rope_dims, pos[r], theta, eps);
+        return;
+    }
+    const int64_t kh = h - H;
+    float *kr = k + r * Hkv * D + kh * D;
+    norm_rope(kr, kn, D, rope_dims, pos[r], theta, eps);
+    const size_t at = (size_t)row_seq[r] * seq_stride + (size_t)(pos[r] * Hkv * D + kh * D);
+    const float *vr = v + r * Hkv * D + kh * D;
+    for (int64_t i = threadIdx.x; i < D; i += 32) {
+        if (f16) {
+            ((__half *)k0)[at + i] = __float2half_rn(kr[i]);
+            ((__half *)v0)[at + i] = __float2half_rn(vr[i]);
+        } else {
+            ((float *)k0)[at + i] = kr[i];
+            ((float *)v0)[at + i] = vr[i];
+        }
+    }
+}
+
+extern "C" int hk_attn_prep(void *st, float *qf, float *k, const float *v, const float *qn, const float *kn,
+                            const int32_t *row_seq, const int64_t *pos, int64_t n, int64_t H, int64_t Hkv, int64_t D,
+                            int64_t rope_dims, float theta, float eps, void *k0, void *v0, size_t seq_stride, bool f16,
+                            herr *e) {
+    if (n == 0) return 0;
+    dim3 g((unsigned)n, (unsigned)(H + Hkv));
+    attn_prep_kernel<<<g, 32, 0, STREAM(st)>>>(qf, k, v, qn, kn, row_seq, pos, H, Hkv, D, rope_dims, theta, eps, k0, v0,
+                                               seq_stride, f16);
+    LAUNCHED(e);
+    return 0;
+}
+
+__device__ __forceinline__ void cp16(void *smem, const void *gmem) {
+    const unsigned sa = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(sa), "l"(gmem));
+}
+
+#define ATTN_QV 32   /* query vectors per tile: rows x the G heads of a KV head */
+#define ATTN_KB 32   /* keys per block */
+#define ATTN_T 128   /* threads: 8 per pair of query vectors */
+#define PART(D) ((D) + 4) /* floats per (row, head, segment) partial: o, then max and sum; a multiple of 4 keeps o's float4s aligned */
+
+extern "C" int64_t hk_attn_part_floats(int64_t D) { return PART(D); }
+extern "C" int hk_attn_tile_rows(int64_t G) { return G > 0 && G <= ATTN_QV && ATTN_QV % G == 0 ? (int)(ATTN_QV / G) : 0; }
+
+template <int D> struct at_smem {
+    static constexpr int QS = D + 4, KS = D + 4; /* +4: key rows on distinct bank quads */
+    static constexpr int BYTES = 4 * (ATTN_QV * QS + ATTN_KB * KS + ATTN_KB * D + ATTN_QV * (ATTN_KB + 1));
+};
+
+// grid (tiles, Hkv, n_seg), 128 threads. Thread (qp = tid / 8, j8 = tid % 8) holds query
+// vectors v = 2 qp and 2 qp + 1 (vector v: row v / G of the tile, head kvh * G + v % G):
+// their scores with keys j8 + 8u of a block, and their output dims 4 j8 + 32 u'. Per vector:
+// a score is its D products summed in order; the block's max and sum take the 8 threads'
+// keys by a fixed tree; the output adds the vector's own keys in order. Writes the segment's
+// (o unnormalised, max, sum) per (row, head) into part.
+template <int D>
+__global__ void __launch_bounds__(ATTN_T) attn_kernel(const float *qf, const hk_qtile *tiles, int64_t H, int64_t Hkv,
+                                                      const void *k0, const void *v0, size_t seq_stride, bool f16,
+                                                      int64_t seg, int64_t n_seg, float *part) {
+    extern __shared__ __align__(16) float sm[];
+    using L = at_smem<D>;
+    constexpr int NO = D / 32; /* float4 groups of output dims per thread and vector */
+    float *Qs = sm, *Ks = Qs + ATTN_QV * L::QS, *Vs = Ks + ATTN_KB * L::KS, *Ps = Vs + ATTN_KB * D;
+    const hk_qtile tile = tiles[blockIdx.x];
+    const int64_t kvh = blockIdx.y, s = blockIdx.z, G = H / Hkv;
+    const int64_t k_lo = s * seg, last = tile.pos0 + tile.n - 1;
+    if (k_lo > last) return;
+    const int64_t k_hi = min((s + 1) * seg, last + 1); /* keys [k_lo, k_hi) of this CTA */
+    const int tid = threadIdx.x, qp = tid / 8, j8 = tid % 8;
+    int row[2];
+    bool live[2];
+    int64_t my_pos[2];
+#pragma unroll
+    for (int a = 0; a < 2; a++) {
+        row[a] = (2 * qp + a) / (int)G;
+        live[a] = row[a] < tile.n;
+        my_pos[a] = tile.pos0 + row[a];
+    }
+    const float scale = 1.0f / sqrtf((float)D);
+    for (int i = tid; i < ATTN_QV * (D / 4); i += ATTN_T) {
+        const int vv = i / (D / 4), d4 = i % (D / 4), rr = vv / (int)G;
+        float4 q = make_float4(0, 0, 0, 0);
+        if (rr < tile.n) q = ((const float4 *)(qf + (int64_t)(tile.r0 + rr) * 2 * H * D + (kvh * G + vv % G) * 2 * D))[d4];
+        *(float4 *)(Qs + vv * L::QS + 4 * d4) = q;
+    }
+    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f}, o[2][4 * NO];
+#pragma unroll
+    for (int a = 0; a < 2; a++)
+#pragma unroll
+        for (int i = 0; i < 4 * NO; i++) o[a][i] = 0.0f;
+    const size_t base = (size_t)tile.seq * seq_stride + (size_t)(kvh * D);
+    for (int64_t kb = k_lo; kb < k_hi; kb += ATTN_KB) {
+        const int nk = (int)min((int64_t)ATTN_KB, k_hi - kb);
+        __syncthreads(); /* the last block's K, V and P are read */
+        for (int i = tid; i < ATTN_KB * (D / 8); i += ATTN_T) {
+            const int j = i / (D / 8), d8 = i % (D / 8);
+            float kx[8] = {0, 0, 0, 0, 0, 0, 0, 0}, vx[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+            if (j < nk) {
+                const size_t at = base + (size_t)((kb + j) * Hkv * D) + 8 * d8;
+                if (f16) {
+                    const uint4 ku = *(const uint4 *)((const __half *)k0 + at), vu = *(const uint4 *)((const __half *)v0 + at);
+                    const __half2 *kh = (const __half2 *)&ku, *vh = (const __half2 *)&vu;
+#pragma unroll
+                    for (int q = 0; q < 4; q++) {
+                        const float2 kf = __half22float2(kh[q]), vf = __half22float2(vh[q]);
+                        kx[2 * q] = kf.x, kx[2 * q + 1] = kf.y, vx[2 * q] = vf.x, vx[2 * q + 1] = vf.y;
+                    }
+                } else {
+                    const float4 *kp = (const float4 *)((const float *)k0 + at), *vp = (const float4 *)((const float *)v0 + at);
+                    const float4 a0 = kp[0], a1 = kp[1], b0 = vp[0], b1 = vp[1];
+                    kx[0] = a0.x, kx[1] = a0.y, kx[2] = a0.z, kx[3] = a0.w, kx[4] = a1.x, kx[5] = a1.y, kx[6] = a1.z, kx[7] = a1.w;
+                    vx[0] = b0.x, vx[1] = b0.y, vx[2] = b0.z, vx[3] = b0.w, vx[4] = b1.x, vx[5] = b1.y, vx[6] = b1.z, vx[7] = b1.w;
+                }
+            }
+            float4 *kd = (float4 *)(Ks + j * L::KS + 8 * d8), *vd = (float4 *)(Vs + j * D + 8 * d8);
+            kd[0] = make_float4(kx[0], kx[1], kx[2], kx[3]), kd[1] = make_float4(kx[4], kx[5], kx[6], kx[7]);
+            vd[0] = make_float4(vx[0], vx[1], vx[2], vx[3]), vd[1] = make_float4(vx[4], vx[5], vx[6], vx[7]);
+        }
+        __syncthreads();
+        /* each vector's own keys in this block: [kb, min(kb + nk, pos + 1)) */
+        int nv[2];
+#pragma unroll
+        for (int a = 0; a < 2; a++) nv[a] = live[a] ? (int)max((int64_t)0, min((int64_t)nk, my_pos[a] + 1 - kb)) : 0;
+        float sc[2][ATTN_KB / 8];
+#pragma unroll
+        for (int a = 0; a < 2; a++)
+#pragma unroll
+            for (int u = 0; u < ATTN_KB / 8; u++) sc[a][u] = 0.0f;
+        {
+            const float4 *q0 = (const float4 *)(Qs + (2 * qp) * L::QS), *q1 = (const float4 *)(Qs + (2 * qp + 1) * L::QS);
+#pragma unroll 4
+            for (int i = 0; i < D / 4; i++) {
+                const float4 a = q0[i], b = q1[i];
+#pragma unroll
+                for (int u = 0; u < ATTN_KB / 8; u++) {
+                    const float4 k = ((const float4 *)(Ks + (j8 + 8 * u) * L::KS))[i];
+                    float x = sc[0][u], y = sc[1][u];
+                    x = fmaf(a.x, k.x, x), x = fmaf(a.y, k.y, x), x = fmaf(a.z, k.z, x), x = fmaf(a.w, k.w, x);
+                    y = fmaf(b.x, k.x, y), y = fmaf(b.y, k.y, y), y = fmaf(b.z, k.z, y), y = fmaf(b.w, k.w, y);
+                    sc[0][u] = x, sc[1][u] = y;
+                }
+            }
+        }
+        float alpha[2], ps[2];
+#pragma unroll
+        for (int a = 0; a < 2; a++) {
+            float bmax = -INFINITY;
+#pragma unroll
+            for (int u = 0; u < ATTN_KB / 8; u++) {
+                sc[a][u] *= scale;
+                if (j8 + 8 * u < nv[a]) bmax = fmaxf(bmax, sc[a][u]);
+            }
+            bmax = fmaxf(bmax, __shfl_xor_sync(0xffffffffu, bmax, 1));
+            bmax = fmaxf(bmax, __shfl_xor_sync(0xffffffffu, bmax, 2));
+            bmax = fmaxf(bmax, __shfl_xor_sync(0xffffffffu, bmax, 4));
+            const float mn = fmaxf(m[a], bmax);
+            alpha[a] = nv[a] > 0 ? expf(m[a] - mn) : 1.0f;
+            float sum = 0;
+#pragma unroll
+            for (int u = 0; u < ATTN_KB / 8; u++) {
+                const int j = j8 + 8 * u;
+                const float p = j < nv[a] ? expf(sc[a][u] - mn) : 0.0f;
+                Ps[(2 * qp + a) * (ATTN_KB + 1) + j] = p;
+                sum += p;
+            }
+            sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+            sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+            sum += __shfl_xor_sync(0xffffffffu, sum, 4);
+            ps[a] = sum;
+            if (nv[a] > 0) m[a] = mn;
+        }
+        __syncthreads();
+#pragma unroll
+        for (int a = 0; a < 2; a++) {
+            if (nv[a] == 0) continue;
+            l[a] = l[a] * alpha[a] + ps[a];
+#pragma unroll
+            for (int i = 0; i < 4 * NO; i++) o[a][i] *= alpha[a];
+            const float *pr = Ps + (2 * qp + a) * (ATTN_KB + 1);
+            for (int j = 0; j < nv[a]; j++) {
+                const float p = pr[j];
+                const float *vrow = Vs + j * D + 4 * j8;
+#pragma unroll
+                for (int u = 0; u < NO; u++) {
+                    const float4 vv = *(const float4 *)(vrow + 32 * u);
+                    o[a][4 * u] = fmaf(p, vv.x, o[a][4 * u]), o[a][4 * u + 1] = fmaf(p, vv.y, o[a][4 * u + 1]);
+                    o[a][4 * u + 2] = fmaf(p, vv.z, o[a][4 * u + 2]), o[a][4 * u + 3] = fmaf(p, vv.w, o[a][4 * u + 3]);
+                }
+            }
+        }
+    }
+#pragma unroll
+    for (int a = 0; a < 2; a++) {
+        if (!live[a]) continue;
+        const int64_t h = kvh * G + (2 * qp + a) % G;
+        float *pp = part + (((int64_t)(tile.r0 + row[a]) * H + h) * n_seg + s) * PART(D);
+#pragma unroll
+        for (int u = 0; u < NO; u++)
+            *(float4 *)(pp + 32 * u + 4 * j8) = make_float4(o[a][4 * u], o[a][4 * u + 1], o[a][4 * u + 2], o[a][4 * u + 3]);
+        if (j8 == 0) pp[D] = m[a], pp[D + 1] = l[a];
+    }
+}
+
+// block per (row, head), D threads: the segments [0, pos / seg] merged in order, times
+// sigmoid(gate)
+__global__ void attn_merge_kernel(const float *qf, const int64_t *pos, int64_t H, int64_t D, int64_t seg, int64_t n_seg,
+                                  const float *part, float *ao) {
+    const int64_t h = blockIdx.x, r = blockIdx.y, d = threadIdx.x;
+    const int64_t ns = pos[r] / seg + 1;
+    const float *pp = part + ((r * H + h) * n_seg) * PART(D);
+    float mx = -INFINITY;
+    for (int64_t s = 0; s < ns; s++) mx = fmaxf(mx, pp[s * PART(D) + D]);
+    float L = 0, O = 0;
+    for (int64_t s = 0; s < ns; s++) {
+        const float f = expf(pp[s * PART(D) + D] - mx);
+        L += pp[s * PART(D) + D + 1] * f;
+        O += pp[s * PART(D) + d] * f;
+    }
+    const float gate = qf[r * 2 * H * D + h * 2 * D + D + d];
+    ao[r * H * D + h * D + d] = O / L * sigm(gate);
+}
+
+template <int D> static int attn_launch(void *st, const float *qf, const hk_qtile *tiles, int n_tiles, int64_t H,
+                                        int64_t Hkv, const void *k0, const void *v0, size_t seq_stride, bool f16,
+                                        int64_t seg, int64_t n_seg, float *part, herr *e) {
+    static bool ready = false;
+    constexpr int bytes = at_smem<D>::BYTES;
+    if (!ready) {
+        CUDA_TRY(cudaFuncSetAttribute(attn_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes), e);
+        ready = true;
+    }
+    dim3 g((unsigned)n_tiles, (unsigned)Hkv, (unsigned)n_seg);
+    attn_kernel<D><<<g, ATTN_T, bytes, STREAM(st)>>>(qf, tiles, H, Hkv, k0, v0, seq_stride, f16, seg, n_seg, part);
+    LAUNCHED(e);
+    return 0;
+}
+
+extern "C" int hk_attn(void *st, const float *qf, const hk_qtile *tiles, int n_tiles, const int64_t *pos, int64_t n,
+                       int64_t H, int64_t Hkv, int64_t D, const void *k0, const void *v0, size_t seq_stride, bool f16,
+                       int64_t seg, int64_t n_seg, float *part, float *ao, herr *e) {
+    if (n == 0) return 0;
+    if (!hk_attn_tile_rows(H / Hkv) || seg % ATTN_KB)
+        return herr_set(e, "hk_attn: %lld query heads over %lld KV heads (segments of %lld)", (long long)H, (long long)Hkv,
+                        (long long)seg);
+    int rc;
+    if (D == 256) rc = attn_launch<256>(st, qf, tiles, n_tiles, H, Hkv, k0, v0, seq_stride, f16, seg, n_seg, part, e);
+    else if (D == 128) rc = attn_launch<128>(st, qf, tiles, n_tiles, H, Hkv, k0, v0, seq_stride, f16, seg, n_seg, part, e);
+    else return herr_set(e, "hk_attn: head dim %lld (the CUDA engine takes 128 or 256)", (long long)D);
+    if (rc < 0) return -1;
+    dim3 g((unsigned)H, (unsigned)n);
+    attn_merge_kernel<<<g, (unsigned)D, 0, STREAM(st)>>>(qf, pos, H, D, seg, n_seg, part, ao);
+    LAUNCHED(e);
+    return 0;
+}

@@ -1,0 +1,239 @@
+// gdn.cu: the Gated DeltaNet layer's kernels: the causal conv over [ring; rows], the rings
+// (points and the hand-off to the next pass), the L2 norms and gates, the delta rule row by
+// row, and the gated RMSNorm fused with the rounding for the out-projection.
+//
+// The delta rule (S the lane, 128 x 128, rows the key dim): per row, S = exp(g) S; d = beta
+// (v - S^T k); S += k d^T; o = S^T q. A column of S needs only itself, so a block takes 32
+// columns of one value head (4 blocks a head): warp w holds rows 32w..32w+31 of the block's
+// columns in registers (lane = column), its partial dots meet in shared memory and are
+// summed in one fixed order. A point after row m is the columns as they stand then, so
+// marks are exact by construction and never change the pass.
+#include "engine/cuda/common.cuh"
+#include "engine/cuda/act.cuh"
+
+// row j (0..dc-1) of the concatenation [ring; piece rows] ending at pass row r, channel ch
+__device__ __forceinline__ float conv_x(const float *qkv, const float *ring, const hk_piece *pc, int64_t r, int64_t j,
+                                        int64_t cd, int64_t dc, int64_t ch) {
+    const int64_t idx = r - pc->r0 - (dc - 1) + j;
+    return idx >= 0 ? qkv[(pc->r0 + idx) * cd + ch] : ring[(idx + dc - 1) * cd + ch];
+}
+
+__global__ void conv_kernel(const float *qkv, const float *ring0, size_t seq_stride, const float *w, const int32_t *row_piece,
+                            const hk_piece *pieces, int64_t cd, int64_t dc, float *cv) {
+    const int64_t r = blockIdx.y, ch = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (ch >= cd) return;
+    const hk_piece *pc = &pieces[row_piece[r]];
+    const float *ring = ring0 + (size_t)pc->seq * seq_stride;
+    float s = 0;
+    for (int64_t j = 0; j < dc; j++) s += w[ch * dc + j] * conv_x(qkv, ring, pc, r, j, cd, dc, ch);
+    cv[r * cd + ch] = silu(s);
+}
+
+extern "C" int hk_gdn_conv(void *st, const float *qkv, const float *ring0, size_t seq_stride, const float *w,
+                           const int32_t *row_piece, const hk_piece *pieces, int64_t n, int64_t cd, int64_t dc, float *cv,
+                           herr *e) {
+    if (n == 0) return 0;
+    dim3 g(blocks_of(cd, 256), (unsigned)n);
+    conv_kernel<<<g, 256, 0, STREAM(st)>>>(qkv, ring0, seq_stride, w, row_piece, pieces, cd, dc, cv);
+    LAUNCHED(e);
+    return 0;
+}
+
+// grid (cd / 256, n_pieces): per channel of a piece, the rings of its marks (the dc-1 rows
+// up to each mark's end row, into the staging area) and its new ring (up to its last row),
+// written over the old in place: the thread reads its channel's old ring before writing it
+#define RING_MAX 8
+__global__ void ring_kernel(const float *qkv, float *ring0, size_t seq_stride, const hk_piece *pieces, const hk_mark *marks,
+                            float *stage0, size_t stage_stride, int64_t cd, int64_t dc) {
+    const int64_t ch = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (ch >= cd) return;
+    const hk_piece *pc = &pieces[blockIdx.y];
+    float *ring = ring0 + (size_t)pc->seq * seq_stride;
+    for (int k = 0; k < pc->n_marks; k++) {
+        const hk_mark *mk = &marks[pc->mark0 + k];
+        float *dst = stage0 + (size_t)mk->slot * stage_stride;
+        for (int64_t j = 0; j < dc - 1; j++) dst[j * cd + ch] = conv_x(qkv, ring, pc, pc->r0 + mk->m - 1, j + 1, cd, dc, ch);
+    }
+    float nr[RING_MAX];
+    for (int64_t j = 0; j < dc - 1; j++) nr[j] = conv_x(qkv, ring, pc, pc->r0 + pc->n - 1, j + 1, cd, dc, ch);
+    for (int64_t j = 0; j < dc - 1; j++) ring[j * cd + ch] = nr[j];
+}
+
+extern "C" int hk_gdn_ring(void *st, const float *qkv, float *ring0, size_t seq_stride, const hk_piece *pieces, int n_pieces,
+                           const hk_mark *marks, int n_marks, float *stage0, size_t stage_stride, int64_t cd, int64_t dc,
+                           float *tmp, herr *e) {
+    if (n_pieces == 0) return 0;
+    if (dc - 1 > RING_MAX) return herr_set(e, "hk_gdn_ring: a conv of %lld taps", (long long)dc);
+    dim3 g(blocks_of(cd, 256), (unsigned)n_pieces);
+    ring_kernel<<<g, 256, 0, STREAM(st)>>>(qkv, ring0, seq_stride, pieces, marks, stage0, stage_stride, cd, dc);
+    LAUNCHED(e);
+    return 0;
+}
+
+// block per row, a warp per head: q and k heads L2-normed; gates per value head
+__global__ void norm_gate_kernel(float *cv, float *b, float *a, const float *ssm_a, const float *dt, int64_t S, int64_t Gk,
+                                 int64_t Gv, int64_t cd, float eps) {
+    const int64_t r = blockIdx.x;
+    const int lane = threadIdx.x % 32, wid = threadIdx.x / 32, nw = blockDim.x / 32;
+    const float qscale = 1.0f / sqrtf((float)S);
+    for (int64_t hk = wid; hk < 2 * Gk; hk += nw) {
+        float *x = cv + r * cd + hk * S;
+        float ss = 0;
+        for (int64_t i = lane; i < S; i += 32) ss += x[i] * x[i];
+        ss = warp_sum(ss);
+        float sc = 1.0f / sqrtf(ss + eps);
+        if (hk < Gk) sc *= qscale;
+        for (int64_t i = lane; i < S; i += 32) x[i] *= sc;
+    }
+    for (int64_t h = threadIdx.x; h < Gv; h += blockDim.x) {
+        const float av = a[r * Gv + h] + dt[h];
+        b[r * Gv + h] = sigm(b[r * Gv + h]);
+        a[r * Gv + h] = ssm_a[h] * (av > 20.0f ? av : log1pf(expf(av)));
+    }
+}
+
+extern "C" int hk_gdn_norm_gate(void *st, float *cv, float *b, float *a, const float *ssm_a, const float *dt, int64_t n,
+                                int64_t S, int64_t Gk, int64_t Gv, int64_t cd, float eps, herr *e) {
+    if (n == 0) return 0;
+    norm_gate_kernel<<<(unsigned)n, 256, 0, STREAM(st)>>>(cv, b, a, ssm_a, dt, S, Gk, Gv, cd, eps);
+    LAUNCHED(e);
+    return 0;
+}
+
+#define DS 128   /* the lane's side */
+#define DCOLS 32 /* columns per block */
+#define DCH 16   /* rows staged in shared memory at a time */
+
+// grid (Gv * 4, n_pieces), 128 threads: value head h = blockIdx.x / 4, columns
+// c0..c0+31 (c0 = 32 (blockIdx.x % 4)); warp w holds st[i] = S[32w + i][c0 + lane].
+__global__ void __launch_bounds__(128) delta_kernel(const float *cv, const float *b, const float *a, float *lane0,
+                                                    size_t seq_stride, const hk_piece *pieces, const hk_mark *marks,
+                                                    float *stage0, size_t stage_stride, int64_t Gk, int64_t Gv, int64_t cd,
+                                                    float *o) {
+    __shared__ __align__(16) float qs[DCH][DS], ks[DCH][DS], vs[DCH][DCOLS];
+    __shared__ float bs[DCH], gs[DCH];
+    __shared__ float part[4][DCOLS];
+    const int64_t h = blockIdx.x / 4, hk = h % Gk, c0 = (int64_t)(blockIdx.x % 4) * DCOLS;
+    const hk_piece *pc = &pieces[blockIdx.y];
+    const int tid = threadIdx.x, w = tid / 32, lane = tid & 31;
+    const int64_t col = c0 + lane;
+    float *lane_p = lane0 + (size_t)pc->seq * seq_stride + (size_t)(h * DS * DS);
+    float st[32];
+#pragma unroll
+    for (int i = 0; i < 32; i++) st[i] = lane_p[(32 * w + i) * DS + col];
+    int mk = 0;
+    /* a chunk of DCH rows' q, k (8 float4 a thread), the block's v columns (one float4), beta
+     * and gate: the next chunk's loads are in flight while this one is computed */
+    float4 pq[8], pv;
+    float pb = 0.0f, pg = 0.0f;
+    auto fetch = [&](int64_t t0) {
+        const int nrows = pc->n - t0 < DCH ? (int)(pc->n - t0) : DCH;
+#pragma unroll
+        for (int it = 0; it < 8; it++) {
+            const int i = tid + 128 * it, rr = i / 64, c4 = i % 64;
+            pq[it] = make_float4(0, 0, 0, 0);
+            if (rr < nrows) {
+                const float *row = cv + (pc->r0 + t0 + rr) * cd;
+                pq[it] = c4 < 32 ? ((const float4 *)(row + hk * DS))[c4] : ((const float4 *)(row + Gk * DS + hk * DS))[c4 - 32];
+            }
+        }
+        const int rv = tid / 8, c8 = tid % 8;
+        pv = rv < nrows ? ((const float4 *)(cv + (pc->r0 + t0 + rv) * cd + 2 * Gk * DS + h * DS + c0))[c8] : make_float4(0, 0, 0, 0);
+        if (tid < nrows) pb = b[(pc->r0 + t0 + tid) * Gv + h], pg = a[(pc->r0 + t0 + tid) * Gv + h];
+    };
+    fetch(0);
+    for (int64_t t0 = 0; t0 < pc->n; t0 += DCH) {
+        const int nrows = pc->n - t0 < DCH ? (int)(pc->n - t0) : DCH;
+        __syncthreads(); /* the previous rows are done with the stage */
+#pragma unroll
+        for (int it = 0; it < 8; it++) {
+            const int i = tid + 128 * it, rr = i / 64, c4 = i % 64;
+            if (c4 < 32) *(float4 *)&qs[rr][4 * c4] = pq[it];
+            else *(float4 *)&ks[rr][4 * (c4 - 32)] = pq[it];
+        }
+        *(float4 *)&vs[tid / 8][4 * (tid % 8)] = pv;
+        if (tid < nrows) bs[tid] = pb, gs[tid] = expf(pg);
+        __syncthreads();
+        if (t0 + DCH < pc->n) fetch(t0 + DCH);
+        for (int rr = 0; rr < nrows; rr++) {
+            const float eg = gs[rr];
+            const float *kk = ks[rr] + 32 * w, *qq = qs[rr] + 32 * w;
+            float kv = 0;
+#pragma unroll
+            for (int i = 0; i < 32; i++) {
+                st[i] *= eg;
+                kv = fmaf(st[i], kk[i], kv);
+            }
+            part[w][lane] = kv;
+            __syncthreads();
+            kv = (part[0][lane] + part[1][lane]) + (part[2][lane] + part[3][lane]);
+            const float d = bs[rr] * (vs[rr][lane] - kv);
+            float out = 0;
+#pragma unroll
+            for (int i = 0; i < 32; i++) {
+                st[i] = fmaf(kk[i], d, st[i]);
+                out = fmaf(st[i], qq[i], out);
+            }
+            __syncthreads(); /* every warp has read part */
+            part[w][lane] = out;
+            __syncthreads();
+            if (w == 0) {
+                const int64_t r = pc->r0 + t0 + rr;
+                o[r * (Gv * DS) + h * DS + col] = (part[0][lane] + part[1][lane]) + (part[2][lane] + part[3][lane]);
+            }
+            const int64_t t = t0 + rr;
+            while (mk < pc->n_marks && marks[pc->mark0 + mk].m == t + 1) {
+                float *dst = stage0 + (size_t)marks[pc->mark0 + mk].slot * stage_stride + (size_t)(h * DS * DS);
+#pragma unroll
+                for (int i = 0; i < 32; i++) dst[(32 * w + i) * DS + col] = st[i];
+                mk++;
+            }
+            __syncthreads(); /* part is read before the next row writes it */
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < 32; i++) lane_p[(32 * w + i) * DS + col] = st[i];
+}
+
+extern "C" int hk_gdn_delta(void *st, const float *cv, const float *b, const float *a, float *lane0, size_t seq_stride,
+                            const hk_piece *pieces, int n_pieces, const hk_mark *marks, float *stage0, size_t stage_stride,
+                            int64_t S, int64_t Gk, int64_t Gv, int64_t cd, float *o, herr *e) {
+    if (S != DS) return herr_set(e, "the CUDA engine's delta rule takes ssm_d_state %d, not %lld", DS, (long long)S);
+    if (n_pieces == 0) return 0;
+    dim3 g((unsigned)(Gv * 4), (unsigned)n_pieces);
+    delta_kernel<<<g, 128, 0, STREAM(st)>>>(cv, b, a, lane0, seq_stride, pieces, marks, stage0, stage_stride, Gk, Gv, cd, o);
+    LAUNCHED(e);
+    return 0;
+}
+
+// block per row, 256 threads; warp w takes 256 values (two heads of 128) at a time: a head's
+// sum of squares over its 16 lanes (a fixed xor tree), x = x * scale * nw * silu(z), written
+// back and rounded into a (when set)
+__global__ void gated_norm_kernel(float *o, const float *z, const float *nw, int64_t Vd, float eps, hk_act a) {
+    const int64_t r = blockIdx.x;
+    const int lane = threadIdx.x & 31;
+    for (int64_t blk = threadIdx.x / 32; blk < Vd / 256; blk += 8) {
+        const int64_t i0 = r * Vd + blk * 256 + 8 * lane;
+        const int d0 = (8 * lane) % DS;
+        float v[8], ss = 0;
+#pragma unroll
+        for (int i = 0; i < 8; i++) v[i] = o[i0 + i], ss += v[i] * v[i];
+        for (int off = 1; off < 16; off <<= 1) ss += __shfl_xor_sync(0xffffffffu, ss, off);
+        const float sc = 1.0f / sqrtf(ss / (float)DS + eps);
+#pragma unroll
+        for (int i = 0; i < 8; i++) v[i] = v[i] * sc * nw[d0 + i] * silu(z[i0 + i]);
+#pragma unroll
+        for (int i = 0; i < 8; i++) o[i0 + i] = v[i];
+        if (a.q) round_into(a, r, blk, v);
+    }
+}
+
+extern "C" int hk_gdn_gated_norm(void *st, float *o, const float *z, const float *nw, int64_t n, int64_t S, int64_t Gv,
+                                 float eps, hk_act *a, herr *e) {
+    if (n == 0) return 0;
+    if (S != DS || (Gv * S) % 256) return herr_set(e, "hk_gdn_gated_norm: %lld heads of %lld", (long long)Gv, (long long)S);
+    hk_act none = {0};
+    gated_norm_kernel<<<(unsigned)n, 256, 0, STREAM(st)>>>(o, z, nw, Gv * S, eps, a ? *a : none);
+    LAUNCHED(e);
+    return 0;
+}

@@ -1,0 +1,745 @@
+// mmq.cu: the CUDA engine's matrix products. Quantized weights (Q4_K, Q5_K, Q6_K, Q8_0)
+// meet their input rows rounded to 8 bits (hk_act) in integer products: per 256-block of a
+// K-quant (per 32-block of Q8_0) the integer sums are exact whichever way they are formed,
+// and the block is finished with quant_dot_ref's float expression and added to the row's
+// sum in block order. Two paths form the sums: a warp per output row with dp4a over 1..8
+// input rows (gemv_*: decode), and int8 tensor cores over tiles of 64 outputs x 16..64
+// input rows (mmq_*: prompts). They give the same bits for every row, so a row's result
+// does not depend on which path its call took or what shared its tile. Float weights (F32,
+// F16, BF16) take fmm_*: a warp per output over f32 inputs, one fixed order per row.
+//
+// Dims: M outputs, K inputs, n input rows; a K-quant row has nb = K/256 blocks.
+#include <cuda_fp16.h>
+#include <stdio.h>
+
+#include "engine/cuda/common.cuh"
+#include "engine/cuda/dq.cuh"
+
+#define FADD(a, b) __fadd_rn(a, b)
+#define FSUB(a, b) __fsub_rn(a, b)
+#define FMUL(a, b) __fmul_rn(a, b)
+
+#define MOE_TILE 16 /* pairs per tensor-core tile of an expert (hk_moe_sort lays the tiles) */
+
+extern "C" int hk_moe_tile_rows(void) { return MOE_TILE; }
+
+__device__ __forceinline__ uint32_t ld32(const uint8_t *p) { return *(const uint32_t *)p; }
+
+// the 6-bit scale and min of sub-block j (quant.c's k4_scale_min) from the 12 scale bytes
+__device__ __forceinline__ void scale_min(int j, const uint8_t *q, int *d, int *m) {
+    if (j < 4) {
+        *d = q[j] & 63;
+        *m = q[j + 4] & 63;
+    } else {
+        *d = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
+        *m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+    }
+}
+
+// the same from the 12 scale bytes as three little-endian words
+__device__ __forceinline__ int byte_of(uint32_t a, uint32_t b, uint32_t c, int i) {
+    const uint32_t w = i < 4 ? a : i < 8 ? b : c;
+    return (int)((w >> (8 * (i & 3))) & 0xff);
+}
+__device__ __forceinline__ void scale_min_w(int j, uint32_t a, uint32_t b, uint32_t c, int *d, int *m) {
+    if (j < 4) {
+        *d = byte_of(a, b, c, j) & 63;
+        *m = byte_of(a, b, c, j + 4) & 63;
+    } else {
+        *d = (byte_of(a, b, c, j + 4) & 0xF) | ((byte_of(a, b, c, j - 4) >> 6) << 4);
+        *m = (byte_of(a, b, c, j + 4) >> 4) | ((byte_of(a, b, c, j) >> 6) << 4);
+    }
+}
+
+// the signed scale of Q6_K sub-block s from the 16 scale bytes
+__device__ __forceinline__ int scale6(const uint4 v, int s) {
+    const uint32_t w = s < 4 ? v.x : s < 8 ? v.y : s < 12 ? v.z : v.w;
+    return (int)(int8_t)((w >> (8 * (s & 3))) & 0xff);
+}
+
+// quant_dot_ref's block finish for Q4_K / Q5_K and Q6_K (d = da * dw, then the products)
+__device__ __forceinline__ float term_kmin(float da, float dw, float dmin, int sumi, int summ) {
+    return FSUB(FMUL(FMUL(da, dw), (float)sumi), FMUL(FMUL(da, dmin), (float)summ));
+}
+__device__ __forceinline__ float term_k6(float da, float dw, int sumi) { return FMUL(FMUL(da, dw), (float)sumi); }
+__device__ __forceinline__ float term_q80(float dw, float da, int isum) { return FMUL((float)isum, FMUL(dw, da)); }
+
+__device__ __forceinline__ int dot16(const uint32_t w[4], const int4 x) {
+    int s = __dp4a((int)w[0], x.x, 0);
+    s = __dp4a((int)w[1], x.y, s);
+    s = __dp4a((int)w[2], x.z, s);
+    return __dp4a((int)w[3], x.w, s);
+}
+
+// Q6_K's 6-bit weights of 4 positions as signed bytes: low 4 bits of ql (>> nsh), 2 high
+// bits of qh (>> hsh), minus 32
+__device__ __forceinline__ uint32_t q6_word(uint32_t ql, uint32_t qh, int nsh, int hsh) {
+    const uint32_t v = ((ql >> nsh) & 0x0F0F0F0Fu) | (((qh >> hsh) & 0x03030303u) << 4);
+    return __vsub4(v, 0x20202020u);
+}
+
+// ------------------------------------------------------------------ gemv: a warp per output
+
+// Block sizes a lane group covers: a K-quant block (256) takes 8 lanes, 4 blocks per warp
+// step; Q8_0 blocks (32) take 2 lanes, 16 per step.
+template <int T> struct gv {
+    static constexpr int LPB = T == QT_Q8_0 ? 2 : 8;
+    static constexpr int BPS = 32 / LPB;
+    static constexpr int BLK = T == QT_Q8_0 ? 32 : 256;
+};
+
+#define GV_IT 4 /* warp steps whose weight loads are all issued before the first is used */
+
+// A lane's weight bytes for block b (see gemv_row): Q4_K: the header, 16 bytes of nibbles;
+// Q5_K: also 16 bytes of high bits; Q6_K: 16 bytes of ql, of qh, the scales, the block scale;
+// Q8_0: 16 weights and the block scale
+template <int T> struct gv_part {
+    uint4 a, b, c;
+    float d;
+};
+template <int T>
+__device__ __forceinline__ void gv_load(const uint8_t *wrow, const uint16_t *dd, int64_t b, int c, gv_part<T> &w) {
+    if (T == QT_Q4_K || T == QT_Q5_K) {
+        const uint8_t *blk = wrow + b * (T == QT_Q4_K ? 144 : 176);
+        w.a = *(const uint4 *)blk;
+        w.b = *(const uint4 *)(blk + (T == QT_Q4_K ? 16 : 48) + 16 * c);
+        if (T == QT_Q5_K) w.c = *(const uint4 *)(blk + 16 + 16 * (c & 1));
+    } else if (T == QT_Q6_K) {
+        const uint8_t *blk = wrow + b * 208;
+        const int half = c >> 2, qa = (c >> 1) & 1, lh = c & 1;
+        w.a = *(const uint4 *)(blk + 64 * half + 32 * qa + 16 * lh);
+        w.b = *(const uint4 *)(blk + 128 + 32 * half + 16 * lh);
+        w.c = *(const uint4 *)(blk + 192);
+        w.d = __half2float(__ushort_as_half(dd[b]));
+    } else {
+        w.a = *(const uint4 *)(wrow + b * 32 + 16 * c);
+        w.d = __half2float(__ushort_as_half(dd[b]));
+    }
+}
+
+// Row o of W (wrow: its main-plane row, dd: its scales) against NR input rows (ar[r], r <
+// nr): acc[r] = the row's dot, the same in every lane. The lanes of a block (gv::LPB) form
+// its integer sums exactly; a lane group's term is quant_dot_ref's block finish; the terms
+// are added in block order. GV_IT steps of weight loads are in flight at once.
+template <int T, int NR>
+__device__ __forceinline__ void gemv_row(const uint8_t *wrow, const uint16_t *dd, int64_t K, const hk_act &a,
+                                         const int64_t *ar, int nr, float *acc) {
+    const int lane = threadIdx.x & 31, c = lane % gv<T>::LPB, bi = lane / gv<T>::LPB;
+    const int64_t nb = K / gv<T>::BLK;
+#pragma unroll
+    for (int r = 0; r < NR; r++) acc[r] = 0.0f;
+    for (int64_t g0 = 0; g0 < nb; g0 += GV_IT * gv<T>::BPS) {
+        gv_part<T> wp[GV_IT];
+#pragma unroll
+        for (int it = 0; it < GV_IT; it++) {
+            const int64_t b = g0 + it * gv<T>::BPS + bi;
+            if (b < nb) gv_load<T>(wrow, dd, b, c, wp[it]);
+        }
+#pragma unroll
+        for (int it = 0; it < GV_IT; it++) {
+            const int64_t b0 = g0 + it * gv<T>::BPS, b = b0 + bi;
+            if (b0 >= nb) break; /* the same in every lane */
+            const gv_part<T> &w = wp[it];
+            int sumi[NR], summ[NR];
+            float term[NR];
+#pragma unroll
+            for (int r = 0; r < NR; r++) sumi[r] = 0, summ[r] = 0, term[r] = 0.0f;
+            float dw = 0.0f, dmin = 0.0f;
+            if (b < nb) {
+                if (T == QT_Q4_K || T == QT_Q5_K) {
+                    const int p = c >> 1, j0 = 2 * p, j1 = 2 * p + 1, l0 = 16 * (c & 1);
+                    dw = __half2float(__ushort_as_half((uint16_t)(w.a.x & 0xffff)));
+                    dmin = __half2float(__ushort_as_half((uint16_t)(w.a.x >> 16)));
+                    int sc0, m0, sc1, m1;
+                    scale_min_w(j0, w.a.y, w.a.z, w.a.w, &sc0, &m0);
+                    scale_min_w(j1, w.a.y, w.a.z, w.a.w, &sc1, &m1);
+                    const uint32_t q[4] = {w.b.x, w.b.y, w.b.z, w.b.w};
+                    uint32_t w0[4], w1[4];
+#pragma unroll
+                    for (int k = 0; k < 4; k++) w0[k] = q[k] & 0x0F0F0F0Fu, w1[k] = (q[k] >> 4) & 0x0F0F0F0Fu;
+                    if (T == QT_Q5_K) {
+                        const uint32_t hh[4] = {w.c.x, w.c.y, w.c.z, w.c.w};
+#pragma unroll
+                        for (int k = 0; k < 4; k++)
+                            w0[k] |= ((hh[k] >> j0) & 0x01010101u) << 4, w1[k] |= ((hh[k] >> j1) & 0x01010101u) << 4;
+                    }
+#pragma unroll
+                    for (int r = 0; r < NR; r++) {
+                        if (r >= nr) break;
+                        const int8_t *ap = a.q + ar[r] * K + b * 256;
+                        const int i0 = dot16(w0, *(const int4 *)(ap + 32 * j0 + l0));
+                        const int i1 = dot16(w1, *(const int4 *)(ap + 32 * j1 + l0));
+                        sumi[r] = sc0 * i0 + sc1 * i1;
+                        if ((c & 1) == 0) {
+                            const int32_t *sp = a.s + ar[r] * (K / 32) + b * 8;
+                            summ[r] = m0 * sp[j0] + m1 * sp[j1];
+                        }
+                    }
+                } else if (T == QT_Q6_K) {
+                    const int half = c >> 2, qa = (c >> 1) & 1, lh = c & 1;
+                    const int s0 = 8 * half + 2 * qa + lh, s1 = s0 + 4;
+                    const int sc0 = scale6(w.c, s0);
+                    const int sc1 = scale6(w.c, s1);
+                    dw = w.d;
+                    const uint32_t l[4] = {w.a.x, w.a.y, w.a.z, w.a.w}, h[4] = {w.b.x, w.b.y, w.b.z, w.b.w};
+                    uint32_t w0[4], w1[4];
+#pragma unroll
+                    for (int k = 0; k < 4; k++) w0[k] = q6_word(l[k], h[k], 0, 2 * qa), w1[k] = q6_word(l[k], h[k], 4, 2 * qa + 4);
+#pragma unroll
+                    for (int r = 0; r < NR; r++) {
+                        if (r >= nr) break;
+                        const int8_t *ap = a.q + ar[r] * K + b * 256;
+                        sumi[r] = sc0 * dot16(w0, *(const int4 *)(ap + 16 * s0)) + sc1 * dot16(w1, *(const int4 *)(ap + 16 * s1));
+                    }
+                } else { /* Q8_0: 16 bytes of block b */
+                    const uint32_t wq[4] = {w.a.x, w.a.y, w.a.z, w.a.w};
+                    dw = w.d;
+#pragma unroll
+                    for (int r = 0; r < NR; r++) {
+                        if (r >= nr) break;
+                        sumi[r] = dot16(wq, *(const int4 *)(a.q + ar[r] * K + b * 32 + 16 * c));
+                    }
+                }
+            }
+            /* exact integer sums over the block's lanes */
+#pragma unroll
+            for (int r = 0; r < NR; r++)
+                for (int off = 1; off < gv<T>::LPB; off <<= 1) {
+                    sumi[r] += __shfl_xor_sync(0xffffffffu, sumi[r], off);
+                    summ[r] += __shfl_xor_sync(0xffffffffu, summ[r], off);
+                }
+            if (b < nb) {
+#pragma unroll
+                for (int r = 0; r < NR; r++) {
+                    if (r >= nr) break;
+                    if (T == QT_Q8_0) term[r] = term_q80(dw, a.d[ar[r] * (K / 32) + b], sumi[r]);
+                    else if (T == QT_Q6_K) term[r] = term_k6(a.d[ar[r] * (K / 256) + b], dw, sumi[r]);
+                    else term[r] = term_kmin(a.d[ar[r] * (K / 256) + b], dw, dmin, sumi[r], summ[r]);
+                }
+            }
+            /* the blocks' terms in block order, in every lane */
+#pragma unroll
+            for (int i = 0; i < gv<T>::BPS; i++)
+#pragma unroll
+                for (int r = 0; r < NR; r++) {
+                    const float t = __shfl_sync(0xffffffffu, term[r], i * gv<T>::LPB);
+                    if (b0 + i < nb) acc[r] = FADD(acc[r], t);
+                }
+        }
+    }
+}
+
+// 4 warps, a warp per output row o = 4 blockIdx.x + warp (rows past w's M: w2's, into y2).
+// Dense (sel == NULL): input rows
+// 0..n (n <= NR), y[r][o]. Pairs (sel set, NR = 1): blockIdx.y is pair p; p < n_routed
+// reads expert sel[p]'s slice and input row p / in_div, p >= n_routed the shared expert ws
+// and input row p - n_routed + sh_row0; y[p][o].
+template <int T, int NR>
+__global__ void __launch_bounds__(128) gemv_kernel(hk_w w, hk_w ws, hk_act a, int64_t n, const int32_t *sel,
+                                                   int64_t n_routed, int in_div, int64_t sh_row0, float *y, int64_t ys,
+                                                   bool add, hk_w w2, hk_w ws2, float *y2) {
+    int64_t o = (int64_t)blockIdx.x * 4 + threadIdx.x / 32;
+    if (o >= w.M) { /* the second weight's rows (gate and up in one launch) */
+        o -= w.M;
+        if (o >= w2.M) return;
+        w = w2, ws = ws2, y = y2;
+    }
+    int64_t ar[NR];
+    int nr = (int)n;
+    const uint8_t *wrow;
+    const uint16_t *dd;
+    int64_t yrow0 = 0;
+    if (sel) {
+        const int64_t p = blockIdx.y;
+        nr = 1;
+        yrow0 = p;
+        if (p < n_routed) {
+            const int64_t ex = sel[p];
+            ar[0] = p / in_div;
+            wrow = (const uint8_t *)w.d + (size_t)ex * w.slice_bytes + (size_t)o * w.row_bytes;
+            dd = w.dd ? w.dd + (size_t)ex * w.dd_slice + (size_t)o * w.dd_row : NULL;
+        } else {
+            ar[0] = p - n_routed + sh_row0;
+            wrow = (const uint8_t *)ws.d + (size_t)o * ws.row_bytes;
+            dd = ws.dd ? ws.dd + (size_t)o * ws.dd_row : NULL;
+        }
+    } else {
+#pragma unroll
+        for (int r = 0; r < NR; r++) ar[r] = r;
+        wrow = (const uint8_t *)w.d + (size_t)o * w.row_bytes;
+        dd = w.dd ? w.dd + (size_t)o * w.dd_row : NULL;
+    }
+    float acc[NR];
+    gemv_row<T, NR>(wrow, dd, w.K, a, ar, nr, acc);
+    if ((threadIdx.x & 31) == 0)
+#pragma unroll
+        for (int r = 0; r < NR; r++) {
+            if (r >= nr) break;
+            float *yp = y + (yrow0 + r) * ys + o;
+            *yp = add ? FADD(*yp, acc[r]) : acc[r];
+        }
+}
+
+// ------------------------------------------------------------------ mmq: int8 tensor cores
+
+// mma.sync m16n8k32 / m16n8k16, s8 x s8 -> s32 (PTX ISA's fragments: A rows g and g+8 of
+// the 16, k 4t..4t+3 (and 16+4t..); B column g, the same k; C rows g, g+8, columns 2t, 2t+1;
+// g = lane / 4, t = lane % 4)
+__device__ __forceinline__ void mma_k32(int c[4], const uint32_t a[4], const uint32_t b[2]) {
+    asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+                 : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+__device__ __forceinline__ void mma_k16(int c[4], const uint32_t a[2], uint32_t b) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5}, {%6}, {%0,%1,%2,%3};"
+                 : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(b));
+}
+
+__device__ __forceinline__ void cp16(void *smem, const void *gmem) {
+    const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(gmem));
+}
+__device__ __forceinline__ void cp4(void *smem, const void *gmem) {
+    const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(s), "l"(gmem));
+}
+__device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;"); }
+__device__ __forceinline__ void cp_wait1() { asm volatile("cp.async.wait_group 1;"); }
+
+#define MM_BM 64   /* outputs per tile: 16 per warp */
+#define MM_XS 272  /* bytes per input row in shared memory: 256 + 16, so the 8 rows of a fragment hit 8 bank quads */
+
+// a tile's weight bytes per output row per 256 inputs, and their stride in shared memory
+template <int T> struct mq {
+    static constexpr int WB = T == QT_Q4_K ? 144 : T == QT_Q5_K ? 176 : T == QT_Q6_K ? 208 : 256;
+    static constexpr int WS = T == QT_Q8_0 ? 272 : WB;  /* Q8_0's 256 would put the 8 rows on one bank */
+};
+template <int T, int NT> struct mq_smem {
+    static constexpr int BN = 8 * NT;
+    static constexpr int W = MM_BM * mq<T>::WS, X = BN * MM_XS, S = BN * 8 * 4, D = BN * 8 * 4;
+    static constexpr int STAGE = W + X + S + D;
+    static constexpr int TOTAL = 2 * STAGE + 2 * BN * 4;
+};
+
+// Tile of 64 outputs (blockIdx.x) x BN = 8 NT input rows (blockIdx.y): dense, rows y..y+BN
+// of n; or an expert tile (tiles set: entry blockIdx.y of hk_moe_sort's table, pairs
+// list[first..] of expert e, input rows pair / in_div, output rows the pairs). Two stages
+// of shared memory filled by cp.async, one 256-block of K per stage.
+template <int T, int NT>
+__global__ void __launch_bounds__(128) mmq_kernel(hk_w w, hk_act a, int64_t n, const int32_t *offs, const int32_t *list,
+                                                  const int32_t *tiles, int in_div, float *y, int64_t ys, bool add) {
+    extern __shared__ __align__(16) uint8_t smem[];
+    using L = mq_smem<T, NT>;
+    constexpr int BN = L::BN, WB = mq<T>::WB, WS = mq<T>::WS;
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
+    int32_t *arow = (int32_t *)(smem + 2 * L::STAGE), *orow = arow + BN;
+    const uint8_t *W = (const uint8_t *)w.d;
+    const uint16_t *DD = w.dd;
+    int cnt;
+    if (tiles) {
+        if ((int)blockIdx.y >= tiles[0]) return;
+        const int ex = tiles[1 + 2 * blockIdx.y], first = tiles[2 + 2 * blockIdx.y];
+        cnt = min(BN, offs[ex + 1] - first);
+        W += (size_t)ex * w.slice_bytes;
+        if (DD) DD += (size_t)ex * w.dd_slice;
+        for (int i = tid; i < BN; i += 128) {
+            const int p = list[first + min(i, cnt - 1)];
+            arow[i] = p / in_div;
+            orow[i] = p;
+        }
+    } else {
+        const int64_t t0 = (int64_t)blockIdx.y * BN;
+        cnt = (int)min((int64_t)BN, n - t0);
+        for (int i = tid; i < BN; i += 128) arow[i] = orow[i] = (int32_t)(t0 + min(i, cnt - 1));
+    }
+    __syncthreads();
+    const int64_t K = w.K, nkb = K / 256, o0 = (int64_t)blockIdx.x * MM_BM;
+
+    auto load = [&](int s, int64_t kb) {
+        uint8_t *Ws = smem + s * L::STAGE, *Xs = Ws + L::W;
+        int32_t *Ss = (int32_t *)(Xs + L::X);
+        float *Ds = (float *)((uint8_t *)Ss + L::S);
+        for (int i = tid; i < MM_BM * (WB / 16); i += 128) {
+            const int r = i / (WB / 16), ch = i % (WB / 16);
+            const int64_t o = min(o0 + r, w.M - 1);
+            cp16(Ws + r * WS + 16 * ch, W + (size_t)o * w.row_bytes + (size_t)kb * WB + 16 * ch);
+        }
+        for (int i = tid; i < BN * 16; i += 128) {
+            const int r = i >> 4, ch = i & 15;
+            cp16(Xs + r * MM_XS + 16 * ch, a.q + (int64_t)arow[r] * K + kb * 256 + 16 * ch);
+        }
+        if (T == QT_Q4_K || T == QT_Q5_K)
+            for (int i = tid; i < BN * 2; i += 128) {
+                const int r = i >> 1, ch = i & 1;
+                cp16(Ss + r * 8 + 4 * ch, a.s + (int64_t)arow[r] * (K / 32) + kb * 8 + 4 * ch);
+            }
+        if (T == QT_Q8_0)
+            for (int i = tid; i < BN * 2; i += 128) {
+                const int r = i >> 1, ch = i & 1;
+                cp16(Ds + r * 8 + 4 * ch, a.d + (int64_t)arow[r] * (K / 32) + kb * 8 + 4 * ch);
+            }
+        else
+            for (int i = tid; i < BN; i += 128) cp4(Ds + i * 8, a.d + (int64_t)arow[i] * (K / 256) + kb);
+    };
+
+    float acc[NT][4];
+#pragma unroll
+    for (int i = 0; i < NT; i++)
+#pragma unroll
+        for (int k = 0; k < 4; k++) acc[i][k] = 0.0f;
+    const int gr0 = 16 * warp + g, gr1 = gr0 + 8;                 /* this thread's two rows in the tile */
+    const int64_t go0 = min(o0 + gr0, w.M - 1), go1 = min(o0 + gr1, w.M - 1);
+
+    load(0, 0);
+    cp_commit();
+    for (int64_t kb = 0; kb < nkb; kb++) {
+        if (kb + 1 < nkb) load((int)((kb + 1) & 1), kb + 1);
+        cp_commit();
+        cp_wait1();
+        __syncthreads();
+        const uint8_t *Ws = smem + (kb & 1) * L::STAGE, *Xs = Ws + L::W;
+        const int32_t *Ss = (const int32_t *)(Xs + L::X);
+        const float *Ds = (const float *)((const uint8_t *)Ss + L::S);
+        const uint8_t *b0 = Ws + gr0 * WS, *b1 = Ws + gr1 * WS;
+        if (T == QT_Q4_K || T == QT_Q5_K) {
+            constexpr int QS = T == QT_Q4_K ? 16 : 48;
+            int sc0[8], m0[8], sc1[8], m1[8];
+#pragma unroll
+            for (int j = 0; j < 8; j++) scale_min(j, b0 + 4, &sc0[j], &m0[j]), scale_min(j, b1 + 4, &sc1[j], &m1[j]);
+            int sumi[NT][4], summ[NT][4];
+#pragma unroll
+            for (int i = 0; i < NT; i++)
+#pragma unroll
+                for (int k = 0; k < 4; k++) sumi[i][k] = 0, summ[i][k] = 0;
+#pragma unroll
+            for (int j = 0; j < 8; j++) {
+                const int off = QS + (j >> 1) * 32 + 4 * t, sh = (j & 1) * 4;
+                uint32_t af[4] = {(ld32(b0 + off) >> sh) & 0x0F0F0F0Fu, (ld32(b1 + off) >> sh) & 0x0F0F0F0Fu,
+                                  (ld32(b0 + off + 16) >> sh) & 0x0F0F0F0Fu, (ld32(b1 + off + 16) >> sh) & 0x0F0F0F0Fu};
+                if (T == QT_Q5_K) {
+                    af[0] |= ((ld32(b0 + 16 + 4 * t) >> j) & 0x01010101u) << 4;
+                    af[1] |= ((ld32(b1 + 16 + 4 * t) >> j) & 0x01010101u) << 4;
+                    af[2] |= ((ld32(b0 + 32 + 4 * t) >> j) & 0x01010101u) << 4;
+                    af[3] |= ((ld32(b1 + 32 + 4 * t) >> j) & 0x01010101u) << 4;
+                }
+#pragma unroll
+                for (int nt = 0; nt < NT; nt++) {
+                    const uint8_t *xb = Xs + (8 * nt + g) * MM_XS + 32 * j + 4 * t;
+                    const uint32_t bf[2] = {ld32(xb), ld32(xb + 16)};
+                    int c[4] = {0, 0, 0, 0};
+                    mma_k32(c, af, bf);
+                    const int ta = 8 * nt + 2 * t, sa = Ss[ta * 8 + j], sb = Ss[(ta + 1) * 8 + j];
+                    sumi[nt][0] += sc0[j] * c[0], sumi[nt][1] += sc0[j] * c[1];
+                    sumi[nt][2] += sc1[j] * c[2], sumi[nt][3] += sc1[j] * c[3];
+                    summ[nt][0] += m0[j] * sa, summ[nt][1] += m0[j] * sb;
+                    summ[nt][2] += m1[j] * sa, summ[nt][3] += m1[j] * sb;
+                }
+            }
+            const float dw0 = __half2float(__ushort_as_half(*(const uint16_t *)b0));
+            const float dm0 = __half2float(__ushort_as_half(*(const uint16_t *)(b0 + 2)));
+            const float dw1 = __half2float(__ushort_as_half(*(const uint16_t *)b1));
+            const float dm1 = __half2float(__ushort_as_half(*(const uint16_t *)(b1 + 2)));
+#pragma unroll
+            for (int nt = 0; nt < NT; nt++) {
+                const int ta = 8 * nt + 2 * t;
+                const float da = Ds[ta * 8], db = Ds[(ta + 1) * 8];
+                acc[nt][0] = FADD(acc[nt][0], term_kmin(da, dw0, dm0, sumi[nt][0], summ[nt][0]));
+                acc[nt][1] = FADD(acc[nt][1], term_kmin(db, dw0, dm0, sumi[nt][1], summ[nt][1]));
+                acc[nt][2] = FADD(acc[nt][2], term_kmin(da, dw1, dm1, sumi[nt][2], summ[nt][2]));
+                acc[nt][3] = FADD(acc[nt][3], term_kmin(db, dw1, dm1, sumi[nt][3], summ[nt][3]));
+            }
+        } else if (T == QT_Q6_K) {
+            int sumi[NT][4];
+#pragma unroll
+            for (int i = 0; i < NT; i++)
+#pragma unroll
+                for (int k = 0; k < 4; k++) sumi[i][k] = 0;
+#pragma unroll
+            for (int s = 0; s < 16; s++) {
+                const int half = s >> 3, quarter = (s >> 1) & 3, lh = s & 1;
+                const int qlo = 64 * half + 32 * (quarter & 1) + 16 * lh + 4 * t, qho = 128 + 32 * half + 16 * lh + 4 * t;
+                const int nsh = quarter >= 2 ? 4 : 0, hsh = 2 * quarter;
+                const uint32_t af[2] = {q6_word(ld32(b0 + qlo), ld32(b0 + qho), nsh, hsh),
+                                        q6_word(ld32(b1 + qlo), ld32(b1 + qho), nsh, hsh)};
+                const int s0 = (int8_t)b0[192 + s], s1 = (int8_t)b1[192 + s];
+#pragma unroll
+                for (int nt = 0; nt < NT; nt++) {
+                    const uint32_t bf = ld32(Xs + (8 * nt + g) * MM_XS + 16 * s + 4 * t);
+                    int c[4] = {0, 0, 0, 0};
+                    mma_k16(c, af, bf);
+                    sumi[nt][0] += s0 * c[0], sumi[nt][1] += s0 * c[1];
+                    sumi[nt][2] += s1 * c[2], sumi[nt][3] += s1 * c[3];
+                }
+            }
+            const float dw0 = __half2float(__ushort_as_half(DD[go0 * w.dd_row + kb]));
+            const float dw1 = __half2float(__ushort_as_half(DD[go1 * w.dd_row + kb]));
+#pragma unroll
+            for (int nt = 0; nt < NT; nt++) {
+                const int ta = 8 * nt + 2 * t;
+                const float da = Ds[ta * 8], db = Ds[(ta + 1) * 8];
+                acc[nt][0] = FADD(acc[nt][0], term_k6(da, dw0, sumi[nt][0]));
+                acc[nt][1] = FADD(acc[nt][1], term_k6(db, dw0, sumi[nt][1]));
+                acc[nt][2] = FADD(acc[nt][2], term_k6(da, dw1, sumi[nt][2]));
+                acc[nt][3] = FADD(acc[nt][3], term_k6(db, dw1, sumi[nt][3]));
+            }
+        } else { /* Q8_0: eight 32-blocks per stage, each finished on its own, in order */
+#pragma unroll
+            for (int j = 0; j < 8; j++) {
+                const int off = 32 * j + 4 * t;
+                const uint32_t af[4] = {ld32(b0 + off), ld32(b1 + off), ld32(b0 + off + 16), ld32(b1 + off + 16)};
+                const float dw0 = __half2float(__ushort_as_half(DD[go0 * w.dd_row + kb * 8 + j]));
+                const float dw1 = __half2float(__ushort_as_half(DD[go1 * w.dd_row + kb * 8 + j]));
+#pragma unroll
+                for (int nt = 0; nt < NT; nt++) {
+                    const uint8_t *xb = Xs + (8 * nt + g) * MM_XS + off;
+                    const uint32_t bf[2] = {ld32(xb), ld32(xb + 16)};
+                    int c[4] = {0, 0, 0, 0};
+                    mma_k32(c, af, bf);
+                    const int ta = 8 * nt + 2 * t;
+                    const float da = Ds[ta * 8 + j], db = Ds[(ta + 1) * 8 + j];
+                    acc[nt][0] = FADD(acc[nt][0], term_q80(dw0, da, c[0]));
+                    acc[nt][1] = FADD(acc[nt][1], term_q80(dw0, db, c[1]));
+                    acc[nt][2] = FADD(acc[nt][2], term_q80(dw1, da, c[2]));
+                    acc[nt][3] = FADD(acc[nt][3], term_q80(dw1, db, c[3]));
+                }
+            }
+        }
+        __syncthreads();
+    }
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            const int64_t o = o0 + (k < 2 ? gr0 : gr1);
+            const int ti = 8 * nt + 2 * t + (k & 1);
+            if (o < w.M && ti < cnt) {
+                float *yp = y + (int64_t)orow[ti] * ys + o;
+                *yp = add ? FADD(*yp, acc[nt][k]) : acc[nt][k];
+            }
+        }
+}
+
+template <int T, int NT> static int mmq_launch(void *st, const hk_w *w, const hk_act *a, int64_t n, const int32_t *offs,
+                                               const int32_t *list, const int32_t *tiles, int64_t grid_y, int in_div,
+                                               float *y, int64_t ys, bool add, herr *e) {
+    static bool ready = false;
+    constexpr int bytes = mq_smem<T, NT>::TOTAL;
+    if (!ready) {
+        CUDA_TRY(cudaFuncSetAttribute(mmq_kernel<T, NT>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes), e);
+        ready = true;
+    }
+    dim3 g(blocks_of(w->M, MM_BM), (unsigned)grid_y);
+    mmq_kernel<T, NT><<<g, 128, bytes, STREAM(st)>>>(*w, *a, n, offs, list, tiles, in_div, y, ys, add);
+    LAUNCHED(e);
+    return 0;
+}
+
+// ------------------------------------------------------------------ float weights
+
+#define FM_TILE 8  /* rows per weight-row read */
+
+// NT rows against weight row wr: lane l takes the groups of eight weights c = l, l+32, ...
+// (dq8), each row's sum in that order with fma, then the warp tree: a row's bits are the
+// same whatever NT and whichever rows share the tile
+template <int T, int NT>
+__device__ __forceinline__ void fm_rows(const uint8_t *wr, int64_t K, const float *const *xr, float *acc) {
+    const int lane = threadIdx.x & 31;
+#pragma unroll
+    for (int i = 0; i < NT; i++) acc[i] = 0.0f;
+    for (int64_t c = lane; c < K / 8; c += 32) {
+        float wv[8];
+        dq8<T>(wr, c, wv);
+#pragma unroll
+        for (int i = 0; i < NT; i++) {
+            const float4 u = ((const float4 *)xr[i])[2 * c], v = ((const float4 *)xr[i])[2 * c + 1];
+            float s = acc[i];
+            s = fmaf(wv[0], u.x, s), s = fmaf(wv[1], u.y, s), s = fmaf(wv[2], u.z, s), s = fmaf(wv[3], u.w, s);
+            s = fmaf(wv[4], v.x, s), s = fmaf(wv[5], v.y, s), s = fmaf(wv[6], v.z, s), s = fmaf(wv[7], v.w, s);
+            acc[i] = s;
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < NT; i++) acc[i] = warp_sum(acc[i]);
+}
+
+// a warp per output o (4 per block); dense: blockIdx.y is the tile of rows FM_TILE y ..; pairs
+// (sel set): blockIdx.y is pair p as in gemv_kernel
+template <int T>
+__global__ void __launch_bounds__(128) fmm_kernel(hk_w w, hk_w ws, const float *x, int64_t xs, int64_t n,
+                                                  const int32_t *sel, int64_t n_routed, int in_div, int64_t sh_row0,
+                                                  float *y, int64_t ys, bool add) {
+    const int64_t o = (int64_t)blockIdx.x * 4 + threadIdx.x / 32;
+    if (o >= w.M) return;
+    if (sel) {
+        const int64_t p = blockIdx.y;
+        const uint8_t *wr = p < n_routed ? (const uint8_t *)w.d + (size_t)sel[p] * w.slice_bytes + (size_t)o * w.row_bytes
+                                         : (const uint8_t *)ws.d + (size_t)o * ws.row_bytes;
+        const float *xr[1] = {x + (p < n_routed ? p / in_div : p - n_routed + sh_row0) * xs};
+        float acc[1];
+        fm_rows<T, 1>(wr, w.K, xr, acc);
+        if ((threadIdx.x & 31) == 0) y[p * ys + o] = acc[0];
+        return;
+    }
+    const uint8_t *wr = (const uint8_t *)w.d + (size_t)o * w.row_bytes;
+    const int64_t pb = (int64_t)blockIdx.y * FM_TILE; /* this block's tile of rows */
+    const int nt = n - pb < FM_TILE ? (int)(n - pb) : FM_TILE;
+    const float *xr[FM_TILE];
+#pragma unroll
+    for (int i = 0; i < FM_TILE; i++) xr[i] = x + (pb + (i < nt ? i : 0)) * xs;
+    float acc[FM_TILE];
+    if (nt == 1) fm_rows<T, 1>(wr, w.K, xr, acc);
+    else if (nt <= 4) fm_rows<T, 4>(wr, w.K, xr, acc);
+    else fm_rows<T, FM_TILE>(wr, w.K, xr, acc);
+    if ((threadIdx.x & 31) == 0)
+        for (int i = 0; i < nt; i++) {
+            float *yp = y + (pb + i) * ys + o;
+            *yp = add ? FADD(*yp, acc[i]) : acc[i];
+        }
+}
+
+static bool is_float(uint32_t t) { return t == QT_F32 || t == QT_F16 || t == QT_BF16; }
+
+template <int T> static int gemv_launch(void *st, const hk_w *w, const hk_w *ws, const hk_act *a, int64_t n,
+                                        const int32_t *sel, int64_t n_routed, int64_t n_pairs, int in_div, int64_t sh_row0,
+                                        float *y, int64_t ys, bool add, const hk_w *w2, const hk_w *ws2, float *y2,
+                                        herr *e) {
+    const hk_w none = {0};
+    const hk_w wsv = ws ? *ws : none, w2v = w2 ? *w2 : none, ws2v = ws2 ? *ws2 : none;
+    dim3 g(blocks_of(w->M + w2v.M, 4), sel ? (unsigned)n_pairs : 1u);
+#define GV(NR) gemv_kernel<T, NR><<<g, 128, 0, STREAM(st)>>>(*w, wsv, *a, n, sel, n_routed, in_div, sh_row0, y, ys, add, w2v, ws2v, y2)
+    if (sel || n == 1) GV(1);
+    else if (n == 2) GV(2);
+    else if (n <= 4) GV(4);
+    else GV(8);
+#undef GV
+    LAUNCHED(e);
+    return 0;
+}
+
+#define GEMV_MAX_ROWS 8
+
+template <int T> static int qmatmul(void *st, const hk_w *w, const hk_act *a, int64_t n, float *y, int64_t ys, bool add,
+                                    herr *e) {
+    if (n <= GEMV_MAX_ROWS) return gemv_launch<T>(st, w, NULL, a, n, NULL, 0, 0, 1, 0, y, ys, add, NULL, NULL, NULL, e);
+    if (n >= 64) return mmq_launch<T, 8>(st, w, a, n, NULL, NULL, NULL, (n + 63) / 64, 1, y, ys, add, e);
+    return mmq_launch<T, 4>(st, w, a, n, NULL, NULL, NULL, (n + 31) / 32, 1, y, ys, add, e);
+}
+
+static int check_act(const hk_w *w, const hk_act *a, herr *e);
+
+extern "C" int hk_matmul2(void *st, const hk_w *w, const hk_w *w2, const hk_act *a, int64_t n, float *y, float *y2, int64_t ys,
+                          herr *e) {
+    if (n == 0) return 0;
+    if (n > GEMV_MAX_ROWS || is_float(w->type) || w2->type != w->type || w2->K != w->K)
+        return hk_matmul(st, w, NULL, 0, a, n, y, ys, false, e) < 0 ? -1 : hk_matmul(st, w2, NULL, 0, a, n, y2, ys, false, e);
+    if (check_act(w, a, e) < 0) return -1;
+    switch (w->type) {
+    case QT_Q4_K: return gemv_launch<QT_Q4_K>(st, w, NULL, a, n, NULL, 0, 0, 1, 0, y, ys, false, w2, NULL, y2, e);
+    case QT_Q5_K: return gemv_launch<QT_Q5_K>(st, w, NULL, a, n, NULL, 0, 0, 1, 0, y, ys, false, w2, NULL, y2, e);
+    case QT_Q6_K: return gemv_launch<QT_Q6_K>(st, w, NULL, a, n, NULL, 0, 0, 1, 0, y, ys, false, w2, NULL, y2, e);
+    case QT_Q8_0: return gemv_launch<QT_Q8_0>(st, w, NULL, a, n, NULL, 0, 0, 1, 0, y, ys, false, w2, NULL, y2, e);
+    default: return herr_set(e, "hk_matmul2: weights of type %s", qtype_name(w->type));
+    }
+}
+
+static int check_act(const hk_w *w, const hk_act *a, herr *e) {
+    const bool wants80 = w->type == QT_Q8_0;
+    if (!a || !a->q) return herr_set(e, "a %s product without rounded inputs", qtype_name(w->type));
+    if (a->K != w->K || a->q80 != wants80 || w->K % 256)
+        return herr_set(e, "a %s product of %lld inputs given %s rows of %lld", qtype_name(w->type), (long long)w->K,
+                        a->q80 ? "Q8_0" : "Q8_K", (long long)a->K);
+    return 0;
+}
+
+extern "C" int hk_matmul(void *st, const hk_w *w, const float *x, int64_t xs, const hk_act *a, int64_t n, float *y,
+                         int64_t ys, bool add, herr *e) {
+    if (n == 0) return 0;
+    if (is_float(w->type)) {
+        if (w->K % 8 || xs % 4) return herr_set(e, "hk_matmul: rows of %lld weights (stride %lld) are no groups of 8", (long long)w->K, (long long)xs);
+        const hk_w none = {0};
+        dim3 g(blocks_of(w->M, 4), blocks_of(n, FM_TILE));
+        DQ_DISPATCH(w->type, (fmm_kernel<T_><<<g, 128, 0, STREAM(st)>>>(*w, none, x, xs, n, NULL, 0, 1, 0, y, ys, add)));
+        LAUNCHED(e);
+        return 0;
+    }
+    if (check_act(w, a, e) < 0) return -1;
+    switch (w->type) {
+    case QT_Q4_K: return qmatmul<QT_Q4_K>(st, w, a, n, y, ys, add, e);
+    case QT_Q5_K: return qmatmul<QT_Q5_K>(st, w, a, n, y, ys, add, e);
+    case QT_Q6_K: return qmatmul<QT_Q6_K>(st, w, a, n, y, ys, add, e);
+    case QT_Q8_0: return qmatmul<QT_Q8_0>(st, w, a, n, y, ys, add, e);
+    default: return herr_set(e, "hk_matmul: weights of type %s", qtype_name(w->type));
+    }
+}
+
+// the same rows from row r0 on
+static hk_act act_from(const hk_act *a, int64_t r0) {
+    hk_act b = *a;
+    b.q += r0 * a->K;
+    b.d += r0 * (a->q80 ? a->K / 32 : a->K / 256);
+    if (b.s) b.s += r0 * (a->K / 32);
+    return b;
+}
+
+template <int T> static int qmoe(void *st, const hk_w *w, const hk_w *ws, const int32_t *sel, int64_t n_routed,
+                                 int64_t n_pairs, int in_div, int64_t sh_row0, const hk_act *a, const hk_moe_sorted *so,
+                                 float *y, int64_t ys, const hk_w *w2, const hk_w *ws2, float *y2, herr *e) {
+    if (!so) return gemv_launch<T>(st, w, ws, a, 1, sel, n_routed, n_pairs, in_div, sh_row0, y, ys, false, w2, ws2, y2, e);
+    for (int k = 0; k < (w2 ? 2 : 1); k++) {
+        const hk_w *wk = k ? w2 : w, *wsk = k ? ws2 : ws;
+        float *yk = k ? y2 : y;
+        if (n_routed && mmq_launch<T, MOE_TILE / 8>(st, wk, a, n_routed, so->offs, so->list, so->tiles, so->max_tiles, in_div,
+                                                    yk, ys, false, e) < 0)
+            return -1;
+        if (wsk && n_pairs > n_routed) { /* the shared expert over its rows, into the pairs past the routed ones */
+            const hk_act as = act_from(a, sh_row0);
+            if (qmatmul<T>(st, wsk, &as, n_pairs - n_routed, yk + n_routed * ys, ys, false, e) < 0) return -1;
+        }
+    }
+    return 0;
+}
+
+static int moe_check(const hk_w *w, const hk_w *ws, const hk_act *a, herr *e) {
+    if (ws && (ws->type != w->type || ws->K != w->K || ws->M != w->M))
+        return herr_set(e, "hk_moe_matmul: the shared expert (%s) and the experts (%s) differ in type or shape",
+                        qtype_name(ws->type), qtype_name(w->type));
+    if (is_float(w->type)) return herr_set(e, "hk_moe_matmul: float experts take hk_moe_matmul_f32");
+    return check_act(w, a, e);
+}
+
+extern "C" int hk_moe_matmul2(void *st, const hk_w *w, const hk_w *ws, const hk_w *w2, const hk_w *ws2, const int32_t *sel,
+                              int64_t n_routed, int64_t n_pairs, int in_div, int64_t sh_row0, const hk_act *a,
+                              const hk_moe_sorted *sorted, float *y, float *y2, int64_t ys, herr *e) {
+    if (n_pairs == 0) return 0;
+    if (moe_check(w, ws, a, e) < 0 || (w2 && moe_check(w2, ws2, a, e) < 0)) return -1;
+    if (w2 && (w2->type != w->type || w2->K != w->K)) return herr_set(e, "hk_moe_matmul2: the two weights differ in type");
+    switch (w->type) {
+    case QT_Q4_K: return qmoe<QT_Q4_K>(st, w, ws, sel, n_routed, n_pairs, in_div, sh_row0, a, sorted, y, ys, w2, ws2, y2, e);
+    case QT_Q5_K: return qmoe<QT_Q5_K>(st, w, ws, sel, n_routed, n_pairs, in_div, sh_row0, a, sorted, y, ys, w2, ws2, y2, e);
+    case QT_Q6_K: return qmoe<QT_Q6_K>(st, w, ws, sel, n_routed, n_pairs, in_div, sh_row0, a, sorted, y, ys, w2, ws2, y2, e);
+    case QT_Q8_0: return qmoe<QT_Q8_0>(st, w, ws, sel, n_routed, n_pairs, in_div, sh_row0, a, sorted, y, ys, w2, ws2, y2, e);
+    default: return herr_set(e, "hk_moe_matmul: experts of type %s", qtype_name(w->type));
+    }
+}
+
+extern "C" int hk_moe_matmul(void *st, const hk_w *w, const hk_w *ws, const int32_t *sel, int64_t n_routed, int64_t n_pairs,
+                             int in_div, int64_t sh_row0, const hk_act *a, const hk_moe_sorted *sorted, float *y,
+                             int64_t ys, herr *e) {
+    return hk_moe_matmul2(st, w, ws, NULL, NULL, sel, n_routed, n_pairs, in_div, sh_row0, a, sorted, y, NULL, ys, e);
+}
+
+extern "C" int hk_moe_matmul_f32(void *st, const hk_w *w, const hk_w *ws, const int32_t *sel, int64_t n_routed,
+                                 int64_t n_pairs, int in_div, int64_t sh_row0, const float *x, int64_t xs, float *y,
+                                 int64_t ys, herr *e) {
+    if (n_pairs == 0) return 0;
+    if (!is_float(w->type)) return herr_set(e, "hk_moe_matmul_f32: experts of type %s", qtype_name(w->type));
+    if (w->K % 8 || xs % 4) return herr_set(e, "hk_moe_matmul_f32: rows of %lld are no groups of 8", (long long)w->K);
+    if (ws && ws->type != w->type) return herr_set(e, "hk_moe_matmul_f32: the shared expert's type differs");
+    const hk_w none = {0};
+    dim3 g(blocks_of(w->M, 4), (unsigned)n_pairs);
+    DQ_DISPATCH(w->type, (fmm_kernel<T_><<<g, 128, 0, STREAM(st)>>>(*w, ws ? *ws : none, x, xs, n_pairs, sel, n_routed,
+                                                                        in_div, sh_row0, y, ys, false)));
+    LAUNCHED(e);
+    return 0;
+}

@@ -1,0 +1,179 @@
+// moe.cu: the CUDA engine's expert routing (a warp per row: softmax, top K), the pairs
+// grouped by expert into tensor-core tiles (one block, no host sync, so a pass can be
+// captured in a graph), SwiGLU fused with the rounding for the down product, and the
+// combine of the experts' outputs with the residual, in slot order.
+#include <cuda_fp16.h>
+
+#include "engine/cuda/common.cuh"
+#include "engine/cuda/act.cuh"
+
+#define ROUTE_MAX_X 512 /* experts a warp routes: 16 per lane, in registers */
+
+// A warp per row (logits at stride ls): p_x = softmax(logits)_x (max and sum by the warp's
+// fixed tree), kept in registers (lane l: x = l + 32u), then K rounds of the largest p not
+// taken (ties: the lower id), weights renormalised in slot order.
+__global__ void route_kernel(const float *logits, int64_t ls, int64_t n, int X, int K, int32_t *sel, float *wsel) {
+    const int64_t r = (int64_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    if (r >= n) return;
+    const int lane = threadIdx.x & 31, per = (X + 31) / 32;
+    const float *l = logits + r * ls;
+    float pv[ROUTE_MAX_X / 32];
+    float mx = -INFINITY;
+#pragma unroll
+    for (int u = 0; u < ROUTE_MAX_X / 32; u++) {
+        const int x = lane + 32 * u;
+        pv[u] = u < per && x < X ? l[x] : -INFINITY;
+        mx = fmaxf(mx, pv[u]);
+    }
+    mx = warp_max(mx);
+    float sum = 0.0f;
+#pragma unroll
+    for (int u = 0; u < ROUTE_MAX_X / 32; u++) {
+        const int x = lane + 32 * u;
+        if (u < per && x < X) sum += expf(pv[u] - mx);
+    }
+    sum = warp_sum(sum);
+#pragma unroll
+    for (int u = 0; u < ROUTE_MAX_X / 32; u++) {
+        const int x = lane + 32 * u;
+        pv[u] = u < per && x < X ? expf(pv[u] - mx) / sum : -1.0f; /* -1: not an expert */
+    }
+    float wsum = 0.0f, mine_w = 0.0f;
+    int mine_x = 0;
+    for (int k = 0; k < K; k++) {
+        float bp = -1.0f;
+        int bx = X;
+#pragma unroll
+        for (int u = 0; u < ROUTE_MAX_X / 32; u++)
+            if (pv[u] > bp) bp = pv[u], bx = lane + 32 * u; /* ascending x: the first of equals stays */
+        for (int off = 16; off; off >>= 1) {
+            const float op = __shfl_xor_sync(0xffffffffu, bp, off);
+            const int ox = __shfl_xor_sync(0xffffffffu, bx, off);
+            if (op > bp || (op == bp && ox < bx)) bp = op, bx = ox;
+        }
+#pragma unroll
+        for (int u = 0; u < ROUTE_MAX_X / 32; u++)
+            if (lane + 32 * u == bx) pv[u] = -2.0f; /* taken */
+        if (lane == k) mine_w = bp, mine_x = bx;
+        wsum += bp;
+    }
+    if (lane < K) {
+        sel[r * K + lane] = mine_x;
+        wsel[r * K + lane] = mine_w / wsum;
+    }
+}
+
+extern "C" int hk_moe_route(void *st, const float *logits, int64_t ls, int64_t n, int X, int K, int32_t *sel, float *wsel,
+                            herr *e) {
+    if (n == 0) return 0;
+    if (X > ROUTE_MAX_X || K > 32 || K > X) return herr_set(e, "hk_moe_route: %d of %d experts", K, X);
+    route_kernel<<<blocks_of(n, 4), 128, 0, STREAM(st)>>>(logits, ls, n, X, K, sel, wsel);
+    LAUNCHED(e);
+    return 0;
+}
+
+// One block of 1024 threads: counts per expert, their exclusive scan (offs), each expert's
+// tiles of `tile` pairs (tiles[0] = how many, then (expert, first index) each), and the
+// list of pairs grouped by expert (atomics order a group's pairs: no result depends on it).
+#define SORT_THREADS 1024
+__global__ void __launch_bounds__(SORT_THREADS) sort_kernel(const int32_t *sel, int64_t n_pairs, int X, int tile,
+                                                            int32_t *offs, int32_t *list, int32_t *tiles) {
+    __shared__ int cnt[ROUTE_MAX_X], at[ROUTE_MAX_X], tl[ROUTE_MAX_X];
+    const int tid = threadIdx.x;
+    for (int x = tid; x < X; x += SORT_THREADS) cnt[x] = 0;
+    __syncthreads();
+    for (int64_t i = tid; i < n_pairs; i += SORT_THREADS) atomicAdd(&cnt[sel[i]], 1);
+    __syncthreads();
+    if (tid == 0) { /* X <= 1024 steps: a few microseconds, once per MoE layer of a prompt pass */
+        int a = 0, tt = 0;
+        for (int x = 0; x < X; x++) {
+            at[x] = a;
+            tl[x] = tt;
+            offs[x] = a;
+            a += cnt[x];
+            tt += (cnt[x] + tile - 1) / tile;
+        }
+        offs[X] = a;
+        tiles[0] = tt;
+    }
+    __syncthreads();
+    for (int x = tid; x < X; x += SORT_THREADS)
+        for (int k = 0; k * tile < cnt[x]; k++) {
+            tiles[1 + 2 * (tl[x] + k)] = x;
+            tiles[2 + 2 * (tl[x] + k)] = at[x] + k * tile;
+        }
+    __syncthreads();
+    for (int64_t i = tid; i < n_pairs; i += SORT_THREADS) list[atomicAdd(&at[sel[i]], 1)] = (int32_t)i;
+}
+
+extern "C" int hk_moe_sort(void *st, const int32_t *sel, int64_t n_pairs, int X, int32_t *offs, int32_t *list,
+                           int32_t *tiles, herr *e) {
+    if (X > ROUTE_MAX_X) return herr_set(e, "hk_moe_sort: %d experts", X);
+    sort_kernel<<<1, SORT_THREADS, 0, STREAM(st)>>>(sel, n_pairs, X, hk_moe_tile_rows(), offs, list, tiles);
+    LAUNCHED(e);
+    return 0;
+}
+
+// grid (n_pairs, blocks of 256 / 8): warp w takes 256-block 8y + w of a pair's row: g =
+// silu(g) * u written back, and rounded into a (when set)
+__global__ void swiglu_kernel(float *g, const float *u, int64_t F, hk_act a) {
+    const int64_t r = blockIdx.x, blk = (int64_t)blockIdx.y * 8 + threadIdx.x / 32;
+    const int lane = threadIdx.x & 31;
+    if (F % 256) { /* no rounding (checked by the launcher): plain elementwise */
+        for (int64_t i = (int64_t)blockIdx.y * blockDim.x + threadIdx.x; i < F; i += (int64_t)gridDim.y * blockDim.x)
+            g[r * F + i] = silu(g[r * F + i]) * u[r * F + i];
+        return;
+    }
+    if (blk >= F / 256) return;
+    const int64_t i0 = r * F + blk * 256 + 8 * lane;
+    float v[8];
+#pragma unroll
+    for (int i = 0; i < 8; i++) v[i] = silu(g[i0 + i]) * u[i0 + i];
+#pragma unroll
+    for (int i = 0; i < 8; i++) g[i0 + i] = v[i];
+    if (a.q) round_into(a, r, blk, v);
+}
+
+extern "C" int hk_swiglu_quant(void *st, const float *g, const float *u, int64_t n_pairs, int64_t F, hk_act *a, herr *e) {
+    if (n_pairs == 0) return 0;
+    if (a && F % 256) return herr_set(e, "hk_swiglu_quant: rows of %lld cannot be rounded in blocks of 256", (long long)F);
+    hk_act none = {0};
+    dim3 gr((unsigned)n_pairs, F % 256 ? 1u : blocks_of(F / 256, 8));
+    swiglu_kernel<<<gr, 256, 0, STREAM(st)>>>((float *)g, u, F, a ? *a : none);
+    LAUNCHED(e);
+    return 0;
+}
+
+// block per row, 512 threads: x[r][i] += (sum_k wsel[r,k] eo[r K + k][i], slot order) +
+// sigmoid(gl[r * gls]) so[r][i], gl the shared expert's gate logit (h2 . gs); then, with nw,
+// the next layer's RMSNorm of the new row (thread t's sum over elements t, t + 512, ..., then
+// the block tree), into h and rounded into a and a2 as hk_rmsnorm rounds them
+__global__ void combine_kernel(float *x, const float *gl, int64_t gls, const float *eo, const float *so, const float *wsel,
+                               int64_t E, int K, const float *nw, float *h, float eps, hk_act a, hk_act a2) {
+    __shared__ float sh[32];
+    const int64_t r = blockIdx.x;
+    const float sg = sigm(gl[r * gls]);
+    float ss = 0;
+    for (int64_t i = threadIdx.x; i < E; i += blockDim.x) {
+        float o = 0;
+        for (int k = 0; k < K; k++) o += wsel[r * K + k] * eo[(r * K + k) * E + i];
+        const float xv = x[r * E + i] + (o + sg * so[r * E + i]);
+        x[r * E + i] = xv;
+        ss += xv * xv;
+    }
+    if (!nw) return;
+    ss = block_sum(ss, sh); /* its barriers also make the new row visible to the block */
+    norm_row(x + r * E, nw, h + r * E, E, 1.0f / sqrtf(ss / (float)E + eps), r, a, a2);
+}
+
+extern "C" int hk_moe_combine(void *st, float *x, const float *gl, int64_t gls, const float *eo, const float *so,
+                              const float *wsel, int64_t n, int64_t E, int K, const float *nw, float *h, float eps,
+                              hk_act *a, hk_act *a2, herr *e) {
+    if (n == 0) return 0;
+    hk_act none = {0};
+    if (nw && (a || a2) && E % 256) return herr_set(e, "hk_moe_combine: rows of %lld cannot be rounded in blocks of 256", (long long)E);
+    combine_kernel<<<(unsigned)n, 512, 0, STREAM(st)>>>(x, gl, gls, eo, so, wsel, E, K, nw, h, eps, a ? *a : none,
+                                                        a2 ? *a2 : none);
+    LAUNCHED(e);
+    return 0;
+}
