@@ -62,11 +62,15 @@ static bool call_json(const char *s, size_t n, char **name_out, char **args_out)
     free(body);
     const cJSON *name = cJSON_GetObjectItemCaseSensitive(j, "name");
     const cJSON *args = cJSON_GetObjectItemCaseSensitive(j, "arguments");
-    const bool ok = cJSON_IsString(name) && name->valuestring[0] && (!args || cJSON_IsObject(args) || cJSON_IsString(args));
+    /* arguments written as a string (OpenAI's form) count when the string is a JSON object:
+     * the calls this hands on carry an object, which Anthropic's tool_use input must be */
+    cJSON *inner = cJSON_IsString(args) ? cJSON_Parse(args->valuestring) : NULL;
+    const bool ok = cJSON_IsString(name) && name->valuestring[0] && (!args || cJSON_IsObject(args) || cJSON_IsObject(inner));
     if (ok) {
         *name_out = xstrdup(name->valuestring);
-        *args_out = !args ? xstrdup("{}") : cJSON_IsString(args) ? xstrdup(args->valuestring) : cJSON_PrintUnformatted(args);
+        *args_out = !args ? xstrdup("{}") : cJSON_PrintUnformatted(inner ? inner : args);
     }
+    cJSON_Delete(inner);
     cJSON_Delete(j);
     return ok;
 }

@@ -238,6 +238,11 @@ static void gen_pull(gen *g, double timeout_s) {
     }
     if (answer_push(&g->ans, text.p ? text.p : "", text.len, fin != SCHED_RUNNING)) {
         sched_cancel(g->r); /* a stop string: the engine drops the request at its next step */
+        /* and until it has, it may still push a token: the answer's figures wait for that
+         * (one step) and count the tokens the answer took (n_seen), not those pushed */
+        pthread_mutex_lock(&g->r->mu);
+        while (g->r->finish == SCHED_RUNNING) pthread_cond_wait(&g->r->cv, &g->r->mu);
+        pthread_mutex_unlock(&g->r->mu);
         g->finished = true;
         g->fin = SCHED_STOP;
     } else if (fin != SCHED_RUNNING) {
@@ -255,7 +260,7 @@ static cJSON *timings_json(const gen *g) {
     const sched_req *r = g->r;
     const double prompt_s = (r->t_first > 0 ? r->t_first : r->t_end) - r->t_start; /* to the first token */
     const double gen_s = r->t_first > 0 ? r->t_end - r->t_first : 0;
-    const int64_t prompt_n = r->n_ids - r->n_cached, pred_n = r->n_out;
+    const int64_t prompt_n = r->n_ids - r->n_cached, pred_n = g->n_seen;
     cJSON *t = cJSON_CreateObject();
     cJSON_AddNumberToObject(t, "cache_n", (double)r->n_cached);
     cJSON_AddNumberToObject(t, "prompt_n", (double)prompt_n);
@@ -273,8 +278,8 @@ static cJSON *timings_json(const gen *g) {
 static cJSON *usage_json(const gen *g) {
     cJSON *u = cJSON_CreateObject();
     cJSON_AddNumberToObject(u, "prompt_tokens", (double)g->r->n_ids);
-    cJSON_AddNumberToObject(u, "completion_tokens", (double)g->r->n_out);
-    cJSON_AddNumberToObject(u, "total_tokens", (double)(g->r->n_ids + g->r->n_out));
+    cJSON_AddNumberToObject(u, "completion_tokens", (double)g->n_seen);
+    cJSON_AddNumberToObject(u, "total_tokens", (double)(g->r->n_ids + g->n_seen));
     cJSON *d = cJSON_AddObjectToObject(u, "prompt_tokens_details");
     cJSON_AddNumberToObject(d, "cached_tokens", (double)g->r->n_cached);
     return u;
@@ -340,7 +345,7 @@ static const char *stop_reason(const gen *g) {
 
 static cJSON *messages_usage(const gen *g) {
     pthread_mutex_lock(&g->r->mu);
-    const int64_t cached = g->r->n_cached, n_out = g->r->n_out;
+    const int64_t cached = g->r->n_cached, n_out = g->n_seen;
     pthread_mutex_unlock(&g->r->mu);
     cJSON *u = cJSON_CreateObject();
     cJSON_AddNumberToObject(u, "input_tokens", (double)(g->r->n_ids - cached));
@@ -405,7 +410,7 @@ static cJSON *completion_json(gen *g, const char *s, size_t n, bool stop) {
     cJSON_AddBoolToObject(j, "stop", stop);
     if (!stop) return j;
     cJSON_AddStringToObject(j, "model", g->a->alias);
-    cJSON_AddNumberToObject(j, "tokens_predicted", (double)g->r->n_out);
+    cJSON_AddNumberToObject(j, "tokens_predicted", (double)g->n_seen);
     cJSON_AddNumberToObject(j, "tokens_evaluated", (double)g->r->n_ids);
     cJSON_AddNumberToObject(j, "tokens_cached", (double)g->r->n_cached);
     cJSON_AddBoolToObject(j, "truncated", false);
@@ -413,7 +418,7 @@ static cJSON *completion_json(gen *g, const char *s, size_t n, bool stop) {
     cJSON_AddStringToObject(j, "stopping_word", g->ans.stop_word ? g->ans.stop_word : "");
     if (g->p.return_tokens) {
         cJSON *a = cJSON_AddArrayToObject(j, "tokens");
-        for (int64_t k = 0; k < g->r->n_out; k++) cJSON_AddItemToArray(a, cJSON_CreateNumber(g->r->out[k]));
+        for (int64_t k = 0; k < g->n_seen; k++) cJSON_AddItemToArray(a, cJSON_CreateNumber(g->r->out[k]));
     }
     cJSON_AddItemToObject(j, "timings", timings_json(g));
     return j;
@@ -706,7 +711,7 @@ static void gen_run(app *a, const http_call *c, http_out *o, api_kind kind, gen_
         if (g->reasoning.len) cJSON_AddItemToObject(msg, "reasoning_content", json_text(g->reasoning.p, g->reasoning.len));
         cJSON_AddItemToObject(c0, "message", msg);
         cJSON_AddStringToObject(c0, "finish_reason", finish_reason(g));
-        if (g->r->top_logprobs >= 0) cJSON_AddItemToObject(c0, "logprobs", chat_logprobs(g, 0, g->r->n_out));
+        if (g->r->top_logprobs >= 0) cJSON_AddItemToObject(c0, "logprobs", chat_logprobs(g, 0, g->n_seen));
         else cJSON_AddNullToObject(c0, "logprobs");
         cJSON_AddItemToArray(ch, c0);
         cJSON_AddItemToObject(j, "usage", usage_json(g));
@@ -743,7 +748,7 @@ static void gen_run(app *a, const http_call *c, http_out *o, api_kind kind, gen_
         if (g->r->top_logprobs >= 0) {
             cJSON *c0 = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(j, "choices"), 0);
             size_t off = 0;
-            cJSON_ReplaceItemInObjectCaseSensitive(c0, "logprobs", text_logprobs(g, 0, g->r->n_out, &off));
+            cJSON_ReplaceItemInObjectCaseSensitive(c0, "logprobs", text_logprobs(g, 0, g->n_seen, &off));
         }
         cJSON_AddItemToObject(j, "usage", usage_json(g));
         cJSON_AddItemToObject(j, "timings", timings_json(g));

@@ -485,6 +485,7 @@ static int32_t slot_sample(sched *s, slot *sl, token_lp *t) {
 /* under s->mu: the slots' state as others may read it */
 static void publish(sched *s) {
     s->pc_stats = pcache_get_stats(s->pc);
+    s->st.cache_bytes = engine_get_info(s->eng).cache_used; /* the engine thread alone writes it */
     for (int k = 0; k < s->o.n_slots; k++) {
         const slot *sl = &s->slots[k];
         int64_t n_out = 0;
@@ -797,9 +798,6 @@ int sched_submit(sched *s, sched_req *r, herr *e) {
 sched_stats sched_get_stats(sched *s) {
     pthread_mutex_lock(&s->mu);
     sched_stats st = s->st;
-    pthread_mutex_unlock(&s->mu);
-    st.cache_bytes = engine_get_info(s->eng).cache_used;
-    pthread_mutex_lock(&s->mu);
     st.pc = s->pc_stats;
     pthread_mutex_unlock(&s->mu);
     return st;

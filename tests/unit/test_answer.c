@@ -152,6 +152,12 @@ TEST(tool_calls_both_formats) {
     expect(&o, "<tool_call><function=get_wea", "", "<tool_call><function=get_wea", "");
     /* a stop string inside a call's value cuts the call there */
     const char *stop[] = {"STOP"};
+    /* arguments as a string (OpenAI's form): a JSON object in it is the call's; anything else
+     * leaves the text as text (found by tests/fuzz/fuzz_answer: the string went out as is) */
+    expect(&o, "<tool_call>{\"name\": \"get_weather\", \"arguments\": \"{\\\"city\\\": \\\"Oslo\\\"}\"}</tool_call>", "", "",
+           "get_weather({\"city\":\"Oslo\"});");
+    expect(&o, "<tool_call>{\"name\": \"f\", \"arguments\": \"f\"}</tool_call>", "",
+           "<tool_call>{\"name\": \"f\", \"arguments\": \"f\"}</tool_call>", "");
     answer_opts os = {.split_think = true, .tools = t, .stop = stop, .n_stop = 1};
     expect(&os, "<tool_call><function=get_weather><parameter=city>Ro STOP me</parameter></function></tool_call>", "", "",
            "get_weather({\"city\":\"Ro\"});");
