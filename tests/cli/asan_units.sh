@@ -1,6 +1,7 @@
 # asan_units.sh: the unit programs built with AddressSanitizer + UBSan (build-asan/tests/,
-# `make asan`), each run as tests/run runs the plain ones: any memory error, leak or
-# undefined behaviour aborts the program and fails the suite. test_engine and test_peer run
+# `make asan`), each run as tests/run runs the plain ones, then the gates at tiny
+# (build-asan/gates): any memory error, leak or undefined behaviour aborts the program and
+# fails the suite. test_engine and test_peer run
 # their tiny models only (--tiny): the small preset runs the same code at sizes that take
 # minutes under ASan on 2 cores, and the plain build runs it in full. One summary line.
 cd "$(dirname "$0")/../.."
@@ -28,5 +29,21 @@ for t in build-asan/tests/test_*; do
     p=$((p + ${tp:-0})); s=$((s + ${ts:-0}))
 done
 if [ $n -eq 0 ]; then echo "SKIP asan units: build-asan/tests/ is empty (make asan)"; s=1; fi
+# the gates at the tiny shape (every invariant of the engine contract, through engine.h)
+if [ -x build-asan/gates ]; then
+    out=$(build-asan/gates all tiny 2>&1); rc=$?
+    line=$(grep -E '^[0-9]+ passed, [0-9]+ failed' <<<"$out" | tail -n 1)
+    tp=$(sed -nE 's/^([0-9]+) passed.*/\1/p' <<<"$line")
+    if [ -z "$line" ] || [ $rc -ne 0 ] || grep -q "Sanitizer\|runtime error" <<<"$out"; then
+        echo "FAIL asan gates all tiny (exit $rc)"
+        grep -E "^(FAIL|SKIP)|ERROR|runtime error|SUMMARY" <<<"$out" | head -n 20 | sed 's/^/     /'
+        f=$((f + 1))
+    else
+        echo "ok   asan gates all tiny: $line"
+        p=$((p + ${tp:-0}))
+    fi
+else
+    echo "SKIP asan gates: build-asan/gates missing (make asan)"; s=$((s + 1))
+fi
 echo "$p passed, $f failed, $s skipped"
 [ $f -eq 0 ]
