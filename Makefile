@@ -57,7 +57,7 @@ MUT_OBJ += $(CU_OBJ) $(CUDA_C_OBJ)
 endif
 endif
 
-.PHONY: all test tests clean fuzz asan
+.PHONY: all test tests clean fuzz fuzz-bins fuzz-replay-bins unit-bins asan asan-test tsan
 # the reference's objects are inputs of every test program: keep them between builds
 .SECONDARY: $(REF_OBJ)
 all: $(BUILD)/hearth tests
@@ -102,23 +102,52 @@ $(BUILD)/obj/%.o: %.cu
 	@mkdir -p $(@D)
 	$(NVCC) $(NVFLAGS) -c -o $@ $<
 
-test: all asan
+test: all asan tsan
 	tests/run
 
 # AddressSanitizer + UBSan build of the binary, for the bad-input tests (tests/cli/gguf_bad.sh
-# replays every malformed file under it).
+# replays every malformed file under it), and of the fuzz targets' replay programs
+# (tests/cli/fuzz_replay.sh replays each target's corpus and regressions under them).
+ASAN_OPT := -O1 -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all
+# The unit programs and the gates too (build-asan/tests/test_*, build-asan/gates):
+# tests/cli/asan_units.sh runs them; `make
+# asan-test` builds and runs them alone.
 asan:
-	$(MAKE) BUILD=build-asan OPT="-O1 -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all" \
-	    NVCC= build-asan/hearth
+	$(MAKE) BUILD=build-asan OPT="$(ASAN_OPT)" NVCC= build-asan/hearth build-asan/gates fuzz-replay-bins unit-bins
+asan-test: asan
+	bash tests/cli/asan_units.sh
+unit-bins: $(TEST_BIN)
 
-# libFuzzer target for the GGUF reader (clang).
-fuzz: build-fuzz/fuzz_gguf
-FUZZ_SRC := tests/fuzz/fuzz_gguf.c src/format/gguf.c src/base/util.c src/format/quant.c src/format/quant_avx2.c
-build-fuzz/fuzz_gguf: $(FUZZ_SRC)
+# ThreadSanitizer build of the binary (no CUDA): tests/cli/tsan_serve.sh runs serve_test.py
+# against it (the engine thread, the HTTP threads, the pool, the cache). The SIMD kernels
+# (TSAN_PLAIN: pure functions of their arguments, no shared state, no synchronisation) are
+# compiled without TSan's instrumentation, which slows them ~50x; the pool's tasks that call
+# them, the pool, the scheduler and the server are instrumented.
+TSAN_PLAIN := src/format/quant.c src/format/quant_avx2.c src/engine/cpu/gdn_avx2.c src/engine/cpu/attn_avx2.c
+tsan:
+	$(MAKE) BUILD=build-tsan OPT="-O1 -g -fsanitize=thread -fno-omit-frame-pointer" NVCC= TSAN_BUILD=1 build-tsan/hearth
+ifeq ($(TSAN_BUILD),1)
+$(TSAN_PLAIN:%.c=$(BUILD)/obj/%.o): CFLAGS += -fno-sanitize=thread
+endif
+
+# Fuzz targets (tests/fuzz/fuzz_NAME.c, README there): one per parser of untrusted bytes.
+# `make fuzz` builds them with clang's libFuzzer against the whole library compiled by clang
+# with the same sanitizers (build-fuzz, no CUDA); the ASan build links each with
+# tests/fuzz/replay.c instead, a main() that runs the files it is given.
+FUZZ_NAMES := gguf safetensors hf_config request jinja tokenizer answer cache
+FUZZ_CFLAGS = -Itests -DFUZZ_ROOT='"$(CURDIR)"'
+fuzz:
+	$(MAKE) BUILD=build-fuzz CC=clang NVCC= OPT="-O1 -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer" \
+	    fuzz-bins
+fuzz-bins: $(FUZZ_NAMES:%=$(BUILD)/fuzz_%)
+$(BUILD)/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/fuzz.h $(BUILD)/libhearth.a
+	$(CC) $(CFLAGS) $(FUZZ_CFLAGS) -fsanitize=fuzzer -o $@ $< $(BUILD)/libhearth.a $(LDLIBS)
+fuzz-replay-bins: $(FUZZ_NAMES:%=$(BUILD)/replay/fuzz_%)
+$(BUILD)/replay/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/fuzz.h tests/fuzz/replay.c $(BUILD)/libhearth.a
 	@mkdir -p $(@D)
-	clang -std=c11 -g -O1 -D_GNU_SOURCE -Isrc -mavx2 -mfma -mf16c -fsanitize=fuzzer,address,undefined -o $@ $(FUZZ_SRC) -lm
+	$(CC) $(CFLAGS) $(FUZZ_CFLAGS) -o $@ $< tests/fuzz/replay.c $(BUILD)/libhearth.a $(LDLIBS)
 
 clean:
-	rm -rf build build-asan build-fuzz
+	rm -rf build build-asan build-fuzz build-tsan
 
 -include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(REF_OBJ:.o=.d) $(MUT_OBJ:.o=.d)

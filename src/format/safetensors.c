@@ -91,6 +91,50 @@ static int parse_entry(st_file *f, const cJSON *j, uint64_t data_size, const uin
     return 0;
 }
 
+/* The header and entries of the bytes p[0..size) (at least 8), into f. */
+static int parse(st_file *f, const uint8_t *p, uint64_t size, herr *e) {
+    uint64_t hlen = 0;
+    for (int i = 0; i < 8; i++) hlen |= (uint64_t)p[i] << (8 * i);
+    if (hlen > size - 8)
+        return herr_set(e, "header length %" PRIu64 " runs past the end of the file (%" PRIu64 " bytes)", hlen, size);
+    if (hlen > ST_MAX_HEADER)
+        return herr_set(e, "header length %" PRIu64 " exceeds the format's limit of %" PRIu64 " bytes", hlen, ST_MAX_HEADER);
+    cJSON *root = cJSON_ParseWithLength((const char *)p + 8, (size_t)hlen);
+    int rc = -1;
+    if (!cJSON_IsObject(root)) {
+        herr_set(e, "the %" PRIu64 "-byte header is not a JSON object", hlen);
+        goto out;
+    }
+    const uint8_t *data = p + 8 + hlen;
+    const uint64_t data_size = size - 8 - hlen;
+    int n = cJSON_GetArraySize(root);
+    f->tensors = xcalloc((size_t)(n > 0 ? n : 1), sizeof *f->tensors);
+    for (const cJSON *j = root->child; j; j = j->next) {
+        if (!j->string) { herr_set(e, "header entry without a name"); goto out; }
+        if (!strcmp(j->string, "__metadata__")) continue;
+        if (parse_entry(f, j, data_size, data, &f->tensors[f->n], e) < 0) goto out;
+        f->n++;
+    }
+    rc = 0;
+out:
+    cJSON_Delete(root);
+    return rc;
+}
+
+int st_open_buffer(st_file **out, const void *buf, size_t size, const char *name, herr *e) {
+    *out = NULL;
+    if (size < 8) return herr_set(e, "%s: %zu bytes is too short for a safetensors header", name, size);
+    st_file *f = xcalloc(1, sizeof *f);
+    f->path = xstrdup(name);
+    if (parse(f, buf, size, e) < 0) {
+        herr_wrap(e, "%s", name);
+        st_close(f);
+        return -1;
+    }
+    *out = f;
+    return 0;
+}
+
 int st_open(st_file **out, const char *path, herr *e) {
     *out = NULL;
     int fd = open(path, O_RDONLY);
@@ -112,41 +156,13 @@ int st_open(st_file **out, const char *path, herr *e) {
     f->path = xstrdup(path);
     f->map = map;
     f->map_size = (size_t)size;
-    const uint8_t *p = map;
-    uint64_t hlen = 0;
-    for (int i = 0; i < 8; i++) hlen |= (uint64_t)p[i] << (8 * i);
-    cJSON *root = NULL;
-    if (hlen > size - 8) {
-        herr_set(e, "header length %" PRIu64 " runs past the end of the file (%" PRIu64 " bytes)", hlen, size);
-        goto fail;
+    if (parse(f, map, size, e) < 0) {
+        herr_wrap(e, "%s", path);
+        st_close(f);
+        return -1;
     }
-    if (hlen > ST_MAX_HEADER) {
-        herr_set(e, "header length %" PRIu64 " exceeds the format's limit of %" PRIu64 " bytes", hlen, ST_MAX_HEADER);
-        goto fail;
-    }
-    root = cJSON_ParseWithLength((const char *)p + 8, (size_t)hlen);
-    if (!cJSON_IsObject(root)) {
-        herr_set(e, "the %" PRIu64 "-byte header is not a JSON object", hlen);
-        goto fail;
-    }
-    const uint8_t *data = p + 8 + hlen;
-    const uint64_t data_size = size - 8 - hlen;
-    int n = cJSON_GetArraySize(root);
-    f->tensors = xcalloc((size_t)(n > 0 ? n : 1), sizeof *f->tensors);
-    for (const cJSON *j = root->child; j; j = j->next) {
-        if (!j->string) { herr_set(e, "header entry without a name"); goto fail; }
-        if (!strcmp(j->string, "__metadata__")) continue;
-        if (parse_entry(f, j, data_size, data, &f->tensors[f->n], e) < 0) goto fail;
-        f->n++;
-    }
-    cJSON_Delete(root);
     *out = f;
     return 0;
-fail:
-    cJSON_Delete(root);
-    herr_wrap(e, "%s", path);
-    st_close(f);
-    return -1;
 }
 
 void st_close(st_file *f) {

@@ -33,6 +33,9 @@ typedef struct st_tensor {
 typedef struct st_file st_file;
 
 int st_open(st_file **out, const char *path, herr *e);
+/* The same over bytes in memory (not copied: buf must outlive f); name stands for the path
+ * in messages. The fuzz target's entry (tests/fuzz/fuzz_safetensors.c). */
+int st_open_buffer(st_file **out, const void *buf, size_t size, const char *name, herr *e);
 void st_close(st_file *f);
 const char *st_path(const st_file *f);
 int64_t st_n_tensors(const st_file *f);

@@ -114,15 +114,11 @@ typedef struct cfg_extra {
     bool tied;                  /* tie_word_embeddings */
 } cfg_extra;
 
-static int read_config(const char *hf_dir, model_hparams *hp, cfg_extra *x, herr *e) {
+/* config.json's parsed root into hp and x */
+static int config_from_json(const cJSON *root, model_hparams *hp, cfg_extra *x, herr *e) {
     memset(hp, 0, sizeof *hp);
     memset(x, 0, sizeof *x);
-    char *path = path_join(hf_dir, "config.json");
-    cJSON *root = NULL;
-    int rc = json_load(path, &root, e);
-    free(path);
-    if (rc < 0) return -1;
-    rc = -1;
+    int rc = -1;
     cfg c = {.root = root, .text = NULL};
     if (!cJSON_IsObject(root)) { herr_set(e, "config.json: not a JSON object"); goto out; }
     const cJSON *tc = cJSON_GetObjectItemCaseSensitive(root, "text_config");
@@ -177,6 +173,12 @@ static int read_config(const char *hf_dir, model_hparams *hp, cfg_extra *x, herr
     if (key_dim != val_dim) {
         herr_set(e, "config.json: linear_key_head_dim %" PRId64 " != linear_value_head_dim %" PRId64
                  " (hearth's GDN state is square)", key_dim, val_dim);
+        goto out;
+    }
+    /* bounded before the product (model_hparams_check bounds the rest) */
+    if (n_val < 1 || n_val > 1024 || val_dim < 1 || val_dim > 1024) {
+        herr_set(e, "config.json: linear_num_value_heads %" PRId64 " or linear_value_head_dim %" PRId64
+                 " is out of range [1, 1024]", n_val, val_dim);
         goto out;
     }
     hp->ssm_d_state = key_dim;
@@ -251,6 +253,16 @@ static int read_config(const char *hf_dir, model_hparams *hp, cfg_extra *x, herr
     }
     rc = 0;
 out:
+    return rc;
+}
+
+static int read_config(const char *hf_dir, model_hparams *hp, cfg_extra *x, herr *e) {
+    char *path = path_join(hf_dir, "config.json");
+    cJSON *root = NULL;
+    int rc = json_load(path, &root, e);
+    free(path);
+    if (rc < 0) return -1;
+    rc = config_from_json(root, hp, x, e);
     cJSON_Delete(root);
     return rc;
 }
@@ -258,6 +270,15 @@ out:
 int convert_read_config(const char *hf_dir, model_hparams *hp, herr *e) {
     cfg_extra x;
     return read_config(hf_dir, hp, &x, e);
+}
+
+int convert_parse_config(const char *json, size_t len, model_hparams *hp, herr *e) {
+    cJSON *root = cJSON_ParseWithLength(json, len);
+    if (!root) return herr_set(e, "config.json: not valid JSON");
+    cfg_extra x;
+    const int rc = config_from_json(root, hp, &x, e);
+    cJSON_Delete(root);
+    return rc;
 }
 
 /* ---- the checkpoint's tensors, from one file or shards ---- */

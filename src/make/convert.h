@@ -32,6 +32,8 @@ typedef struct convert_stats {
 
 /* The hyperparameters config.json describes (checked; is_recurrent from layer_types). */
 int convert_read_config(const char *hf_dir, model_hparams *hp, herr *e);
+/* The same from config.json's text json[0..len) (the fuzz target's entry). */
+int convert_parse_config(const char *json, size_t len, model_hparams *hp, herr *e);
 
 /* Writes the GGUF; on error removes what it wrote and returns -1 with e naming the file,
  * the tensor or the config field. */

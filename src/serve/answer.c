@@ -62,11 +62,15 @@ static bool call_json(const char *s, size_t n, char **name_out, char **args_out)
     free(body);
     const cJSON *name = cJSON_GetObjectItemCaseSensitive(j, "name");
     const cJSON *args = cJSON_GetObjectItemCaseSensitive(j, "arguments");
-    const bool ok = cJSON_IsString(name) && name->valuestring[0] && (!args || cJSON_IsObject(args) || cJSON_IsString(args));
+    /* arguments written as a string (OpenAI's form) count when the string is a JSON object:
+     * the calls this hands on carry an object, which Anthropic's tool_use input must be */
+    cJSON *inner = cJSON_IsString(args) ? cJSON_Parse(args->valuestring) : NULL;
+    const bool ok = cJSON_IsString(name) && name->valuestring[0] && (!args || cJSON_IsObject(args) || cJSON_IsObject(inner));
     if (ok) {
         *name_out = xstrdup(name->valuestring);
-        *args_out = !args ? xstrdup("{}") : cJSON_IsString(args) ? xstrdup(args->valuestring) : cJSON_PrintUnformatted(args);
+        *args_out = !args ? xstrdup("{}") : cJSON_PrintUnformatted(inner ? inner : args);
     }
+    cJSON_Delete(inner);
     cJSON_Delete(j);
     return ok;
 }
@@ -359,13 +363,21 @@ bool answer_push(answer *a, const char *s, size_t n, bool finished) {
     a->len += n;
     a->text[a->len] = 0;
     a->finished = finished;
-    /* the earliest stop string that ends in the new text */
+    /* the stop string that ends first in the new text (of two ending together, the longer):
+     * the one a stream meets first, whatever its pieces, so that a whole text stops where
+     * its stream would (the earliest start would not: "ab" ends after "b" of "ab" and "b") */
     const size_t from = a->scanned > a->stop_max ? a->scanned - a->stop_max : 0;
-    size_t cut = SIZE_MAX;
+    size_t cut = SIZE_MAX, cut_end = SIZE_MAX;
     for (int k = 0; k < a->o.n_stop; k++) {
         const size_t sl = strlen(a->o.stop[k]);
         const char *hit = sl ? memmem(a->text + from, a->len - from, a->o.stop[k], sl) : NULL;
-        if (hit && (size_t)(hit - a->text) < cut) { cut = (size_t)(hit - a->text); a->stop_word = a->o.stop[k]; }
+        if (!hit) continue;
+        const size_t at = (size_t)(hit - a->text);
+        if (at + sl < cut_end || (at + sl == cut_end && at < cut)) {
+            cut = at;
+            cut_end = at + sl;
+            a->stop_word = a->o.stop[k];
+        }
     }
     bool stopped = false;
     if (cut != SIZE_MAX) {

@@ -127,11 +127,34 @@ int64_t ids_common_prefix(const int32_t *a, int64_t na, const int32_t *b, int64_
     return i;
 }
 
+/* what an evicted entry with no file still holds */
+static int64_t entry_gone_bytes(const entry *en) {
+    return (int64_t)(sizeof(int32_t) * (size_t)en->n + sizeof(int64_t) * (size_t)en->n_pts);
+}
+
 double pcache_oldest(const pcache *c) {
     double t = INFINITY;
     for (int i = 0; i < c->n; i++)
         if (c->es[i].kv && c->es[i].t_used < t) t = c->es[i].t_used;
     return t;
+}
+
+/* Forgets the least recently used entries evicted with no file while what they keep passes
+ * PCACHE_GONE_MAX: that memory is outside the budget, and MAX_ENTRIES of them, each a
+ * prompt's ids, would be megabytes (a soak's RSS crept by it). */
+static void trim_gone(pcache *c) {
+    for (;;) {
+        int64_t bytes = 0;
+        int k = -1;
+        for (int i = 0; i < c->n; i++) {
+            if (!c->es[i].gone) continue;
+            bytes += entry_gone_bytes(&c->es[i]);
+            if (k < 0 || c->es[i].t_used < c->es[k].t_used) k = i;
+        }
+        if (bytes <= PCACHE_GONE_MAX || k < 0) return;
+        entry_free(c, &c->es[k]);
+        c->es[k] = (entry){0}; /* a free slot (ids NULL) */
+    }
 }
 
 bool pcache_evict_older(pcache *c, double t) {
@@ -141,7 +164,10 @@ bool pcache_evict_older(pcache *c, double t) {
     if (k < 0) return false;
     entry_drop_ram(c, &c->es[k]);
     c->st.n_evicted++;
-    if (!c->es[k].path) c->es[k].gone = true; /* entries never move: the slot is free for another */
+    if (!c->es[k].path) { /* entries never move: the slot is free for another */
+        c->es[k].gone = true;
+        trim_gone(c);
+    }
     return true;
 }
 
@@ -164,13 +190,13 @@ static int entry_write(pcache *c, entry *en, const char *want, herr *e) {
     else entry_name(c, en, path, sizeof path);
     snprintf(tmp, sizeof tmp, "%s.tmp.XXXXXX", path);
     const int fd = mkstemp(tmp);
-    if (fd < 0) return herr_set(e, "cannot write %s: %s", tmp, strerror(errno));
+    if (fd < 0) return herr_set(e, "cannot write %s: %s (the entry stays in RAM only)", tmp, strerror(errno));
     fchmod(fd, c->file_mode); /* mkstemp's 0600 would hide it from replicas run as other users */
     FILE *f = fdopen(fd, "wb");
     if (!f) {
         close(fd);
         unlink(tmp);
-        return herr_set(e, "cannot write %s: %s", tmp, strerror(errno));
+        return herr_set(e, "cannot write %s: %s (the entry stays in RAM only)", tmp, strerror(errno));
     }
     file_head h = {.model_id = en->kv->model_id, .n = en->n, .n_pts = en->n_pts, .kv_bytes = en->kv->bytes,
                    .n_gdn = (uint64_t)p0->n_gdn, .lane_floats = p0->lane_floats, .ring_floats = p0->ring_floats};
@@ -187,10 +213,12 @@ static int entry_write(pcache *c, entry *en, const char *want, herr *e) {
     }
     h.checksum = sum;
     ok = ok && fseek(f, 0, SEEK_SET) == 0 && fwrite(&h, sizeof h, 1, f) == 1;
-    ok = fclose(f) == 0 && ok;
-    if (!ok || rename(tmp, path) != 0) {
-        unlink(tmp);
-        return herr_set(e, "writing %s failed: %s", path, strerror(errno));
+    int err = ok ? 0 : errno; /* the first failure's reason (a full disk, a size limit) */
+    if (fclose(f) != 0 && ok) ok = false, err = errno;
+    if (ok && rename(tmp, path) != 0) ok = false, err = errno;
+    if (!ok) {
+        unlink(tmp); /* no partial file is left to be read back */
+        return herr_set(e, "writing %s failed: %s (the entry stays in RAM only)", path, strerror(err));
     }
     struct stat sb;
     if (!stat(path, &sb)) c->st.disk_bytes += sb.st_size;
@@ -371,7 +399,11 @@ static void scan_dir(pcache *c) {
         char path[4096];
         snprintf(path, sizeof path, "%s/%s", c->dir, de->d_name);
         struct stat sb;
-        if (!stat(path, &sb) && stale_tmp(de->d_name, &sb)) unlink(path);
+        if (!stat(path, &sb) && stale_tmp(de->d_name, &sb)) { /* a write its writer never finished */
+            fprintf(stderr, "hearth serve: --cache-dir: %s (an unfinished write) removed\n", path);
+            unlink(path);
+            continue;
+        }
         if (len < 7 || strcmp(de->d_name + len - 7, ".hcache")) continue;
         entry en = {0};
         herr e;
@@ -468,11 +500,24 @@ int pcache_open(pcache **out, engine *eng, const char *dir, herr *e) {
     c->eng = eng;
     c->es = xcalloc(MAX_ENTRIES, sizeof *c->es);
     if (dir) {
-        if (mkdir(dir, 0755) < 0 && errno != EEXIST) {
+        /* a folder this process can write in, or a clear error at start (not one per entry
+         * later): made if missing, then a file created in it and removed */
+        struct stat sb;
+        char probe[4200];
+        snprintf(probe, sizeof probe, "%s/.hearth-probe-%d", dir, (int)getpid());
+        FILE *pf = NULL;
+        const char *why = NULL;
+        int err = 0;
+        if (mkdir(dir, 0755) < 0 && errno != EEXIST) why = "cannot make it", err = errno;
+        else if (stat(dir, &sb) < 0 || !S_ISDIR(sb.st_mode)) why = "it is not a directory";
+        else if (!(pf = fopen(probe, "wb"))) why = "cannot write in it", err = errno;
+        if (why) {
             free(c->es);
             free(c);
-            return herr_set(e, "--cache-dir: cannot make %s: %s", dir, strerror(errno));
+            return herr_set(e, "--cache-dir %s: %s%s%s", dir, why, err ? ": " : "", err ? strerror(err) : "");
         }
+        fclose(pf);
+        unlink(probe);
         c->dir = xstrdup(dir);
         c->seen = xcalloc(MAX_SEEN, sizeof *c->seen);
         const mode_t um = umask(0); /* read back at once: no other thread makes files yet */
@@ -720,6 +765,7 @@ pcache_stats pcache_get_stats(const pcache *c) {
     for (int i = 0; i < c->n; i++) {
         st.n_in_ram += c->es[i].kv != NULL;
         st.n_entries += c->es[i].ids != NULL && !c->es[i].gone;
+        if (c->es[i].gone) st.gone_bytes += entry_gone_bytes(&c->es[i]);
     }
     return st;
 }

@@ -29,7 +29,11 @@ typedef struct pcache pcache;
 typedef struct pcache_stats {
     int64_t n_entries, n_in_ram, n_saved, n_loaded, n_refused, n_evicted;
     int64_t disk_bytes;
+    int64_t gone_bytes;     /* ids and positions kept of entries evicted with no file (a miss's
+                             * reason), outside the budget: at most PCACHE_GONE_MAX */
 } pcache_stats;
+
+#define PCACHE_GONE_MAX ((int64_t)1 << 20)
 
 /* how many ids a and b share from the start */
 int64_t ids_common_prefix(const int32_t *a, int64_t na, const int32_t *b, int64_t nb);

@@ -6,10 +6,18 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <unistd.h>
+
+#define DRAIN_S 2.0 /* at http_stop, how long the requests under way get to send their end */
+/* Each connection's kernel send buffer (the kernel doubles it): a fixed size instead of
+ * autotuning up to tcp_wmem's 4 MiB, so a client that stops reading holds little kernel
+ * memory and its stream stalls soon, to be cut after the timeout. Ample for an SSE stream. */
+#define SNDBUF_BYTES (128 << 10)
 
 struct http_server {
     struct MHD_Daemon *d;
@@ -17,6 +25,7 @@ struct http_server {
     void *app;
     http_opts o;
     int port;
+    atomic_int busy;        /* requests under way: from their headers to on_completed */
 };
 
 /* one request's state across the access handler's calls */
@@ -140,6 +149,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     if (!rc) { /* headers are in: the body (if any) follows in later calls */
         rc = xcalloc(1, sizeof *rc);
         *con_cls = rc;
+        atomic_fetch_add(&s->busy, 1);
         return MHD_YES;
     }
     if (*upload_size) {
@@ -188,12 +198,23 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 }
 
 static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls, enum MHD_RequestTerminationCode toe) {
-    (void)cls, (void)conn, (void)toe;
+    (void)conn, (void)toe;
+    http_server *s = cls;
     req_ctx *rc = *con_cls;
     if (!rc) return;
     free(rc->body);
     free(rc);
     *con_cls = NULL;
+    atomic_fetch_sub(&s->busy, 1);
+}
+
+static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_ctx,
+                          enum MHD_ConnectionNotificationCode toe) {
+    (void)cls, (void)socket_ctx;
+    if (toe != MHD_CONNECTION_NOTIFY_STARTED) return;
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    const int sz = SNDBUF_BYTES;
+    if (ci) setsockopt(ci->connect_fd, SOL_SOCKET, SO_SNDBUF, &sz, sizeof sz); /* best effort */
 }
 
 static void on_mhd_error(void *cls, const char *fmt, va_list ap) {
@@ -206,7 +227,8 @@ int http_start(http_server **out, const http_opts *o, const http_route *routes, 
     struct sockaddr_in6 a6 = {0};
     struct sockaddr_in a4 = {0};
     struct sockaddr *sa;
-    unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG;
+    /* ITC: MHD_quiesce_daemon (http_stop) needs it with an internal polling thread */
+    unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG | MHD_USE_ITC;
     if (inet_pton(AF_INET, o->host, &a4.sin_addr) == 1) {
         a4.sin_family = AF_INET;
         a4.sin_port = htons((uint16_t)o->port);
@@ -226,6 +248,7 @@ int http_start(http_server **out, const http_opts *o, const http_route *routes, 
     s->d = MHD_start_daemon(flags, (uint16_t)o->port, NULL, NULL, on_request, s, MHD_OPTION_EXTERNAL_LOGGER,
                             on_mhd_error, s, MHD_OPTION_SOCK_ADDR, sa, MHD_OPTION_CONNECTION_TIMEOUT, o->timeout_s,
                             MHD_OPTION_CONNECTION_LIMIT, o->conn_max, MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
+                            MHD_OPTION_NOTIFY_CONNECTION, on_connection, s,
                             MHD_OPTION_LISTENING_ADDRESS_REUSE, 1u, MHD_OPTION_END);
     if (!s->d) {
         free(s);
@@ -241,6 +264,12 @@ int http_port(const http_server *s) { return s->port; }
 
 void http_stop(http_server *s) {
     if (!s) return;
+    /* No new connections; the requests under way (the scheduler has ended their generations
+     * by now) get up to DRAIN_S to send their end (a stream's last event, a 503), so a client
+     * sees a whole response, not a cut one. A client that does not read is cut after that. */
+    const MHD_socket ls = MHD_quiesce_daemon(s->d);
+    for (const double t0 = time_now(); atomic_load(&s->busy) > 0 && time_now() - t0 < DRAIN_S;) usleep(10000);
     MHD_stop_daemon(s->d);
+    if (ls != MHD_INVALID_SOCKET) close(ls); /* after the stop: MHD's threads may still use it */
     free(s);
 }

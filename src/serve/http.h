@@ -63,6 +63,8 @@ typedef struct http_opts {
 
 int http_start(http_server **out, const http_opts *o, const http_route *routes, void *app, herr *e);
 int http_port(const http_server *s);
+/* Stops listening, lets the requests under way finish sending (2 s at most), then closes
+ * every connection and joins their threads. */
 void http_stop(http_server *s);
 
 /* Answers: JSON (j is printed and deleted), an error with the body shape of c. */

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #define SLOT_POINTS 256 /* points one slot keeps; past it the oldest goes */
@@ -57,6 +58,13 @@ struct sched {
     sched_req **q;
     int64_t q_head, q_n;
     bool stopping;
+    bool running;           /* the engine thread was started and not joined yet */
+    /* the model file as it was at start (sched_opts.model_path): model_bad (under mu, sticky)
+     * once it was written in place, its message in model_err; model_moved once another file
+     * was renamed over it (logged once, served on: the mapping keeps the old file) */
+    struct stat model_st;
+    bool model_bad, model_moved;
+    char model_err[600];
     sched_stats st;
     engine_span *spans;
     slot **span_slot;
@@ -360,13 +368,51 @@ static void hist_add(sched_hist *h, double v) {
     h->sum += v;
 }
 
+
+/* false once the model file was written in place since the start (its size or time changed
+ * on the same inode). The weights are mapped from it, so from then on nothing is run or
+ * written to the cache: every request fails naming the file, /health says so, and the server
+ * must be restarted. A file renamed over it (or its removal) leaves the mapping on the file
+ * loaded, which is served on. Checked before each engine pass, before each cache write and by
+ * /health (a stat, a microsecond, beside a pass of milliseconds); any thread, under mu. */
+static bool model_file_ok_locked(sched *s) {
+    if (!s->o.model_path || s->model_bad) return !s->model_bad;
+    struct stat now;
+    const bool same_file = stat(s->o.model_path, &now) == 0 && now.st_dev == s->model_st.st_dev &&
+                           now.st_ino == s->model_st.st_ino;
+    if (!same_file) {
+        if (!s->model_moved)
+            fprintf(stderr, "hearth serve: the model file %s was replaced or removed on disk; serving on from the "
+                            "file loaded at start (restart to load the new one)\n", s->o.model_path);
+        s->model_moved = true;
+        return true;
+    }
+    if (now.st_size == s->model_st.st_size && now.st_mtim.tv_sec == s->model_st.st_mtim.tv_sec &&
+        now.st_mtim.tv_nsec == s->model_st.st_mtim.tv_nsec)
+        return true;
+    snprintf(s->model_err, sizeof s->model_err,
+             "the model file %s was written in place while serving (%lld -> %lld bytes): its weights can no longer "
+             "be trusted; restart the server (replace a model file by renaming a new one over it)",
+             s->o.model_path, (long long)s->model_st.st_size, (long long)now.st_size);
+    s->model_bad = true;
+    fprintf(stderr, "hearth serve: %s\n", s->model_err);
+    return false;
+}
+
+static bool model_file_ok(sched *s) {
+    pthread_mutex_lock(&s->mu);
+    const bool ok = model_file_ok_locked(s);
+    pthread_mutex_unlock(&s->mu);
+    return ok;
+}
+
 /* With --cache-dir, the points this request made (past its resume row) go to a file before it
  * is reported done: a replica sharing the folder, or this one after a crash, resumes from
  * them. The slot keeps them too. */
 static void slot_write_through(sched *s, slot *sl) {
     int first = 0;
     while (first < sl->n_pts && sl->pts[first].p->pos <= sl->pf_base) first++;
-    if (!s->o.cache_dir || first == sl->n_pts) return;
+    if (!s->o.cache_dir || first == sl->n_pts || !model_file_ok(s)) return;
     engine_point *pts[SLOT_POINTS];
     for (int i = first; i < sl->n_pts; i++) pts[i - first] = sl->pts[i].p;
     pcache_write_through(s->pc, sl->id, sl->ids, sl->n, pts, sl->n_pts - first);
@@ -439,6 +485,7 @@ static int32_t slot_sample(sched *s, slot *sl, token_lp *t) {
 /* under s->mu: the slots' state as others may read it */
 static void publish(sched *s) {
     s->pc_stats = pcache_get_stats(s->pc);
+    s->st.cache_bytes = engine_get_info(s->eng).cache_used; /* the engine thread alone writes it */
     for (int k = 0; k < s->o.n_slots; k++) {
         const slot *sl = &s->slots[k];
         int64_t n_out = 0;
@@ -487,8 +534,10 @@ static void admit(sched *s) {
     }
 }
 
-/* one engine_run over every busy slot */
-static void step(sched *s) {
+/* one engine_run over every busy slot; stopping: s->stopping as loop read it under mu (the
+ * engine thread reads it nowhere else unlocked) */
+static void step(sched *s, bool stopping) {
+    const bool model_ok = model_file_ok(s);
     int n = 0;
     bool prompt_rows = false;
     const int64_t rpp = s->info.rows_per_pass;
@@ -496,7 +545,10 @@ static void step(sched *s) {
         slot *sl = &s->slots[k];
         if (sl->state == SLOT_IDLE) continue;
         sched_req *r = sl->req;
-        if (req_cancelled(r) || s->stopping) { slot_end(s, sl, SCHED_CANCELLED, NULL); continue; }
+        if (req_cancelled(r) || stopping || !model_ok) {
+            slot_end(s, sl, SCHED_CANCELLED, stopping ? "the server is stopping" : !model_ok ? s->model_err : NULL);
+            continue;
+        }
         engine_span *sp = &s->spans[n];
         *sp = (engine_span){.seq = sl->id, .logits = sl->logits};
         if (sl->state == SLOT_PREFILL) {
@@ -617,8 +669,9 @@ static void *loop(void *arg) {
         run_job(s);
         if (!s->stopping) admit(s);
         publish(s);
+        const bool stopping = s->stopping;
         pthread_mutex_unlock(&s->mu);
-        step(s);
+        step(s, stopping);
         pthread_mutex_lock(&s->mu);
         publish(s);
     }
@@ -661,18 +714,22 @@ int sched_start(sched **out, engine *eng, const tokenizer *tok, const sched_opts
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
     pthread_cond_init(&s->job_cv, NULL);
+    if (o->model_path && stat(o->model_path, &s->model_st) < 0) {
+        herr_set(e, "%s: %s", o->model_path, strerror(errno));
+        sched_free(s);
+        return -1;
+    }
     if (pcache_open(&s->pc, eng, o->cache_dir, e) < 0) {
-        s->stopping = true; /* no thread to join */
-        sched_stop(s);
+        sched_free(s);
         return -1;
     }
     s->pc_stats = pcache_get_stats(s->pc); /* what the files found at start came to */
     if (pthread_create(&s->th, NULL, loop, s) != 0) {
         herr_set(e, "cannot start the engine thread");
-        s->stopping = true; /* no thread to join */
-        sched_stop(s);
+        sched_free(s);
         return -1;
     }
+    s->running = true;
     *out = s;
     return 0;
 }
@@ -680,12 +737,18 @@ int sched_start(sched **out, engine *eng, const tokenizer *tok, const sched_opts
 void sched_stop(sched *s) {
     if (!s) return;
     pthread_mutex_lock(&s->mu);
-    const bool started = !s->stopping;
+    const bool join = s->running;
+    s->running = false;
     s->stopping = true;
     pthread_cond_broadcast(&s->cv);
     pthread_cond_broadcast(&s->job_cv);
     pthread_mutex_unlock(&s->mu);
-    if (started) pthread_join(s->th, NULL);
+    if (join) pthread_join(s->th, NULL);
+}
+
+void sched_free(sched *s) {
+    if (!s) return;
+    sched_stop(s);
     pcache_free(s->pc);
     for (int k = 0; k < s->o.n_slots; k++) {
         slot *sl = &s->slots[k];
@@ -713,11 +776,14 @@ int sched_submit(sched *s, sched_req *r, herr *e) {
                         (long long)s->info.n_ctx);
     if (r->slot_wanted >= s->o.n_slots) return herr_set(e, "there is no slot %d (-np %d)", r->slot_wanted, s->o.n_slots);
     pthread_mutex_lock(&s->mu);
-    if (s->stopping || s->q_n == s->o.queue_max) {
+    if (s->stopping || !model_file_ok_locked(s) || s->q_n == s->o.queue_max) {
+        /* read under mu: sched_stop and model_file_ok write them */
+        if (s->stopping) herr_set(e, "the server is stopping");
+        else if (s->model_bad) herr_set(e, "%s", s->model_err);
+        else herr_set(e, "the queue is full (%lld requests wait)", (long long)s->o.queue_max);
         s->st.n_refused++;
         pthread_mutex_unlock(&s->mu);
-        return herr_set(e, s->stopping ? "the server is stopping" : "the queue is full (%lld requests wait)",
-                        (long long)s->o.queue_max);
+        return SCHED_UNAVAILABLE;
     }
     r->t_queued = time_now();
     s->q[(s->q_head + s->q_n) % s->o.queue_max] = r;
@@ -732,9 +798,6 @@ int sched_submit(sched *s, sched_req *r, herr *e) {
 sched_stats sched_get_stats(sched *s) {
     pthread_mutex_lock(&s->mu);
     sched_stats st = s->st;
-    pthread_mutex_unlock(&s->mu);
-    st.cache_bytes = engine_get_info(s->eng).cache_used;
-    pthread_mutex_lock(&s->mu);
     st.pc = s->pc_stats;
     pthread_mutex_unlock(&s->mu);
     return st;
@@ -781,4 +844,12 @@ int sched_slot_restore(sched *s, int k, const char *path, int64_t *n, herr *e) {
 int sched_slot_erase(sched *s, int k, herr *e) {
     int64_t n;
     return slot_job(s, JOB_ERASE, k, NULL, &n, e);
+}
+
+bool sched_model_ok(sched *s, char *why, size_t cap) {
+    pthread_mutex_lock(&s->mu);
+    const bool ok = model_file_ok_locked(s);
+    if (!ok) snprintf(why, cap, "%s", s->model_err);
+    pthread_mutex_unlock(&s->mu);
+    return ok;
 }

@@ -91,6 +91,7 @@ typedef struct sched_opts {
     int n_slots;
     int64_t queue_max;      /* requests waiting for a slot; one more is refused */
     const char *cache_dir;  /* the shared prompt cache's files (cache.h), or NULL */
+    const char *model_path; /* the model's file, watched: written in place, it fails every request; or NULL */
     /* A test seam (HEARTH_TEST_REPLY): every answer's k-th token is script[k] instead of a
      * sampled one (the last repeated past the end), so the tests can make the model "write"
      * a tool call through the whole server, engine included. NULL in use. */
@@ -122,14 +123,23 @@ typedef struct sched_stats {
 /* Starts the engine thread. The engine (n_seq_max >= n_slots) and tokenizer stay the
  * caller's and must outlive the scheduler. */
 int sched_start(sched **out, engine *eng, const tokenizer *tok, const sched_opts *o, herr *e);
-/* Stops: requests in flight finish as SCHED_CANCELLED; joins the thread. */
+/* Stops: requests in flight finish as SCHED_CANCELLED; joins the thread. The scheduler
+ * stays valid (every call after refuses or answers "stopping") until sched_free, so the
+ * HTTP threads still running may call it: stop the scheduler, then the HTTP side (which
+ * joins its threads), then free. */
 void sched_stop(sched *s);
+void sched_free(sched *s);   /* stops first if needed */
 
 /* A new request, refs = 2 (ids and marks are taken over; free them with the request). */
 sched_req *sched_req_new(int32_t *ids, int64_t n_ids, int64_t *marks, int n_marks);
-/* Queues r. Fails (r still the caller's: sched_release it) when the queue is full, the
- * prompt is empty or longer than the context, or the slot wanted does not exist. */
+/* Queues r. Fails (r still the caller's: sched_release it): -1 when the prompt is empty or
+ * longer than the context or the slot wanted does not exist (the request's fault),
+ * SCHED_UNAVAILABLE when the queue is full, the server is stopping or its model file was
+ * written in place (the server's state). */
+#define SCHED_UNAVAILABLE (-2)
 int sched_submit(sched *s, sched_req *r, herr *e);
+/* false (why: the reason) once the model file was written in place while serving */
+bool sched_model_ok(sched *s, char *why, size_t cap);
 /* Waits until r has more than n_seen tokens or has finished, or timeout_s passes (<= 0:
  * no limit). Returns r's token count; the caller reads r->out / r->finish under r->mu. */
 int64_t sched_wait(sched_req *r, int64_t n_seen, double timeout_s);

@@ -1,7 +1,7 @@
 # gguf_bad.sh: `hearth inspect` on valid and malformed GGUF files made by mkgguf.py: the
 # valid ones print, each bad one exits 1 (not by a signal) with a message naming the field.
 # The same files are replayed under build-asan/hearth when that build exists (`make asan`),
-# and the fuzzer's regression inputs (tests/fuzz/regress/*.bin) are replayed too.
+# and the fuzzer's regression inputs (tests/fuzz/regress/gguf/*.bin) are replayed too.
 cd "$(dirname "$0")/../.."
 . tests/cli/lib.sh
 
@@ -37,21 +37,21 @@ while IFS=$'\t' read -r f pat; do
         || bad "$f names a byte offset" "$out"
 done <"$dir/MANIFEST"
 
-regress=(tests/fuzz/regress/*.bin)
+regress=(tests/fuzz/regress/gguf/*.bin)
 if [ -e "${regress[0]}" ]; then
     for f in "${regress[@]}"; do
         out=$("$HEARTH" inspect "$f" 2>&1); rc=$?
         [ $rc -le 1 ] && ok "fuzz regression $(basename "$f") (exit $rc)" || bad "fuzz regression $(basename "$f")" "rc=$rc $out"
     done
 else
-    skip "fuzz regressions" "tests/fuzz/regress/ holds no inputs"
+    skip "fuzz regressions" "tests/fuzz/regress/gguf/ holds no inputs"
 fi
 
 ASAN=${HEARTH_ASAN:-build-asan/hearth}
 if [ -x "$ASAN" ]; then
     export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
     n=0 nbad=0
-    for f in "$dir"/*.gguf tests/fuzz/regress/*.bin tests/fuzz/corpus/*.bin; do
+    for f in "$dir"/*.gguf tests/fuzz/regress/gguf/*.bin tests/fuzz/corpus/gguf/*.bin; do
         [ -e "$f" ] || continue
         n=$((n + 1))
         out=$("$ASAN" inspect "$f" 2>&1 >/dev/null); rc=$?

@@ -3,7 +3,7 @@
 fuzz seed corpus, with the standard library only (no gguf-py), so the files do not come
 from the code under test. Usage:
   mkgguf.py bad OUTDIR      valid*.gguf, bad-*.gguf and OUTDIR/MANIFEST (file<TAB>regex)
-  mkgguf.py corpus OUTDIR   a few small valid files for tests/fuzz/corpus
+  mkgguf.py corpus OUTDIR   a few small valid files for tests/fuzz/corpus/gguf
 """
 import os
 import struct

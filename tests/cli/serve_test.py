@@ -9,6 +9,8 @@ import http.client
 import json
 import math
 import os
+import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -34,12 +36,12 @@ def check(name, cond, detail=""):
 
 
 class Server:
-    def __init__(self, model, *flags, env=None):
+    def __init__(self, model, *flags, env=None, log=None, preexec=None):
         self.ready = os.path.join(TMP, f"port-{os.getpid()}-{time.monotonic_ns()}")
-        self.log = open(os.path.join(TMP, "serve.log"), "ab")
+        self.log = open(log or os.path.join(TMP, "serve.log"), "ab")
         self.p = subprocess.Popen([HEARTH, "serve", "-m", model, "--port", "0", "--ready-file", self.ready, "-t", "2",
                                    *flags], stdout=self.log, stderr=self.log,
-                                  env={**os.environ, **env} if env else None)
+                                  env={**os.environ, **env} if env else None, preexec_fn=preexec)
         for _ in range(200):
             if os.path.exists(self.ready) and open(self.ready).read().strip():
                 break
@@ -452,6 +454,109 @@ def main():
     check("--cache-dir: the server serves on after refusing them", r["usage"]["completion_tokens"] == 8)
     c3.stop()
 
+    # the model file replaced while serving. Renamed over (the way to replace one): the server
+    # serves on from the file it loaded, bit for bit, and says so once. Written in place (cp
+    # over it: the same inode, truncated and rewritten): the mapped weights changed under it,
+    # so every request and /health are 503 naming the file, nothing more goes to the cache,
+    # no SIGBUS, SIGTERM exits 0; restarted on the new bytes, the old points are refused. (A
+    # file cut short under a pass that reads it is a SIGBUS: exit 1 with a message, untested.)
+    mdir = os.path.join(TMP, f"model-swap-{os.getpid()}")
+    os.makedirs(mdir)
+    mfile, mlog = os.path.join(mdir, "m.gguf"), os.path.join(TMP, f"serve-swap-{os.getpid()}.log")
+    shutil.copyfile(model, mfile)
+    sdir = os.path.join(mdir, "cache")
+    ms = Server(mfile, "-np", "1", "--cache-dir", sdir, log=mlog)
+    ask = {"prompt": "The hearth", "n_predict": 8, "temperature": 0}
+    _, before = ms.post("/completion", ask)
+    shutil.copyfile(other, mfile + ".new")
+    os.rename(mfile + ".new", mfile)
+    st, after = ms.post("/completion", ask)
+    check("model file renamed over while serving: served on from the file loaded, the same answer, logged",
+          st == 200 and after["content"] == before["content"] and "replaced or removed on disk" in open(mlog).read(),
+          f"{st} {str(after)[:200]}")
+    ms.stop()
+    shutil.copyfile(model, mfile + ".new")
+    os.rename(mfile + ".new", mfile)
+    ms = Server(mfile, "-np", "1", "--cache-dir", sdir, log=mlog)
+    r = chat(ms, conv_a)
+    files_before = sorted(os.listdir(sdir))
+    ino = os.stat(mfile).st_ino
+    long_one = {}
+    t = threading.Thread(target=lambda: long_one.update(
+        r=ms.post("/completion", {"prompt": "The hearth", "n_predict": 3000, "ignore_eos": True, "temperature": 0})))
+    t.start()
+    time.sleep(0.5)  # under way: 3,000 tokens take the tiny model seconds
+    with open(mfile, "r+b") as f:  # bytes in its middle rewritten, the size kept (no pass can fault)
+        f.seek(os.path.getsize(mfile) // 2)
+        f.write(b"\x55" * 4096)
+    t.join()
+    shutil.copyfile(other, mfile)  # and cp over it (truncated, rewritten) while no pass runs
+    st0, j0 = long_one["r"]
+    st, j = ms.post("/v1/chat/completions", {"messages": conv_a2, "max_tokens": 8, "temperature": 0})
+    st_h, h = ms.request("GET", "/health")
+    with open(mfile, "r+b") as f:  # and cut short: a pass would read past its end (SIGBUS)
+        f.truncate(os.path.getsize(mfile) // 2)
+    st2, j2 = ms.post("/completion", ask)
+    check("model file written in place while serving: the request under way, the next ones and /health 503 "
+          "naming it, nothing cached, alive",
+          os.stat(mfile).st_ino == ino and st0 == 503 and "written in place" in j0["error"]["message"] and st == 503 and "written in place" in j["error"]["message"] and
+          mfile in j["error"]["message"] and st_h == 503 and "written in place" in h["error"]["message"] and
+          st2 == 503 and ms.p.poll() is None and sorted(os.listdir(sdir)) == files_before,
+          f"under way {st0} {str(j0)[:200]}; {st} {str(j)[:300]} /health {st_h} then {st2}; files {files_before} -> {sorted(os.listdir(sdir))}")
+    rc = ms.stop()
+    check("model file written in place: SIGTERM exits 0", rc == 0, str(rc))
+    shutil.copyfile(other, mfile)
+    ms = Server(mfile, "-np", "1", "--cache-dir", sdir, "--metrics", log=mlog)
+    _, m = ms.request("GET", "/metrics")
+    r = chat(ms, conv_a)
+    check("model file written in place: restarted on the new bytes, the old model's points are refused",
+          metric(m, "cache_disk_refused_total") == len(files_before) and len(files_before) >= 1 and
+          "another model" in open(mlog).read() and r["usage"]["completion_tokens"] == 8,
+          m[-300:])
+    ms.stop()
+
+    # --cache-dir faults: a folder that cannot be one is refused at start by name; a full one
+    # (a file size limit: writes fail as on a full disk) is logged and skipped, the entry kept
+    # in RAM, no partial file left; a write a crash cut short (.tmp) is removed at start
+    for name, bad_dir in (("a file", os.path.join(TMP, "serve-tiny.gguf")),
+                          ("in a missing folder", os.path.join(TMP, "no", "such", "dir"))):
+        p = subprocess.Popen([HEARTH, "serve", "-m", model, "--port", "0", "--cache-dir", bad_dir],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        try:
+            err = p.communicate(timeout=30)[1]
+        except subprocess.TimeoutExpired:  # it serves: the folder was taken
+            p.kill()
+            err = p.communicate()[1]
+        check(f"--cache-dir {name}: exit 1 naming it", p.returncode == 1 and f"--cache-dir {bad_dir}:" in err,
+              f"{p.returncode} {err.strip()[-300:]}")
+    fdir = os.path.join(TMP, f"cache-full-{os.getpid()}")
+    os.makedirs(fdir)
+    stale = os.path.join(fdir, "0123-7.hcache.tmp.Ab12Cd")  # a writer that died 2 h ago
+    open(stale, "wb").write(b"\0" * 100)
+    os.utime(stale, (time.time() - 7200, time.time() - 7200))
+    fresh = "0123-7.hcache.tmp.Ef34Gh"  # another replica's write under way: left alone
+    open(os.path.join(fdir, fresh), "wb").write(b"\0" * 100)
+    flog = os.path.join(TMP, f"serve-full-{os.getpid()}.log")
+
+    def small_files():  # 64 KiB a file: every entry's write fails (EFBIG), as on a full disk
+        import resource
+        resource.setrlimit(resource.RLIMIT_FSIZE, (64 << 10, 64 << 10))
+    full = Server(model, "-np", "1", "--cache-dir", fdir, "--metrics", log=flog, preexec=small_files)
+    chat(full, conv_a)
+    chat(full, conv_b)  # A's state goes to the shared cache: its file cannot be written
+    r = chat(full, conv_a2)
+    _, m = full.request("GET", "/metrics")
+    log = open(flog).read()
+    check("--cache-dir full: the write fails, logged, the server lives on", full.p.poll() is None and
+          "failed: File too large (the entry stays in RAM only)" in log and metric(m, "cache_disk_saves_total") == 0, log[-400:])
+    check("--cache-dir full: no file and no partial file left, the stale .tmp removed at start, the fresh one kept",
+          os.listdir(fdir) == [fresh] and "an unfinished write) removed" in log, str(os.listdir(fdir)))
+    check("--cache-dir full: A's turn 2 resumes from the entry in RAM and answers as a cold server",
+          "shared cache" in r["timings"]["cache"] and r["choices"][0]["message"] == want_a2["choices"][0]["message"],
+          r["timings"]["cache"])
+    rc = full.stop()
+    check("--cache-dir full: SIGTERM exits 0", rc == 0, str(rc))
+
     # /slots save and restore keep the points: a saved conversation resumes after a restart
     sdir = os.path.join(TMP, f"slots-{os.getpid()}")
     v1 = Server(model, "-np", "1", "--cache-dir", sdir)
@@ -519,6 +624,8 @@ def main():
     check("one slot, a queue of 1: the third request gets 503", sorted(outs) == [200, 200, 503], str(outs))
     k.stop()
     tool_calls(model)
+    sigterm_under_load(model)
+    slow_readers(model)
     print(f"{passed} passed, {failed} failed")
     return 1 if failed else 0
 
@@ -607,6 +714,156 @@ def tool_calls(model):
               and 0 < total <= elapsed and lo <= total <= hi)
         check(f"/metrics: {h} histogram counts the 4 requests", ok, f"{b} sum {total} in [{lo}, {hi}], {elapsed:.3f} s")
     s.stop()
+    # a NUL byte in the model's text (byte-level token 'Ā'): the whole answer and the stream
+    # both carry all of it (a cJSON string ended at the NUL: the whole answer lost the rest)
+    with open(reply, "wb") as f:
+        f.write(b"before\x00after the NUL")
+    s = Server(model, "-np", "1", env={"HEARTH_TEST_REPLY": reply})
+    body = {"messages": [{"role": "user", "content": "x"}], "max_tokens": 50, "temperature": 0,
+            "chat_template_kwargs": {"enable_thinking": False}}
+    st, j = s.post("/v1/chat/completions", body)
+    whole = j["choices"][0]["message"]["content"] if st == 200 else None
+    st2, _, ev = s.stream("/v1/chat/completions", {**body, "stream": True})
+    streamed = "".join(c["delta"].get("content") or "" for e in ev if e != "[DONE]" for c in e["choices"])
+    check("a NUL in the answer: whole and streamed both carry all of the text (the NUL as U+FFFD)",
+          st == 200 and st2 == 200 and whole == streamed and whole.endswith("before\ufffdafter the NUL"),
+          f"{whole!r} vs {streamed!r}")
+    s.stop()
+
+
+def sse_data(text):
+    """the data lines of an SSE body: parsed JSON, or the string [DONE]"""
+    out = []
+    for line in text.split("\n"):
+        if line.startswith("data: "):
+            d = line[6:]
+            out.append(d if d == "[DONE]" else loads_or_none(d))
+    return out
+
+
+def sigterm_under_load(model):
+    """SIGTERM with both slots generating and requests queued, streamed and whole: the server
+    exits 0 at once (under the sanitizers: with no leak and no race), every client gets a whole
+    response, never a cut one: a whole answer 503, a stream an error event then [DONE]."""
+    s = Server(model, "-np", "2", "--metrics")
+    res = {}
+
+    def whole(k):
+        try:
+            res[k] = s.post("/completion", {"prompt": f"hello {k}", "n_predict": 3000, "ignore_eos": True}, timeout=60)
+        except Exception as e:  # noqa: BLE001 (any failure is the finding)
+            res[k] = ("exception", repr(e))
+
+    def stream(k):
+        try:
+            c = http.client.HTTPConnection("127.0.0.1", s.port, timeout=60)
+            c.request("POST", "/v1/chat/completions", body=json.dumps({
+                "messages": [{"role": "user", "content": f"story {k}"}], "max_tokens": 3000, "ignore_eos": True,
+                "stream": True}).encode(), headers={"Content-Type": "application/json"})
+            r = c.getresponse()
+            res[k] = (r.status, sse_data(r.read().decode()))
+            c.close()
+        except Exception as e:  # noqa: BLE001
+            res[k] = ("exception", repr(e))
+    th = [threading.Thread(target=whole if k % 2 else stream, args=(k,)) for k in range(6)]
+    for t in th:
+        t.start()
+    busy = False
+    for _ in range(400):  # both slots generating, the other 4 requests queued
+        _, sl = s.request("GET", "/slots")
+        _, m = s.request("GET", "/metrics")
+        if all(x["is_processing"] and x["n_tokens"] > 0 for x in sl) and metric(m, "requests_deferred") == 4:
+            busy = True
+            break
+        time.sleep(0.05)
+    t0 = time.monotonic()
+    rc = s.stop()
+    took = time.monotonic() - t0
+    for t in th:
+        t.join(timeout=30)
+    check("SIGTERM under load: both slots busy, 4 queued; the server exits 0 within 5 s", busy and rc == 0 and took < 5,
+          f"busy {busy} rc {rc} in {took:.2f} s")
+    wholes = [res.get(k) for k in range(1, 6, 2)]
+    streams = [res.get(k) for k in range(0, 6, 2)]
+    check("SIGTERM under load: every whole request answered 503 with an error body",
+          all(w and w[0] == 503 and isinstance(w[1], dict) and w[1].get("error", {}).get("type") == "unavailable_error"
+              for w in wholes), str(wholes)[:400])
+    ends = [st[1][-2:] if st and st[0] == 200 else st for st in streams]
+    check("SIGTERM under load: every stream ends whole, with an error event ('stopping') then [DONE]",
+          all(isinstance(e, list) and len(e) == 2 and isinstance(e[0], dict) and
+              "stopping" in str(e[0].get("error", {}).get("message")) and e[1] == "[DONE]" for e in ends), str(ends)[:400])
+    check("SIGTERM under load: no client left waiting", not any(t.is_alive() for t in th))
+
+
+def slow_readers(model):
+    """A client that reads its stream slowly gets all of it, while another client is served;
+    one that stops reading holds nothing past --timeout: cut off, its slot free."""
+    s = Server(model, "-np", "2", "--timeout", "2")
+    prompt = [5, 17, 200, 31, 8]
+
+    def raw_stream(body, path="/completion"):
+        so = socket.socket()
+        so.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # a small window: the server's sends block
+        so.connect(("127.0.0.1", s.port))
+        b = json.dumps(body).encode()
+        so.sendall(b"POST " + path.encode() + b" HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                   b"Content-Length: " + str(len(b)).encode() + b"\r\n\r\n" + b)
+        return so
+    want = s.post("/completion", {"prompt": prompt, "n_predict": 300, "temperature": 0, "ignore_eos": True})[1]["content"]
+    so = raw_stream({"prompt": prompt, "n_predict": 300, "temperature": 0, "ignore_eos": True, "stream": True})
+    so.settimeout(30)
+    data, other, t_other = b"", None, None
+    while True:
+        k = so.recv(1024)  # 1 KiB every 20 ms
+        if not k:
+            break
+        data += k
+        if other is None:  # meanwhile, the other slot answers a request
+            t1 = time.monotonic()
+            other = s.post("/completion", {"prompt": [9, 9, 9], "n_predict": 16})[0]
+            t_other = time.monotonic() - t1
+        if data.endswith(b"0\r\n\r\n"):  # the chunked body's end
+            break
+        time.sleep(0.02)
+    so.close()
+    body = data.split(b"\r\n\r\n", 1)[1]
+    text = "".join(e["content"] for e in sse_data(re.sub(rb"\r\n[0-9a-f]+\r\n", b"", b"\r\n" + body).decode())
+                   if isinstance(e, dict))
+    check("a slow reader gets the whole stream, equal to the whole answer", text == want, f"{len(text)} vs {len(want)} chars")
+    check("meanwhile another client is answered at once", other == 200 and t_other < 10, f"{other} in {t_other}")
+    # a reader that stops: the answer is generated, the connection is cut after --timeout (chat's
+    # events, ~200 bytes a token, so the stream is larger than what the kernel buffers: ~400 KB)
+    so = raw_stream({"messages": [{"role": "user", "content": "go"}], "max_tokens": 2000, "ignore_eos": True,
+                     "stream": True}, "/v1/chat/completions")
+    so.recv(100)
+    idle = False
+    for _ in range(600):
+        _, sl = s.request("GET", "/slots")
+        if not any(x["is_processing"] for x in sl):
+            idle = True
+            break
+        time.sleep(0.1)
+    time.sleep(3)  # --timeout 2 without progress
+    so.settimeout(10)
+    data, closed = b"", False
+    try:
+        while True:
+            k = so.recv(65536)
+            if not k:
+                closed = True
+                break
+            data += k
+    except ConnectionResetError:
+        closed = True
+    except socket.timeout:
+        pass
+    so.close()
+    cut = closed and not data.endswith(b"0\r\n\r\n")  # closed before the chunked body's end
+    st, _ = s.request("GET", "/health")
+    check("a reader that stops is cut off after --timeout (its stream unfinished), its slot free, the server serving",
+          idle and cut and st == 200, f"idle {idle} closed {closed} {len(data)} bytes, ends {data[-12:]!r}, /health {st}")
+    rc = s.stop()
+    check("slow readers: SIGTERM exits 0", rc == 0, str(rc))
 
 
 if __name__ == "__main__":

@@ -152,6 +152,12 @@ TEST(tool_calls_both_formats) {
     expect(&o, "<tool_call><function=get_wea", "", "<tool_call><function=get_wea", "");
     /* a stop string inside a call's value cuts the call there */
     const char *stop[] = {"STOP"};
+    /* arguments as a string (OpenAI's form): a JSON object in it is the call's; anything else
+     * leaves the text as text (found by tests/fuzz/fuzz_answer: the string went out as is) */
+    expect(&o, "<tool_call>{\"name\": \"get_weather\", \"arguments\": \"{\\\"city\\\": \\\"Oslo\\\"}\"}</tool_call>", "", "",
+           "get_weather({\"city\":\"Oslo\"});");
+    expect(&o, "<tool_call>{\"name\": \"f\", \"arguments\": \"f\"}</tool_call>", "",
+           "<tool_call>{\"name\": \"f\", \"arguments\": \"f\"}</tool_call>", "");
     answer_opts os = {.split_think = true, .tools = t, .stop = stop, .n_stop = 1};
     expect(&os, "<tool_call><function=get_weather><parameter=city>Ro STOP me</parameter></function></tool_call>", "", "",
            "get_weather({\"city\":\"Ro\"});");
@@ -177,6 +183,14 @@ TEST(stop_strings) {
     answer_opts ot = {.split_think = true, .stop = stop, .n_stop = 1};
     w = run(&ot, "<think>abc END def</think>x", 3, &p);
     CHECK_MSG(!strcmp(p.reasoning, "abc ") && !p.content[0] && w, "'%s' '%s'", p.reasoning, p.content);
+    /* overlapping stop strings: the one that ends first wins, whole or streamed ("y" ends at
+     * 2, before "zyy" that starts earlier; the fuzzer's find, tests/fuzz/regress/answer) */
+    const char *over[] = {"zyy", "y"};
+    answer_opts oo = {.stop = over, .n_stop = 2};
+    for (size_t piece = 0; piece <= 3; piece++) {
+        w = run(&oo, "azyy1", piece, &p);
+        CHECK_MSG(!strcmp(p.content, "az") && w && !strcmp(w, "y"), "pieces of %zu: '%s' %s", piece, p.content, w ? w : "");
+    }
 }
 
 /* random bytes built from the tags' pieces: no crash, and the same parts for every cut */

@@ -600,10 +600,37 @@ TEST(bad_inputs) {
     st_close(sf);
 }
 
+/* config.json values a product would overflow are refused by name (the fuzz target's
+ * find: tests/fuzz/regress/hf_config), before any arithmetic on them */
+TEST(config_bounds) {
+    char *c = test_read(FIXTURE "/config.json", NULL);
+    cJSON *j = cJSON_Parse(c);
+    free(c);
+    static const char *const keys[] = {"linear_num_value_heads", "linear_value_head_dim"};
+    for (int k = 0; k < 2; k++) {
+        cJSON *v = cJSON_Duplicate(j, true);
+        cJSON_ReplaceItemInObject(v, keys[k], cJSON_CreateNumber(9e15));
+        if (k == 1) cJSON_ReplaceItemInObject(v, "linear_key_head_dim", cJSON_CreateNumber(9e15));
+        char *s = cJSON_PrintUnformatted(v);
+        model_hparams hp;
+        herr e;
+        CHECK_MSG(convert_parse_config(s, strlen(s), &hp, &e) < 0 && strstr(e.msg, keys[k]), "%s", e.msg);
+        free(s);
+        cJSON_Delete(v);
+    }
+    char *s = cJSON_PrintUnformatted(j);
+    model_hparams hp;
+    herr e;
+    CHECK_MSG(convert_parse_config(s, strlen(s), &hp, &e) == 0 && hp.ssm_d_inner == 4 * 64, "%s", e.msg);
+    free(s);
+    cJSON_Delete(j);
+}
+
 int main(void) {
     const char *base = getenv("HEARTH_TMP") ? getenv("HEARTH_TMP") : "/tmp";
     snprintf(tmp_dir, sizeof tmp_dir, "%s/test-convert-%d", base, (int)getpid());
     mkdir(tmp_dir, 0755);
+    RUN(config_bounds);
     RUN(parity_f32);
     RUN(parity_q8_0);
     RUN(peer_parity);

@@ -2,7 +2,7 @@
  * (nested and empty arrays, empty strings), tensors of several types, a non-default
  * alignment, a byte-identical rewrite through gguf_set_value, the getters' conversions,
  * and malformed files built from a valid one (every truncation, absurd fields), each of
- * which must fail with a message naming the field. Replays tests/fuzz/regress/ too. */
+ * which must fail with a message naming the field. Replays tests/fuzz/regress/gguf/ too. */
 #include <dirent.h>
 #include <inttypes.h>
 #include <pthread.h>
@@ -599,15 +599,15 @@ TEST(hand_built_bad_files) {
 
 /* The fuzzer's finds, kept: each must open or fail without a crash. */
 TEST(fuzz_regressions) {
-    DIR *d = opendir("tests/fuzz/regress");
-    if (!d) SKIP("tests/fuzz/regress not found (run from the repo root)");
+    DIR *d = opendir("tests/fuzz/regress/gguf");
+    if (!d) SKIP("tests/fuzz/regress/gguf not found (run from the repo root)");
     struct dirent *de;
     int n = 0;
     while ((de = readdir(d))) {
         size_t len = strlen(de->d_name);
         if (len < 4 || strcmp(de->d_name + len - 4, ".bin")) continue;
         char path[512];
-        snprintf(path, sizeof path, "tests/fuzz/regress/%s", de->d_name);
+        snprintf(path, sizeof path, "tests/fuzz/regress/gguf/%s", de->d_name);
         size_t nb;
         uint8_t *b = test_read(path, &nb);
         herr e;

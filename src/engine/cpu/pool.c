@@ -21,7 +21,10 @@ struct pool {
     _Atomic int64_t done;     /* tasks finished in this generation */
     _Atomic int sleepers;
     atomic_bool stop;
-    int64_t n_tasks;
+    /* atomic (relaxed) because a worker late from the previous op reads it before its
+     * compare-and-swap fails (see pool_for): the value is then never used, but a plain
+     * read beside the caller's write is still a data race (TSan reports it) */
+    _Atomic int64_t n_tasks;
     pool_task fn;
     void *ctx;
 };
@@ -37,7 +40,8 @@ static void work(pool *p, uint64_t gen, int ith) {
     for (;;) {
         if ((c >> 32) != gen) return;
         uint64_t t = c & 0xffffffffu;
-        if (t == 0xffffffffu || (int64_t)t >= p->n_tasks) return; /* a closed generation, or every task claimed */
+        /* a closed generation, or every task claimed */
+        if (t == 0xffffffffu || (int64_t)t >= atomic_load_explicit(&p->n_tasks, memory_order_relaxed)) return;
         if (!atomic_compare_exchange_weak_explicit(&p->claim, &c, c + 1, memory_order_acq_rel, memory_order_acquire))
             continue;
         p->fn(p->ctx, (int64_t)t, ith);
@@ -109,7 +113,7 @@ void pool_for(pool *p, int64_t n_tasks, pool_task fn, void *ctx) {
     atomic_store(&p->claim, gen << 32 | 0xffffffffu);
     p->fn = fn;
     p->ctx = ctx;
-    p->n_tasks = n_tasks;
+    atomic_store_explicit(&p->n_tasks, n_tasks, memory_order_relaxed);
     atomic_store_explicit(&p->done, 0, memory_order_relaxed);
     gen++;
     atomic_store(&p->claim, gen << 32); /* seq_cst: pairs with the sleepers count (no lost wake-up) */

@@ -1,0 +1,464 @@
+/* request.c: the endpoints' bodies into checked requests (request.h), moved out of api.c
+ * so that they run, and are fuzzed (tests/fuzz/fuzz_request.c), without an engine or a
+ * connection. Nothing here blocks or touches the scheduler. */
+#include "serve/request.h"
+#include "serve/sched.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void buf_add(buf *b, const char *s, size_t n) {
+    if (b->len + n + 1 > b->cap) {
+        b->cap = (b->len + n + 1) * 2;
+        b->p = xrealloc(b->p, b->cap);
+    }
+    memcpy(b->p + b->len, s, n);
+    b->len += n;
+    b->p[b->len] = 0;
+}
+
+void buf_str(buf *b, const char *s) { buf_add(b, s, strlen(s)); }
+
+cJSON *req_body(const char *body, size_t len, herr *e) {
+    /* the end pointer of this parse, not cJSON_GetErrorPtr(): that one is a global other
+     * connections' threads write too */
+    const char *end = NULL;
+    cJSON *j = cJSON_ParseWithLengthOpts(body, len, &end, false);
+    if (!j) {
+        const size_t at = end && end >= body && end <= body + len ? (size_t)(end - body) : 0;
+        herr_set(e, "the body is not valid JSON (near byte %zu)", at);
+        return NULL;
+    }
+    if (!cJSON_IsObject(j)) {
+        cJSON_Delete(j);
+        herr_set(e, "the body must be a JSON object");
+        return NULL;
+    }
+    return j;
+}
+
+/* Optional fields: 0 absent (or null), 1 read, -1 wrong (e set, naming the field). */
+static int get_num(const cJSON *j, const char *name, double lo, double hi, double *out, herr *e) {
+    const cJSON *x = cJSON_GetObjectItemCaseSensitive(j, name);
+    if (!x || cJSON_IsNull(x)) return 0;
+    if (!cJSON_IsNumber(x)) return herr_set(e, "\"%s\" must be a number", name);
+    if (!(x->valuedouble >= lo && x->valuedouble <= hi))
+        return herr_set(e, "\"%s\" is %g, outside [%g, %g]", name, x->valuedouble, lo, hi);
+    *out = x->valuedouble;
+    return 1;
+}
+
+static int get_int(const cJSON *j, const char *name, int64_t lo, int64_t hi, int64_t *out, herr *e) {
+    double v;
+    int rc = get_num(j, name, (double)lo, (double)hi, &v, e);
+    if (rc <= 0) return rc;
+    if (v != floor(v)) return herr_set(e, "\"%s\" must be a whole number, got %g", name, v);
+    *out = (int64_t)v;
+    return 1;
+}
+
+static int get_bool(const cJSON *j, const char *name, bool *out, herr *e) {
+    const cJSON *x = cJSON_GetObjectItemCaseSensitive(j, name);
+    if (!x || cJSON_IsNull(x)) return 0;
+    if (!cJSON_IsBool(x)) return herr_set(e, "\"%s\" must be true or false", name);
+    *out = cJSON_IsTrue(x);
+    return 1;
+}
+
+/* The sampling and length fields all generating endpoints share, llama-server's names and
+ * OpenAI's. Fields that would change the answer and are not done are refused by name. */
+int req_params(const req_ctx *x, const cJSON *j, api_kind kind, uint64_t seed, gen_params *g, herr *e) {
+    *g = (gen_params){.so = {.temp = 0.8f, .top_k = 40, .top_p = 0.95f, .min_p = 0.05f}, .n_predict = x->n_predict,
+                      .slot = -1, .cache_prompt = true};
+    g->so.seed = seed;
+    double v;
+    int64_t i;
+    int rc;
+    if ((rc = get_num(j, "temperature", 0, 100, &v, e)) < 0) return -1;
+    if (rc) g->so.temp = (float)v;
+    if ((rc = get_int(j, "top_k", 0, 1 << 30, &i, e)) < 0) return -1;
+    if (rc) g->so.top_k = (int32_t)i;
+    if ((rc = get_num(j, "top_p", 0, 1, &v, e)) < 0) return -1;
+    if (rc) g->so.top_p = (float)v;
+    if ((rc = get_num(j, "min_p", 0, 1, &v, e)) < 0) return -1;
+    if (rc) g->so.min_p = (float)v;
+    if ((rc = get_int(j, "seed", -1, INT64_MAX / 2, &i, e)) < 0) return -1;
+    if (rc && i >= 0) g->so.seed = (uint64_t)i;
+    static const char *const lens[] = {"n_predict", "max_tokens", "max_completion_tokens"};
+    for (int k = 0; k < 3; k++) {
+        if ((rc = get_int(j, lens[k], -1, x->n_ctx, &i, e)) < 0) return -1;
+        if (rc) g->n_predict = i;
+    }
+    if (get_bool(j, "ignore_eos", &g->ignore_eos, e) < 0 || get_bool(j, "stream", &g->stream, e) < 0) return -1;
+    if (get_bool(j, "return_tokens", &g->return_tokens, e) < 0 || get_bool(j, "cache_prompt", &g->cache_prompt, e) < 0)
+        return -1;
+    if ((rc = get_int(j, "id_slot", -1, 1 << 20, &i, e)) < 0) return -1;
+    if (rc) g->slot = (int)i;
+    const cJSON *so = cJSON_GetObjectItemCaseSensitive(j, "stream_options");
+    if (so && !cJSON_IsNull(so)) {
+        if (!cJSON_IsObject(so)) return herr_set(e, "\"stream_options\" must be an object");
+        if (get_bool(so, "include_usage", &g->include_usage, e) < 0) return -1;
+    }
+    /* llama.cpp's penalties over the last repeat_last_n ids (-1: the whole context) */
+    g->so.repeat_penalty = 1;
+    g->so.repeat_last_n = 64;
+    if ((rc = get_num(j, "repeat_penalty", 0, 100, &v, e)) < 0) return -1;
+    if (rc) g->so.repeat_penalty = (float)v;
+    if ((rc = get_num(j, "presence_penalty", -2, 2, &v, e)) < 0) return -1;
+    if (rc) g->so.presence_penalty = (float)v;
+    if ((rc = get_num(j, "frequency_penalty", -2, 2, &v, e)) < 0) return -1;
+    if (rc) g->so.frequency_penalty = (float)v;
+    if ((rc = get_int(j, "repeat_last_n", -1, x->n_ctx, &i, e)) < 0) return -1;
+    if (rc) g->so.repeat_last_n = (int32_t)(i < 0 ? x->n_ctx : i);
+    if ((rc = get_int(j, "n", 1, 1 << 20, &i, e)) < 0) return -1;
+    if (rc && i != 1) return herr_set(e, "\"n\" other than 1 is not supported");
+    /* log-probabilities: chat's logprobs + top_logprobs, or the legacy completions' integer */
+    g->top_logprobs = -1;
+    if (kind == API_OAI_COMPLETION) {
+        if ((rc = get_int(j, "logprobs", 0, 5, &i, e)) < 0) return -1;
+        if (rc) g->top_logprobs = (int)i;
+    } else {
+        bool lp = false;
+        if (get_bool(j, "logprobs", &lp, e) < 0) return -1;
+        if ((rc = get_int(j, "top_logprobs", 0, SCHED_MAX_TOP, &i, e)) < 0) return -1;
+        if (rc && !lp) return herr_set(e, "\"top_logprobs\" needs \"logprobs\": true");
+        if (lp) g->top_logprobs = rc ? (int)i : 0;
+        if (lp && kind != API_CHAT) return herr_set(e, "\"logprobs\" is not supported on this endpoint");
+    }
+    const cJSON *rf = cJSON_GetObjectItemCaseSensitive(j, "response_format");
+    if (rf && !cJSON_IsNull(rf)) {
+        const cJSON *t = cJSON_IsObject(rf) ? cJSON_GetObjectItemCaseSensitive(rf, "type") : NULL;
+        if (!cJSON_IsString(t)) return herr_set(e, "\"response_format\" must be an object with a \"type\"");
+        if (strcmp(t->valuestring, "text"))
+            return herr_set(e, "\"response_format\" of type \"%.40s\" is not supported yet (only \"text\")", t->valuestring);
+    }
+    const cJSON *st = cJSON_GetObjectItemCaseSensitive(j, "stop");
+    if (st && !cJSON_IsNull(st)) {
+        if (cJSON_IsString(st)) {
+            if (st->valuestring[0]) g->stop[g->n_stop++] = xstrdup(st->valuestring);
+        } else if (cJSON_IsArray(st)) {
+            const cJSON *s;
+            cJSON_ArrayForEach(s, st) {
+                if (!cJSON_IsString(s)) return herr_set(e, "\"stop\" must be a string or an array of strings");
+                if (g->n_stop == MAX_STOP) return herr_set(e, "\"stop\" has more than %d strings", MAX_STOP);
+                if (s->valuestring[0]) g->stop[g->n_stop++] = xstrdup(s->valuestring);
+            }
+        } else {
+            return herr_set(e, "\"stop\" must be a string or an array of strings");
+        }
+        for (int k = 0; k < g->n_stop; k++)
+            if (strlen(g->stop[k]) > STOP_MAX_LEN) return herr_set(e, "a \"stop\" string is over %d bytes", STOP_MAX_LEN);
+    }
+    (void)kind;
+    return 0;
+}
+
+void req_params_free(gen_params *g) {
+    for (int k = 0; k < g->n_stop; k++) free(g->stop[k]);
+    g->n_stop = 0;
+}
+
+int32_t *req_token_ids(const req_ctx *x, const cJSON *arr, const char *what, int64_t *n, herr *e) {
+    const int32_t V = tokenizer_n_vocab(x->tok);
+    if (!cJSON_IsArray(arr)) {
+        herr_set(e, "%s must be an array of token ids", what);
+        return NULL;
+    }
+    int64_t k = 0, len = cJSON_GetArraySize(arr);
+    int32_t *ids = xmalloc(sizeof(int32_t) * (size_t)(len + 1));
+    const cJSON *t;
+    cJSON_ArrayForEach(t, arr) {
+        if (!cJSON_IsNumber(t) || t->valuedouble != floor(t->valuedouble) || t->valuedouble < 0 || t->valuedouble >= V) {
+            free(ids);
+            herr_set(e, "%s[%lld] is no token id in [0, %d)", what, (long long)k, V);
+            return NULL;
+        }
+        ids[k++] = (int32_t)t->valuedouble;
+    }
+    *n = k;
+    return ids;
+}
+
+int32_t *req_prompt_ids(const req_ctx *x, const cJSON *pr, int64_t *n, herr *e) {
+    if (cJSON_IsString(pr)) {
+        int64_t nb;
+        int32_t *body = tokenizer_encode_alloc(x->tok, pr->valuestring, strlen(pr->valuestring), true, &nb);
+        const bool bos = tokenizer_add_bos(x->tok) && tokenizer_bos(x->tok) >= 0;
+        int32_t *ids = xmalloc(sizeof(int32_t) * (size_t)(nb + 1));
+        if (bos) ids[0] = tokenizer_bos(x->tok);
+        memcpy(ids + bos, body, sizeof(int32_t) * (size_t)nb);
+        free(body);
+        *n = nb + bos;
+        return ids;
+    }
+    if (cJSON_IsArray(pr)) return req_token_ids(x, pr, "\"prompt\"", n, e);
+    herr_set(e, "\"prompt\" must be a string or an array of token ids");
+    return NULL;
+}
+
+int req_chat_prompt(const req_ctx *x, const cJSON *j, bool gen_prompt, char **text, int32_t **ids, int64_t *n_ids,
+                    int64_t **starts, int *n_starts, herr *e) {
+    const cJSON *msgs = cJSON_GetObjectItemCaseSensitive(j, "messages");
+    if (!cJSON_IsArray(msgs) || cJSON_GetArraySize(msgs) == 0) return herr_set(e, "\"messages\" must be a non-empty array");
+    /* a copy the template reads: roles checked, "reasoning" passed on as reasoning_content */
+    cJSON *copy = cJSON_CreateArray();
+    int k = 0;
+    const cJSON *m;
+    cJSON_ArrayForEach(m, msgs) {
+        const cJSON *role = cJSON_IsObject(m) ? cJSON_GetObjectItemCaseSensitive(m, "role") : NULL;
+        if (!cJSON_IsString(role)) { cJSON_Delete(copy); return herr_set(e, "\"messages\"[%d] needs a string \"role\"", k); }
+        static const char *const roles[] = {"system", "developer", "user", "assistant", "tool", NULL};
+        int r = 0;
+        while (roles[r] && strcmp(roles[r], role->valuestring)) r++;
+        if (!roles[r]) {
+            cJSON_Delete(copy);
+            return herr_set(e, "\"messages\"[%d] has the unknown role \"%.40s\" (system, developer, user, assistant, tool)", k,
+                            role->valuestring);
+        }
+        const cJSON *content = cJSON_GetObjectItemCaseSensitive(m, "content");
+        if (content && !cJSON_IsString(content) && !cJSON_IsArray(content) && !cJSON_IsNull(content)) {
+            cJSON_Delete(copy);
+            return herr_set(e, "\"messages\"[%d].content must be a string or an array of parts", k);
+        }
+        cJSON *mc = cJSON_Duplicate(m, true);
+        const cJSON *rs = cJSON_GetObjectItemCaseSensitive(m, "reasoning");
+        if (cJSON_IsString(rs) && !cJSON_GetObjectItemCaseSensitive(m, "reasoning_content"))
+            cJSON_AddStringToObject(mc, "reasoning_content", rs->valuestring);
+        if (r == 1) cJSON_ReplaceItemInObjectCaseSensitive(mc, "role", cJSON_CreateString("system"));
+        /* tool calls' arguments arrive as JSON text; templates iterate them as a mapping */
+        cJSON *tcs = cJSON_GetObjectItemCaseSensitive(mc, "tool_calls"), *tc;
+        cJSON_ArrayForEach(tc, (cJSON_IsArray(tcs) ? tcs : NULL)) {
+            cJSON *fn = cJSON_GetObjectItemCaseSensitive(tc, "function");
+            cJSON *args = fn ? cJSON_GetObjectItemCaseSensitive(fn, "arguments") : NULL;
+            cJSON *obj = cJSON_IsString(args) ? cJSON_Parse(args->valuestring) : NULL;
+            if (cJSON_IsObject(obj)) cJSON_ReplaceItemInObjectCaseSensitive(fn, "arguments", obj);
+            else cJSON_Delete(obj);
+        }
+        cJSON_AddItemToArray(copy, mc);
+        k++;
+    }
+    chat_input in = {.messages = copy, .add_generation_prompt = gen_prompt, .enable_thinking = -1,
+                     .bos_token = x->bos_text, .eos_token = x->eos_text};
+    const cJSON *tools = cJSON_GetObjectItemCaseSensitive(j, "tools");
+    if (tools && !cJSON_IsNull(tools)) {
+        if (!cJSON_IsArray(tools)) { cJSON_Delete(copy); return herr_set(e, "\"tools\" must be an array"); }
+        if (cJSON_GetArraySize(tools) > 0) in.tools = tools;
+    }
+    cJSON *extra = NULL;
+    const cJSON *kw = cJSON_GetObjectItemCaseSensitive(j, "chat_template_kwargs");
+    if (kw && !cJSON_IsNull(kw)) {
+        if (!cJSON_IsObject(kw)) { cJSON_Delete(copy); return herr_set(e, "\"chat_template_kwargs\" must be an object"); }
+        extra = cJSON_Duplicate(kw, true);
+        const cJSON *et = cJSON_GetObjectItemCaseSensitive(kw, "enable_thinking");
+        if (et) {
+            if (!cJSON_IsBool(et)) {
+                cJSON_Delete(copy);
+                cJSON_Delete(extra);
+                return herr_set(e, "\"chat_template_kwargs\".enable_thinking must be true or false");
+            }
+            in.enable_thinking = cJSON_IsTrue(et);
+        }
+        in.extra = extra;
+    }
+    size_t len;
+    int rc = chat_render(x->tmpl, &in, text, &len, e);
+    if (rc == 0 && ids) {
+        *ids = tokenizer_encode_alloc(x->tok, *text, len, true, n_ids);
+        *starts = xmalloc(sizeof(int64_t) * (size_t)(*n_ids + 1));
+        int64_t ns = chat_message_starts(x->tmpl, &in, x->tok, *text, len, *ids, *n_ids, *starts, *n_ids + 1, e);
+        if (ns < 0) { /* no starts is no error for generation: the last row is still marked */
+            ns = 0;
+        }
+        *n_starts = (int)ns;
+    }
+    cJSON_Delete(copy);
+    cJSON_Delete(extra);
+    return rc;
+}
+
+/* text of a string or of an array of {"type": "text"} blocks; NULL (e set) otherwise */
+static char *blocks_text(const cJSON *c, const char *what, herr *e) {
+    if (cJSON_IsString(c)) return xstrdup(c->valuestring);
+    if (!cJSON_IsArray(c)) { herr_set(e, "%s must be a string or an array of content blocks", what); return NULL; }
+    buf b = {0};
+    buf_add(&b, "", 0);
+    const cJSON *x;
+    cJSON_ArrayForEach(x, c) {
+        const cJSON *t = cJSON_GetObjectItemCaseSensitive(x, "type"), *tx = cJSON_GetObjectItemCaseSensitive(x, "text");
+        if (!cJSON_IsString(t) || strcmp(t->valuestring, "text") || !cJSON_IsString(tx)) {
+            herr_set(e, "%s: only text blocks are supported here", what);
+            free(b.p);
+            return NULL;
+        }
+        buf_str(&b, tx->valuestring);
+    }
+    return b.p;
+}
+
+cJSON *req_messages_to_chat(const cJSON *j, herr *e) {
+    cJSON *out = cJSON_CreateObject(), *msgs = cJSON_AddArrayToObject(out, "messages");
+    const cJSON *sys = cJSON_GetObjectItemCaseSensitive(j, "system");
+    if (sys && !cJSON_IsNull(sys)) {
+        char *t = blocks_text(sys, "\"system\"", e);
+        if (!t) goto bad;
+        cJSON *m = cJSON_CreateObject();
+        cJSON_AddStringToObject(m, "role", "system");
+        cJSON_AddStringToObject(m, "content", t);
+        free(t);
+        cJSON_AddItemToArray(msgs, m);
+    }
+    const cJSON *in = cJSON_GetObjectItemCaseSensitive(j, "messages"), *m;
+    if (!cJSON_IsArray(in) || cJSON_GetArraySize(in) == 0) { herr_set(e, "\"messages\" must be a non-empty array"); goto bad; }
+    int k = 0;
+    cJSON_ArrayForEach(m, in) {
+        const cJSON *role = cJSON_GetObjectItemCaseSensitive(m, "role"), *content = cJSON_GetObjectItemCaseSensitive(m, "content");
+        const bool user = cJSON_IsString(role) && !strcmp(role->valuestring, "user");
+        if (!cJSON_IsString(role) || (!user && strcmp(role->valuestring, "assistant"))) {
+            herr_set(e, "\"messages\"[%d].role must be \"user\" or \"assistant\"", k);
+            goto bad;
+        }
+        buf text = {0}, think = {0};
+        buf_add(&text, "", 0);
+        cJSON *calls = NULL;
+        if (cJSON_IsString(content)) buf_str(&text, content->valuestring);
+        else if (!cJSON_IsArray(content)) {
+            herr_set(e, "\"messages\"[%d].content must be a string or an array of content blocks", k);
+            free(text.p);
+            goto bad;
+        }
+        const cJSON *b;
+        cJSON_ArrayForEach(b, (cJSON_IsArray(content) ? content : NULL)) {
+            const cJSON *t = cJSON_GetObjectItemCaseSensitive(b, "type");
+            const char *type = cJSON_IsString(t) ? t->valuestring : "";
+            const cJSON *tx = cJSON_GetObjectItemCaseSensitive(b, "text");
+            if (!strcmp(type, "text") && cJSON_IsString(tx)) {
+                buf_str(&text, tx->valuestring);
+            } else if (!strcmp(type, "thinking") && !user) {
+                const cJSON *th = cJSON_GetObjectItemCaseSensitive(b, "thinking");
+                if (cJSON_IsString(th)) buf_str(&think, th->valuestring);
+            } else if (!strcmp(type, "redacted_thinking") && !user) {
+            } else if (!strcmp(type, "tool_use") && !user) {
+                const cJSON *id = cJSON_GetObjectItemCaseSensitive(b, "id"), *name = cJSON_GetObjectItemCaseSensitive(b, "name");
+                const cJSON *input = cJSON_GetObjectItemCaseSensitive(b, "input");
+                if (!cJSON_IsString(id) || !cJSON_IsString(name) || !cJSON_IsObject(input)) {
+                    herr_set(e, "\"messages\"[%d]: a tool_use block needs \"id\", \"name\" and an object \"input\"", k);
+                    free(text.p), free(think.p), cJSON_Delete(calls);
+                    goto bad;
+                }
+                if (!calls) calls = cJSON_CreateArray();
+                cJSON *c = cJSON_CreateObject(), *fn = cJSON_CreateObject();
+                cJSON_AddStringToObject(c, "id", id->valuestring);
+                cJSON_AddStringToObject(c, "type", "function");
+                cJSON_AddStringToObject(fn, "name", name->valuestring);
+                cJSON_AddItemToObject(fn, "arguments", cJSON_Duplicate(input, true));
+                cJSON_AddItemToObject(c, "function", fn);
+                cJSON_AddItemToArray(calls, c);
+            } else if (!strcmp(type, "tool_result") && user) {
+                const cJSON *id = cJSON_GetObjectItemCaseSensitive(b, "tool_use_id");
+                const cJSON *rc = cJSON_GetObjectItemCaseSensitive(b, "content");
+                char *r = rc ? blocks_text(rc, "a tool_result's content", e) : xstrdup("");
+                if (!r || !cJSON_IsString(id)) {
+                    if (r) herr_set(e, "\"messages\"[%d]: a tool_result block needs \"tool_use_id\"", k);
+                    free(r), free(text.p), free(think.p);
+                    goto bad;
+                }
+                cJSON *tm = cJSON_CreateObject();
+                cJSON_AddStringToObject(tm, "role", "tool");
+                cJSON_AddStringToObject(tm, "tool_call_id", id->valuestring);
+                cJSON_AddStringToObject(tm, "content", r);
+                free(r);
+                cJSON_AddItemToArray(msgs, tm);
+            } else {
+                herr_set(e, "\"messages\"[%d]: content blocks of type \"%.40s\" are not supported in a %s message", k, type,
+                         role->valuestring);
+                free(text.p), free(think.p), cJSON_Delete(calls);
+                goto bad;
+            }
+        }
+        if (text.len || calls || think.len || !cJSON_IsArray(content)) {
+            cJSON *om = cJSON_CreateObject();
+            cJSON_AddStringToObject(om, "role", role->valuestring);
+            cJSON_AddStringToObject(om, "content", text.p);
+            if (think.len) cJSON_AddStringToObject(om, "reasoning_content", think.p);
+            if (calls) cJSON_AddItemToObject(om, "tool_calls", calls);
+            cJSON_AddItemToArray(msgs, om);
+        }
+        free(text.p);
+        free(think.p);
+        k++;
+    }
+    const cJSON *tools = cJSON_GetObjectItemCaseSensitive(j, "tools"), *t;
+    if (tools && !cJSON_IsArray(tools)) { herr_set(e, "\"tools\" must be an array"); goto bad; }
+    if (cJSON_GetArraySize(tools) > 0) {
+        cJSON *ot = cJSON_AddArrayToObject(out, "tools");
+        cJSON_ArrayForEach(t, tools) {
+            const cJSON *name = cJSON_GetObjectItemCaseSensitive(t, "name");
+            if (!cJSON_IsString(name)) { herr_set(e, "a tool needs a \"name\""); goto bad; }
+            cJSON *f = cJSON_CreateObject(), *fn = cJSON_CreateObject();
+            cJSON_AddStringToObject(f, "type", "function");
+            cJSON_AddStringToObject(fn, "name", name->valuestring);
+            const cJSON *d = cJSON_GetObjectItemCaseSensitive(t, "description");
+            if (cJSON_IsString(d)) cJSON_AddStringToObject(fn, "description", d->valuestring);
+            const cJSON *sch = cJSON_GetObjectItemCaseSensitive(t, "input_schema");
+            cJSON_AddItemToObject(fn, "parameters", sch ? cJSON_Duplicate(sch, true) : cJSON_CreateObject());
+            cJSON_AddItemToObject(f, "function", fn);
+            cJSON_AddItemToArray(ot, f);
+        }
+    }
+    const cJSON *th = cJSON_GetObjectItemCaseSensitive(j, "thinking");
+    if (th && !cJSON_IsNull(th)) {
+        const cJSON *ty = cJSON_GetObjectItemCaseSensitive(th, "type");
+        if (!cJSON_IsString(ty) || (strcmp(ty->valuestring, "enabled") && strcmp(ty->valuestring, "disabled"))) {
+            herr_set(e, "\"thinking\".type must be \"enabled\" or \"disabled\"");
+            goto bad;
+        }
+        cJSON *kw = cJSON_AddObjectToObject(out, "chat_template_kwargs");
+        cJSON_AddBoolToObject(kw, "enable_thinking", !strcmp(ty->valuestring, "enabled"));
+    }
+    static const char *const same[] = {"max_tokens", "temperature", "top_p", "top_k", "stream"};
+    for (int i = 0; i < 5; i++) {
+        const cJSON *x = cJSON_GetObjectItemCaseSensitive(j, same[i]);
+        if (x) cJSON_AddItemToObject(out, same[i], cJSON_Duplicate(x, true));
+    }
+    const cJSON *ss = cJSON_GetObjectItemCaseSensitive(j, "stop_sequences");
+    if (ss) cJSON_AddItemToObject(out, "stop", cJSON_Duplicate(ss, true));
+    return out;
+bad:
+    cJSON_Delete(out);
+    return NULL;
+}
+
+int32_t *req_tokenize(const req_ctx *x, const cJSON *j, int64_t *n, bool *with_pieces, herr *e) {
+    const cJSON *ct = cJSON_GetObjectItemCaseSensitive(j, "content");
+    bool add_special = false, parse_special = true;
+    *with_pieces = false;
+    if (!cJSON_IsString(ct)) {
+        herr_set(e, "\"content\" must be a string");
+        return NULL;
+    }
+    if (get_bool(j, "add_special", &add_special, e) < 0 || get_bool(j, "with_pieces", with_pieces, e) < 0 ||
+        get_bool(j, "parse_special", &parse_special, e) < 0)
+        return NULL;
+    int64_t nb;
+    int32_t *body = tokenizer_encode_alloc(x->tok, ct->valuestring, strlen(ct->valuestring), parse_special, &nb);
+    const bool bos = add_special && tokenizer_add_bos(x->tok) && tokenizer_bos(x->tok) >= 0;
+    int32_t *ids = xmalloc(sizeof(int32_t) * (size_t)(nb + 1));
+    if (bos) ids[0] = tokenizer_bos(x->tok);
+    memcpy(ids + bos, body, sizeof(int32_t) * (size_t)nb);
+    free(body);
+    *n = nb + bos;
+    return ids;
+}
+
+const char *req_slot_file(const cJSON *j) {
+    const cJSON *fn = cJSON_GetObjectItemCaseSensitive(j, "filename");
+    if (!cJSON_IsString(fn) || !fn->valuestring[0] || fn->valuestring[0] == '.' || strlen(fn->valuestring) >= 200)
+        return NULL;
+    for (const char *q = fn->valuestring; *q; q++)
+        if (!((*q >= 'a' && *q <= 'z') || (*q >= 'A' && *q <= 'Z') || (*q >= '0' && *q <= '9') || *q == '.' || *q == '_' ||
+              *q == '-'))
+            return NULL;
+    return fn->valuestring;
+}

@@ -1,0 +1,49 @@
+# asan_units.sh: the unit programs built with AddressSanitizer + UBSan (build-asan/tests/,
+# `make asan`), each run as tests/run runs the plain ones, then the gates at tiny
+# (build-asan/gates): any memory error, leak or undefined behaviour aborts the program and
+# fails the suite. test_engine and test_peer run
+# their tiny models only (--tiny): the small preset runs the same code at sizes that take
+# minutes under ASan on 2 cores, and the plain build runs it in full. One summary line.
+cd "$(dirname "$0")/../.."
+export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
+p=0 f=0 s=0 n=0
+for t in build-asan/tests/test_*; do
+    [ -x "$t" ] || continue
+    n=$((n + 1))
+    name=$(basename "$t")
+    args=()
+    case $name in test_engine|test_peer) args=(--tiny) ;; esac
+    out=$("$t" "${args[@]}" 2>&1); rc=$?
+    line=$(grep -E '^[0-9]+ passed, [0-9]+ failed' <<<"$out" | tail -n 1)
+    tp=$(sed -nE 's/^([0-9]+) passed.*/\1/p' <<<"$line")
+    tf=$(sed -nE 's/^[0-9]+ passed, ([0-9]+) failed.*/\1/p' <<<"$line")
+    ts=$(sed -nE 's/.*, ([0-9]+) skipped.*/\1/p' <<<"$line")
+    if [ -z "$line" ] || [ $rc -ne 0 ] || [ "$tf" != 0 ] || grep -q "Sanitizer\|runtime error" <<<"$out"; then
+        echo "FAIL asan $name ${args[*]} (exit $rc)"
+        grep -E "^(FAIL|SKIP)|ERROR|runtime error|SUMMARY" <<<"$out" | head -n 20 | sed 's/^/     /'
+        f=$((f + 1))
+    else
+        echo "ok   asan $name ${args[*]}: $line"
+        grep -E '^SKIP' <<<"$out" | sed 's/^/     /'
+    fi
+    p=$((p + ${tp:-0})); s=$((s + ${ts:-0}))
+done
+if [ $n -eq 0 ]; then echo "SKIP asan units: build-asan/tests/ is empty (make asan)"; s=1; fi
+# the gates at the tiny shape (every invariant of the engine contract, through engine.h)
+if [ -x build-asan/gates ]; then
+    out=$(build-asan/gates all tiny 2>&1); rc=$?
+    line=$(grep -E '^[0-9]+ passed, [0-9]+ failed' <<<"$out" | tail -n 1)
+    tp=$(sed -nE 's/^([0-9]+) passed.*/\1/p' <<<"$line")
+    if [ -z "$line" ] || [ $rc -ne 0 ] || grep -q "Sanitizer\|runtime error" <<<"$out"; then
+        echo "FAIL asan gates all tiny (exit $rc)"
+        grep -E "^(FAIL|SKIP)|ERROR|runtime error|SUMMARY" <<<"$out" | head -n 20 | sed 's/^/     /'
+        f=$((f + 1))
+    else
+        echo "ok   asan gates all tiny: $line"
+        p=$((p + ${tp:-0}))
+    fi
+else
+    echo "SKIP asan gates: build-asan/gates missing (make asan)"; s=$((s + 1))
+fi
+echo "$p passed, $f failed, $s skipped"
+[ $f -eq 0 ]
