@@ -109,14 +109,14 @@ test: all asan tsan
 # replays every malformed file under it), and of the fuzz targets' replay programs
 # (tests/cli/fuzz_replay.sh replays each target's corpus and regressions under them).
 ASAN_OPT := -O1 -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all
-# The unit programs and the gates too (build-asan/tests/test_*, build-asan/gates):
-# tests/cli/asan_units.sh runs them; `make
+# The unit programs and the gates too (build-asan/tests/test_*, build-asan/gates; not
+# test_cuda, which needs nvcc, no sanitizer's): tests/cli/asan_units.sh runs them; `make
 # asan-test` builds and runs them alone.
 asan:
 	$(MAKE) BUILD=build-asan OPT="$(ASAN_OPT)" NVCC= build-asan/hearth build-asan/gates fuzz-replay-bins unit-bins
 asan-test: asan
 	bash tests/cli/asan_units.sh
-unit-bins: $(TEST_BIN)
+unit-bins: $(if $(NVCC),$(TEST_BIN),$(filter-out %/test_cuda,$(TEST_BIN)))
 
 # ThreadSanitizer build of the binary (no CUDA): tests/cli/tsan_serve.sh runs serve_test.py
 # against it (the engine thread, the HTTP threads, the pool, the cache). The SIMD kernels

@@ -217,7 +217,7 @@ int cmd_detokenize(int argc, char **argv) {
                 text_cap = 2 * (tl + pl) + 64;
                 text = xrealloc(text, text_cap);
             }
-            memcpy(text + tl, p, pl);
+            if (pl) memcpy(text + tl, p, pl); /* an empty piece may come with no text buffer yet */
             tl += pl;
         }
         free(ids);
