@@ -73,7 +73,7 @@ $(BUILD)/libhearth-mut.a: $(MUT_OBJ)
 $(BUILD)/hearth: $(CLI_OBJ) $(BUILD)/libhearth.a
 	$(CC) $(CFLAGS) -o $@ $(CLI_OBJ) $(BUILD)/libhearth.a $(LDLIBS)
 
-tests: $(TEST_BIN) $(BUILD)/gates $(BUILD)/mut/test_engine
+tests: $(TEST_BIN) $(BUILD)/gates $(BUILD)/mut/test_engine $(BUILD)/mut/hearth
 
 $(BUILD)/gates: tests/gates/gates.c $(REF_OBJ) $(BUILD)/libhearth-mut.a tests/unit/harness.h tests/unit/models.h
 	@mkdir -p $(@D)
@@ -84,6 +84,12 @@ $(BUILD)/gates: tests/gates/gates.c $(REF_OBJ) $(BUILD)/libhearth-mut.a tests/un
 $(BUILD)/mut/test_engine: tests/unit/test_engine.c $(REF_OBJ) $(BUILD)/libhearth-mut.a tests/unit/harness.h tests/unit/models.h
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -Itests -o $@ $< $(REF_OBJ) $(BUILD)/libhearth-mut.a $(LDLIBS)
+
+# the binary against the same defects: the mutant runner shows `hearth perplexity`'s check
+# against llama-perplexity red under its planted defects
+$(BUILD)/mut/hearth: $(CLI_OBJ) $(BUILD)/libhearth-mut.a
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -o $@ $(CLI_OBJ) $(BUILD)/libhearth-mut.a $(LDLIBS)
 
 $(BUILD)/tests/%: tests/unit/%.c $(REF_OBJ) $(BUILD)/libhearth.a tests/unit/harness.h
 	@mkdir -p $(@D)

@@ -15,5 +15,6 @@ int cmd_detokenize(int argc, char **argv);
 int cmd_convert(int argc, char **argv);
 int cmd_template(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
+int cmd_perplexity(int argc, char **argv);
 
 #endif

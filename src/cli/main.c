@@ -25,6 +25,7 @@ static const struct {
     {"gen", cmd_gen, "write a synthetic qwen35moe GGUF (tiny, small, wide, q36)"},
     {"run", cmd_run, "generate from a prompt on the CPU engine"},
     {"serve", cmd_serve, "serve llama-server's and OpenAI's HTTP API (chat, completions, ...)"},
+    {"perplexity", cmd_perplexity, "a model's perplexity on a text, by llama-perplexity's method"},
     {"bench", cmd_bench, "prompt and decode throughput (pp/tg rows, medians)"},
     {"tokenize", cmd_tokenize, "text to token ids (JSON), like llama-tokenize --ids"},
     {"detokenize", cmd_detokenize, "token ids (JSON list) to text"},
@@ -36,7 +37,7 @@ static const struct {
 static void usage(FILE *out) {
     fprintf(out, "usage: hearth COMMAND [options]\n\ncommands:\n");
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
-        fprintf(out, "  %-10s %s\n", commands[i].name, commands[i].what);
+        fprintf(out, "  %-11s %s\n", commands[i].name, commands[i].what);
     fprintf(out, "\n`hearth COMMAND --help` for a command's options.\n");
 }
 

@@ -81,6 +81,7 @@ int engine_init(engine *eng, const engine_backend *be, const model *m, const eng
 
     engine_info *in = &eng->info;
     in->n_ctx = op->n_ctx;
+    in->n_vocab = hp->n_vocab;
     in->n_seq_max = op->n_seq_max;
     in->n_threads = op->n_threads;
     int64_t n_attn = hp->n_layer - n_gdn_layers(hp);

@@ -51,6 +51,7 @@ typedef struct engine_info {
     bool act_f32;           /* matrix inputs stay f32 (CUDA); else rounded to 8-bit blocks (Q8_K,
                              * Q8_0) for the quantized dot products (CPU) */
     int64_t n_ctx;
+    int64_t n_vocab;        /* V: the width of a logits row */
     int n_seq_max;
     int n_threads;
     size_t kv_bytes_per_token;  /* all attention layers, K and V */

@@ -20,5 +20,13 @@ for g in delta_rows_snap q_mark resume stale k_keep batch_inv anchor accuracy; d
     check "gate $g at the real widths" build/gates "$g" wide
 done
 check "engine tests at the real widths" build/tests/test_engine --wide
+# hearth perplexity against llama-perplexity at the real widths (8 windows of 64: the
+# paired test of tests/cli/ppl_check.py; about 20 s)
+if bin=$(tools/peer/path.sh 2>/dev/null); then
+    cat README.md docs/DESIGN.md | head -c 40000 >"$TMP/wide-ppl.txt"
+    check "perplexity at the real widths against llama-perplexity" python3 tests/cli/ppl_check.py "$HEARTH" "$bin" \
+        "$W" "$TMP/wide-ppl.txt" 64 quant 2 8
+elif [ -n "${CI:-}" ]; then check "CI: the llama.cpp peer is built" false
+else skip "perplexity at the real widths against llama-perplexity" "llama.cpp peer not built"; fi
 rm -f "$W"
 summary

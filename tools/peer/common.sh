@@ -10,7 +10,7 @@ PEER_BUILD=$PEER_DIR/build-cpu
 PEER_BIN=$PEER_BUILD/bin
 # Binaries the tests use; path.sh succeeds only when every one of them is built.
 PEER_TARGETS=(llama-cli llama-server llama-bench llama-tokenize llama-completion llama-simple
-              llama-quantize llama-gguf-split llama-gguf test-llama-archs)
+              llama-quantize llama-gguf-split llama-gguf test-llama-archs llama-perplexity)
 
 # The CPU features to build for, from /proc/cpuinfo, never AMX: a CPU may list AMX while
 # the kernel does not grant its tile state, and ggml's native build then dies with SIGILL

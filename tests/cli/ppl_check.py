@@ -1,0 +1,114 @@
+#!/usr/bin/env python3
+"""ppl_check.py: `hearth perplexity` against llama.cpp's llama-perplexity on one file and
+text, the same windows (-c) on both sides, both on the CPU.
+
+    ppl_check.py HEARTH LLAMA_BIN_DIR MODEL TEXT CTX f32|quant [THREADS [CHUNKS]]
+
+Exit 0: agree; 1: a check failed (a line "check failed: ..."); 3: a setup error (a program
+failed or printed nothing to compare).
+
+Both print the cumulative perplexity after each window ("[k]ppl,", 4 decimals), from which
+each window's mean negative log-likelihood is recovered: S_k = k n ln(cum_k), window k =
+(S_k - S_{k-1}) / n, n tokens scored a window. The rounding to 4 decimals puts at most
+k n x 0.5e-4 / cum_k on S_k: 2.6e-4 after 139 windows of 63 tokens at ppl 1,700, 4e-6 a
+window; hearth's --json gives its own windows exactly.
+
+f32 files: |ln ppl_hearth - ln ppl_llama| <= BAND_F32 = 5e-5. Both keep weights and
+activations in f32 and differ in summation order only: logits agree to ~1e-6 relative
+(test_peer.c), which moves a token's v by ~1e-6 x a few logit units. The larger part is a
+routing near-tie within that round-off: one position then takes another expert, and its
+v moves by up to ~0.05 (the largest single-window shift seen, 7e-4 over a window of 63,
+tiny seed 1); over the ~9,000 tokens of the suite's text that is 5e-6 a flip. Measured:
+1e-7 to 5.3e-6 (tiny seeds 1-3, 139 windows; 4e-7 over 28). The band allows ~10 such
+flips; a change of method (the wrong half scored, a target shifted by one, no BOS reset)
+moves ln ppl by 1e-2 or more.
+
+quant files (q8_0, q4_k_m): both programs quantize every matmul's activations alike but
+carry independent rounding noise once one element rounds the other way, and then route
+differently at ~10% of positions (test_peer.c): each window's v differs by noise of sd
+~0.007-0.009 (measured, tiny), independent between windows (each starts from an empty
+state) and of mean zero when the two compute the same thing. So the check is the paired
+one: |mean d| <= T_MAX x sd(d) / sqrt(W) over the W windows' differences d, T_MAX = 4
+(a 4-sigma two-sided test: a false alarm 6e-5 of runs; measured |t| 0.25-2.5 over tiny
+seeds 1-3, 28 and 139 windows); plus every window within D_MAX = 0.1 (an expert's whole
+output at a few positions of a window: measured max 0.031), which a broken weight format
+or block scale exceeds at once."""
+import json, math, re, statistics, subprocess, sys
+
+BAND_F32 = 5e-5
+T_MAX = 4.0
+D_MAX = 0.1
+
+
+def fail(msg):
+    print(f"check failed: {msg}")
+    sys.exit(1)
+
+
+def setup_error(msg):
+    print(f"setup error: {msg}")
+    sys.exit(3)
+
+
+def llama_windows(log, n):
+    cum = [float(x) for x in re.findall(r"\[\d+\]([0-9.]+),", log)]
+    if not cum:
+        return None, None
+    s = [k * n * math.log(c) for k, c in enumerate(cum, 1)]
+    wins = [(s[i] - (s[i - 1] if i else 0.0)) / n for i in range(len(s))]
+    m = re.search(r"Final estimate: PPL = ([0-9.]+) \+/- ([0-9.]+)", log)
+    return wins, (float(m.group(1)), float(m.group(2))) if m else None
+
+
+def main():
+    if len(sys.argv) not in (7, 8, 9):
+        setup_error(__doc__.splitlines()[3].strip())
+    hearth, llama_dir, model, text, ctx, kind = sys.argv[1:7]
+    threads = sys.argv[7] if len(sys.argv) > 7 else "2"
+    chunks = ["--chunks", sys.argv[8]] if len(sys.argv) > 8 else []
+    h = subprocess.run([hearth, "perplexity", "-m", model, "-f", text, "-c", ctx, "-t", threads, "--device", "cpu",
+                        "--json"] + chunks, capture_output=True, text=True)
+    if h.returncode != 0:
+        setup_error(f"hearth perplexity exit {h.returncode}: {h.stderr[-2000:]}")
+    hj = json.loads(h.stdout)
+    l = subprocess.run([f"{llama_dir}/llama-perplexity", "-m", model, "-f", text, "-c", ctx, "-b", ctx, "-t", threads] + chunks,
+                       capture_output=True, text=True, stdin=subprocess.DEVNULL)
+    if l.returncode != 0:
+        setup_error(f"llama-perplexity exit {l.returncode}: {l.stderr[-2000:]}")
+    n = hj["tokens_scored"] // hj["windows"]
+    lw, lfinal = llama_windows(l.stdout + l.stderr, n)
+    if lw is None or lfinal is None:
+        setup_error(f"no perplexity in llama-perplexity's output: {(l.stdout + l.stderr)[-2000:]}")
+    lppl, lerr = lfinal
+    hw = hj["window_nll"]
+    if len(lw) != len(hw):
+        fail(f"windows: hearth {len(hw)}, llama.cpp {len(lw)}")
+    d = [a - b for a, b in zip(hw, lw)]
+    dl = math.log(hj["ppl"]) - math.log(lppl)
+    print(f"{model}: -c {ctx}, {len(hw)} windows of {n} scored tokens: PPL hearth {hj['ppl']:.4f}, "
+          f"llama.cpp {lppl:.4f}, ln ratio {dl:.3e}; per window d mean {statistics.mean(d):.3e}, "
+          f"max |d| {max(map(abs, d)):.3e}")
+    if kind == "f32":
+        if abs(dl) > BAND_F32:
+            fail(f"f32: |ln(ppl ratio)| {abs(dl):.3e} > {BAND_F32:.0e}")
+        # the error bar, ppl x sd(v) / sqrt(n - 1): the same formula on both sides, so it
+        # moves as ppl does (BAND_F32) plus sd(v)'s share of the same per-token shifts, and
+        # by llama.cpp's 5-decimal print (0.5e-5 / err); 10 x BAND_F32 covers both
+        if abs(hj["error"] / lerr - 1) > 10 * BAND_F32 + 0.5e-5 / lerr:
+            fail(f"f32: error bar hearth {hj['error']:.5f}, llama.cpp {lerr:.5f}")
+    elif kind == "quant":
+        if len(d) < 3:
+            setup_error("the paired test needs at least 3 windows")
+        sd = statistics.stdev(d)
+        t = statistics.mean(d) / (sd / math.sqrt(len(d))) if sd > 0 else (0.0 if statistics.mean(d) == 0 else math.inf)
+        print(f"  paired: sd {sd:.3e}, t {t:.2f}")
+        if abs(t) > T_MAX:
+            fail(f"quant: paired t {t:.2f} beyond {T_MAX} (mean window difference {statistics.mean(d):.3e})")
+        if max(map(abs, d)) > D_MAX:
+            fail(f"quant: a window differs by {max(map(abs, d)):.3e} > {D_MAX}")
+    else:
+        setup_error(f"kind must be f32 or quant, not {kind}")
+
+
+if __name__ == "__main__":
+    main()
