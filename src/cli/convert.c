@@ -14,14 +14,15 @@ int cmd_convert(int argc, char **argv) {
     convert_opts o = {.quant = CONVERT_F32, .log = stderr};
     herr e;
     const arg_opt opts[] = {
-        ARG_FN("--quant", NULL, &o.quant, parse_quant, "f32|q8_0",
-               "f32 (default) | q8_0 (matrices Q8_0, norms/router/conv taps F32)"),
+        ARG_FN("--quant", NULL, &o.quant, parse_quant, "f32|q8_0|q4_k_m",
+               "f32 (default) | q8_0 (matrices Q8_0, norms/router/conv taps F32) |\n"
+               "q4_k_m (llama-quantize's Q4_K_M mix of the same matrices)"),
         ARG_STR("--output", "-o", &o.out_path, "FILE", "the file to write"),
         ARG_END,
     };
     const arg_cmd cmd = {
         .name = "convert",
-        .usage = "hearth convert HF_DIR -o FILE [--quant f32|q8_0]",
+        .usage = "hearth convert HF_DIR -o FILE [--quant f32|q8_0|q4_k_m]",
         .about = "Converts a Hugging Face Qwen3.5/3.6 MoE checkpoint (config.json, model.safetensors or\n"
                  "shards listed in model.safetensors.index.json, F32/F16/BF16 tensors) to a qwen35moe GGUF\n"
                  "with the tensor transforms of llama.cpp's convert_hf_to_gguf.py (norms +1, ssm_a =\n"

@@ -20,6 +20,7 @@
 #include "make/convert.h"
 #include "format/gguf.h"
 #include "format/quant.h"
+#include "make/gen.h"
 #include "format/safetensors.h"
 #include "make/vocab_import.h"
 
@@ -36,11 +37,12 @@
 int convert_quant_parse(const char *s, convert_quant *q, herr *e) {
     char low[16];
     size_t n = strlen(s);
-    if (n >= sizeof low) return herr_set(e, "unknown quantization '%.32s' (f32, q8_0)", s);
+    if (n >= sizeof low) return herr_set(e, "unknown quantization '%.32s' (f32, q8_0, q4_k_m)", s);
     for (size_t i = 0; i <= n; i++) low[i] = (char)tolower((unsigned char)s[i]);
     if (!strcmp(low, "f32")) *q = CONVERT_F32;
     else if (!strcmp(low, "q8_0")) *q = CONVERT_Q8_0;
-    else return herr_set(e, "unknown quantization '%s' (f32, q8_0)", s);
+    else if (!strcmp(low, "q4_k_m")) *q = CONVERT_Q4_K_M;
+    else return herr_set(e, "unknown quantization '%s' (f32, q8_0, q4_k_m)", s);
     return 0;
 }
 
@@ -484,8 +486,17 @@ static bool ends_with(const char *s, const char *suffix) {
 
 /* The converter's type choice (conversion/base.py): 1-D tensors, *_norm.weight, the
  * routers, the conv taps and names not ending in .weight stay F32; everything else takes the
- * file type, falling back to F16 when a row is not a whole number of Q8_0 blocks. */
-static uint32_t out_type(const tensor_spec *s, convert_quant q) {
+ * file type, falling back to F16 when a row is not a whole number of Q8_0 blocks.
+ * q4_k_m is what llama-quantize Q4_K_M makes of the f32 file (gen_tensor_type: Q4_K, with
+ * Q6_K / Q5_K / Q8_0 where its rules say; it quantizes the shared expert's gate too). A row
+ * that is not a whole number of 256-blocks would take Q5_0 there, which hearth does not
+ * write: OUT_TYPE_NONE then (the caller names the tensor). */
+#define OUT_TYPE_NONE UINT32_MAX
+static uint32_t out_type(const model_hparams *hp, const tensor_spec *s, convert_quant q) {
+    if (q == CONVERT_Q4_K_M) {
+        const uint32_t t = gen_tensor_type(hp, s, GEN_Q4_K_M);
+        return t == QT_Q4_K || t == QT_Q5_K || t == QT_Q6_K || t == QT_Q8_0 || t == QT_F16 || t == QT_F32 ? t : OUT_TYPE_NONE;
+    }
     if (q == CONVERT_F32 || s->n_dims <= 1 || ends_with(s->name, "_norm.weight") || !ends_with(s->name, ".weight"))
         return QT_F32;
     if (s->role == TR_FFN_GATE_INP || s->role == TR_FFN_GATE_INP_SHEXP || s->role == TR_SSM_CONV1D) return QT_F32;
@@ -746,7 +757,12 @@ int convert_hf(const convert_opts *o, convert_stats *st, herr *e) {
         index[i] = -1;
         if (specs[i].role == TR_OUTPUT && tied && !hf_find(&c.hf, "lm_head.weight")) continue; /* tied: token_embd serves */
         if (make_tensor(&c, &specs[i], -1, 0, e) < 0) goto out;
-        types[i] = out_type(&specs[i], o->quant);
+        types[i] = out_type(&hp, &specs[i], o->quant);
+        if (types[i] == OUT_TYPE_NONE) {
+            herr_set(e, "%s: rows of %" PRId64 " are not a whole number of 256-element blocks: q4_k_m would need "
+                        "Q5_0 there, which hearth does not write (use --quant q8_0)", specs[i].name, specs[i].ne[0]);
+            goto out;
+        }
         index[i] = gguf_add_tensor(c.w, specs[i].name, types[i], specs[i].n_dims, specs[i].ne);
         n_out++;
     }
@@ -786,7 +802,8 @@ int convert_hf(const convert_opts *o, convert_stats *st, herr *e) {
         snprintf(name, sizeof name, "%.*s", (int)(L - s0), base + s0);
         gguf_set_str(c.w, "general.name", name);
     }
-    gguf_set_u32(c.w, "general.file_type", o->quant == CONVERT_Q8_0 ? 7 : 0); /* LLAMA_FTYPE_ALL_F32 / MOSTLY_Q8_0 */
+    /* LLAMA_FTYPE_ALL_F32 / MOSTLY_Q8_0 / MOSTLY_Q4_K_M */
+    gguf_set_u32(c.w, "general.file_type", o->quant == CONVERT_Q8_0 ? 7 : o->quant == CONVERT_Q4_K_M ? 15 : 0);
     gguf_set_u32(c.w, "general.quantization_version", 2);
     gguf_set_str(c.w, "hearth.convert.source", "Hugging Face safetensors");
     vocab_def_write(&v, c.w);

@@ -10,9 +10,9 @@
 #include "model/model.h"
 #include "base/util.h"
 
-typedef enum convert_quant { CONVERT_F32, CONVERT_Q8_0 } convert_quant;
+typedef enum convert_quant { CONVERT_F32, CONVERT_Q8_0, CONVERT_Q4_K_M } convert_quant;
 
-/* "f32" | "q8_0" (case-insensitive); -1 otherwise. */
+/* "f32" | "q8_0" | "q4_k_m" (case-insensitive); -1 otherwise. */
 int convert_quant_parse(const char *s, convert_quant *q, herr *e);
 
 typedef struct convert_opts {
