@@ -6,7 +6,9 @@ widths 256), so `hearth convert --quant q4_k_m` can write every tensor in llama-
 Q4_K_M types. The tensor names and config keys are transformers' (tests/fixtures/hf_tiny is
 the checkpoint transformers itself wrote, with the same layout).
 
-    mk_hf.py OUT_DIR [SEED]"""
+    mk_hf.py OUT_DIR [SEED [CONFIG.json]]
+
+CONFIG.json, when given, replaces the config (the same keys; widths from it)."""
 import array, json, os, random, struct, sys
 
 H, V, E, F, FS, L = 256, 1024, 4, 256, 256, 4
@@ -26,6 +28,11 @@ CONFIG = {
 
 
 def tensors():
+    c = CONFIG
+    H, V, E, F, FS, L = (c["hidden_size"], c["vocab_size"], c["num_experts"], c["moe_intermediate_size"],
+                         c["shared_expert_intermediate_size"], c["num_hidden_layers"])
+    HK, HV, DK, DV = c["linear_num_key_heads"], c["linear_num_value_heads"], c["linear_key_head_dim"], c["linear_value_head_dim"]
+    NH, NKV, HD = c["num_attention_heads"], c["num_key_value_heads"], c["head_dim"]
     t = {"model.embed_tokens.weight": [V, H], "lm_head.weight": [V, H], "model.norm.weight": [H]}
     for i in range(L):
         p = f"model.layers.{i}."
@@ -64,7 +71,10 @@ def tensors():
 
 
 def main():
+    global CONFIG
     out = sys.argv[1]
+    if len(sys.argv) > 3:
+        CONFIG = json.load(open(sys.argv[3]))
     rng = random.Random(int(sys.argv[2]) if len(sys.argv) > 2 else 1)
     os.makedirs(out, exist_ok=True)
     header, blobs, off = {}, [], 0

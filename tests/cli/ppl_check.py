@@ -60,26 +60,76 @@ def llama_windows(log, n):
     return wins, (float(m.group(1)), float(m.group(2))) if m else None
 
 
+def run_hearth(hearth, model, text, ctx, threads="2", chunks=(), device="cpu"):
+    """hearth perplexity --json: {ppl, error, window_nll, tokens_scored, windows, ...}"""
+    h = subprocess.run([hearth, "perplexity", "-m", model, "-f", text, "-c", str(ctx), "-t", str(threads), "--device",
+                        device, "--json"] + list(chunks), capture_output=True, text=True)
+    if h.returncode != 0:
+        setup_error(f"hearth perplexity exit {h.returncode}: {h.stderr[-2000:]}")
+    return json.loads(h.stdout)
+
+
+def run_llama(llama_dir, model, text, ctx, n_scored, threads="2", chunks=()):
+    """llama-perplexity: (window means, ppl, error bar)"""
+    # llama.cpp's logger writes from a thread of its own and now and then loses its last
+    # lines at exit (seen once in ~20 runs here; peer.sh notes the same of llama-completion):
+    # a run whose output lacks the final estimate is run again, up to three times
+    for _ in range(3):
+        l = subprocess.run([f"{llama_dir}/llama-perplexity", "-m", model, "-f", text, "-c", str(ctx), "-b", str(ctx),
+                            "-t", str(threads)] + list(chunks), capture_output=True, text=True, stdin=subprocess.DEVNULL)
+        if l.returncode != 0:
+            setup_error(f"llama-perplexity exit {l.returncode}: {l.stderr[-2000:]}")
+        lw, lfinal = llama_windows(l.stdout + l.stderr, n_scored)
+        if lw is not None and lfinal is not None:
+            return lw, lfinal[0], lfinal[1]
+    setup_error(f"no perplexity in llama-perplexity's output: {(l.stdout + l.stderr)[-2000:]}")
+
+
+def paired(d):
+    """mean, sd and t of per-window differences"""
+    mean = statistics.mean(d)
+    sd = statistics.stdev(d)
+    t = mean / (sd / math.sqrt(len(d))) if sd > 0 else (0.0 if mean == 0 else math.inf)
+    return mean, sd, t
+
+
+def check_f32(hj, lw, lppl, lerr, who="llama.cpp"):
+    """the f32 band on ln ppl and on the error bar (module docstring); returns a failure or None"""
+    dl = math.log(hj["ppl"]) - math.log(lppl)
+    if abs(dl) > BAND_F32:
+        return f"f32: |ln(ppl ratio)| against {who} {abs(dl):.3e} > {BAND_F32:.0e}"
+    # the error bar, ppl x sd(v) / sqrt(n - 1): the same formula on both sides, so it moves as
+    # ppl does (BAND_F32) plus sd(v)'s share of the same per-token shifts, and by a 5-decimal
+    # print (0.5e-5 / err); 10 x BAND_F32 covers both
+    if lerr is not None and abs(hj["error"] / lerr - 1) > 10 * BAND_F32 + 0.5e-5 / lerr:
+        return f"f32: error bar hearth {hj['error']:.5f}, {who} {lerr:.5f}"
+    return None
+
+
+def check_quant(d):
+    """the paired test of quantized files (module docstring); returns a failure or None"""
+    if len(d) < 3:
+        setup_error("the paired test needs at least 3 windows")
+    mean, sd, t = paired(d)
+    print(f"  paired: sd {sd:.3e}, t {t:.2f}")
+    if abs(t) > T_MAX:
+        return f"quant: paired t {t:.2f} beyond {T_MAX} (mean window difference {mean:.3e})"
+    if max(map(abs, d)) > D_MAX:
+        return f"quant: a window differs by {max(map(abs, d)):.3e} > {D_MAX}"
+    return None
+
+
 def main():
     if len(sys.argv) not in (7, 8, 9):
         setup_error(__doc__.splitlines()[3].strip())
     hearth, llama_dir, model, text, ctx, kind = sys.argv[1:7]
     threads = sys.argv[7] if len(sys.argv) > 7 else "2"
     chunks = ["--chunks", sys.argv[8]] if len(sys.argv) > 8 else []
-    h = subprocess.run([hearth, "perplexity", "-m", model, "-f", text, "-c", ctx, "-t", threads, "--device", "cpu",
-                        "--json"] + chunks, capture_output=True, text=True)
-    if h.returncode != 0:
-        setup_error(f"hearth perplexity exit {h.returncode}: {h.stderr[-2000:]}")
-    hj = json.loads(h.stdout)
-    l = subprocess.run([f"{llama_dir}/llama-perplexity", "-m", model, "-f", text, "-c", ctx, "-b", ctx, "-t", threads] + chunks,
-                       capture_output=True, text=True, stdin=subprocess.DEVNULL)
-    if l.returncode != 0:
-        setup_error(f"llama-perplexity exit {l.returncode}: {l.stderr[-2000:]}")
+    if kind not in ("f32", "quant"):
+        setup_error(f"kind must be f32 or quant, not {kind}")
+    hj = run_hearth(hearth, model, text, ctx, threads, chunks)
     n = hj["tokens_scored"] // hj["windows"]
-    lw, lfinal = llama_windows(l.stdout + l.stderr, n)
-    if lw is None or lfinal is None:
-        setup_error(f"no perplexity in llama-perplexity's output: {(l.stdout + l.stderr)[-2000:]}")
-    lppl, lerr = lfinal
+    lw, lppl, lerr = run_llama(llama_dir, model, text, ctx, n, threads, chunks)
     hw = hj["window_nll"]
     if len(lw) != len(hw):
         fail(f"windows: hearth {len(hw)}, llama.cpp {len(lw)}")
@@ -88,26 +138,9 @@ def main():
     print(f"{model}: -c {ctx}, {len(hw)} windows of {n} scored tokens: PPL hearth {hj['ppl']:.4f}, "
           f"llama.cpp {lppl:.4f}, ln ratio {dl:.3e}; per window d mean {statistics.mean(d):.3e}, "
           f"max |d| {max(map(abs, d)):.3e}")
-    if kind == "f32":
-        if abs(dl) > BAND_F32:
-            fail(f"f32: |ln(ppl ratio)| {abs(dl):.3e} > {BAND_F32:.0e}")
-        # the error bar, ppl x sd(v) / sqrt(n - 1): the same formula on both sides, so it
-        # moves as ppl does (BAND_F32) plus sd(v)'s share of the same per-token shifts, and
-        # by llama.cpp's 5-decimal print (0.5e-5 / err); 10 x BAND_F32 covers both
-        if abs(hj["error"] / lerr - 1) > 10 * BAND_F32 + 0.5e-5 / lerr:
-            fail(f"f32: error bar hearth {hj['error']:.5f}, llama.cpp {lerr:.5f}")
-    elif kind == "quant":
-        if len(d) < 3:
-            setup_error("the paired test needs at least 3 windows")
-        sd = statistics.stdev(d)
-        t = statistics.mean(d) / (sd / math.sqrt(len(d))) if sd > 0 else (0.0 if statistics.mean(d) == 0 else math.inf)
-        print(f"  paired: sd {sd:.3e}, t {t:.2f}")
-        if abs(t) > T_MAX:
-            fail(f"quant: paired t {t:.2f} beyond {T_MAX} (mean window difference {statistics.mean(d):.3e})")
-        if max(map(abs, d)) > D_MAX:
-            fail(f"quant: a window differs by {max(map(abs, d)):.3e} > {D_MAX}")
-    else:
-        setup_error(f"kind must be f32 or quant, not {kind}")
+    why = check_f32(hj, lw, lppl, lerr) if kind == "f32" else check_quant(d)
+    if why:
+        fail(why)
 
 
 if __name__ == "__main__":
