@@ -9,9 +9,11 @@ repeated (each repetition with its own system prompt, so it starts cold).
 
 Per turn it reports the prompt tokens, the tokens each server prefilled, and the prompt time
 (each server's own timings.prompt_ms, medians over the repetitions), and hearth's prompt time
-against the time to prefill only the rows it prefilled with no cache machinery: the same
+against the time to prefill only the rows it prefilled with no cache machinery: a second
 server given the context's ids, then the whole prompt as a /completion, which resumes from
-that slot's live state and prefills exactly those rows (the goal: <= 1.1).
+that slot's live state and prefills exactly those rows (the goal: <= 1.1). That second
+request is sent after the other servers' turns, as hearth's cached turn is; the same rows
+right after their own context (a process that just ran a pass) are reported beside it.
 
 usage: bench/chat_turns.py -m FILE [-r REPS] [-t THREADS] [--turns 8] [--gen 16] [--log FILE]
 Needs build/hearth and tools/peer/build.sh's llama-server."""
@@ -134,27 +136,42 @@ def main():
             for t, msgs in enumerate(turns):
                 base = {"messages": msgs, "tools": tools, "max_tokens": a.gen, "temperature": 0,
                         "chat_template_kwargs": {"enable_thinking": True}}
-                on = hearth.chat(base)
-                off = hearth.chat(dict(base, cache_prompt=False))
-                ll = peer_s.chat(base)
                 # the denominator: the same rows hearth prefilled, after the same context, with
                 # no cache machinery, on a second hearth: the context's ids alone, then all of
-                # them, resumed from that slot's live state: its prompt time is those rows'
+                # them, resumed from that slot's live state: its prompt time is those rows'. Its
+                # context goes in before hearth's turn and the measured request after the other
+                # servers' turns, so that, like hearth's cached turn, it runs after other
+                # processes had the box (a request right after its own process's last pass runs
+                # on warm threads and caches: the "right after" column, measured too)
                 ids = hearth.post("/tokenize", {"content": hearth.post("/apply-template", base)["prompt"]})["tokens"]
+                on = hearth.chat(base)
                 cached = on["timings"]["cache_n"]
-                if cached > 0:
+
+                def denom_context():
                     denom.post("/completion", {"prompt": ids[:cached], "n_predict": 1, "temperature": 0,
                                                "cache_prompt": False})
+
+                def denom_rows():
                     live = denom.post("/completion", {"prompt": ids, "n_predict": 1, "temperature": 0})
                     assert live["timings"]["cache_n"] == cached, live["timings"]
-                    live_ms = live["timings"]["prompt_ms"]
+                    return live["timings"]["prompt_ms"]
+
+                if cached > 0:
+                    denom_context()
+                off = hearth.chat(dict(base, cache_prompt=False))
+                ll = peer_s.chat(base)
+                if cached > 0:
+                    live_ms = denom_rows()
+                    denom_context()
+                    warm_ms = denom_rows()
                 else:
-                    live_ms = off["timings"]["prompt_ms"]
+                    live_ms = warm_ms = off["timings"]["prompt_ms"]
                 if rep == 0:
                     continue
                 r = rows.setdefault(t, {"n": [], "on_ms": [], "on_n": [], "off_ms": [], "ll_ms": [], "ll_n": [],
-                                        "live_ms": []})
+                                        "live_ms": [], "warm_ms": []})
                 r["live_ms"].append(live_ms)
+                r["warm_ms"].append(warm_ms)
                 r["n"].append(on["usage"]["prompt_tokens"])
                 r["on_ms"].append(on["timings"]["prompt_ms"])
                 r["on_n"].append(on["timings"]["prompt_n"])
@@ -172,8 +189,8 @@ def main():
     print()
     print("| turn | prompt tokens | new tokens | hearth prefilled | hearth ms (cache) | hearth ms (no cache) | "
           "llama-server prefilled | llama-server ms | prefill of those rows alone, ms | hearth / that | "
-          "hearth / llama-server |")
-    print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+          "those rows right after their context, ms | hearth / that | hearth / llama-server |")
+    print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     prev = 0
     for t in sorted(rows):
         r = rows[t]
@@ -181,10 +198,12 @@ def main():
         new = n - prev if t else n
         ratios = [on / live for on, live in zip(r["on_ms"], r["live_ms"])]
         vs = [on / ll for on, ll in zip(r["on_ms"], r["ll_ms"])]
+        warm = [on / w for on, w in zip(r["on_ms"], r["warm_ms"])]
         print(f"| {t + 1} | {n:.0f} | {new:.0f} | {med(r['on_n']):.0f} | {med(r['on_ms']):.1f} "
               f"({min(r['on_ms']):.1f}..{max(r['on_ms']):.1f}) | {med(r['off_ms']):.1f} | {med(r['ll_n']):.0f} | "
               f"{med(r['ll_ms']):.1f} ({min(r['ll_ms']):.1f}..{max(r['ll_ms']):.1f}) | {med(r['live_ms']):.1f} | "
-              f"{med(ratios):.2f} ({min(ratios):.2f}..{max(ratios):.2f}) | {med(vs):.2f} ({min(vs):.2f}..{max(vs):.2f}) |")
+              f"{med(ratios):.2f} ({min(ratios):.2f}..{max(ratios):.2f}) | {med(r['warm_ms']):.1f} | "
+              f"{med(warm):.2f} ({min(warm):.2f}..{max(warm):.2f}) | {med(vs):.2f} ({min(vs):.2f}..{max(vs):.2f}) |")
         prev = n
     return 0
 

@@ -41,10 +41,10 @@ if [ $n -eq 0 ]; then echo "SKIP asan units: build-asan/tests/ is empty (make as
 # the gates at the tiny shape (every invariant of the engine contract, through engine.h)
 if [ -x build-asan/gates ]; then run "gates all tiny" build-asan/gates all tiny
 else echo "SKIP asan gates: build-asan/gates missing (make asan)"; s=$((s + 1)); fi
-# the shell suites of the commands (hearth run, chat, gen, tokenize, convert) against the
+# the shell suites of the commands (hearth run, chat, gen, tokenize, convert, perplexity) against the
 # ASan + UBSan binary; serve's, the fuzz replays' and gguf_bad's run it in their own suites
 if [ -x build-asan/hearth ]; then
-    for suite in run chat gen tokenize convert; do
+    for suite in run chat gen tokenize convert perplexity; do
         run "tests/cli/$suite.sh" env HEARTH=build-asan/hearth bash tests/cli/$suite.sh
     done
 else
