@@ -102,7 +102,7 @@ def perplexity(model, ids, ctx, n_windows=None, autocast=False, batch=16):
     for k0 in range(0, n, batch):
         x = torch.stack([ids[k * ctx:(k + 1) * ctx] for k in range(k0, min(n, k0 + batch))]).to(dev)
         with torch.autocast("cuda", dtype=torch.bfloat16, enabled=autocast):
-            logits = model(input_ids=x, use_cache=False).logits.float()
+            logits = model(input_ids=x, use_cache=False, output_router_logits=False).logits.float()
         lp = F.log_softmax(logits[:, first:ctx - 1], dim=-1)
         v = -lp.gather(-1, x[:, first + 1:, None]).squeeze(-1).double()
         wins += v.mean(-1).tolist()
@@ -123,7 +123,7 @@ def greedy(model, ids_prompt, eos, n=60):
     x = torch.tensor([ids_prompt], device=dev)
     out = []
     for _ in range(n):
-        t = int(model(input_ids=x, use_cache=False).logits[0, -1].argmax())
+        t = int(model(input_ids=x, use_cache=False, output_router_logits=False).logits[0, -1].argmax())
         out.append(t)
         if t == eos:
             break
