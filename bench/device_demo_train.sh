@@ -2,7 +2,8 @@
 # bench/device_demo_train.sh: trains the demo model on the GPU machine (tools/demo/train.py,
 # PyTorch + transformers there) from the ids made here, with build/demo carried:
 #     python3 tools/demo/corpus.py --out build/demo && python3 tools/demo/ids.py
-#     device run, carry ["build/demo"]: MINUTES=7 bash bench/device_demo_train.sh
+#     device run, carry ["build/demo/train_ids.u16", "build/demo/heldout_ids.u16",
+#       "build/demo/prompts.json"] (7.6 MB): MINUTES=7 bash bench/device_demo_train.sh
 # then, here, tools/demo/finish.sh with the files that came back. MINUTES is the training
 # budget (the evaluation, the answers and the save add about a minute); MINUTES=0.3 is a smoke
 # run of the whole script. Everything lands in $OUT: hf/ (the checkpoint), report.json,
