@@ -783,7 +783,7 @@ static void chat_generate(app *a, const http_call *c, http_out *o, api_kind kind
         free(starts);
     } else {
         gen_run(a, c, o, kind, &p, ids, n_ids, starts, n_starts, ends_in_open_think(text),
-                cJSON_GetObjectItemCaseSensitive(q, "tools"));
+                req_tool_choice_none(q) ? NULL : cJSON_GetObjectItemCaseSensitive(q, "tools"));
     }
     free(text);
 }

@@ -127,6 +127,39 @@ int req_params(const req_ctx *x, const cJSON *j, api_kind kind, uint64_t seed, g
         if (lp) g->top_logprobs = rc ? (int)i : 0;
         if (lp && kind != API_CHAT) return herr_set(e, "\"logprobs\" is not supported on this endpoint");
     }
+    /* sampling and output controls of OpenAI's and llama-server's that would change the
+     * answer and are not done: refused by name when set to anything but their neutral value */
+    const cJSON *lb = cJSON_GetObjectItemCaseSensitive(j, "logit_bias");
+    if (lb && !cJSON_IsNull(lb) && !(cJSON_IsObject(lb) && !lb->child) && !(cJSON_IsArray(lb) && !lb->child))
+        return herr_set(e, "\"logit_bias\" is not supported yet");
+    static const struct { const char *name; double neutral; } knobs[] = {
+        {"typical_p", 1}, {"mirostat", 0}, {"dry_multiplier", 0}, {"xtc_probability", 0}, {"top_n_sigma", -1},
+        {"best_of", 1}, {"dynatemp_range", 0},
+    };
+    for (size_t k = 0; k < sizeof knobs / sizeof knobs[0]; k++) {
+        const cJSON *kv = cJSON_GetObjectItemCaseSensitive(j, knobs[k].name);
+        if (kv && !cJSON_IsNull(kv) && !(cJSON_IsNumber(kv) && kv->valuedouble == knobs[k].neutral))
+            return herr_set(e, "\"%s\" is not supported yet (only %g)", knobs[k].name, knobs[k].neutral);
+    }
+    static const char *const unset[] = {"grammar", "json_schema", "suffix"};
+    for (size_t k = 0; k < sizeof unset / sizeof unset[0]; k++) {
+        const cJSON *uv = cJSON_GetObjectItemCaseSensitive(j, unset[k]);
+        if (uv && !cJSON_IsNull(uv) && !(cJSON_IsString(uv) && !uv->valuestring[0]))
+            return herr_set(e, "\"%s\" is not supported yet", unset[k]);
+    }
+    bool echo = false;
+    if (get_bool(j, "echo", &echo, e) < 0) return -1;
+    if (echo) return herr_set(e, "\"echo\" is not supported yet");
+    /* tool_choice: "auto" (the default) and "none" (the tools are left out of the prompt, see
+     * req_chat_prompt); forcing a call is not done. Anthropic's spelling is an object. */
+    const cJSON *tch = cJSON_GetObjectItemCaseSensitive(j, "tool_choice");
+    if (tch && !cJSON_IsNull(tch)) {
+        const cJSON *ty = cJSON_IsObject(tch) ? cJSON_GetObjectItemCaseSensitive(tch, "type") : tch;
+        if (!cJSON_IsString(ty)) return herr_set(e, "\"tool_choice\" must be a string or an object with a \"type\"");
+        if (strcmp(ty->valuestring, "auto") && strcmp(ty->valuestring, "none"))
+            return herr_set(e, "\"tool_choice\" \"%.40s\" is not supported yet (only \"auto\" and \"none\")",
+                            ty->valuestring);
+    }
     const cJSON *rf = cJSON_GetObjectItemCaseSensitive(j, "response_format");
     if (rf && !cJSON_IsNull(rf)) {
         const cJSON *t = cJSON_IsObject(rf) ? cJSON_GetObjectItemCaseSensitive(rf, "type") : NULL;
@@ -198,6 +231,12 @@ int32_t *req_prompt_ids(const req_ctx *x, const cJSON *pr, int64_t *n, herr *e) 
     return NULL;
 }
 
+bool req_tool_choice_none(const cJSON *j) {
+    const cJSON *tch = cJSON_GetObjectItemCaseSensitive(j, "tool_choice");
+    const cJSON *ty = cJSON_IsObject(tch) ? cJSON_GetObjectItemCaseSensitive(tch, "type") : tch;
+    return cJSON_IsString(ty) && !strcmp(ty->valuestring, "none");
+}
+
 int req_chat_prompt(const req_ctx *x, const cJSON *j, bool gen_prompt, char **text, int32_t **ids, int64_t *n_ids,
                     int64_t **starts, int *n_starts, herr *e) {
     const cJSON *msgs = cJSON_GetObjectItemCaseSensitive(j, "messages");
@@ -244,7 +283,7 @@ int req_chat_prompt(const req_ctx *x, const cJSON *j, bool gen_prompt, char **te
     const cJSON *tools = cJSON_GetObjectItemCaseSensitive(j, "tools");
     if (tools && !cJSON_IsNull(tools)) {
         if (!cJSON_IsArray(tools)) { cJSON_Delete(copy); return herr_set(e, "\"tools\" must be an array"); }
-        if (cJSON_GetArraySize(tools) > 0) in.tools = tools;
+        if (cJSON_GetArraySize(tools) > 0 && !req_tool_choice_none(j)) in.tools = tools;
     }
     cJSON *extra = NULL;
     const cJSON *kw = cJSON_GetObjectItemCaseSensitive(j, "chat_template_kwargs");
@@ -391,6 +430,8 @@ cJSON *req_messages_to_chat(const cJSON *j, herr *e) {
     }
     const cJSON *tools = cJSON_GetObjectItemCaseSensitive(j, "tools"), *t;
     if (tools && !cJSON_IsArray(tools)) { herr_set(e, "\"tools\" must be an array"); goto bad; }
+    const cJSON *tch = cJSON_GetObjectItemCaseSensitive(j, "tool_choice"); /* {"type": ...}: req_params judges it */
+    if (tch) cJSON_AddItemToObject(out, "tool_choice", cJSON_Duplicate(tch, true));
     if (cJSON_GetArraySize(tools) > 0) {
         cJSON *ot = cJSON_AddArrayToObject(out, "tools");
         cJSON_ArrayForEach(t, tools) {

@@ -68,6 +68,10 @@ int32_t *req_prompt_ids(const req_ctx *x, const cJSON *pr, int64_t *n, herr *e);
 /* Renders a chat request's messages (roles checked; "reasoning" passed on as
  * reasoning_content; tool calls' JSON arguments as mappings). With ids not NULL, also the
  * prompt's ids and its message starts (*starts has *n_ids + 1 room). */
+/* tool_choice "none" (OpenAI's string, Anthropic's {"type": "none"}): the template gets no
+ * tools and the answer is not parsed for calls (req_params refuses every value but "auto"
+ * and "none") */
+bool req_tool_choice_none(const cJSON *j);
 int req_chat_prompt(const req_ctx *x, const cJSON *j, bool gen_prompt, char **text, int32_t **ids, int64_t *n_ids,
                     int64_t **starts, int *n_starts, herr *e);
 

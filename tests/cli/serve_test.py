@@ -290,6 +290,26 @@ def main():
         st, j = s.request("POST", path, raw=raw)
         check(f"bad input: {name} -> {code}", st == code and isinstance(j, dict) and "message" in j.get("error", {}),
               f"{st} {j}")
+    # fields that would change the answer and are not done: refused by name (their neutral
+    # values pass: logit_bias {}, typical_p 1, tool_choice "auto")
+    refused = [
+        ("logit_bias", "/v1/chat/completions", {"messages": msgs, "logit_bias": {"5": 10}}),
+        ("typical_p", "/v1/chat/completions", {"messages": msgs, "typical_p": 0.5}),
+        ("mirostat", "/completion", {"prompt": "x", "mirostat": 2}),
+        ("grammar", "/completion", {"prompt": "x", "grammar": "root ::= \"a\""}),
+        ("echo", "/v1/completions", {"prompt": "x", "echo": True}),
+        ("best_of", "/v1/completions", {"prompt": "x", "best_of": 3}),
+        ("tool_choice", "/v1/chat/completions", {"messages": msgs, "tool_choice": "required"}),
+        ("tool_choice", "/v1/messages", {"model": "m", "max_tokens": 4, "messages": [{"role": "user", "content": "x"}],
+                                         "tool_choice": {"type": "any"}}),
+    ]
+    for name, path, body in refused:
+        st, j = s.post(path, body)
+        msg = j.get("error", {}).get("message", "") if isinstance(j, dict) else ""
+        check(f"refused by name: {name} on {path} -> 400 naming it", st == 400 and f'"{name}"' in msg, f"{st} {j}")
+    st, j = s.post("/v1/chat/completions", {"messages": msgs, "max_tokens": 1, "logit_bias": {}, "typical_p": 1,
+                                            "tool_choice": "auto"})
+    check("their neutral values pass", st == 200, f"{st} {j}")
     st, j = s.request("GET", "/no/such/path")
     check("unknown path -> 404", st == 404 and "error" in j, f"{st} {j}")
     st, j = s.request("GET", "/v1/chat/completions")
@@ -713,6 +733,26 @@ def tool_calls(model):
         ok = (len(b) == 12 and all(x <= y for x, y in zip(b, b[1:])) and b[-1] == 4 and metric(m, f"{h}_count") == 4
               and 0 < total <= elapsed and lo <= total <= hi)
         check(f"/metrics: {h} histogram counts the 4 requests", ok, f"{b} sum {total} in [{lo}, {hi}], {elapsed:.3f} s")
+    s.stop()
+    # tool_choice "none": the template is given no tools, and the answer is text, not calls
+    # (Qwen3.5's template, which renders tools; the same scripted reply)
+    s = Server(model, "-np", "1", "--chat-template-file", "tests/fixtures/templates/Qwen3.5-4B.jinja",
+               env={"HEARTH_TEST_REPLY": reply})
+    _, with_tools = s.post("/apply-template", {"messages": msgs, "tools": tools})
+    _, no_tools = s.post("/apply-template", {"messages": msgs})
+    _, none_tools = s.post("/apply-template", {"messages": msgs, "tools": tools, "tool_choice": "none"})
+    check("tool_choice none: the prompt is the one without tools", with_tools.get("prompt") != no_tools.get("prompt")
+          and none_tools.get("prompt") == no_tools.get("prompt"), str(none_tools)[:200])
+    st, j = s.post("/v1/chat/completions", {**body, "tool_choice": "none"})
+    m = j["choices"][0]["message"] if st == 200 else {}
+    check("tool_choice none: no tool_calls, the call's text stays content", st == 200 and not m.get("tool_calls") and
+          "<tool_call>" in (m.get("content") or "") and j["choices"][0]["finish_reason"] != "tool_calls", str(m)[-300:])
+    st, j = s.post("/v1/messages", {**abody, "tool_choice": {"type": "none"}})
+    check("messages: tool_choice none gives text blocks, no tool_use", st == 200 and
+          all(b["type"] != "tool_use" for b in j.get("content", [])) and j.get("stop_reason") != "tool_use", str(j)[:300])
+    st, j = s.post("/v1/chat/completions", body)
+    check("the same request without tool_choice: the calls parsed", st == 200 and
+          len(j["choices"][0]["message"].get("tool_calls") or []) == 2, str(j)[:300])
     s.stop()
     # a NUL byte in the model's text (byte-level token 'Ā'): the whole answer and the stream
     # both carry all of it (a cJSON string ended at the NUL: the whole answer lost the rest)
