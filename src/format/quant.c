@@ -521,6 +521,11 @@ static void quantize_q8_k(const float *x, block_q8_K *y, int64_t nb) {
     }
 }
 
+bool quant_can_quantize(uint32_t t) {
+    return t == QT_F32 || t == QT_F16 || t == QT_BF16 || t == QT_Q8_0 || t == QT_Q4_K || t == QT_Q5_K || t == QT_Q6_K ||
+           t == QT_Q8_K;
+}
+
 void quant_quantize_row(uint32_t t, const float *src, void *dst, int64_t n) {
     int64_t be = qtype_block_elems(t);
     HEARTH_CHECK(be > 0 && n % be == 0);

@@ -50,6 +50,8 @@ bf16_t f32_to_bf16(float f);               /* round to nearest even; NaN stays N
 void quant_dequantize_row(uint32_t t, const void *src, float *dst, int64_t n);
 /* Reference quantizers, matching ggml's quantize_row_*_ref byte for byte. */
 void quant_quantize_row(uint32_t t, const float *src, void *dst, int64_t n);
+/* true when quant_quantize_row writes type t */
+bool quant_can_quantize(uint32_t t);
 
 /* dot(weight row of type t, activation row of type quant_vec_dot_type(t)), n weights. */
 float quant_dot(uint32_t t, const void *w, const void *a, int64_t n);

@@ -495,7 +495,7 @@ static bool ends_with(const char *s, const char *suffix) {
 static uint32_t out_type(const model_hparams *hp, const tensor_spec *s, convert_quant q) {
     if (q == CONVERT_Q4_K_M) {
         const uint32_t t = gen_tensor_type(hp, s, GEN_Q4_K_M);
-        return t == QT_Q4_K || t == QT_Q5_K || t == QT_Q6_K || t == QT_Q8_0 || t == QT_F16 || t == QT_F32 ? t : OUT_TYPE_NONE;
+        return quant_can_quantize(t) ? t : OUT_TYPE_NONE;
     }
     if (q == CONVERT_F32 || s->n_dims <= 1 || ends_with(s->name, "_norm.weight") || !ends_with(s->name, ".weight"))
         return QT_F32;
