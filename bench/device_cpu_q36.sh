@@ -1,18 +1,18 @@
 #!/usr/bin/env bash
 # bench/device_cpu_q36.sh: the CPU engine on Qwen3.6-35B-A3B's shapes against llama.cpp's
 # CPU build, on the GPU machine's 16-core host (run there by the device tool, with .peer
-# carried: the npm package's llama.cpp bundle and Debian's libcjson packages, since the host
-# reaches no registry). Builds both, writes the q36 file to /dev/shm, then runs
+# carried: llama.cpp's source and Debian's libcjson packages, bench/device_pack.sh, since the
+# host reaches no registry). Builds both, writes the q36 file to /dev/shm, then runs
 # bench/cpu_vs_llama.sh interleaved at -t 16. Logs and the table go to $OUT.
 #   REPS (default 4: with the builds, 5 reps of ~75 s each fill the 600 s a device command
 #   may run) measured reps per test after one dropped warm-up
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-/tmp/out}; mkdir -p "$out"
-for d in .peer/*.deb; do dpkg -x "$d" / ; done
+for d in .peer/debs/*.deb; do dpkg -x "$d" / ; done
 ldconfig
 { nproc; grep -m1 'model name' /proc/cpuinfo; free -g | head -2; uptime; } >"$out/host.txt"
-export HEARTH_PEER_DIR=$PWD/.peer HEARTH_PEER_JOBS=16
+export HEARTH_PEER_DIR=/tmp/hearth-peer HEARTH_PEER_SRC_TAR=$PWD/.peer/llama-src.tar.xz HEARTH_PEER_JOBS=16
 tools/peer/build.sh >"$out/peer.log" 2>&1 &
 peer_pid=$!
 make -j8 build/hearth >"$out/make.log" 2>&1 || { tail -20 "$out/make.log"; exit 1; }

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # bench/device_cuda.sh: the CUDA engine on the GPU machine (run there by the device tool with
-# .peer carried for Debian's libcjson packages, since the host reaches no registry). Builds
+# .peer/debs carried for Debian's libcjson packages, since the host reaches no registry). Builds
 # hearth and the tests for sm_90a, then: the CUDA unit tests; test_engine on tiny and small
 # (engine_open's auto picks the GPU there: logits against the float64 reference within the
 # derived bands, batched against stepped, determinism); every gate on the GPU

@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # bench/device_demo_cuda.sh: hearth perplexity on the CUDA engine on the GPU machine (carry
-# .peer for Debian's libcjson/libmicrohttpd): builds hearth for sm_90a, then
+# .peer/debs for Debian's libcjson/libmicrohttpd): builds hearth for sm_90a, then
 #  - tiny f32 and q8_0 (hearth gen) on the README+DESIGN text: --device cuda against --device
 #    cpu, windows of 128, 4 windows per call (-b 512) on the GPU, one on the CPU;
-#  - with demo/ present (the trained demo model, tools/demo/finish.sh): its f32, q8_0 and
-#    q4_k_m files converted here, hearth perplexity -c 512 on demo/heldout.txt, GPU.
-# Logs and --json outputs to $OUT; the comparison is tools' work here afterwards
+#  - the trained demo model (demo/, tools/demo/finish.sh): hearth perplexity -c 512 on
+#    demo/heldout.txt, GPU, of the shipped q8_0 file and, when carried,
+#    build/demo/hearth-demo-q4_k_m.gguf (hearth convert of the checkpoint, which stays here).
+# The --json outputs to $OUT/ppl.jsonl, a line each; the comparison is tools' work here afterwards
 # (tests/cli/ppl_check.py's bands: f32 5e-5 in ln ppl; quantized files: the paired test).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -20,15 +21,16 @@ for q in f32 q8_0; do
     for d in cuda cpu; do
         b=512; [ $d = cpu ] && b=128
         build/hearth perplexity -m /dev/shm/tiny-$q.gguf -f /dev/shm/t.txt -c 128 -b $b --device $d --json \
-            >"$out/tiny-$q-$d.json" 2>"$out/tiny-$q-$d.log"
-        echo "tiny $q $d: $(cut -c1-120 "$out/tiny-$q-$d.json")"
+            >/tmp/p.json 2>/tmp/p.log || tail -5 /tmp/p.log
+        echo "{\"run\": \"tiny $q $d\", \"out\": $(cat /tmp/p.json)}" >>"$out/ppl.jsonl"
+        echo "tiny $q $d: $(cut -c1-120 /tmp/p.json)"
     done
 done
-if [ -d demo/hearth-demo ]; then
-    for q in f32 q8_0 q4_k_m; do
-        build/hearth convert demo/hearth-demo --quant $q -o /dev/shm/demo-$q.gguf >/dev/null 2>&1
-        build/hearth perplexity -m /dev/shm/demo-$q.gguf -f demo/heldout.txt -c 512 --device cuda --json \
-            >"$out/demo-$q-cuda.json" 2>"$out/demo-$q-cuda.log"
-        echo "demo $q cuda: $(cut -c1-120 "$out/demo-$q-cuda.json")"
-    done
-fi
+for f in demo/hearth-demo-q8_0.gguf build/demo/hearth-demo-q4_k_m.gguf; do
+    [ -f "$f" ] || continue
+    q=$(basename "$f" .gguf); q=${q#hearth-demo-}
+    build/hearth perplexity -m "$f" -f demo/heldout.txt -c 512 --device cuda --json >/tmp/p.json 2>/tmp/p.log ||
+        tail -5 /tmp/p.log
+    echo "{\"run\": \"demo $q cuda\", \"out\": $(cat /tmp/p.json)}" >>"$out/ppl.jsonl"
+    echo "demo $q cuda: $(cut -c1-120 /tmp/p.json)"
+done

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # bench/device_peer_build.sh: builds llama.cpp's llama-bench for CUDA (sm_90) on the GPU machine
-# from the node-llama-cpp bundle carried in .peer/package (bench/device_deps.sh says how .peer is
-# made), into /tmp/llama-cuda; /tmp/llama-cuda/done marks a finished build (another call on the
+# from the source carried in .peer/llama-src.tar.xz (bench/device_pack.sh makes it from the
+# node-llama-cpp bundle's commit), into /tmp/llama-cuda; /tmp/llama-cuda/done marks a finished build (another call on the
 # same machine finds it). Start it with setsid to let it run on after the call that started it:
 #   setsid nohup bash bench/device_peer_build.sh >/tmp/peer-build.log 2>&1 &
 # -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90, Release, about 4.5 minutes with -j16.
@@ -9,8 +9,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 src=/tmp/llama.cpp bld=/tmp/llama-cuda
 [ -f "$bld/done" ] && exit 0
-[ -d "$src/.git" ] || git -c advice.detachedHead=false clone -q .peer/package/llama/gitRelease.bundle "$src"
+[ -f "$src/CMakeLists.txt" ] || { mkdir -p "$src" && tar -xJf .peer/llama-src.tar.xz -C "$src"; }
 cmake -S "$src" -B "$bld" -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DLLAMA_CURL=OFF \
     -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF
 cmake --build "$bld" -j16 --target llama-bench
-git -C "$src" log -1 --format='%h of %cd' --date=short >"$bld/done"
+cp .peer/llama-src.commit "$bld/done"

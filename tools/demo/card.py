@@ -1,8 +1,21 @@
 #!/usr/bin/env python3
-"""card.py DEMO_DIR: the demo model's card (demo/README.md) from the files finish.sh laid out:
-report.json (train.py's), stats.json (corpus.py's), ids.json (ids.py's), ppl.md (the
-perplexity table). Prints Markdown on stdout."""
-import json, os, sys
+"""card.py DEMO_DIR [HEARTH]: the demo model's card (demo/README.md) from the files finish.sh
+laid out: report.json (train.py's), stats.json (corpus.py's), ids.json (ids.py's), ppl.md (the
+perplexity table), and hearth's greedy answers to train.py's prompts on the q8_0 file (HEARTH,
+default build/hearth). Prints Markdown on stdout."""
+import json, math, os, subprocess, sys
+
+
+def answers(hearth, gguf, report):
+    """hearth run's greedy answer to each of train.py's prompts (the ChatML text), 48 tokens"""
+    rows = []
+    for a in report["answers"]:
+        r = subprocess.run([hearth, "run", "-m", gguf, "-p", a["prompt"], "-n", "48", "--temp", "0"],
+                           capture_output=True, text=True, check=True)
+        q = a["prompt"].split("<|im_start|>user\n")[-1].split("<|im_end|>")[0]
+        ans = r.stdout.split("<|im_end|>")[0].strip().replace("\n", " ").replace("|", "\\|")
+        rows.append(f"| {q} | {ans} |")
+    return "\n".join(["| prompt | answer (hearth, q8_0, greedy) |", "| --- | --- |"] + rows)
 
 
 def main():
@@ -14,10 +27,18 @@ def main():
     c = r["config"]
     gguf = os.path.join(d, "hearth-demo-q8_0.gguf")
     size = os.path.getsize(gguf) if os.path.exists(gguf) else 0
+    ck = os.path.join("build", "demo", "hearth-demo")
+    ck_size = sum(os.path.getsize(os.path.join(ck, f)) for f in os.listdir(ck) if f.startswith("model")) if os.path.isdir(ck) else 0
     units = lambda k: st.get(k, {}).get("units", 0)
     chars = lambda k: st.get(k, {}).get("chars", 0)
     pt = r["ppl_torch"]
     ev = r["heldout_evals"]["rows"]
+    hearth = sys.argv[2] if len(sys.argv) > 2 else "build/hearth"
+    sample = answers(hearth, gguf, r)
+    w = pt["window_nll"]
+    n_ev = r["heldout_evals"]["windows"]
+    best_ev = min(e[2] for e in ev)
+    last_train = sum(row[2] for row in r["curve"]["rows"][-50:]) / min(50, len(r["curve"]["rows"]))
     print(f"""# hearth-demo: a small trained qwen35moe model
 
 hearth's demo model: the Qwen3.5/3.6-MoE architecture (GGUF `qwen35moe`) at a toy size,
@@ -32,7 +53,7 @@ knows nothing else.
 | file | what |
 | --- | --- |
 | `hearth-demo-q8_0.gguf` | the model for hearth and llama.cpp: `hearth convert hearth-demo --quant q8_0` ({size / 1e6:.1f} MB) |
-| `hearth-demo/` | the checkpoint as transformers saved it (safetensors: matrices bfloat16, norms, router, conv taps, A_log, dt_bias float32) and the tokenizer |
+| `checkpoint.sha256` | the checkpoint's files (transformers' save: safetensors, matrices bfloat16, norms, router, conv taps, A_log, dt_bias float32; {ck_size / 1e6:.1f} MB, kept out of the repo for its size), by SHA-256; `tools/demo/train.py` makes one, `tools/demo/finish.sh` converts it |
 | `report.json`, `train.log`, `loss.png` | the training run: settings, versions, the loss curve, PyTorch's perplexity and its greedy answers |
 | `heldout.txt` | the held-out text the perplexities are measured on |
 
@@ -74,12 +95,27 @@ kept is the best by held-out loss (step {r['best_step']}; evaluated every 100 st
 
 ![loss curve](loss.png)
 
+The held-out loss flattens after about four minutes while the training loss goes on falling
+(the last 50 batches average {last_train:.2f} nats, the best held-out evaluation {best_ev:.2f}): the
+model has begun to memorise its {ids['train_tokens'] / 1e6:.2f}M tokens, which it saw
+{r['tokens_seen'] / ids['train_tokens']:.1f} times. The evaluations during training read the held-out text's first {n_ev}
+windows, which are easier than the whole: PyTorch's final figure on those {n_ev} is
+{math.exp(sum(w[:n_ev]) / n_ev):.2f}, on all {len(w)} it is {pt['ppl']:.2f}.
+
+## What it says
+
+Greedy answers from `hearth run` on `hearth-demo-q8_0.gguf`, one question each with the chat
+template (thinking off); wrong facts and all:
+
+{sample}
+
 ## Held-out perplexity
 
 On `heldout.txt`, windows of 512 tokens, the second half of each scored (llama-perplexity's
 method); PyTorch: the checkpoint's weights in float32 on the GPU, TF32 off
 ({pt['ppl']:.4f} +/- {pt['error']:.4f} over {pt['windows']} windows); hearth and llama.cpp on the CPU
-(`tests/cli/demo_check.py`, which CI runs):
+(`tests/cli/demo_check.py --checkpoint`; CI runs it on the shipped q8_0 file, the row it can
+remake without the checkpoint):
 
 {ppl}
 """)

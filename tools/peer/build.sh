@@ -5,6 +5,8 @@
 #
 #   HEARTH_PEER_DIR   cache folder (default ~/.cache/hearth-peer)
 #   HEARTH_PEER_JOBS  parallel compile jobs (default 2)
+#   HEARTH_PEER_SRC_TAR  take the source from this tarball (bench/device_pack.sh's, with its
+#                     .commit file beside it) instead of npm: the GPU machine reaches no registry
 #
 # Source: `npm pack node-llama-cpp@3.22.1`, whose package/llama/gitRelease.bundle is a git
 # bundle of llama.cpp; it is cloned to $HEARTH_PEER_DIR/llama.cpp and built in
@@ -29,7 +31,14 @@ if [ -z "$(peer_missing)" ]; then echo "$PEER_BIN"; exit 0; fi
 tgz=$PEER_DIR/$PEER_NPM_PKG-$PEER_NPM_VERSION.tgz
 bundle=$PEER_DIR/package/llama/gitRelease.bundle
 t0=$SECONDS
-if [ ! -d "$PEER_SRC/.git" ]; then
+if [ ! -d "$PEER_SRC/.git" ] && [ ! -f "$PEER_SRC/.hearth-commit" ] && [ -n "${HEARTH_PEER_SRC_TAR:-}" ]; then
+    log "unpacking $HEARTH_PEER_SRC_TAR"
+    rm -rf "$PEER_SRC.tmp" && mkdir -p "$PEER_SRC.tmp"
+    tar -xJf "$HEARTH_PEER_SRC_TAR" -C "$PEER_SRC.tmp"
+    cp "${HEARTH_PEER_SRC_TAR%.tar.xz}.commit" "$PEER_SRC.tmp/.hearth-commit"
+    mv "$PEER_SRC.tmp" "$PEER_SRC"
+fi
+if [ ! -d "$PEER_SRC/.git" ] && [ ! -f "$PEER_SRC/.hearth-commit" ]; then
     if [ ! -f "$bundle" ]; then
         if [ ! -f "$tgz" ]; then
             command -v npm >/dev/null 2>&1 || { log "needs npm (see scripts/setup-deps.sh)"; exit 1; }
@@ -44,7 +53,7 @@ if [ ! -d "$PEER_SRC/.git" ]; then
     git -c advice.detachedHead=false clone --quiet "$bundle" "$PEER_SRC.tmp" >&2
     mv "$PEER_SRC.tmp" "$PEER_SRC"
 fi
-log "llama.cpp $(git -C "$PEER_SRC" log -1 --format='%h of %cd' --date=short)"
+log "llama.cpp $(cat "$PEER_SRC/.hearth-commit" 2>/dev/null || git -C "$PEER_SRC" log -1 --format='%h of %cd' --date=short)"
 
 stamp="${PEER_FEATURES[*]}"
 if [ -f "$PEER_BUILD/CMakeCache.txt" ] && [ "$(cat "$PEER_BUILD/.hearth-flags" 2>/dev/null)" != "$stamp" ]; then
