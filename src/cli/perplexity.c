@@ -86,13 +86,8 @@ int cmd_perplexity(int argc, char **argv) {
     /* As llama-perplexity: BOS first where the vocabulary adds one, and each window's first
      * token replaced by it. */
     const bool bos = tokenizer_add_bos(tok) && tokenizer_bos(tok) >= 0;
-    int64_t n_body = 0;
-    int32_t *body = tokenizer_encode_alloc(tok, text, len, false, &n_body);
-    int32_t *ids = xmalloc(sizeof(int32_t) * (size_t)(n_body + 1));
-    if (bos) ids[0] = tokenizer_bos(tok);
-    for (int64_t i = 0; i < n_body; i++) ids[bos + i] = body[i];
-    free(body);
-    const int64_t n_ids = n_body + bos;
+    int64_t n_ids = 0;
+    int32_t *ids = tokenizer_encode_prompt(tok, text, len, false, true, &n_ids);
     ppl_opts po = {.n_ctx = n_ctx, .n_chunks = n_chunks, .n_seq = (int)(batch / n_ctx > 1 ? batch / n_ctx : 1),
                    .bos = bos ? tokenizer_bos(tok) : -1, .progress = progress};
     if (n_ctx > m->hp.n_ctx_train) {
@@ -109,6 +104,7 @@ int cmd_perplexity(int argc, char **argv) {
                       .kv_f16 = kv == 1};
     if (engine_open(&eng, m, &eo, &e) < 0) { fprintf(stderr, "hearth perplexity: %s\n", e.msg); goto done; }
     const engine_info info = engine_get_info(eng);
+    po.n_threads = info.n_threads; /* -t: the engine's threads score the rows too */
     fprintf(stderr, "engine: %s (%s), %d threads\n", info.backend, info.why, info.n_threads);
     fprintf(stderr, "perplexity: %" PRId64 " tokens; %" PRId64 " windows of %" PRId64 ", the last %" PRId64
                     " tokens of each scored; %d windows per call\n",

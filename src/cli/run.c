@@ -72,13 +72,7 @@ int cmd_run(int argc, char **argv) {
     if (ids_arg) {
         if (!arg_id_list("--ids", ids_arg, &ids, &n_ids, "run")) { model_free(m); return 2; }
     } else {
-        int32_t *body = tokenizer_encode_alloc(tok, prompt, strlen(prompt), parse_special, &n_ids);
-        const bool bos = tokenizer_add_bos(tok) && tokenizer_bos(tok) >= 0;
-        ids = xmalloc(sizeof(int32_t) * (size_t)(n_ids + 1));
-        if (bos) ids[0] = tokenizer_bos(tok);
-        memcpy(ids + bos, body, sizeof(int32_t) * (size_t)n_ids);
-        n_ids += bos;
-        free(body);
+        ids = tokenizer_encode_prompt(tok, prompt, strlen(prompt), parse_special, true, &n_ids);
         if (n_ids <= 0) { fprintf(stderr, "hearth run: the prompt tokenizes to no tokens\n"); model_free(m); return 1; }
     }
     int64_t *marks = NULL, n_marks = 0;

@@ -4,21 +4,59 @@
 
 #include <inttypes.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
-void ppl_add(ppl_acc *a, const float *logits, int64_t V, const int32_t *next, int64_t n) {
-    for (int64_t i = 0; i < n; i++) {
-        const float *x = logits + (size_t)i * (size_t)V;
-        float mx = x[0];
-        for (int64_t j = 1; j < V; j++) mx = x[j] > mx ? x[j] : mx;
-        double sum = 0;
-        for (int64_t j = 0; j < V; j++) sum += expf(x[j] - mx);
-        const double v = -((double)(x[next[i]] - mx) - log(sum));
-        a->nll += v;
-        a->nll2 += v * v;
+/* v of one row: -log softmax(x)[t], the max in f32, the sum of exp in double */
+static double row_nll(const float *x, int64_t V, int32_t t) {
+    float mx = x[0];
+    for (int64_t j = 1; j < V; j++) mx = x[j] > mx ? x[j] : mx;
+    double sum = 0;
+    for (int64_t j = 0; j < V; j++) sum += expf(x[j] - mx);
+    return -((double)(x[t] - mx) - log(sum));
+}
+
+typedef struct score_job {
+    const float *logits;
+    int64_t V, n;
+    const int32_t *next;
+    double *v;
+    int t, T; /* this thread's share: rows [n t / T, n (t + 1) / T) */
+} score_job;
+
+static void *score_part(void *arg) {
+    const score_job *j = arg;
+    for (int64_t i = j->n * j->t / j->T; i < j->n * (j->t + 1) / j->T; i++)
+        j->v[i] = row_nll(j->logits + (size_t)i * (size_t)j->V, j->V, j->next[i]);
+    return NULL;
+}
+
+void ppl_add(ppl_acc *a, const float *logits, int64_t V, const int32_t *next, int64_t n, int n_threads) {
+    if (n <= 0) return;
+    /* threads only where a share is worth one: ~1M logits (a few ms) a thread */
+    int64_t T = n_threads > 1 ? n_threads : 1;
+    if (T > n) T = n;
+    if (T > 1 && n * V / T < (1 << 20)) T = n * V >> 20 > 1 ? n * V >> 20 : 1;
+    double *v = xmalloc(sizeof(double) * (size_t)n);
+    score_job *jobs = xmalloc(sizeof *jobs * (size_t)T);
+    pthread_t *th = xmalloc(sizeof *th * (size_t)T);
+    int64_t started = 1;
+    for (int64_t t = 0; t < T; t++) jobs[t] = (score_job){.logits = logits, .V = V, .n = n, .next = next, .v = v,
+                                                          .t = (int)t, .T = (int)T};
+    for (; started < T; started++) /* a thread that cannot start is run by the caller below */
+        if (pthread_create(&th[started], NULL, score_part, &jobs[started]) != 0) break;
+    score_part(&jobs[0]);
+    for (int64_t t = started; t < T; t++) score_part(&jobs[t]);
+    for (int64_t t = 1; t < started; t++) pthread_join(th[t], NULL);
+    for (int64_t i = 0; i < n; i++) { /* in row order: the same sums for any T */
+        a->nll += v[i];
+        a->nll2 += v[i] * v[i];
         a->count++;
     }
+    free(th);
+    free(jobs);
+    free(v);
 }
 
 double ppl_value(const ppl_acc *a) { return a->count > 0 ? exp(a->nll / (double)a->count) : NAN; }
@@ -76,7 +114,7 @@ int ppl_run(engine *eng, const int32_t *ids, int64_t n_ids, const ppl_opts *o, p
             /* row j of the window (j >= cut) is row j - cut of its logits; it predicts token j + 1 */
             const int32_t *next = ids + (k0 + s) * c + first + (MUTANT("ppl_shift") ? 0 : 1);
             ppl_add(&acc, logits + ((size_t)s * (size_t)tail + (size_t)(first - cut)) * (size_t)V, V, next,
-                    c - 1 - first);
+                    c - 1 - first, o->n_threads);
             if (o->progress) o->progress(o->progress_ctx, k0 + s, n_win, &acc);
         }
     }

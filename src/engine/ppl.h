@@ -10,7 +10,9 @@
  *  - per token v = -log softmax(logits)[next] (max in f32, sum of exp in double); the
  *    estimate is exp(mean v), its error bar ppl x sqrt((mean v² - mean² v) / (n - 1)), the
  *    standard error of the mean of v carried through exp to first order.
- * Windows run as separate sequences of one engine, n_seq of them in each engine_run call. */
+ * Windows run as separate sequences of one engine, n_seq of them in each engine_run call;
+ * their rows are scored on n_threads threads, each row's v alone, and summed in row order,
+ * so the figures are the same bits for any thread count. */
 #ifndef HEARTH_PPL_H
 #define HEARTH_PPL_H
 
@@ -24,8 +26,9 @@ typedef struct ppl_acc {
     int64_t count;  /* tokens scored */
 } ppl_acc;
 
-/* Adds n tokens: row i of logits (V floats) predicts next[i]. */
-void ppl_add(ppl_acc *a, const float *logits, int64_t V, const int32_t *next, int64_t n);
+/* Adds n tokens: row i of logits (V floats) predicts next[i]; rows scored on n_threads
+ * threads (<= 1: the caller's alone). */
+void ppl_add(ppl_acc *a, const float *logits, int64_t V, const int32_t *next, int64_t n, int n_threads);
 double ppl_value(const ppl_acc *a);  /* exp(mean v); NAN when nothing was scored */
 double ppl_error(const ppl_acc *a);  /* the error bar; NAN with fewer than 2 tokens or no spread */
 
@@ -33,6 +36,7 @@ typedef struct ppl_opts {
     int64_t n_ctx;      /* c, the window (>= 4) */
     int64_t n_chunks;   /* windows to score (0: every whole window of the text) */
     int n_seq;          /* windows per engine_run call (the engine holds at least this many) */
+    int n_threads;      /* threads that score the rows (<= 1: the caller's alone) */
     int32_t bos;        /* replaces each window's first token; -1: none */
     /* called after each window with its index (0-based), the total and the sums so far */
     void (*progress)(void *ctx, int64_t k, int64_t n, const ppl_acc *a);

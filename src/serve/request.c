@@ -216,15 +216,7 @@ int32_t *req_token_ids(const req_ctx *x, const cJSON *arr, const char *what, int
 
 int32_t *req_prompt_ids(const req_ctx *x, const cJSON *pr, int64_t *n, herr *e) {
     if (cJSON_IsString(pr)) {
-        int64_t nb;
-        int32_t *body = tokenizer_encode_alloc(x->tok, pr->valuestring, strlen(pr->valuestring), true, &nb);
-        const bool bos = tokenizer_add_bos(x->tok) && tokenizer_bos(x->tok) >= 0;
-        int32_t *ids = xmalloc(sizeof(int32_t) * (size_t)(nb + 1));
-        if (bos) ids[0] = tokenizer_bos(x->tok);
-        memcpy(ids + bos, body, sizeof(int32_t) * (size_t)nb);
-        free(body);
-        *n = nb + bos;
-        return ids;
+        return tokenizer_encode_prompt(x->tok, pr->valuestring, strlen(pr->valuestring), true, true, n);
     }
     if (cJSON_IsArray(pr)) return req_token_ids(x, pr, "\"prompt\"", n, e);
     herr_set(e, "\"prompt\" must be a string or an array of token ids");
@@ -482,15 +474,7 @@ int32_t *req_tokenize(const req_ctx *x, const cJSON *j, int64_t *n, bool *with_p
     if (get_bool(j, "add_special", &add_special, e) < 0 || get_bool(j, "with_pieces", with_pieces, e) < 0 ||
         get_bool(j, "parse_special", &parse_special, e) < 0)
         return NULL;
-    int64_t nb;
-    int32_t *body = tokenizer_encode_alloc(x->tok, ct->valuestring, strlen(ct->valuestring), parse_special, &nb);
-    const bool bos = add_special && tokenizer_add_bos(x->tok) && tokenizer_bos(x->tok) >= 0;
-    int32_t *ids = xmalloc(sizeof(int32_t) * (size_t)(nb + 1));
-    if (bos) ids[0] = tokenizer_bos(x->tok);
-    memcpy(ids + bos, body, sizeof(int32_t) * (size_t)nb);
-    free(body);
-    *n = nb + bos;
-    return ids;
+    return tokenizer_encode_prompt(x->tok, ct->valuestring, strlen(ct->valuestring), parse_special, add_special, n);
 }
 
 const char *req_slot_file(const cJSON *j) {

@@ -709,6 +709,19 @@ int32_t *tokenizer_encode_alloc(const tokenizer *t, const char *text, size_t len
     return ids;
 }
 
+int32_t *tokenizer_encode_prompt(const tokenizer *t, const char *text, size_t len, bool parse_special, bool add_bos,
+                                 int64_t *n) {
+    const int bos = add_bos && tokenizer_add_bos(t) && tokenizer_bos(t) >= 0;
+    int64_t nb;
+    int32_t *body = tokenizer_encode_alloc(t, text, len, parse_special, &nb);
+    int32_t *ids = xmalloc(sizeof(int32_t) * (size_t)(nb + 1));
+    if (bos) ids[0] = tokenizer_bos(t);
+    memcpy(ids + bos, body, sizeof(int32_t) * (size_t)nb);
+    free(body);
+    *n = nb + bos;
+    return ids;
+}
+
 /* ---- streaming decoding ---- */
 
 void tokdec_init(tokdec *d, const tokenizer *t) {

@@ -28,5 +28,12 @@ if bin=$(tools/peer/path.sh 2>/dev/null); then
         "$W" "$TMP/wide-ppl.txt" 64 quant 2 8
 elif [ -n "${CI:-}" ]; then check "CI: the llama.cpp peer is built" false
 else skip "perplexity at the real widths against llama-perplexity" "llama.cpp peer not built"; fi
+# the rows are scored on the engine's threads (31 rows x 248,320 logits a window: 7 shares
+# of a million at -t 8, one at -t 1): the same figures to the last digit
+cat README.md | head -c 6000 >"$TMP/wide-ppl-t.txt"
+p1=$("$HEARTH" perplexity -m "$W" -f "$TMP/wide-ppl-t.txt" -c 64 --chunks 3 -t 1 --json 2>/dev/null)
+p8=$("$HEARTH" perplexity -m "$W" -f "$TMP/wide-ppl-t.txt" -c 64 --chunks 3 -t 8 --json 2>/dev/null)
+[ -n "$p1" ] && [ "$p1" = "$p8" ] && ok "perplexity: rows scored on 8 threads = on 1, to the last digit" ||
+    bad "perplexity -t 8 against -t 1" "$p1 / $p8"
 rm -f "$W"
 summary
