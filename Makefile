@@ -53,7 +53,12 @@ LDLIBS += -L$(CUDA_HOME)/lib64 -lcudart_static -ldl -lrt -lstdc++
 NVFLAGS ?= -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -Isrc -DHEARTH_CUDA -Xcompiler -Wall,-Werror
 CUDA_C_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard src/engine/cuda/*.c))
 LIB_OBJ += $(CU_OBJ) $(CUDA_C_OBJ)
-MUT_OBJ += $(CU_OBJ) $(CUDA_C_OBJ)
+# the gates' library: the kernels with planted defects (gdn.cu) and the host side built again
+# with -DHEARTH_MUTANTS, the other kernels as shipped
+CU_MUT_SRC := src/engine/cuda/gdn.cu
+CU_MUT_OBJ := $(CU_MUT_SRC:%.cu=$(BUILD)/obj-mut/%.o)
+MUT_OBJ += $(filter-out $(CU_MUT_SRC:%.cu=$(BUILD)/obj/%.o),$(CU_OBJ)) $(CU_MUT_OBJ) \
+           $(patsubst %.c,$(BUILD)/obj-mut/%.o,$(wildcard src/engine/cuda/*.c))
 endif
 endif
 
@@ -103,10 +108,14 @@ $(BUILD)/obj-mut/%.o: %.c
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -c -o $@ $<
 
-$(CU_OBJ): $(wildcard src/engine/cuda/*.cuh src/engine/cuda/*.h src/format/quant.h src/base/util.h)
+$(CU_OBJ) $(CU_MUT_OBJ): $(wildcard src/engine/cuda/*.cuh src/engine/cuda/*.h src/format/quant.h src/base/util.h)
 $(BUILD)/obj/%.o: %.cu
 	@mkdir -p $(@D)
 	$(NVCC) $(NVFLAGS) -c -o $@ $<
+
+$(BUILD)/obj-mut/%.o: %.cu
+	@mkdir -p $(@D)
+	$(NVCC) $(NVFLAGS) -DHEARTH_MUTANTS -c -o $@ $<
 
 test: all asan tsan
 	tests/run

@@ -8,7 +8,8 @@
 # --wide); then hearth bench on the q36 file, GPU and CPU. Each step is time-boxed so the
 # whole fits one 600 s command; logs go to $OUT, a summary to stdout.
 #   STEPS (default "unit engine gates wide q36") which steps to run (engine_tiny:
-#   test_engine --tiny alone; gates_tiny: the gates at tiny alone;
+#   test_engine --tiny alone; gates_tiny: the gates at tiny alone; mutants: the mutant
+#   runner on the GPU, each gate red under the defects planted in the CUDA engine;
 #   q36_graphs_off: the bench with HEARTH_CUDA_GRAPHS=0); WIDE_S the wide step's time box
 #   (default 290 s); PP, TG, REPS the q36 bench's -p, -n, -r (512, 64, 3)
 set -uo pipefail
@@ -19,7 +20,7 @@ steps=${STEPS:-unit engine gates wide q36}
 { nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader; nproc; git log -1 --format=%h 2>/dev/null; } >"$out/host.txt" 2>&1
 cat "$out/host.txt"
 t0=$(date +%s)
-make -j16 build/hearth build/tests/test_cuda build/tests/test_engine build/gates >"$out/make.log" 2>&1 \
+make -j16 build/hearth build/tests/test_cuda build/tests/test_engine build/gates build/mut/test_engine >"$out/make.log" 2>&1 \
     || { tail -30 "$out/make.log"; exit 1; }
 echo "build: $(( $(date +%s) - t0 )) s"
 export HEARTH_TMP=/dev/shm
@@ -38,6 +39,7 @@ for s in $steps; do
     gates) HEARTH_GATES_DEVICE=cuda step gates_tiny 100 build/gates all tiny
            HEARTH_GATES_DEVICE=cuda step gates_small 150 build/gates all small ;;
     gates_tiny) HEARTH_GATES_DEVICE=cuda step gates_tiny 100 build/gates all tiny ;;
+    mutants) HEARTH_GATES_DEVICE=cuda step mutants 300 tests/gates/mutants ;;
     wide) build/hearth gen --preset wide --quant q4_k_m --seed 1 -o /dev/shm/shared-wide-q4_k_m.gguf >/dev/null 2>&1
           step wide ${WIDE_S:-290} build/tests/test_engine --wide ;;
     q36) build/hearth gen --preset q36 --quant q4_k_m --seed 1 -o /dev/shm/q36.gguf >"$out/gen.log" 2>&1

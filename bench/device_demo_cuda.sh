@@ -14,7 +14,7 @@ out=${OUT:-/tmp/out}; mkdir -p "$out"
 . bench/device_deps.sh
 export PATH=$PATH:/usr/local/cuda/bin
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
-make -j16 build/hearth >"$out/make.log" 2>&1 || { tail -30 "$out/make.log"; exit 1; }
+make -j16 build/hearth >/tmp/make-demo.log 2>&1 || { tail -30 /tmp/make-demo.log; exit 1; }
 cat README.md docs/DESIGN.md | head -c 40000 >/dev/shm/t.txt
 for q in f32 q8_0; do
     build/hearth gen --preset tiny --quant $q --seed 1 -o /dev/shm/tiny-$q.gguf >/dev/null

@@ -48,6 +48,7 @@ void engine_fini(engine *eng);
 /* Backends' constructors. */
 int engine_open_cpu(engine **out, const model *m, const engine_opts *o, herr *e);
 int engine_open_cuda(engine **out, const model *m, const engine_opts *o, herr *e); /* HEARTH_CUDA builds */
+int cuda_takes_model(const model *m, herr *e); /* HEARTH_CUDA builds: 0 when the CUDA engine has kernels for m's shapes */
 
 /* Hash helpers: a prefix hash extended by one id. */
 uint64_t engine_hash_step(uint64_t h, int32_t id);

@@ -18,6 +18,7 @@
 #include "engine/backend.h"
 #include "engine/cuda/kernels.h"
 #include "engine/cuda/cuda.h"
+#include "engine/mutant.h"
 #include "format/quant.h"
 
 #include <stdio.h>
@@ -585,6 +586,9 @@ static int cuda_run(engine *eng, const engine_span *spans, int n_spans, herr *e)
             /* the delta rule runs row by row here, so no bit depends on the grid; the pieces
              * still end where the CPU's do */
             int64_t len = engine_piece_end(sp->anchors, sp->n_anchors, sp->n, done[i], CUDA_UBATCH, CUDA_CHUNK) - done[i];
+            /* mutant: a marked call split into two passes at its first mark */
+            if (MUTANT("extra_pass") && sp->n_marks && sp->marks[0] > done[i] && sp->marks[0] < done[i] + len)
+                len = sp->marks[0] - done[i];
             if (sp->want == ENGINE_LOGITS_ALL && len > LOGITS_CAP - n_logits) len = LOGITS_CAP - n_logits;
             if (len <= 0 || n + len > R) continue; /* the next pass takes it */
             if (sp->want == ENGINE_LOGITS_LAST && done[i] + len == sp->n && n_logits == LOGITS_CAP) continue;
@@ -635,10 +639,12 @@ static int cuda_run(engine *eng, const engine_span *spans, int n_spans, herr *e)
         }
         for (int i = 0; i < nm && rc == 0; i++) { /* the points of the pass, from the staging area */
             engine_point *pt = mark_point[i];
+            const float *ring = ce->stage_rings + (size_t)i * ce->ring_floats * (size_t)ce->n_gdn;
+            if (MUTANT("live_ring")) /* mutant: points taken from the live ring after the pass */
+                ring = ce->rings + (size_t)pieces[marks[i].piece].seq * ce->ring_floats * (size_t)ce->n_gdn;
             if (hk_d2h(pt->lanes, ce->stage_lanes + (size_t)i * ce->lane_floats * (size_t)ce->n_gdn,
                        sizeof(float) * ce->lane_floats * (size_t)ce->n_gdn, e) < 0 ||
-                hk_d2h(pt->rings, ce->stage_rings + (size_t)i * ce->ring_floats * (size_t)ce->n_gdn,
-                       sizeof(float) * ce->ring_floats * (size_t)ce->n_gdn, e) < 0)
+                hk_d2h(pt->rings, ring, sizeof(float) * ce->ring_floats * (size_t)ce->n_gdn, e) < 0)
                 rc = -1;
         }
         if (rc < 0) break;
@@ -672,7 +678,9 @@ static void cuda_restore(engine *eng, int seq, const engine_point *p) {
     cuda_engine *ce = (cuda_engine *)eng;
     herr e;
     hk_h2d(ce->lanes + (size_t)seq * ce->lane_floats * (size_t)ce->n_gdn, p->lanes, sizeof(float) * ce->lane_floats * (size_t)ce->n_gdn, &e);
-    hk_h2d(ce->rings + (size_t)seq * ce->ring_floats * (size_t)ce->n_gdn, p->rings, sizeof(float) * ce->ring_floats * (size_t)ce->n_gdn, &e);
+    if (!MUTANT("restore_ring_skip")) /* mutant: restore copies the lanes, not the rings */
+        hk_h2d(ce->rings + (size_t)seq * ce->ring_floats * (size_t)ce->n_gdn, p->rings,
+               sizeof(float) * ce->ring_floats * (size_t)ce->n_gdn, &e);
 }
 
 /* KV rows [a, b): every attention layer's K rows then V rows, packed (the CPU's layout) */
@@ -740,15 +748,21 @@ static const engine_backend cuda_backend = {
     .kv_write = cuda_kv_write,
 };
 
-int engine_open_cuda(engine **out, const model *m, const engine_opts *o, herr *e) {
-    if (hcuda_device_count(e) <= 0) return herr_wrap(e, "--device cuda");
+int cuda_takes_model(const model *m, herr *e) {
     const model_hparams *hp = &m->hp;
     if (hp->ssm_d_state != 128)
-        return herr_set(e, "--device cuda: the CUDA engine takes ssm_d_state 128, this model has %lld", (long long)hp->ssm_d_state);
+        return herr_set(e, "the CUDA engine takes ssm_d_state 128, this model has %lld", (long long)hp->ssm_d_state);
     if (!hk_attn_tile_rows(hp->n_head / hp->n_head_kv) || (hp->head_dim != 128 && hp->head_dim != 256))
-        return herr_set(e, "--device cuda: the CUDA engine takes head dims 128 or 256 and 1..32 query heads per KV head "
+        return herr_set(e, "the CUDA engine takes head dims 128 or 256 and 1..32 query heads per KV head "
                         "(this model: %lld, %lld of %lld)", (long long)hp->head_dim, (long long)hp->n_head,
                         (long long)hp->n_head_kv);
+    return 0;
+}
+
+int engine_open_cuda(engine **out, const model *m, const engine_opts *o, herr *e) {
+    if (hcuda_device_count(e) <= 0) return herr_wrap(e, "--device cuda");
+    if (cuda_takes_model(m, e) < 0) return herr_wrap(e, "--device cuda");
+    const model_hparams *hp = &m->hp;
     cuda_engine *ce = xcalloc(1, sizeof *ce);
     engine *eng = &ce->base;
     if (engine_init(eng, &cuda_backend, m, o, e) < 0 || hk_stream_new(&ce->st, e) < 0) {

@@ -11,11 +11,45 @@
 #include "engine/cuda/common.cuh"
 #include "engine/cuda/act.cuh"
 
+// Planted defects for the gates (src/engine/mutant.h): this file is compiled a second time
+// with -DHEARTH_MUTANTS into the gates' library only; there KMUT(bit) reads the defect named
+// by HEARTH_MUTANT (copied to the device at the first GDN launch), elsewhere it is the
+// constant 0 and the defects are compiled out.
+enum {
+    M_NEIGHBOUR = 1 << 0,     /* neighbour_leak: a piece's conv reads the pass rows before it */
+    M_RING_SKIP = 1 << 1,     /* ring_skip: a mark's ring not copied */
+    M_RING_REVERSE = 1 << 2,  /* ring_reverse: the ring handed to the next pass in reverse order */
+    M_COPY_LATE = 1 << 3,     /* copy_late: a lane point copied one row late */
+    M_COPY_EARLY = 1 << 4,    /* copy_early_decay: a lane copied before its row's decay and update */
+    M_POINT_INPLACE = 1 << 5, /* point_inplace: the copy moves the live state's bits */
+};
+#ifdef HEARTH_MUTANTS
+extern "C" bool mutant_on(const char *name);
+static __constant__ unsigned gdn_mut;
+#define KMUT(bit) (gdn_mut & (bit))
+static int mut_load(herr *e) {
+    static bool done;
+    if (done) return 0;
+    static const struct { const char *name; unsigned bit; } table[] = {
+        {"neighbour_leak", M_NEIGHBOUR}, {"ring_skip", M_RING_SKIP}, {"ring_reverse", M_RING_REVERSE},
+        {"copy_late", M_COPY_LATE}, {"copy_early_decay", M_COPY_EARLY}, {"point_inplace", M_POINT_INPLACE}};
+    unsigned m = 0;
+    for (const auto &t : table) m |= mutant_on(t.name) ? t.bit : 0u;
+    CUDA_TRY(cudaMemcpyToSymbol(gdn_mut, &m, sizeof m), e);
+    CUDA_TRY(cudaDeviceSynchronize(), e); /* the engine's stream does not wait for the legacy one */
+    done = true;
+    return 0;
+}
+#else
+#define KMUT(bit) 0u
+static int mut_load(herr *) { return 0; }
+#endif
+
 // row j (0..dc-1) of the concatenation [ring; piece rows] ending at pass row r, channel ch
 __device__ __forceinline__ float conv_x(const float *qkv, const float *ring, const hk_piece *pc, int64_t r, int64_t j,
                                         int64_t cd, int64_t dc, int64_t ch) {
     const int64_t idx = r - pc->r0 - (dc - 1) + j;
-    return idx >= 0 ? qkv[(pc->r0 + idx) * cd + ch] : ring[(idx + dc - 1) * cd + ch];
+    return idx >= 0 || (KMUT(M_NEIGHBOUR) && pc->r0 + idx >= 0) ? qkv[(pc->r0 + idx) * cd + ch] : ring[(idx + dc - 1) * cd + ch];
 }
 
 __global__ void conv_kernel(const float *qkv, const float *ring0, size_t seq_stride, const float *w, const int32_t *row_piece,
@@ -33,6 +67,7 @@ extern "C" int hk_gdn_conv(void *st, const float *qkv, const float *ring0, size_
                            const int32_t *row_piece, const hk_piece *pieces, int64_t n, int64_t cd, int64_t dc, float *cv,
                            herr *e) {
     if (n == 0) return 0;
+    if (mut_load(e) < 0) return -1;
     dim3 g(blocks_of(cd, 256), (unsigned)n);
     conv_kernel<<<g, 256, 0, STREAM(st)>>>(qkv, ring0, seq_stride, w, row_piece, pieces, cd, dc, cv);
     LAUNCHED(e);
@@ -49,14 +84,14 @@ __global__ void ring_kernel(const float *qkv, float *ring0, size_t seq_stride, c
     if (ch >= cd) return;
     const hk_piece *pc = &pieces[blockIdx.y];
     float *ring = ring0 + (size_t)pc->seq * seq_stride;
-    for (int k = 0; k < pc->n_marks; k++) {
+    for (int k = 0; k < pc->n_marks && !KMUT(M_RING_SKIP); k++) {
         const hk_mark *mk = &marks[pc->mark0 + k];
         float *dst = stage0 + (size_t)mk->slot * stage_stride;
         for (int64_t j = 0; j < dc - 1; j++) dst[j * cd + ch] = conv_x(qkv, ring, pc, pc->r0 + mk->m - 1, j + 1, cd, dc, ch);
     }
     float nr[RING_MAX];
     for (int64_t j = 0; j < dc - 1; j++) nr[j] = conv_x(qkv, ring, pc, pc->r0 + pc->n - 1, j + 1, cd, dc, ch);
-    for (int64_t j = 0; j < dc - 1; j++) ring[j * cd + ch] = nr[j];
+    for (int64_t j = 0; j < dc - 1; j++) ring[j * cd + ch] = nr[KMUT(M_RING_REVERSE) ? dc - 2 - j : j];
 }
 
 extern "C" int hk_gdn_ring(void *st, const float *qkv, float *ring0, size_t seq_stride, const hk_piece *pieces, int n_pieces,
@@ -157,6 +192,11 @@ __global__ void __launch_bounds__(128) delta_kernel(const float *cv, const float
         if (t0 + DCH < pc->n) fetch(t0 + DCH);
         for (int rr = 0; rr < nrows; rr++) {
             const float eg = gs[rr];
+            if (KMUT(M_COPY_EARLY))
+                for (; mk < pc->n_marks && marks[pc->mark0 + mk].m == t0 + rr + 1; mk++) {
+                    float *dst = stage0 + (size_t)marks[pc->mark0 + mk].slot * stage_stride + (size_t)(h * DS * DS);
+                    for (int i = 0; i < 32; i++) dst[(32 * w + i) * DS + col] = st[i];
+                }
             const float *kk = ks[rr] + 32 * w, *qq = qs[rr] + 32 * w;
             float kv = 0;
 #pragma unroll
@@ -182,8 +222,10 @@ __global__ void __launch_bounds__(128) delta_kernel(const float *cv, const float
                 o[r * (Gv * DS) + h * DS + col] = (part[0][lane] + part[1][lane]) + (part[2][lane] + part[3][lane]);
             }
             const int64_t t = t0 + rr;
-            while (mk < pc->n_marks && marks[pc->mark0 + mk].m == t + 1) {
+            while (mk < pc->n_marks && marks[pc->mark0 + mk].m + (KMUT(M_COPY_LATE) ? 1 : 0) == t + 1) {
                 float *dst = stage0 + (size_t)marks[pc->mark0 + mk].slot * stage_stride + (size_t)(h * DS * DS);
+                if (KMUT(M_POINT_INPLACE))
+                    for (int i = 0; i < 32; i++) st[i] = __int_as_float(__float_as_int(st[i]) ^ 1);
 #pragma unroll
                 for (int i = 0; i < 32; i++) dst[(32 * w + i) * DS + col] = st[i];
                 mk++;
