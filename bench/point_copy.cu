@@ -7,12 +7,15 @@
 //   pinned             cudaMemcpyAsync into cudaMallocHost memory, then synchronize
 //   pinned + memcpy    the same, then memcpy into newly calloc'd memory (a pinned staging area)
 //   pinned + memcpy reused   ... into memory written before
+//   mmap populate      cudaMemcpy into new mmap(MAP_POPULATE) memory, the mmap timed too
+//   mmap hugepage      cudaMemcpy into new mmap memory advised MADV_HUGEPAGE, the mmap timed too
 // Medians (min..max) of REPS copies, ms, and GB/s at the median.
 //   nvcc -O2 -o /tmp/point_copy bench/point_copy.cu && /tmp/point_copy [REPS]
 #include <cuda_runtime.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 
 #define CK(x)                                                                                    \
@@ -90,6 +93,25 @@ int main(int argc, char **argv) {
         ms[i] = (now() - t0) * 1e3;
     }
     report("pinned + memcpy, reused", ms, reps, bytes);
+    for (int i = 0; i < reps; i++) {
+        double t0 = now();
+        void *h = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+        if (h == MAP_FAILED) { perror("mmap"); exit(1); }
+        CK(cudaMemcpy(h, d, bytes, cudaMemcpyDeviceToHost));
+        ms[i] = (now() - t0) * 1e3;
+        munmap(h, bytes);
+    }
+    report("mmap populate, fresh", ms, reps, bytes);
+    for (int i = 0; i < reps; i++) {
+        double t0 = now();
+        void *h = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (h == MAP_FAILED) { perror("mmap"); exit(1); }
+        madvise(h, bytes, MADV_HUGEPAGE);
+        CK(cudaMemcpy(h, d, bytes, cudaMemcpyDeviceToHost));
+        ms[i] = (now() - t0) * 1e3;
+        munmap(h, bytes);
+    }
+    report("mmap hugepage, fresh", ms, reps, bytes);
     for (int i = 0; i < reps; i++) {
         double t0 = now();
         void *p2;
