@@ -36,6 +36,11 @@ struct engine {
     engine_stats stats;
     engine_seq_meta *seqs;  /* n_seq_max */
     int64_t cache_used;
+    /* freed points kept with their pages for the next engine_point_new: writing a point into
+     * fresh pages costs ~10x the copy itself (page faults: 46 ms against 4 ms for a q36 point
+     * off the GPU, bench/RESULTS.md); at most two (131 MB at q36), outside the cache budget */
+    engine_point *spare[2];
+    int n_spare;
     int32_t *route_trace;   /* debug.h: experts chosen, (rows of the call in span order, n_layer, K) */
     /* run scratch, sized at open: which spans touch which sequence */
     int *seq_seen;          /* n_seq_max */

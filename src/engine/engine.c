@@ -109,7 +109,14 @@ int engine_init(engine *eng, const engine_backend *be, const model *m, const eng
     return 0;
 }
 
+static void point_release(engine_point *p) {
+    free(p->lanes);
+    free(p->rings);
+    free(p);
+}
+
 void engine_fini(engine *eng) {
+    while (eng->n_spare > 0) point_release(eng->spare[--eng->n_spare]);
     if (eng->seqs)
         for (int s = 0; s < eng->opts.n_seq_max; s++) free(eng->seqs[s].hash);
     free(eng->seqs);
@@ -293,6 +300,15 @@ size_t engine_point_size(const engine_point *p) {
 int engine_point_new(engine *eng, engine_point **out, herr *e) {
     const engine_point tmpl = point_shape(&eng->m->hp);
     if (cache_take(eng, engine_point_size(&tmpl), "a point", e) < 0) return -1;
+    if (eng->n_spare > 0) { /* a freed point's buffers, pages already touched; pos -1 until filled */
+        engine_point *p = eng->spare[--eng->n_spare];
+        float *lanes = p->lanes, *rings = p->rings;
+        *p = tmpl;
+        p->lanes = lanes;
+        p->rings = rings;
+        *out = p;
+        return 0;
+    }
     engine_point *p = calloc(1, sizeof *p);
     if (p) {
         *p = tmpl;
@@ -300,7 +316,7 @@ int engine_point_new(engine *eng, engine_point **out, herr *e) {
         p->rings = calloc((size_t)p->n_gdn * p->ring_floats + 1, sizeof(float));
     }
     if (!p || !p->lanes || !p->rings) {
-        if (p) { free(p->lanes); free(p->rings); free(p); }
+        if (p) point_release(p);
         eng->cache_used -= (int64_t)engine_point_size(&tmpl);
         return herr_set(e, "out of memory for a point of %.1f MiB", (double)engine_point_size(&tmpl) / (1 << 20));
     }
@@ -311,9 +327,8 @@ int engine_point_new(engine *eng, engine_point **out, herr *e) {
 void engine_point_free(engine *eng, engine_point *p) {
     if (!p) return;
     eng->cache_used -= (int64_t)engine_point_size(p);
-    free(p->lanes);
-    free(p->rings);
-    free(p);
+    if (eng->n_spare < (int)(sizeof eng->spare / sizeof eng->spare[0])) eng->spare[eng->n_spare++] = p;
+    else point_release(p);
 }
 
 int engine_save(engine *eng, int seq, engine_point *p, herr *e) {
