@@ -93,25 +93,18 @@ int main(int argc, char **argv) {
         ms[i] = (now() - t0) * 1e3;
     }
     report("pinned + memcpy, reused", ms, reps, bytes);
-    for (int i = 0; i < reps; i++) {
-        double t0 = now();
-        void *h = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
-        if (h == MAP_FAILED) { perror("mmap"); exit(1); }
-        CK(cudaMemcpy(h, d, bytes, cudaMemcpyDeviceToHost));
-        ms[i] = (now() - t0) * 1e3;
-        munmap(h, bytes);
+    for (int huge = 0; huge < 2; huge++) { /* new mapped memory: populated up front, or huge pages */
+        for (int i = 0; i < reps; i++) {
+            double t0 = now();
+            void *h = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | (huge ? 0 : MAP_POPULATE), -1, 0);
+            if (h == MAP_FAILED) { perror("mmap"); exit(1); }
+            if (huge) madvise(h, bytes, MADV_HUGEPAGE);
+            CK(cudaMemcpy(h, d, bytes, cudaMemcpyDeviceToHost));
+            ms[i] = (now() - t0) * 1e3;
+            munmap(h, bytes);
+        }
+        report(huge ? "mmap hugepage, fresh" : "mmap populate, fresh", ms, reps, bytes);
     }
-    report("mmap populate, fresh", ms, reps, bytes);
-    for (int i = 0; i < reps; i++) {
-        double t0 = now();
-        void *h = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-        if (h == MAP_FAILED) { perror("mmap"); exit(1); }
-        madvise(h, bytes, MADV_HUGEPAGE);
-        CK(cudaMemcpy(h, d, bytes, cudaMemcpyDeviceToHost));
-        ms[i] = (now() - t0) * 1e3;
-        munmap(h, bytes);
-    }
-    report("mmap hugepage, fresh", ms, reps, bytes);
     for (int i = 0; i < reps; i++) {
         double t0 = now();
         void *p2;
