@@ -138,15 +138,16 @@ int engine_open(engine **out, const model *m, const engine_opts *o, herr *e) {
     case ENGINE_AUTO: {
 #ifdef HEARTH_CUDA
         herr none;
-        if (hcuda_device_count(&none) > 0 && cuda_takes_model(m, &none) == 0) {
+        const bool gpu = hcuda_device_count(&none) > 0;
+        if (gpu && cuda_takes_model(m, &none) == 0) {
             if (engine_open_cuda(out, m, &op, e) < 0) return herr_wrap(e, "auto chose the GPU (--device cpu avoids it)");
             (*out)->info.why = "auto: a CUDA device was found";
             return 0;
         }
         /* a model the CUDA engine has no kernels for (the demo's heads of 64) runs on the CPU */
-        why = hcuda_device_count(&none) > 0 ? "auto: the CPU engine (the CUDA engine has no kernels for this model's "
-                                              "shapes; --device cuda says which)"
-                                            : "auto: the CPU engine (no CUDA device found)";
+        why = gpu ? "auto: the CPU engine (the CUDA engine has no kernels for this model's "
+                    "shapes; --device cuda says which)"
+                  : "auto: the CPU engine (no CUDA device found)";
 #else
         why = "auto: the CPU engine (built without CUDA)";
 #endif
