@@ -10,7 +10,10 @@
 #   STEPS (default "unit engine gates wide q36") which steps to run (engine_tiny:
 #   test_engine --tiny alone; gates_tiny: the gates at tiny alone; mutants: the mutant
 #   runner on the GPU, each gate red under the defects planted in the CUDA engine;
-#   q36_graphs_off: the bench with HEARTH_CUDA_GRAPHS=0); WIDE_S the wide step's time box
+#   q36_graphs_off: the bench with HEARTH_CUDA_GRAPHS=0; pdl: decode on the q36 file with
+#   programmatic dependent launch on and off (HEARTH_CUDA_PDL=0), interleaved, PDL_REPS pairs;
+#   ncu: Nsight Compute's time, DRAM bytes and registers of each kernel of one decode token
+#   on the q36 file, graphs off, into $OUT/ncu.csv); WIDE_S the wide step's time box
 #   (default 290 s); PP, TG, REPS the q36 bench's -p, -n, -r (512, 64, 3)
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -45,6 +48,20 @@ for s in $steps; do
     q36) build/hearth gen --preset q36 --quant q4_k_m --seed 1 -o /dev/shm/q36.gguf >"$out/gen.log" 2>&1
          step q36_cuda 150 build/hearth bench --device cuda -m /dev/shm/q36.gguf -p ${PP:-512} -n ${TG:-64} -r ${REPS:-3} --kv f16 ;
          cat "$out/q36_cuda.log" ;;
+    pdl) [ -f /dev/shm/q36.gguf ] || build/hearth gen --preset q36 --quant q4_k_m --seed 1 -o /dev/shm/q36.gguf >"$out/gen.log" 2>&1
+         for i in $(seq ${PDL_REPS:-2}); do
+             step pdl_on_$i 120 build/hearth bench --device cuda -m /dev/shm/q36.gguf -p 512 -n 128 -r 2 --kv f16
+             HEARTH_CUDA_PDL=0 step pdl_off_$i 120 build/hearth bench --device cuda -m /dev/shm/q36.gguf -p 512 -n 128 -r 2 --kv f16
+         done
+         grep -h "^|" "$out"/pdl_*.log ;;
+    ncu) [ -f /dev/shm/q36.gguf ] || build/hearth gen --preset q36 --quant q4_k_m --seed 1 -o /dev/shm/q36.gguf >"$out/gen.log" 2>&1
+         # bench -p 16 -n 4 -r 1: a warm-up pass, the prompt, then decode steps; kernels past the
+         # first NCU_SKIP are one decode token's (about 650 launches) and a few more
+         HEARTH_CUDA_GRAPHS=0 step ncu_run ${NCU_S:-200} ncu --clock-control none --csv --print-units base \
+             --launch-skip ${NCU_SKIP:-4000} --launch-count ${NCU_COUNT:-700} \
+             --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,launch__registers_per_thread,launch__grid_size,sm__warps_active.avg.pct_of_peak_sustained_active \
+             build/hearth bench --device cuda -m /dev/shm/q36.gguf -p 16 -n 16 -r 1 --kv f16
+         grep -v '^==PROF==' "$out/ncu_run.log" | grep '^"' >"$out/ncu.csv"; wc -l "$out/ncu.csv" ;;
     q36_graphs_off) HEARTH_CUDA_GRAPHS=0 step q36_nograph 100 build/hearth bench --device cuda -m /dev/shm/q36.gguf -p 512 -n 64 -r 2 --kv f16 ;
          cat "$out/q36_nograph.log" ;;
     esac

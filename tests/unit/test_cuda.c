@@ -230,9 +230,11 @@ TEST(qmatmul_matches_ref) {
     void *st;
     CHECK(hk_stream_new(&st, &e) == 0);
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++)
-        for (int kk = 0; kk < 2; kk++) {
+        for (int kk = 0; kk < 4; kk++) {
+            /* one row takes 8, 16 or 32 lanes and 1, 2 or 4 steps in flight by its block count:
+             * 256 .. 4096 inputs reach every form */
             const uint32_t t = types[ti];
-            const int64_t K = kk ? 2048 : 512, nmax = 100;
+            const int64_t Ks[] = {256, 512, 2048, 4096}, K = Ks[kk], nmax = 100;
             const size_t rb = qtype_row_bytes(t, K);
             uint8_t *src = xmalloc(rb * (size_t)M);
             random_blocks(t, src, rb * (size_t)M, M, K, 500 + ti * 7 + (uint64_t)kk);
@@ -262,6 +264,24 @@ TEST(qmatmul_matches_ref) {
                           (long long)(n * M), (long long)(first / M), (long long)(first % M), first < 0 ? 0.0 : y[first],
                           first < 0 ? 0.0 : ref[first]);
             }
+            /* two weights in one launch (hk_matmul2: rows past the first's M are the second's, a
+             * block of rows straddling the two): both outputs equal the reference */
+            for (int pi = 0; pi < 2; pi++) {
+                const int64_t n = pi ? 3 : 1;
+                void *dy2;
+                CHECK(hk_malloc(&dy2, sizeof(float) * (size_t)(n * M), &e) == 0);
+                hk_memset(dy, 0xff, sizeof(float) * (size_t)(n * M), &e);
+                hk_memset(dy2, 0xff, sizeof(float) * (size_t)(n * M), &e);
+                CHECK_MSG(hk_matmul2(st, &w, &w, &a, n, dy, dy2, M, &e) == 0 && hk_stream_sync(st, &e) == 0, "%s", e.msg);
+                for (int out = 0; out < 2; out++) {
+                    hk_d2h(y, out ? dy2 : dy, sizeof(float) * (size_t)(n * M), &e);
+                    int64_t bad = 0;
+                    for (int64_t i = 0; i < n * M; i++) bad += memcmp(&y[i], &ref[i], 4) != 0;
+                    CHECK_MSG(bad == 0, "%s K=%lld hk_matmul2 n=%lld output %d: %lld of %lld differ", qtype_name(t),
+                              (long long)K, (long long)n, out + 1, (long long)bad, (long long)(n * M));
+                }
+                hk_free(dy2);
+            }
             /* add: y = 1 + the product for n = 3 and n = 40 */
             for (int pi = 0; pi < 2; pi++) {
                 const int64_t n = pi ? 40 : 3;
@@ -278,7 +298,8 @@ TEST(qmatmul_matches_ref) {
                 CHECK_MSG(bad == 0, "%s add n=%lld: %lld differ", qtype_name(t), (long long)n, (long long)bad);
                 free(ones);
             }
-            printf("  %s K=%lld: n = 1, 2, 3, 8 (dp4a), 9, 40, 100 (tensor cores) equal quant_dot_ref bit for bit\n",
+            printf("  %s K=%lld: n = 1, 2, 3, 8 (dp4a), 9, 40, 100 (tensor cores), two weights in one launch equal "
+                   "quant_dot_ref bit for bit\n",
                    qtype_name(t), (long long)K);
             hk_free(dy);
             dev_w_free(&w);
@@ -370,6 +391,65 @@ TEST(moe_matmul_matches_ref) {
 #endif
 }
 
+/* The down product that makes its SwiGLU rows inside its launch (decode) against the two
+ * launches it replaces (hk_swiglu_quant, then hk_moe_matmul pair by pair), bit for bit: rows
+ * of 512 (two 256-blocks: 16 lanes a row) and 768 (three: a warp a row), routed pairs and the
+ * shared expert's. */
+TEST(down_swiglu_matches_apart) {
+#ifndef HEARTH_CUDA
+    SKIP("built without CUDA (nvcc not found)");
+#else
+    if (!have_gpu()) return;
+    const uint32_t types[] = {QT_Q4_K, QT_Q6_K, QT_Q8_0};
+    const int X = 16, Kx = 4;
+    const int64_t M = 72, n = 3, nr = n * Kx, np = nr + n, Fs[] = {512, 768};
+    herr e;
+    void *st;
+    CHECK(hk_stream_new(&st, &e) == 0);
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++)
+        for (size_t fi = 0; fi < sizeof Fs / sizeof Fs[0]; fi++) {
+            const uint32_t t = types[ti];
+            const int64_t F = Fs[fi];
+            const size_t rb = qtype_row_bytes(t, F);
+            uint8_t *src = xmalloc(rb * (size_t)(M * X)), *ssrc = xmalloc(rb * (size_t)M);
+            random_blocks(t, src, rb * (size_t)(M * X), M * X, F, 900 + ti);
+            random_blocks(t, ssrc, rb * (size_t)M, M, F, 910 + ti);
+            hk_w w, ws;
+            CHECK_MSG(dev_w(t, F, M, M * X, src, &w, &e) == 0 && dev_w(t, F, M, M, ssrc, &ws, &e) == 0, "%s", e.msg);
+            float *g = randf(np * F, 920 + fi, -4.0f, 4.0f), *u = randf(np * F, 930 + fi, -2.0f, 2.0f);
+            int32_t *sel = xmalloc(sizeof(int32_t) * (size_t)nr);
+            for (int64_t p = 0; p < nr; p++) sel[p] = (int32_t)((rng_at(940, (uint64_t)p) + (uint64_t)(p % Kx) * 5) % X);
+            const bool q80 = t == QT_Q8_0;
+            hk_act a = {.K = F, .q80 = q80};
+            void *dg, *dg2, *du, *dsel, *dy, *dy2;
+            CHECK(hk_malloc(&dg, sizeof(float) * (size_t)(np * F), &e) == 0 && hk_malloc(&dg2, sizeof(float) * (size_t)(np * F), &e) == 0 &&
+                  hk_malloc(&du, sizeof(float) * (size_t)(np * F), &e) == 0 && hk_malloc(&dsel, 4 * (size_t)nr, &e) == 0 &&
+                  hk_malloc(&dy, sizeof(float) * (size_t)(np * M), &e) == 0 && hk_malloc(&dy2, sizeof(float) * (size_t)(np * M), &e) == 0 &&
+                  hk_malloc((void **)&a.q, (size_t)(np * F), &e) == 0 &&
+                  hk_malloc((void **)&a.d, sizeof(float) * (size_t)(np * F / 32), &e) == 0 &&
+                  hk_malloc((void **)&a.s, sizeof(int32_t) * (size_t)(np * F / 32), &e) == 0);
+            hk_h2d(dg, g, sizeof(float) * (size_t)(np * F), &e), hk_h2d(dg2, g, sizeof(float) * (size_t)(np * F), &e);
+            hk_h2d(du, u, sizeof(float) * (size_t)(np * F), &e), hk_h2d(dsel, sel, 4 * (size_t)nr, &e);
+            hk_memset(dy, 0xff, sizeof(float) * (size_t)(np * M), &e); /* NaN: every output must be written */
+            CHECK_MSG(hk_moe_down_swiglu(st, &w, &ws, dsel, nr, np, dg, du, dy, M, &e) == 0, "%s", e.msg);
+            CHECK_MSG(hk_swiglu_quant(st, dg2, du, np, F, &a, &e) == 0 &&
+                          hk_moe_matmul(st, &w, &ws, dsel, nr, np, 1, nr, &a, NULL, dy2, M, &e) == 0 && hk_stream_sync(st, &e) == 0,
+                      "%s", e.msg);
+            float *y = xmalloc(sizeof(float) * (size_t)(np * M)), *y2 = xmalloc(sizeof(float) * (size_t)(np * M));
+            hk_d2h(y, dy, sizeof(float) * (size_t)(np * M), &e), hk_d2h(y2, dy2, sizeof(float) * (size_t)(np * M), &e);
+            int64_t bad = 0;
+            for (int64_t i = 0; i < np * M; i++) bad += memcmp(&y[i], &y2[i], 4) != 0;
+            CHECK_MSG(bad == 0, "%s F=%lld: %lld of %lld products differ from SwiGLU then the down product", qtype_name(t),
+                      (long long)F, (long long)bad, (long long)(np * M));
+            hk_free(dg), hk_free(dg2), hk_free(du), hk_free(dsel), hk_free(dy), hk_free(dy2), dev_act_free(&a);
+            dev_w_free(&w), dev_w_free(&ws);
+            free(src), free(ssrc), free(g), free(u), free(sel), free(y), free(y2);
+        }
+    printf("  down with its SwiGLU in the launch: Q4_K, Q6_K, Q8_0 at 512 and 768 equal the two launches bit for bit\n");
+    hk_stream_free(st);
+#endif
+}
+
 /* Float weights (F32, F16, BF16: a warp per output over f32 inputs) against a double dot
  * product of the CPU's dequantized weights. Bound (Higham's, for recursive summation): a
  * lane sums K/32 products in order with fma, then 5 levels of the warp tree, so
@@ -381,12 +461,15 @@ TEST(fmatmul_matches_cpu) {
 #else
     if (!have_gpu()) return;
     const uint32_t types[] = {QT_F32, QT_F16, QT_BF16};
-    const int64_t M = 37, K = 1024, n = 11;
-    const double u = ldexp(1.0, -24), m_eff = (double)(K / 32 + 6), gamma = m_eff * u / (1 - m_eff * u);
+    /* K: 128 leaves lanes with no group of eight, 1024 one round of loads ahead, 4096 four */
+    const int64_t M = 37, Ks[] = {128, 1024, 4096}, n = 11;
     herr e;
     void *st;
     CHECK(hk_stream_new(&st, &e) == 0);
+    for (size_t ki = 0; ki < sizeof Ks / sizeof Ks[0]; ki++)
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+        const int64_t K = Ks[ki];
+        const double u = ldexp(1.0, -24), m_eff = (double)(K / 32 + 6), gamma = m_eff * u / (1 - m_eff * u);
         const uint32_t t = types[ti];
         const size_t rb = qtype_row_bytes(t, K), bytes = rb * (size_t)M;
         uint8_t *src = xmalloc(bytes);
@@ -418,9 +501,11 @@ TEST(fmatmul_matches_cpu) {
                 }
                 worst = fmax(worst, fabs(y[r * M + o] - exact) / (gamma * mag));
             }
-        CHECK_MSG(worst <= 1.0, "%s: error %.2f times the bound", qtype_name(t), worst);
-        CHECK_MSG(!memcmp(y1, y + 5 * M, sizeof(float) * (size_t)M), "%s: row 5 alone differs from row 5 of 11", qtype_name(t));
-        printf("  matmul %s: worst error %.3f of the bound; row alone = row in a tile\n", qtype_name(t), worst);
+        CHECK_MSG(worst <= 1.0, "%s K=%lld: error %.2f times the bound", qtype_name(t), (long long)K, worst);
+        CHECK_MSG(!memcmp(y1, y + 5 * M, sizeof(float) * (size_t)M), "%s K=%lld: row 5 alone differs from row 5 of 11",
+                  qtype_name(t), (long long)K);
+        printf("  matmul %s K=%lld: worst error %.3f of the bound; row alone = row in a tile\n", qtype_name(t), (long long)K,
+               worst);
         dev_w_free(&w);
         hk_free(dx), hk_free(dy), hk_free(dy1);
         free(src), free(wf), free(x), free(y), free(y1);
@@ -610,6 +695,7 @@ int main(void) {
     RUN(rounding_matches_cpu);
     RUN(qmatmul_matches_ref);
     RUN(moe_matmul_matches_ref);
+    RUN(down_swiglu_matches_apart);
     RUN(fmatmul_matches_cpu);
     RUN(route_matches_cpu);
     RUN(attn_matches_ref);

@@ -37,6 +37,7 @@ __device__ void norm_rope(float *x, const float *w, int64_t D, int64_t rope_dims
 __global__ void attn_prep_kernel(float *qf, float *k, const float *v, const float *qn, const float *kn,
                                  const int32_t *row_seq, const int64_t *pos, int64_t H, int64_t Hkv, int64_t D,
                                  int64_t rope_dims, float theta, float eps, void *k0, void *v0, size_t seq_stride, bool f16) {
+    pdl_enter();
     const int64_t r = blockIdx.x, h = blockIdx.y;
     if (h < H) {
         norm_rope(qf + r * 2 * H * D + h * 2 * D, qn, D, rope_dims, pos[r], theta, eps);
@@ -64,9 +65,7 @@ extern "C" int hk_attn_prep(void *st, float *qf, float *k, const float *v, const
                             herr *e) {
     if (n == 0) return 0;
     dim3 g((unsigned)n, (unsigned)(H + Hkv));
-    attn_prep_kernel<<<g, 32, 0, STREAM(st)>>>(qf, k, v, qn, kn, row_seq, pos, H, Hkv, D, rope_dims, theta, eps, k0, v0,
-                                               seq_stride, f16);
-    LAUNCHED(e);
+    LAUNCH(e, attn_prep_kernel, g, 32, 0, st, qf, k, v, qn, kn, row_seq, pos, H, Hkv, D, rope_dims, theta, eps, k0, v0, seq_stride, f16);
     return 0;
 }
 
@@ -98,6 +97,7 @@ template <int D>
 __global__ void __launch_bounds__(ATTN_T) attn_kernel(const float *qf, const hk_qtile *tiles, int64_t H, int64_t Hkv,
                                                       const void *k0, const void *v0, size_t seq_stride, bool f16,
                                                       int64_t seg, int64_t n_seg, float *part) {
+    pdl_enter();
     extern __shared__ __align__(16) float sm[];
     using L = at_smem<D>;
     constexpr int NO = D / 32; /* float4 groups of output dims per thread and vector */
@@ -278,6 +278,7 @@ template <int D, typename T>
 __global__ void __launch_bounds__(ATTN_DT) attn_decode_kernel(const float *qf, const hk_qtile *tiles, int64_t H,
                                                               int64_t Hkv, const void *k0, const void *v0,
                                                               size_t seq_stride, int64_t seg, int64_t n_seg, float *part) {
+    pdl_enter();
     extern __shared__ __align__(16) float sm[];
     using L = ad_smem<D, T>;
     constexpr int C16 = 16 / (int)sizeof(T);              /* elements per 16-byte copy */
@@ -402,8 +403,7 @@ template <int D, typename T> static int attn_decode_launch(void *st, const float
         ready = true;
     }
     dim3 g((unsigned)n_tiles, (unsigned)Hkv, (unsigned)n_seg);
-    attn_decode_kernel<D, T><<<g, ATTN_DT, bytes, STREAM(st)>>>(qf, tiles, H, Hkv, k0, v0, seq_stride, seg, n_seg, part);
-    LAUNCHED(e);
+    LAUNCH(e, (attn_decode_kernel<D, T>), g, ATTN_DT, bytes, st, qf, tiles, H, Hkv, k0, v0, seq_stride, seg, n_seg, part);
     return 0;
 }
 
@@ -411,6 +411,7 @@ template <int D, typename T> static int attn_decode_launch(void *st, const float
 // sigmoid(gate)
 __global__ void attn_merge_kernel(const float *qf, const int64_t *pos, int64_t H, int64_t D, int64_t seg, int64_t n_seg,
                                   const float *part, float *ao) {
+    pdl_enter();
     const int64_t h = blockIdx.x, r = blockIdx.y, d = threadIdx.x;
     const int64_t ns = pos[r] / seg + 1;
     const float *pp = part + ((r * H + h) * n_seg) * PART(D);
@@ -438,8 +439,7 @@ template <int D> static int attn_launch(void *st, const float *qf, const hk_qtil
         ready = true;
     }
     dim3 g((unsigned)n_tiles, (unsigned)Hkv, (unsigned)n_seg);
-    attn_kernel<D><<<g, ATTN_T, bytes, STREAM(st)>>>(qf, tiles, H, Hkv, k0, v0, seq_stride, f16, seg, n_seg, part);
-    LAUNCHED(e);
+    LAUNCH(e, attn_kernel<D>, g, ATTN_T, bytes, st, qf, tiles, H, Hkv, k0, v0, seq_stride, f16, seg, n_seg, part);
     return 0;
 }
 
@@ -464,7 +464,6 @@ extern "C" int hk_attn(void *st, const float *qf, const hk_qtile *tiles, int n_t
     }
     if (rc < 0) return -1;
     dim3 g((unsigned)H, (unsigned)n);
-    attn_merge_kernel<<<g, (unsigned)D, 0, STREAM(st)>>>(qf, pos, H, D, seg, n_seg, part, ao);
-    LAUNCHED(e);
+    LAUNCH(e, attn_merge_kernel, g, (unsigned)D, 0, st, qf, pos, H, D, seg, n_seg, part, ao);
     return 0;
 }

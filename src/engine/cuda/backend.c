@@ -82,7 +82,7 @@ typedef struct cuda_engine {
     void *kc[MODEL_MAX_LAYERS], *vc[MODEL_MAX_LAYERS]; /* per attention layer: [seq][n_ctx][kv_row] */
     /* pass scratch, R rows */
     float *x, *h, *qkv, *cv, *z, *gb, *ga, *o, *qf, *k, *v, *ao, *part, *rlog, *sgl, *wsel, *g, *u, *sg, *su, *eo, *so;
-    float *logits, *ring_tmp;
+    float *logits;
     hk_act ax8k, ax80;      /* the layer input's rows (n_embd) rounded */
     hk_act ao8k, ao80;      /* the mixer's output rows (GDN value dim or H*D) rounded */
     hk_act af8k, af80;      /* the experts' SwiGLU rows (n_ff_exp), one per pair */
@@ -287,7 +287,7 @@ static int alloc_state(cuda_engine *ce, herr *e) {
         {(void **)&ce->g, f * (size_t)(P * F)}, {(void **)&ce->u, f * (size_t)(P * F)},
         {(void **)&ce->sg, f * (size_t)(R * Fs)}, {(void **)&ce->su, f * (size_t)(R * Fs)},
         {(void **)&ce->eo, f * (size_t)(P * E)}, {(void **)&ce->so, f * (size_t)(R * E)},
-        {(void **)&ce->logits, f * (size_t)LOGITS_CAP * (size_t)V}, {(void **)&ce->ring_tmp, f * ce->ring_floats * (size_t)ns},
+        {(void **)&ce->logits, f * (size_t)LOGITS_CAP * (size_t)V},
         {(void **)&ce->sel, 4 * (size_t)(R * K)}, {(void **)&ce->offs, 4 * (size_t)(X + 1)},
         {(void **)&ce->list, 4 * (size_t)(R * K)}, {(void **)&ce->mtiles, 4 * (size_t)(2 * (R * K + X) + 2)},
         {(void **)&ce->d_io, ce->io.bytes},
@@ -390,9 +390,12 @@ static int gdn_layer(cuda_engine *ce, const cuda_layer *C, const pass *p, herr *
         OP("gdn beta alpha", hk_matmul(st, &C->ssm_beta, ce->h, E, AX(C->ssm_beta), n, ce->gb, Gv, false, e));
         OP("gdn beta alpha", hk_matmul(st, &C->ssm_alpha, ce->h, E, AX(C->ssm_alpha), n, ce->ga, Gv, false, e));
     }
-    OP("gdn conv", hk_gdn_conv(st, ce->qkv, ring0, rstride, F(C->ssm_conv1d), IO(ce, row_piece, int32_t), pieces, n, cd, dc, ce->cv, e));
-    OP("gdn ring", hk_gdn_ring(st, ce->qkv, ring0, rstride, pieces, p->n_pieces, marks, p->n_marks, sr, rstride, cd, dc, ce->ring_tmp, e));
-    OP("gdn norm gate", hk_gdn_norm_gate(st, ce->cv, ce->gb, ce->ga, F(C->ssm_a), F(C->ssm_dt), n, S, Gk, Gv, cd, hp->rms_eps, e));
+    const bool ring_too = n == p->n_pieces; /* decode: every piece one row, its ring written by the conv's launch */
+    OP("gdn conv norm", hk_gdn_conv_norm(st, ce->qkv, ring0, rstride, F(C->ssm_conv1d), IO(ce, row_piece, int32_t), pieces, n,
+                                         marks, sr, rstride, ring_too, ce->cv, ce->gb, ce->ga, F(C->ssm_a), F(C->ssm_dt), S,
+                                         Gk, Gv, cd, dc, hp->rms_eps, e));
+    if (!ring_too)
+        OP("gdn ring", hk_gdn_ring(st, ce->qkv, ring0, rstride, pieces, p->n_pieces, marks, p->n_marks, sr, rstride, cd, dc, e));
     OP("gdn delta", hk_gdn_delta(st, ce->cv, ce->gb, ce->ga, lane0, lstride, pieces, p->n_pieces, marks, sl, lstride, S, Gk, Gv, cd,
                      ce->o, e));
     hk_act aov, *ao = act_view(act_for(&C->ssm_out, &ce->ao8k, &ce->ao80), Vd, &aov);
@@ -470,9 +473,13 @@ static int moe_layer(cuda_engine *ce, int il, const cuda_layer *C, const float *
                                          ce->g, ce->u, F, e));
     }
     hk_act *af = (hk_act *)act_for(&C->ffn_down_exps, &ce->af8k, &ce->af80);
-    OP("moe swiglu", hk_swiglu_quant(st, ce->g, ce->u, np, F, af, e));
-    if (dn_f) OP("moe down", hk_moe_matmul_f32(st, &C->ffn_down_exps, wsd, ce->sel, nr, np, 1, nr, ce->g, F, ce->eo, E, e));
-    else OP("moe down", hk_moe_matmul(st, &C->ffn_down_exps, wsd, ce->sel, nr, np, 1, nr, af, sp, ce->eo, E, e));
+    if (!dn_f && !sp) /* a few rows: the SwiGLU rows made inside the down product's launch */
+        OP("moe down", hk_moe_down_swiglu(st, &C->ffn_down_exps, wsd, ce->sel, nr, np, ce->g, ce->u, ce->eo, E, e));
+    else {
+        OP("moe swiglu", hk_swiglu_quant(st, ce->g, ce->u, np, F, af, e));
+        if (dn_f) OP("moe down", hk_moe_matmul_f32(st, &C->ffn_down_exps, wsd, ce->sel, nr, np, 1, nr, ce->g, F, ce->eo, E, e));
+        else OP("moe down", hk_moe_matmul(st, &C->ffn_down_exps, wsd, ce->sel, nr, np, 1, nr, af, sp, ce->eo, E, e));
+    }
     const float *so_rows = ce->eo + nr * E;
     if (!fused) { /* the shared expert apart (its shape differs from the experts') */
         hk_act *as = (hk_act *)act_for(&C->ffn_down_shexp, &ce->as8k, &ce->as80);
@@ -720,7 +727,7 @@ static void cuda_free(engine *eng) {
     for (int i = 0; i < ce->n_wmem; i++) hk_free(ce->wmem[i]);
     void *bufs[] = {ce->lanes, ce->rings, ce->x, ce->h, ce->qkv, ce->cv, ce->z, ce->o, ce->gb, ce->ga, ce->qf, ce->k,
                     ce->v, ce->ao, ce->part, ce->rlog, ce->sgl, ce->wsel, ce->g, ce->u, ce->sg, ce->su, ce->eo, ce->so,
-                    ce->logits, ce->ring_tmp, ce->sel, ce->offs, ce->list, ce->mtiles, ce->d_io, ce->stage_lanes,
+                    ce->logits, ce->sel, ce->offs, ce->list, ce->mtiles, ce->d_io, ce->stage_lanes,
                     ce->stage_rings};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) hk_free(bufs[i]);
     hk_act *acts[] = {&ce->ax8k, &ce->ax80, &ce->ao8k, &ce->ao80, &ce->af8k, &ce->af80, &ce->as8k, &ce->as80};
@@ -771,6 +778,8 @@ int engine_open_cuda(engine **out, const model *m, const engine_opts *o, herr *e
     }
     const char *g = getenv("HEARTH_CUDA_GRAPHS"), *pr = getenv("HEARTH_CUDA_PROFILE");
     ce->no_graphs = g && !strcmp(g, "0") ? "off" : NULL;
+    const char *pdl = getenv("HEARTH_CUDA_PDL"); /* 0: every kernel launched plainly (to measure what PDL buys) */
+    hk_pdl(!(pdl && !strcmp(pdl, "0")));
     if (pr && *pr && strcmp(pr, "0")) ce->prof = xcalloc(1, sizeof *ce->prof);
     ce->f16 = eng->opts.kv_f16;
     ce->R = CUDA_UBATCH + eng->opts.n_seq_max;

@@ -37,6 +37,9 @@ extern "C" int hk_host_alloc(void **p, size_t bytes, herr *e) {
 extern "C" void hk_host_free(void *p) {
     if (p) cudaFreeHost(p);
 }
+bool hk_pdl_on = true;
+extern "C" void hk_pdl(bool on) { hk_pdl_on = on; }
+
 extern "C" int hk_stream_new(void **st, herr *e) {
     cudaStream_t s;
     CUDA_TRY(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), e);
@@ -196,6 +199,7 @@ extern "C" int hk_w_upload(hk_w *w, const void *src, int64_t rows, size_t src_ro
 
 // grid (n, ceil(K/256 / 8)), 256 threads: warp w of block y rounds block 8y + w of row n
 __global__ void quantize_kernel(const float *x, int64_t xs, hk_act a) {
+    pdl_enter();
     const int64_t r = blockIdx.x, blk = (int64_t)blockIdx.y * 8 + threadIdx.x / 32;
     if (blk >= a.K / 256) return;
     const int lane = threadIdx.x & 31;
@@ -209,14 +213,14 @@ extern "C" int hk_quantize(void *st, const float *x, int64_t xs, int64_t n, hk_a
     if (n == 0) return 0;
     if (a->K % 256 || xs % 4) return herr_set(e, "hk_quantize: rows of %lld are no blocks of 256", (long long)a->K);
     dim3 g((unsigned)n, blocks_of(a->K / 256, 8));
-    quantize_kernel<<<g, 256, 0, STREAM(st)>>>(x, xs, *a);
-    LAUNCHED(e);
+    LAUNCH(e, quantize_kernel, g, 256, 0, st, x, xs, *a);
     return 0;
 }
 
 // ------------------------------------------------------------------ embedding, norms
 
 template <int T> __global__ void embed_kernel(const uint8_t *w, size_t row_bytes, const int32_t *ids, int64_t E, float *x) {
+    pdl_enter();
     const int64_t r = blockIdx.y;
     const uint8_t *row = w + (size_t)ids[r] * row_bytes;
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < E; i += (int64_t)gridDim.x * blockDim.x)
@@ -226,8 +230,7 @@ template <int T> __global__ void embed_kernel(const uint8_t *w, size_t row_bytes
 extern "C" int hk_embed(void *st, const hk_w *te, const int32_t *ids, int64_t n, float *x, herr *e) {
     if (n == 0) return 0;
     dim3 g(blocks_of(te->K, 256), (unsigned)n);
-    DQ_DISPATCH(te->type, (embed_kernel<T_><<<g, 256, 0, STREAM(st)>>>((const uint8_t *)te->d, te->row_bytes, ids, te->K, x)));
-    LAUNCHED(e);
+    DQ_DISPATCH(te->type, LAUNCH(e, embed_kernel<T_>, g, 256, 0, st, (const uint8_t *)te->d, te->row_bytes, ids, te->K, x));
     return 0;
 }
 
@@ -238,6 +241,7 @@ extern "C" int hk_embed(void *st, const hk_w *te, const int32_t *ids, int64_t n,
 __global__ void rmsnorm_kernel(const float *x, const int32_t *rows, const float *w, float *y, int64_t E, float eps,
                                hk_act a, hk_act a2) {
     __shared__ float sh[32];
+    pdl_enter();
     const int64_t r = blockIdx.x, src = rows ? rows[r] : r;
     const float *xr = x + src * E;
     float ss = 0;
@@ -251,7 +255,6 @@ extern "C" int hk_rmsnorm(void *st, const float *x, const int32_t *rows, const f
     if (n == 0) return 0;
     hk_act none = {0};
     if ((a || a2) && E % 256) return herr_set(e, "hk_rmsnorm: rows of %lld cannot be rounded in blocks of 256", (long long)E);
-    rmsnorm_kernel<<<(unsigned)n, NORM_THREADS, 0, STREAM(st)>>>(x, rows, w, y, E, eps, a ? *a : none, a2 ? *a2 : none);
-    LAUNCHED(e);
+    LAUNCH(e, rmsnorm_kernel, (unsigned)n, NORM_THREADS, 0, st, x, rows, w, y, E, eps, a ? *a : none, a2 ? *a2 : none);
     return 0;
 }

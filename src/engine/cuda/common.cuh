@@ -1,6 +1,6 @@
-// common.cuh: what every kernel file of the CUDA engine shares: error returns after a
-// launch, the stream cast, and reductions in one fixed tree (so every lane, every launch
-// and every row get the same bits).
+// common.cuh: what every kernel file of the CUDA engine shares: launches (programmatic
+// dependent launch) and their error returns, the stream cast, and reductions in one fixed
+// tree (so every lane, every launch and every row get the same bits).
 #ifndef HEARTH_CUDA_COMMON_CUH
 #define HEARTH_CUDA_COMMON_CUH
 
@@ -12,12 +12,6 @@ extern "C" {
 #include "engine/cuda/kernels.h"
 }
 
-#define LAUNCHED(e)                                                                                \
-    do {                                                                                           \
-        cudaError_t err_ = cudaGetLastError();                                                     \
-        if (err_ != cudaSuccess) return herr_set(e, "%s: %s", __func__, cudaGetErrorString(err_)); \
-    } while (0)
-
 #define CUDA_TRY(call, e)                                                                       \
     do {                                                                                        \
         cudaError_t err_ = (call);                                                              \
@@ -25,6 +19,48 @@ extern "C" {
     } while (0)
 
 #define STREAM(st) ((cudaStream_t)(st))
+
+// Programmatic dependent launch (sm_90): a kernel queued on the engine's stream by
+// launch_k may be started while the kernel before it finishes, so its launch and its first
+// loads overlap that kernel's tail. Every such kernel calls pdl_wait in every block before
+// it reads what an earlier kernel wrote, writes what an earlier kernel reads, or returns
+// (so a kernel ends only after the one before it: the stream's order holds from any kernel
+// to every later one), and pdl_go once it runs, which lets the next kernel's blocks be
+// placed as this one's drain. Only what no kernel writes (the weights) is read before
+// pdl_wait. hk_pdl(false) launches plainly (HEARTH_CUDA_PDL=0), the kernels unchanged.
+__device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+__device__ __forceinline__ void pdl_go() { asm volatile("griddepcontrol.launch_dependents;" :::); }
+__device__ __forceinline__ void pdl_enter() {
+    pdl_wait();
+    pdl_go();
+}
+
+extern bool hk_pdl_on;
+
+template <typename... P, typename... A>
+static cudaError_t launch_k(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, void *st, A &&...args) {
+    cudaLaunchConfig_t c = {};
+    c.gridDim = grid;
+    c.blockDim = block;
+    c.dynamicSmemBytes = smem;
+    c.stream = STREAM(st);
+    cudaLaunchAttribute at[1];
+    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[0].val.programmaticStreamSerializationAllowed = hk_pdl_on ? 1 : 0;
+    c.attrs = at;
+    c.numAttrs = 1;
+    return cudaLaunchKernelEx(&c, kernel, static_cast<A &&>(args)...);
+}
+
+// launch_k, returning -1 with e set (naming the calling function) when the launch failed
+#define LAUNCH(e, kernel, grid, block, smem, st, ...)                                                   \
+    do {                                                                                                \
+        cudaError_t err_ = launch_k(kernel, grid, block, smem, st, __VA_ARGS__);                        \
+        if (err_ != cudaSuccess) {                                                                      \
+            cudaGetLastError();                                                                         \
+            return herr_set(e, "%s: %s", __func__, cudaGetErrorString(err_));                           \
+        }                                                                                               \
+    } while (0)
 
 static inline unsigned blocks_of(int64_t n, int per) { return (unsigned)((n + per - 1) / per); }
 

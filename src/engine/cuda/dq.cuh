@@ -131,16 +131,16 @@ template <int T> __device__ __forceinline__ void dq8(const uint8_t *r, int64_t c
     }
 }
 
-// calls F.template operator()<T>() for the runtime type t; false for a type not read here
-#define DQ_DISPATCH(t, CALL)                          \
+// runs the statement(s) with T_ the runtime type t as a constant; nothing for a type not read here
+#define DQ_DISPATCH(t, ...)                          \
     switch (t) {                                      \
-    case QT_F32: { constexpr int T_ = QT_F32; CALL; } break;   \
-    case QT_F16: { constexpr int T_ = QT_F16; CALL; } break;   \
-    case QT_BF16: { constexpr int T_ = QT_BF16; CALL; } break; \
-    case QT_Q8_0: { constexpr int T_ = QT_Q8_0; CALL; } break; \
-    case QT_Q4_K: { constexpr int T_ = QT_Q4_K; CALL; } break; \
-    case QT_Q5_K: { constexpr int T_ = QT_Q5_K; CALL; } break; \
-    case QT_Q6_K: { constexpr int T_ = QT_Q6_K; CALL; } break; \
+    case QT_F32: { constexpr int T_ = QT_F32; __VA_ARGS__; } break;   \
+    case QT_F16: { constexpr int T_ = QT_F16; __VA_ARGS__; } break;   \
+    case QT_BF16: { constexpr int T_ = QT_BF16; __VA_ARGS__; } break; \
+    case QT_Q8_0: { constexpr int T_ = QT_Q8_0; __VA_ARGS__; } break; \
+    case QT_Q4_K: { constexpr int T_ = QT_Q4_K; __VA_ARGS__; } break; \
+    case QT_Q5_K: { constexpr int T_ = QT_Q5_K; __VA_ARGS__; } break; \
+    case QT_Q6_K: { constexpr int T_ = QT_Q6_K; __VA_ARGS__; } break; \
     default: break;                                   \
     }
 

@@ -1,6 +1,7 @@
-// gdn.cu: the Gated DeltaNet layer's kernels: the causal conv over [ring; rows], the rings
-// (points and the hand-off to the next pass), the L2 norms and gates, the delta rule row by
-// row, and the gated RMSNorm fused with the rounding for the out-projection.
+// gdn.cu: the Gated DeltaNet layer's kernels: the causal conv over [ring; rows] with the L2
+// norms and gates (and, in decode, the rings), the rings (points and the hand-off to the next
+// pass), the delta rule row by row, and the gated RMSNorm fused with the rounding for the
+// out-projection.
 //
 // The delta rule (S the lane, 128 x 128, rows the key dim): per row, S = exp(g) S; d = beta
 // (v - S^T k); S += k d^T; o = S^T q. A column of S needs only itself, so a block takes 32
@@ -52,38 +53,12 @@ __device__ __forceinline__ float conv_x(const float *qkv, const float *ring, con
     return idx >= 0 || (KMUT(M_NEIGHBOUR) && pc->r0 + idx >= 0) ? qkv[(pc->r0 + idx) * cd + ch] : ring[(idx + dc - 1) * cd + ch];
 }
 
-__global__ void conv_kernel(const float *qkv, const float *ring0, size_t seq_stride, const float *w, const int32_t *row_piece,
-                            const hk_piece *pieces, int64_t cd, int64_t dc, float *cv) {
-    const int64_t r = blockIdx.y, ch = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (ch >= cd) return;
-    const hk_piece *pc = &pieces[row_piece[r]];
-    const float *ring = ring0 + (size_t)pc->seq * seq_stride;
-    float s = 0;
-    for (int64_t j = 0; j < dc; j++) s += w[ch * dc + j] * conv_x(qkv, ring, pc, r, j, cd, dc, ch);
-    cv[r * cd + ch] = silu(s);
-}
-
-extern "C" int hk_gdn_conv(void *st, const float *qkv, const float *ring0, size_t seq_stride, const float *w,
-                           const int32_t *row_piece, const hk_piece *pieces, int64_t n, int64_t cd, int64_t dc, float *cv,
-                           herr *e) {
-    if (n == 0) return 0;
-    if (mut_load(e) < 0) return -1;
-    dim3 g(blocks_of(cd, 256), (unsigned)n);
-    conv_kernel<<<g, 256, 0, STREAM(st)>>>(qkv, ring0, seq_stride, w, row_piece, pieces, cd, dc, cv);
-    LAUNCHED(e);
-    return 0;
-}
-
-// grid (cd / 256, n_pieces): per channel of a piece, the rings of its marks (the dc-1 rows
-// up to each mark's end row, into the staging area) and its new ring (up to its last row),
-// written over the old in place: the thread reads its channel's old ring before writing it
+// the rings of a piece's marks (the dc-1 rows up to each mark's end row, into the staging
+// area) and its new ring (up to its last row) for channel ch, written over the old in place:
+// the thread reads the channel's old ring before it writes it
 #define RING_MAX 8
-__global__ void ring_kernel(const float *qkv, float *ring0, size_t seq_stride, const hk_piece *pieces, const hk_mark *marks,
-                            float *stage0, size_t stage_stride, int64_t cd, int64_t dc) {
-    const int64_t ch = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (ch >= cd) return;
-    const hk_piece *pc = &pieces[blockIdx.y];
-    float *ring = ring0 + (size_t)pc->seq * seq_stride;
+__device__ __forceinline__ void ring_channel(const float *qkv, float *ring, const hk_piece *pc, const hk_mark *marks,
+                                             float *stage0, size_t stage_stride, int64_t cd, int64_t dc, int64_t ch) {
     for (int k = 0; k < pc->n_marks && !KMUT(M_RING_SKIP); k++) {
         const hk_mark *mk = &marks[pc->mark0 + k];
         float *dst = stage0 + (size_t)mk->slot * stage_stride;
@@ -94,44 +69,80 @@ __global__ void ring_kernel(const float *qkv, float *ring0, size_t seq_stride, c
     for (int64_t j = 0; j < dc - 1; j++) ring[j * cd + ch] = nr[KMUT(M_RING_REVERSE) ? dc - 2 - j : j];
 }
 
-extern "C" int hk_gdn_ring(void *st, const float *qkv, float *ring0, size_t seq_stride, const hk_piece *pieces, int n_pieces,
-                           const hk_mark *marks, int n_marks, float *stage0, size_t stage_stride, int64_t cd, int64_t dc,
-                           float *tmp, herr *e) {
-    if (n_pieces == 0) return 0;
-    if (dc - 1 > RING_MAX) return herr_set(e, "hk_gdn_ring: a conv of %lld taps", (long long)dc);
-    dim3 g(blocks_of(cd, 256), (unsigned)n_pieces);
-    ring_kernel<<<g, 256, 0, STREAM(st)>>>(qkv, ring0, seq_stride, pieces, marks, stage0, stage_stride, cd, dc);
-    LAUNCHED(e);
+// grid (heads / 8, n), 256 threads: warp w takes head hh = 8 blockIdx.x + w of row r (heads
+// of S channels: the Gk q heads, the Gk k heads, the Gv v heads), lane l its channels l,
+// l + 32, ...: cv = silu(causal conv of [ring; qkv rows of the piece]), and for a q or k head
+// its L2 norm over the head (the sums in that channel order, then the warp tree; q also times
+// 1/sqrt(S)). Block 0 of a row makes the row's gates: b = sigmoid(b), a = A softplus(a + dt).
+// With ring_too (every piece of the pass one row: decode) the thread that made a channel
+// then writes that channel's ring (ring_channel) after its conv read the old one.
+__global__ void conv_norm_kernel(const float *qkv, float *ring0, size_t seq_stride, const float *w,
+                                 const int32_t *row_piece, const hk_piece *pieces, const hk_mark *marks, float *stage0,
+                                 size_t stage_stride, bool ring_too, float *cv, float *b, float *a, const float *ssm_a,
+                                 const float *dt, int64_t S, int64_t Gk, int64_t Gv, int64_t cd, int64_t dc, float eps) {
+    pdl_enter();
+    const int64_t r = blockIdx.y, hh = (int64_t)blockIdx.x * 8 + threadIdx.x / 32;
+    const int lane = threadIdx.x & 31;
+    const hk_piece *pc = &pieces[row_piece[r]];
+    float *ring = ring0 + (size_t)pc->seq * seq_stride;
+    if (hh < cd / S) {
+        float ss = 0;
+        for (int64_t i = lane; i < S; i += 32) {
+            const int64_t ch = hh * S + i;
+            float s = 0;
+            for (int64_t j = 0; j < dc; j++) s += w[ch * dc + j] * conv_x(qkv, ring, pc, r, j, cd, dc, ch);
+            const float x = silu(s);
+            cv[r * cd + ch] = x;
+            ss += x * x;
+            if (ring_too) ring_channel(qkv, ring, pc, marks, stage0, stage_stride, cd, dc, ch);
+        }
+        if (hh < 2 * Gk) {
+            ss = warp_sum(ss);
+            float sc = 1.0f / sqrtf(ss + eps);
+            if (hh < Gk) sc *= 1.0f / sqrtf((float)S);
+            for (int64_t i = lane; i < S; i += 32) cv[r * cd + hh * S + i] *= sc;
+        }
+    }
+    if (blockIdx.x == 0)
+        for (int64_t h = threadIdx.x; h < Gv; h += blockDim.x) {
+            const float av = a[r * Gv + h] + dt[h];
+            b[r * Gv + h] = sigm(b[r * Gv + h]);
+            a[r * Gv + h] = ssm_a[h] * (av > 20.0f ? av : log1pf(expf(av)));
+        }
+}
+
+extern "C" int hk_gdn_conv_norm(void *st, const float *qkv, float *ring0, size_t seq_stride, const float *w,
+                                const int32_t *row_piece, const hk_piece *pieces, int64_t n, const hk_mark *marks,
+                                float *stage0, size_t stage_stride, bool ring_too, float *cv, float *b, float *a,
+                                const float *ssm_a, const float *dt, int64_t S, int64_t Gk, int64_t Gv, int64_t cd,
+                                int64_t dc, float eps, herr *e) {
+    if (n == 0) return 0;
+    if (mut_load(e) < 0) return -1;
+    if (S % 32 || cd % S || dc - 1 > RING_MAX)
+        return herr_set(e, "hk_gdn_conv_norm: heads of %lld channels, a conv of %lld taps", (long long)S, (long long)dc);
+    dim3 g(blocks_of(cd / S, 8), (unsigned)n);
+    LAUNCH(e, conv_norm_kernel, g, 256, 0, st, qkv, ring0, seq_stride, w, row_piece, pieces, marks, stage0,
+           stage_stride, ring_too, cv, b, a, ssm_a, dt, S, Gk, Gv, cd, dc, eps);
     return 0;
 }
 
-// block per row, a warp per head: q and k heads L2-normed; gates per value head
-__global__ void norm_gate_kernel(float *cv, float *b, float *a, const float *ssm_a, const float *dt, int64_t S, int64_t Gk,
-                                 int64_t Gv, int64_t cd, float eps) {
-    const int64_t r = blockIdx.x;
-    const int lane = threadIdx.x % 32, wid = threadIdx.x / 32, nw = blockDim.x / 32;
-    const float qscale = 1.0f / sqrtf((float)S);
-    for (int64_t hk = wid; hk < 2 * Gk; hk += nw) {
-        float *x = cv + r * cd + hk * S;
-        float ss = 0;
-        for (int64_t i = lane; i < S; i += 32) ss += x[i] * x[i];
-        ss = warp_sum(ss);
-        float sc = 1.0f / sqrtf(ss + eps);
-        if (hk < Gk) sc *= qscale;
-        for (int64_t i = lane; i < S; i += 32) x[i] *= sc;
-    }
-    for (int64_t h = threadIdx.x; h < Gv; h += blockDim.x) {
-        const float av = a[r * Gv + h] + dt[h];
-        b[r * Gv + h] = sigm(b[r * Gv + h]);
-        a[r * Gv + h] = ssm_a[h] * (av > 20.0f ? av : log1pf(expf(av)));
-    }
+// grid (cd / 256, n_pieces): ring_channel for every channel of every piece
+__global__ void ring_kernel(const float *qkv, float *ring0, size_t seq_stride, const hk_piece *pieces, const hk_mark *marks,
+                            float *stage0, size_t stage_stride, int64_t cd, int64_t dc) {
+    pdl_enter();
+    const int64_t ch = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (ch >= cd) return;
+    const hk_piece *pc = &pieces[blockIdx.y];
+    ring_channel(qkv, ring0 + (size_t)pc->seq * seq_stride, pc, marks, stage0, stage_stride, cd, dc, ch);
 }
 
-extern "C" int hk_gdn_norm_gate(void *st, float *cv, float *b, float *a, const float *ssm_a, const float *dt, int64_t n,
-                                int64_t S, int64_t Gk, int64_t Gv, int64_t cd, float eps, herr *e) {
-    if (n == 0) return 0;
-    norm_gate_kernel<<<(unsigned)n, 256, 0, STREAM(st)>>>(cv, b, a, ssm_a, dt, S, Gk, Gv, cd, eps);
-    LAUNCHED(e);
+extern "C" int hk_gdn_ring(void *st, const float *qkv, float *ring0, size_t seq_stride, const hk_piece *pieces, int n_pieces,
+                           const hk_mark *marks, int n_marks, float *stage0, size_t stage_stride, int64_t cd, int64_t dc,
+                           herr *e) {
+    if (n_pieces == 0) return 0;
+    if (dc - 1 > RING_MAX) return herr_set(e, "hk_gdn_ring: a conv of %lld taps", (long long)dc);
+    dim3 g(blocks_of(cd, 256), (unsigned)n_pieces);
+    LAUNCH(e, ring_kernel, g, 256, 0, st, qkv, ring0, seq_stride, pieces, marks, stage0, stage_stride, cd, dc);
     return 0;
 }
 
@@ -145,6 +156,7 @@ __global__ void __launch_bounds__(128) delta_kernel(const float *cv, const float
                                                     size_t seq_stride, const hk_piece *pieces, const hk_mark *marks,
                                                     float *stage0, size_t stage_stride, int64_t Gk, int64_t Gv, int64_t cd,
                                                     float *o) {
+    pdl_enter();
     __shared__ __align__(16) float qs[DCH][DS], ks[DCH][DS], vs[DCH][DCOLS];
     __shared__ float bs[DCH], gs[DCH];
     __shared__ float part[4][DCOLS];
@@ -243,8 +255,7 @@ extern "C" int hk_gdn_delta(void *st, const float *cv, const float *b, const flo
     if (S != DS) return herr_set(e, "the CUDA engine's delta rule takes ssm_d_state %d, not %lld", DS, (long long)S);
     if (n_pieces == 0) return 0;
     dim3 g((unsigned)(Gv * 4), (unsigned)n_pieces);
-    delta_kernel<<<g, 128, 0, STREAM(st)>>>(cv, b, a, lane0, seq_stride, pieces, marks, stage0, stage_stride, Gk, Gv, cd, o);
-    LAUNCHED(e);
+    LAUNCH(e, delta_kernel, g, 128, 0, st, cv, b, a, lane0, seq_stride, pieces, marks, stage0, stage_stride, Gk, Gv, cd, o);
     return 0;
 }
 
@@ -252,6 +263,7 @@ extern "C" int hk_gdn_delta(void *st, const float *cv, const float *b, const flo
 // sum of squares over its 16 lanes (a fixed xor tree), x = x * scale * nw * silu(z), written
 // back and rounded into a (when set)
 __global__ void gated_norm_kernel(float *o, const float *z, const float *nw, int64_t Vd, float eps, hk_act a) {
+    pdl_enter();
     const int64_t r = blockIdx.x;
     const int lane = threadIdx.x & 31;
     for (int64_t blk = threadIdx.x / 32; blk < Vd / 256; blk += 8) {
@@ -275,7 +287,6 @@ extern "C" int hk_gdn_gated_norm(void *st, float *o, const float *z, const float
     if (n == 0) return 0;
     if (S != DS || (Gv * S) % 256) return herr_set(e, "hk_gdn_gated_norm: %lld heads of %lld", (long long)Gv, (long long)S);
     hk_act none = {0};
-    gated_norm_kernel<<<(unsigned)n, 256, 0, STREAM(st)>>>(o, z, nw, Gv * S, eps, a ? *a : none);
-    LAUNCHED(e);
+    LAUNCH(e, gated_norm_kernel, (unsigned)n, 256, 0, st, o, z, nw, Gv * S, eps, a ? *a : none);
     return 0;
 }

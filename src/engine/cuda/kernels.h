@@ -77,6 +77,8 @@ void hk_free(void *p);
 int hk_host_alloc(void **p, size_t bytes, herr *e);  /* pinned host memory */
 void hk_host_free(void *p);
 int hk_stream_new(void **st, herr *e);
+/* programmatic dependent launch of the kernels (common.cuh), on unless turned off */
+void hk_pdl(bool on);
 void hk_stream_free(void *st);
 int hk_h2d(void *d, const void *h, size_t n, herr *e);             /* synchronous */
 int hk_d2h(void *h, const void *d, size_t n, herr *e);
@@ -146,6 +148,11 @@ int hk_moe_matmul(void *st, const hk_w *w, const hk_w *ws, const int32_t *sel, i
 int hk_moe_matmul2(void *st, const hk_w *w, const hk_w *ws, const hk_w *w2, const hk_w *ws2, const int32_t *sel,
                    int64_t n_routed, int64_t n_pairs, int in_div, int64_t sh_row0, const hk_act *a,
                    const hk_moe_sorted *sorted, float *y, float *y2, int64_t ys, herr *e);
+/* the experts' down product (pairs one by one: a few rows) whose input rows are made in the
+ * launch: pair p reads silu(g) * u of row p (rows of F = w->K), rounded as hk_swiglu_quant
+ * rounds it (the bits of hk_swiglu_quant then hk_moe_matmul with in_div 1, sh_row0 n_routed) */
+int hk_moe_down_swiglu(void *st, const hk_w *w, const hk_w *ws, const int32_t *sel, int64_t n_routed, int64_t n_pairs,
+                       const float *g, const float *u, float *y, int64_t ys, herr *e);
 /* the same for float experts over f32 rows x (stride xs), every pair on its own */
 int hk_moe_matmul_f32(void *st, const hk_w *w, const hk_w *ws, const int32_t *sel, int64_t n_routed, int64_t n_pairs,
                       int in_div, int64_t sh_row0, const float *x, int64_t xs, float *y, int64_t ys, herr *e);
@@ -167,18 +174,19 @@ int hk_moe_combine(void *st, float *x, const float *gl, int64_t gls, const float
                    int64_t n, int64_t E, int K, const float *nw, float *h, float eps, hk_act *a, hk_act *a2, herr *e);
 
 /* ---- gdn.cu ---- */
-/* GDN. rings: layer gi's ring of sequence s at ring0 + s * seq_stride, (dc-1, cd) rows;
- * conv: cv (n, cd) = silu(causal conv of [ring; qkv rows of the piece]) */
-int hk_gdn_conv(void *st, const float *qkv, const float *ring0, size_t seq_stride, const float *w,
-                const int32_t *row_piece, const hk_piece *pieces, int64_t n, int64_t cd, int64_t dc, float *cv, herr *e);
-/* ring points (into stage0 + slot * stage_stride) and each piece's new ring (via tmp: n_pieces
- * rings), then written over the old */
+/* GDN. rings: layer gi's ring of sequence s at ring0 + s * seq_stride, (dc-1, cd) rows.
+ * conv and norms: cv (n, cd) = silu(causal conv of [ring; qkv rows of the piece]), its q and
+ * k heads (S channels) L2-normed (q also times 1/sqrt(S)); per row b = sigmoid(b), a = A *
+ * softplus(a + dt). ring_too (every piece one row): each channel's ring written as
+ * hk_gdn_ring writes it, in the same launch. */
+int hk_gdn_conv_norm(void *st, const float *qkv, float *ring0, size_t seq_stride, const float *w, const int32_t *row_piece,
+                     const hk_piece *pieces, int64_t n, const hk_mark *marks, float *stage0, size_t stage_stride,
+                     bool ring_too, float *cv, float *b, float *a, const float *ssm_a, const float *dt, int64_t S,
+                     int64_t Gk, int64_t Gv, int64_t cd, int64_t dc, float eps, herr *e);
+/* ring points (into stage0 + slot * stage_stride) and each piece's new ring, written over the
+ * old; after hk_gdn_conv_norm (which reads the old) */
 int hk_gdn_ring(void *st, const float *qkv, float *ring0, size_t seq_stride, const hk_piece *pieces, int n_pieces,
-                const hk_mark *marks, int n_marks, float *stage0, size_t stage_stride, int64_t cd, int64_t dc, float *tmp,
-                herr *e);
-/* per row: q and k heads L2-normed (q also times 1/sqrt(S)); b = sigmoid(b), a = A * softplus(a + dt) */
-int hk_gdn_norm_gate(void *st, float *cv, float *b, float *a, const float *ssm_a, const float *dt, int64_t n, int64_t S,
-                     int64_t Gk, int64_t Gv, int64_t cd, float eps, herr *e);
+                const hk_mark *marks, int n_marks, float *stage0, size_t stage_stride, int64_t cd, int64_t dc, herr *e);
 /* the gated delta rule, row by row per (piece, value head, column group); lanes of sequence
  * s at lane0 + s * seq_stride, (Gv, S, S) with rows the key dim; points into stage0 + slot *
  * stage_stride; o (n, Gv*S). S must be 128. */

@@ -14,6 +14,7 @@
 
 #include "engine/cuda/common.cuh"
 #include "engine/cuda/dq.cuh"
+#include "engine/cuda/act.cuh"
 
 #define FADD(a, b) __fadd_rn(a, b)
 #define FSUB(a, b) __fsub_rn(a, b)
@@ -78,17 +79,16 @@ __device__ __forceinline__ uint32_t q6_word(uint32_t ql, uint32_t qh, int nsh, i
     return __vsub4(v, 0x20202020u);
 }
 
-// ------------------------------------------------------------------ gemv: a warp per output
+// ------------------------------------------------------------------ gemv: lane groups per output
 
-// Block sizes a lane group covers: a K-quant block (256) takes 8 lanes, 4 blocks per warp
-// step; Q8_0 blocks (32) take 2 lanes, 16 per step.
+// A K-quant block (256) takes 8 lanes, a Q8_0 block (32) 2 (LPB). An output row's lanes are a
+// group of G: the whole warp, or 16 or 8 lanes where a row has only 2 or 1 K-quant blocks
+// (Q8_0: 8), so that a warp takes 32 / G rows and no lane idles; a group covers G / LPB blocks
+// a step, and the weight loads of IT steps are issued before the first step is used.
 template <int T> struct gv {
     static constexpr int LPB = T == QT_Q8_0 ? 2 : 8;
-    static constexpr int BPS = 32 / LPB;
     static constexpr int BLK = T == QT_Q8_0 ? 32 : 256;
 };
-
-#define GV_IT 4 /* warp steps whose weight loads are all issued before the first is used */
 
 // A lane's weight bytes for block b (see gemv_row): Q4_K: the header, 16 bytes of nibbles;
 // Q5_K: also 16 bytes of high bits; Q6_K: 16 bytes of ql, of qh, the scales, the block scale;
@@ -117,131 +117,187 @@ __device__ __forceinline__ void gv_load(const uint8_t *wrow, const uint16_t *dd,
     }
 }
 
+// A lane's input bytes for block b of input row ar: Q4_K / Q5_K: 16 inputs of each of its two
+// sub-blocks and their sums over 32; Q6_K: two pieces of 16; Q8_0: 16; and the block's scale
+struct gv_x {
+    int4 x0, x1;
+    int s0, s1;
+    float d;
+};
+template <int T> __device__ __forceinline__ void gv_xload(const hk_act &a, int64_t ar, int64_t K, int64_t b, int c, gv_x &x) {
+    if (T == QT_Q4_K || T == QT_Q5_K) {
+        const int j0 = 2 * (c >> 1), l0 = 16 * (c & 1);
+        const int8_t *ap = a.q + ar * K + b * 256;
+        const int32_t *sp = a.s + ar * (K / 32) + b * 8;
+        x.x0 = *(const int4 *)(ap + 32 * j0 + l0);
+        x.x1 = *(const int4 *)(ap + 32 * (j0 + 1) + l0);
+        x.s0 = sp[j0];
+        x.s1 = sp[j0 + 1];
+        x.d = a.d[ar * (K / 256) + b];
+    } else if (T == QT_Q6_K) {
+        const int s0 = 8 * (c >> 2) + 2 * ((c >> 1) & 1) + (c & 1);
+        const int8_t *ap = a.q + ar * K + b * 256;
+        x.x0 = *(const int4 *)(ap + 16 * s0);
+        x.x1 = *(const int4 *)(ap + 16 * (s0 + 4));
+        x.d = a.d[ar * (K / 256) + b];
+    } else {
+        x.x0 = *(const int4 *)(a.q + ar * K + b * 32 + 16 * c);
+        x.d = a.d[ar * (K / 32) + b];
+    }
+}
+
+// lane c's share of a block's integer sums (sumi; summ: the mins' side, K-quants with mins),
+// exact; the block's weight scales into dw and dmin
+template <int T>
+__device__ __forceinline__ void gv_sums(const gv_part<T> &w, const gv_x &x, int c, int *sumi, int *summ, float *dw,
+                                        float *dmin) {
+    if (T == QT_Q4_K || T == QT_Q5_K) {
+        const int j0 = 2 * (c >> 1), j1 = j0 + 1;
+        *dw = __half2float(__ushort_as_half((uint16_t)(w.a.x & 0xffff)));
+        *dmin = __half2float(__ushort_as_half((uint16_t)(w.a.x >> 16)));
+        int sc0, m0, sc1, m1;
+        scale_min_w(j0, w.a.y, w.a.z, w.a.w, &sc0, &m0);
+        scale_min_w(j1, w.a.y, w.a.z, w.a.w, &sc1, &m1);
+        const uint32_t q[4] = {w.b.x, w.b.y, w.b.z, w.b.w};
+        uint32_t w0[4], w1[4];
+#pragma unroll
+        for (int k = 0; k < 4; k++) w0[k] = q[k] & 0x0F0F0F0Fu, w1[k] = (q[k] >> 4) & 0x0F0F0F0Fu;
+        if (T == QT_Q5_K) {
+            const uint32_t hh[4] = {w.c.x, w.c.y, w.c.z, w.c.w};
+#pragma unroll
+            for (int k = 0; k < 4; k++)
+                w0[k] |= ((hh[k] >> j0) & 0x01010101u) << 4, w1[k] |= ((hh[k] >> j1) & 0x01010101u) << 4;
+        }
+        *sumi = sc0 * dot16(w0, x.x0) + sc1 * dot16(w1, x.x1);
+        *summ = (c & 1) == 0 ? m0 * x.s0 + m1 * x.s1 : 0; /* a sub-block pair's two lanes: one counts its mins */
+    } else if (T == QT_Q6_K) {
+        const int half = c >> 2, qa = (c >> 1) & 1, lh = c & 1;
+        const int s0 = 8 * half + 2 * qa + lh, s1 = s0 + 4;
+        const uint32_t l[4] = {w.a.x, w.a.y, w.a.z, w.a.w}, h[4] = {w.b.x, w.b.y, w.b.z, w.b.w};
+        uint32_t w0[4], w1[4];
+#pragma unroll
+        for (int k = 0; k < 4; k++) w0[k] = q6_word(l[k], h[k], 0, 2 * qa), w1[k] = q6_word(l[k], h[k], 4, 2 * qa + 4);
+        *sumi = scale6(w.c, s0) * dot16(w0, x.x0) + scale6(w.c, s1) * dot16(w1, x.x1);
+        *summ = 0;
+        *dw = w.d;
+    } else {
+        const uint32_t wq[4] = {w.a.x, w.a.y, w.a.z, w.a.w};
+        *sumi = dot16(wq, x.x0);
+        *summ = 0;
+        *dw = w.d;
+    }
+}
+
+// quant_dot_ref's finish of a block from its whole integer sums (da: the input block's scale)
+template <int T> __device__ __forceinline__ float gv_term(float da, float dw, float dmin, int sumi, int summ) {
+    if (T == QT_Q8_0) return term_q80(dw, da, sumi);
+    if (T == QT_Q6_K) return term_k6(da, dw, sumi);
+    return term_kmin(da, dw, dmin, sumi, summ);
+}
+
 // Row o of W (wrow: its main-plane row, dd: its scales) against NR input rows (ar[r], r <
-// nr): acc[r] = the row's dot, the same in every lane. The lanes of a block (gv::LPB) form
-// its integer sums exactly; a lane group's term is quant_dot_ref's block finish; the terms
-// are added in block order. GV_IT steps of weight loads are in flight at once.
-template <int T, int NR>
+// nr), on this lane's group of G lanes: acc[r] = the row's dot, the same in every lane of
+// the group. The lanes of a block form its integer sums exactly; the block's term is
+// quant_dot_ref's block finish; the terms are added in block order. The weights of IT steps
+// are loaded before anything else; with wait set, pdl_enter follows them (the weights are no
+// kernel's output), so they stream in while the kernel before this one ends. Where NR * IT
+// is small the inputs' loads of all IT steps are issued next, before the first is used.
+template <int T, int NR, int IT, int G>
 __device__ __forceinline__ void gemv_row(const uint8_t *wrow, const uint16_t *dd, int64_t K, const hk_act &a,
-                                         const int64_t *ar, int nr, float *acc) {
-    const int lane = threadIdx.x & 31, c = lane % gv<T>::LPB, bi = lane / gv<T>::LPB;
+                                         const int64_t *ar, int nr, bool wait, float *acc) {
+    constexpr int LPB = gv<T>::LPB, BPS = G / LPB;
+    constexpr bool PRE = NR * IT <= 4;
+    const int lane = threadIdx.x & 31, base = lane & ~(G - 1), c = lane % LPB, bi = (lane - base) / LPB;
     const int64_t nb = K / gv<T>::BLK;
 #pragma unroll
     for (int r = 0; r < NR; r++) acc[r] = 0.0f;
-    for (int64_t g0 = 0; g0 < nb; g0 += GV_IT * gv<T>::BPS) {
-        gv_part<T> wp[GV_IT];
+    for (int64_t g0 = 0; g0 < nb; g0 += IT * BPS) {
+        gv_part<T> wp[IT];
 #pragma unroll
-        for (int it = 0; it < GV_IT; it++) {
-            const int64_t b = g0 + it * gv<T>::BPS + bi;
+        for (int it = 0; it < IT; it++) {
+            const int64_t b = g0 + it * BPS + bi;
             if (b < nb) gv_load<T>(wrow, dd, b, c, wp[it]);
         }
+        if (wait && g0 == 0) pdl_enter();
+        gv_x xp[PRE ? IT * NR : 1];
+        if (PRE)
 #pragma unroll
-        for (int it = 0; it < GV_IT; it++) {
-            const int64_t b0 = g0 + it * gv<T>::BPS, b = b0 + bi;
+            for (int it = 0; it < IT; it++)
+#pragma unroll
+                for (int r = 0; r < NR; r++) {
+                    const int64_t b = g0 + it * BPS + bi;
+                    if (r < nr && b < nb) gv_xload<T>(a, ar[r], K, b, c, xp[it * NR + r]);
+                }
+#pragma unroll
+        for (int it = 0; it < IT; it++) {
+            const int64_t b0 = g0 + it * BPS, b = b0 + bi;
             if (b0 >= nb) break; /* the same in every lane */
-            const gv_part<T> &w = wp[it];
             int sumi[NR], summ[NR];
-            float term[NR];
+            float term[NR], da[NR], dw = 0.0f, dmin = 0.0f;
 #pragma unroll
-            for (int r = 0; r < NR; r++) sumi[r] = 0, summ[r] = 0, term[r] = 0.0f;
-            float dw = 0.0f, dmin = 0.0f;
-            if (b < nb) {
-                if (T == QT_Q4_K || T == QT_Q5_K) {
-                    const int p = c >> 1, j0 = 2 * p, j1 = 2 * p + 1, l0 = 16 * (c & 1);
-                    dw = __half2float(__ushort_as_half((uint16_t)(w.a.x & 0xffff)));
-                    dmin = __half2float(__ushort_as_half((uint16_t)(w.a.x >> 16)));
-                    int sc0, m0, sc1, m1;
-                    scale_min_w(j0, w.a.y, w.a.z, w.a.w, &sc0, &m0);
-                    scale_min_w(j1, w.a.y, w.a.z, w.a.w, &sc1, &m1);
-                    const uint32_t q[4] = {w.b.x, w.b.y, w.b.z, w.b.w};
-                    uint32_t w0[4], w1[4];
-#pragma unroll
-                    for (int k = 0; k < 4; k++) w0[k] = q[k] & 0x0F0F0F0Fu, w1[k] = (q[k] >> 4) & 0x0F0F0F0Fu;
-                    if (T == QT_Q5_K) {
-                        const uint32_t hh[4] = {w.c.x, w.c.y, w.c.z, w.c.w};
-#pragma unroll
-                        for (int k = 0; k < 4; k++)
-                            w0[k] |= ((hh[k] >> j0) & 0x01010101u) << 4, w1[k] |= ((hh[k] >> j1) & 0x01010101u) << 4;
-                    }
-#pragma unroll
-                    for (int r = 0; r < NR; r++) {
-                        if (r >= nr) break;
-                        const int8_t *ap = a.q + ar[r] * K + b * 256;
-                        const int i0 = dot16(w0, *(const int4 *)(ap + 32 * j0 + l0));
-                        const int i1 = dot16(w1, *(const int4 *)(ap + 32 * j1 + l0));
-                        sumi[r] = sc0 * i0 + sc1 * i1;
-                        if ((c & 1) == 0) {
-                            const int32_t *sp = a.s + ar[r] * (K / 32) + b * 8;
-                            summ[r] = m0 * sp[j0] + m1 * sp[j1];
-                        }
-                    }
-                } else if (T == QT_Q6_K) {
-                    const int half = c >> 2, qa = (c >> 1) & 1, lh = c & 1;
-                    const int s0 = 8 * half + 2 * qa + lh, s1 = s0 + 4;
-                    const int sc0 = scale6(w.c, s0);
-                    const int sc1 = scale6(w.c, s1);
-                    dw = w.d;
-                    const uint32_t l[4] = {w.a.x, w.a.y, w.a.z, w.a.w}, h[4] = {w.b.x, w.b.y, w.b.z, w.b.w};
-                    uint32_t w0[4], w1[4];
-#pragma unroll
-                    for (int k = 0; k < 4; k++) w0[k] = q6_word(l[k], h[k], 0, 2 * qa), w1[k] = q6_word(l[k], h[k], 4, 2 * qa + 4);
-#pragma unroll
-                    for (int r = 0; r < NR; r++) {
-                        if (r >= nr) break;
-                        const int8_t *ap = a.q + ar[r] * K + b * 256;
-                        sumi[r] = sc0 * dot16(w0, *(const int4 *)(ap + 16 * s0)) + sc1 * dot16(w1, *(const int4 *)(ap + 16 * s1));
-                    }
-                } else { /* Q8_0: 16 bytes of block b */
-                    const uint32_t wq[4] = {w.a.x, w.a.y, w.a.z, w.a.w};
-                    dw = w.d;
-#pragma unroll
-                    for (int r = 0; r < NR; r++) {
-                        if (r >= nr) break;
-                        sumi[r] = dot16(wq, *(const int4 *)(a.q + ar[r] * K + b * 32 + 16 * c));
-                    }
-                }
-            }
-            /* exact integer sums over the block's lanes */
-#pragma unroll
-            for (int r = 0; r < NR; r++)
-                for (int off = 1; off < gv<T>::LPB; off <<= 1) {
-                    sumi[r] += __shfl_xor_sync(0xffffffffu, sumi[r], off);
-                    summ[r] += __shfl_xor_sync(0xffffffffu, summ[r], off);
-                }
-            if (b < nb) {
+            for (int r = 0; r < NR; r++) sumi[r] = 0, summ[r] = 0, term[r] = 0.0f, da[r] = 0.0f;
+            if (b < nb)
 #pragma unroll
                 for (int r = 0; r < NR; r++) {
                     if (r >= nr) break;
-                    if (T == QT_Q8_0) term[r] = term_q80(dw, a.d[ar[r] * (K / 32) + b], sumi[r]);
-                    else if (T == QT_Q6_K) term[r] = term_k6(a.d[ar[r] * (K / 256) + b], dw, sumi[r]);
-                    else term[r] = term_kmin(a.d[ar[r] * (K / 256) + b], dw, dmin, sumi[r], summ[r]);
+                    gv_x xl;
+                    if (!PRE) gv_xload<T>(a, ar[r], K, b, c, xl);
+                    const gv_x &x = PRE ? xp[it * NR + r] : xl;
+                    gv_sums<T>(wp[it], x, c, &sumi[r], &summ[r], &dw, &dmin);
+                    da[r] = x.d;
                 }
-            }
-            /* the blocks' terms in block order, in every lane */
+            /* exact integer sums over the block's lanes */
 #pragma unroll
-            for (int i = 0; i < gv<T>::BPS; i++)
+            for (int r = 0; r < NR; r++)
+                for (int off = 1; off < LPB; off <<= 1) {
+                    sumi[r] += __shfl_xor_sync(0xffffffffu, sumi[r], off);
+                    summ[r] += __shfl_xor_sync(0xffffffffu, summ[r], off);
+                }
+            if (b < nb)
+#pragma unroll
+                for (int r = 0; r < NR; r++)
+                    if (r < nr) term[r] = gv_term<T>(da[r], dw, dmin, sumi[r], summ[r]);
+            /* the blocks' terms in block order, in every lane of the group */
+#pragma unroll
+            for (int i = 0; i < BPS; i++)
 #pragma unroll
                 for (int r = 0; r < NR; r++) {
-                    const float t = __shfl_sync(0xffffffffu, term[r], i * gv<T>::LPB);
+                    const float t = __shfl_sync(0xffffffffu, term[r], base + i * LPB);
                     if (b0 + i < nb) acc[r] = FADD(acc[r], t);
                 }
         }
     }
 }
 
-// 4 warps, a warp per output row o = 4 blockIdx.x + warp (rows past w's M: w2's, into y2).
-// Dense (sel == NULL): input rows
-// 0..n (n <= NR), y[r][o]. Pairs (sel set, NR = 1): blockIdx.y is pair p; p < n_routed
-// reads expert sel[p]'s slice and input row p / in_div, p >= n_routed the shared expert ws
-// and input row p - n_routed + sh_row0; y[p][o].
-template <int T, int NR>
+// The SwiGLU rows that feed a down product made inside its launch (hk_moe_down_swiglu): a
+// pair's input is silu(g) * u of its row (rows of F), rounded as hk_swiglu_quant rounds it
+struct gv_sw {
+    const float *g, *u;
+    int64_t F;
+};
+
+// 4 warps, a group of G lanes per output row o (32 / G rows a warp; rows past w's M are w2's,
+// into y2). Dense (sel == NULL): input rows 0..n (n <= NR), y[r][o]. Pairs (sel set, NR = 1):
+// blockIdx.y is pair p; p < n_routed reads expert sel[p]'s slice and input row p / in_div,
+// p >= n_routed the shared expert ws and input row p - n_routed + sh_row0; y[p][o]. SW: the
+// pair's input row is first made from sw into shared memory by the block's warps (a warp per
+// 256 values, as swiglu_kernel makes it), and read from there.
+template <int T, int NR, int IT, int G, bool SW>
 __global__ void __launch_bounds__(128) gemv_kernel(hk_w w, hk_w ws, hk_act a, int64_t n, const int32_t *sel,
                                                    int64_t n_routed, int in_div, int64_t sh_row0, float *y, int64_t ys,
-                                                   bool add, hk_w w2, hk_w ws2, float *y2) {
-    int64_t o = (int64_t)blockIdx.x * 4 + threadIdx.x / 32;
+                                                   bool add, hk_w w2, hk_w ws2, float *y2, gv_sw sw) {
+    constexpr int RW = 32 / G;
+    const int64_t Mt = w.M + w2.M, o0 = ((int64_t)blockIdx.x * 4 + threadIdx.x / 32) * RW;
+    const bool dead = o0 >= Mt; /* a warp past the last row (with SW it still helps make the input) */
+    if (dead && !SW) {
+        pdl_enter();
+        return;
+    }
+    int64_t o = o0 + (threadIdx.x & 31) / G;
+    const bool live = o < Mt;
+    if (!live) o = Mt - 1; /* a group past the last row runs one (its lanes join the warp's shuffles), writes nothing */
     if (o >= w.M) { /* the second weight's rows (gate and up in one launch) */
         o -= w.M;
-        if (o >= w2.M) return;
         w = w2, ws = ws2, y = y2;
     }
     int64_t ar[NR];
@@ -250,6 +306,7 @@ __global__ void __launch_bounds__(128) gemv_kernel(hk_w w, hk_w ws, hk_act a, in
     const uint16_t *dd;
     int64_t yrow0 = 0;
     if (sel) {
+        pdl_enter(); /* the expert is a kernel's output */
         const int64_t p = blockIdx.y;
         nr = 1;
         yrow0 = p;
@@ -263,6 +320,27 @@ __global__ void __launch_bounds__(128) gemv_kernel(hk_w w, hk_w ws, hk_act a, in
             wrow = (const uint8_t *)ws.d + (size_t)o * ws.row_bytes;
             dd = ws.dd ? ws.dd + (size_t)o * ws.dd_row : NULL;
         }
+        if (SW) {
+            extern __shared__ __align__(16) int8_t sw_mem[];
+            hk_act sa;
+            sa.q = sw_mem;
+            sa.d = (float *)(sw_mem + sw.F);
+            sa.s = (int32_t *)(sw_mem + sw.F + 4 * (sw.F / 32));
+            sa.K = sw.F;
+            sa.q80 = T == QT_Q8_0;
+            const int lane = threadIdx.x & 31;
+            for (int64_t blk = threadIdx.x / 32; blk < sw.F / 256; blk += 4) {
+                const int64_t i0 = ar[0] * sw.F + blk * 256 + 8 * lane;
+                float v[8];
+#pragma unroll
+                for (int i = 0; i < 8; i++) v[i] = silu(sw.g[i0 + i]) * sw.u[i0 + i];
+                round_into(sa, 0, blk, v);
+            }
+            __syncthreads();
+            if (dead) return;
+            a = sa;
+            ar[0] = 0;
+        }
     } else {
 #pragma unroll
         for (int r = 0; r < NR; r++) ar[r] = r;
@@ -270,8 +348,8 @@ __global__ void __launch_bounds__(128) gemv_kernel(hk_w w, hk_w ws, hk_act a, in
         dd = w.dd ? w.dd + (size_t)o * w.dd_row : NULL;
     }
     float acc[NR];
-    gemv_row<T, NR>(wrow, dd, w.K, a, ar, nr, acc);
-    if ((threadIdx.x & 31) == 0)
+    gemv_row<T, NR, IT, G>(wrow, dd, w.K, a, ar, nr, !sel, acc);
+    if ((threadIdx.x & (G - 1)) == 0 && live)
 #pragma unroll
         for (int r = 0; r < NR; r++) {
             if (r >= nr) break;
@@ -329,6 +407,7 @@ template <int T, int NT> struct mq_smem {
 template <int T, int NT>
 __global__ void __launch_bounds__(128) mmq_kernel(hk_w w, hk_act a, int64_t n, const int32_t *offs, const int32_t *list,
                                                   const int32_t *tiles, int in_div, float *y, int64_t ys, bool add) {
+    pdl_enter();
     extern __shared__ __align__(16) uint8_t smem[];
     using L = mq_smem<T, NT>;
     constexpr int BN = L::BN, WB = mq<T>::WB, WS = mq<T>::WS;
@@ -530,8 +609,7 @@ template <int T, int NT> static int mmq_launch(void *st, const hk_w *w, const hk
         ready = true;
     }
     dim3 g(blocks_of(w->M, MM_BM), (unsigned)grid_y);
-    mmq_kernel<T, NT><<<g, 128, bytes, STREAM(st)>>>(*w, *a, n, offs, list, tiles, in_div, y, ys, add);
-    LAUNCHED(e);
+    LAUNCH(e, (mmq_kernel<T, NT>), g, 128, bytes, st, *w, *a, n, offs, list, tiles, in_div, y, ys, add);
     return 0;
 }
 
@@ -541,24 +619,39 @@ template <int T, int NT> static int mmq_launch(void *st, const hk_w *w, const hk
 
 // NT rows against weight row wr: lane l takes the groups of eight weights c = l, l+32, ...
 // (dq8), each row's sum in that order with fma, then the warp tree: a row's bits are the
-// same whatever NT and whichever rows share the tile
+// same whatever NT and whichever rows share the tile. The weights of FM_AHEAD groups are
+// loaded before the first is used (the order of the sums is the same); with wait set,
+// pdl_enter follows the first of those loads (gemv_row).
+#define FM_AHEAD 4
 template <int T, int NT>
-__device__ __forceinline__ void fm_rows(const uint8_t *wr, int64_t K, const float *const *xr, float *acc) {
+__device__ __forceinline__ void fm_rows(const uint8_t *wr, int64_t K, const float *const *xr, bool wait, float *acc) {
     const int lane = threadIdx.x & 31;
+    const int64_t ng = K / 8;
 #pragma unroll
     for (int i = 0; i < NT; i++) acc[i] = 0.0f;
-    for (int64_t c = lane; c < K / 8; c += 32) {
-        float wv[8];
-        dq8<T>(wr, c, wv);
+    bool entered = !wait;
+    for (int64_t c0 = lane; c0 < ng; c0 += 32 * FM_AHEAD) {
+        float wv[FM_AHEAD][8];
 #pragma unroll
-        for (int i = 0; i < NT; i++) {
-            const float4 u = ((const float4 *)xr[i])[2 * c], v = ((const float4 *)xr[i])[2 * c + 1];
-            float s = acc[i];
-            s = fmaf(wv[0], u.x, s), s = fmaf(wv[1], u.y, s), s = fmaf(wv[2], u.z, s), s = fmaf(wv[3], u.w, s);
-            s = fmaf(wv[4], v.x, s), s = fmaf(wv[5], v.y, s), s = fmaf(wv[6], v.z, s), s = fmaf(wv[7], v.w, s);
-            acc[i] = s;
+        for (int u = 0; u < FM_AHEAD; u++)
+            if (c0 + 32 * u < ng) dq8<T>(wr, c0 + 32 * u, wv[u]);
+        if (!entered) pdl_enter(), entered = true;
+#pragma unroll
+        for (int u = 0; u < FM_AHEAD; u++) {
+            const int64_t c = c0 + 32 * u;
+            if (c >= ng) break;
+#pragma unroll
+            for (int i = 0; i < NT; i++) {
+                const float4 p = ((const float4 *)xr[i])[2 * c], q = ((const float4 *)xr[i])[2 * c + 1];
+                const float *v = wv[u];
+                float s = acc[i];
+                s = fmaf(v[0], p.x, s), s = fmaf(v[1], p.y, s), s = fmaf(v[2], p.z, s), s = fmaf(v[3], p.w, s);
+                s = fmaf(v[4], q.x, s), s = fmaf(v[5], q.y, s), s = fmaf(v[6], q.z, s), s = fmaf(v[7], q.w, s);
+                acc[i] = s;
+            }
         }
     }
+    if (!entered) pdl_enter(); /* a lane with no group */
 #pragma unroll
     for (int i = 0; i < NT; i++) acc[i] = warp_sum(acc[i]);
 }
@@ -570,6 +663,7 @@ __global__ void __launch_bounds__(128) fmm_kernel(hk_w w, hk_w ws, const float *
                                                   const int32_t *sel, int64_t n_routed, int in_div, int64_t sh_row0,
                                                   float *y, int64_t ys, bool add) {
     const int64_t o = (int64_t)blockIdx.x * 4 + threadIdx.x / 32;
+    if (o >= w.M || sel) pdl_enter(); /* the dense rows enter after their first weights' loads (fm_rows) */
     if (o >= w.M) return;
     if (sel) {
         const int64_t p = blockIdx.y;
@@ -577,7 +671,7 @@ __global__ void __launch_bounds__(128) fmm_kernel(hk_w w, hk_w ws, const float *
                                          : (const uint8_t *)ws.d + (size_t)o * ws.row_bytes;
         const float *xr[1] = {x + (p < n_routed ? p / in_div : p - n_routed + sh_row0) * xs};
         float acc[1];
-        fm_rows<T, 1>(wr, w.K, xr, acc);
+        fm_rows<T, 1>(wr, w.K, xr, false, acc);
         if ((threadIdx.x & 31) == 0) y[p * ys + o] = acc[0];
         return;
     }
@@ -588,9 +682,9 @@ __global__ void __launch_bounds__(128) fmm_kernel(hk_w w, hk_w ws, const float *
 #pragma unroll
     for (int i = 0; i < FM_TILE; i++) xr[i] = x + (pb + (i < nt ? i : 0)) * xs;
     float acc[FM_TILE];
-    if (nt == 1) fm_rows<T, 1>(wr, w.K, xr, acc);
-    else if (nt <= 4) fm_rows<T, 4>(wr, w.K, xr, acc);
-    else fm_rows<T, FM_TILE>(wr, w.K, xr, acc);
+    if (nt == 1) fm_rows<T, 1>(wr, w.K, xr, true, acc);
+    else if (nt <= 4) fm_rows<T, 4>(wr, w.K, xr, true, acc);
+    else fm_rows<T, FM_TILE>(wr, w.K, xr, true, acc);
     if ((threadIdx.x & 31) == 0)
         for (int i = 0; i < nt; i++) {
             float *yp = y + (pb + i) * ys + o;
@@ -600,28 +694,51 @@ __global__ void __launch_bounds__(128) fmm_kernel(hk_w w, hk_w ws, const float *
 
 static bool is_float(uint32_t t) { return t == QT_F32 || t == QT_F16 || t == QT_BF16; }
 
+// one instantiation of gemv_kernel over the rows of w and w2 (and the pairs, when sel is set)
+template <int T, int NR, int IT, int G, bool SW>
+static int gemv_go(void *st, const hk_w &w, const hk_w &ws, const hk_act &a, int64_t n, const int32_t *sel,
+                   int64_t n_routed, int64_t n_pairs, int in_div, int64_t sh_row0, float *y, int64_t ys, bool add,
+                   const hk_w &w2, const hk_w &ws2, float *y2, const gv_sw &sw, herr *e) {
+    dim3 g(blocks_of(w.M + w2.M, 4 * (32 / G)), sel ? (unsigned)n_pairs : 1u);
+    const size_t smem = SW ? (size_t)(sw.F + 8 * (sw.F / 32)) : 0;
+    LAUNCH(e, (gemv_kernel<T, NR, IT, G, SW>), g, 128, smem, st, w, ws, a, n, sel, n_routed, in_div, sh_row0, y, ys, add,
+           w2, ws2, y2, sw);
+    return 0;
+}
+
+// One input row (decode, or the pairs of experts): lanes per row and steps in flight from the
+// row's block count nb (gemv_kernel); a few rows: the whole warp per row, 4 steps in flight.
+// sw set: the pairs' SwiGLU inputs made in the launch (one input row).
 template <int T> static int gemv_launch(void *st, const hk_w *w, const hk_w *ws, const hk_act *a, int64_t n,
                                         const int32_t *sel, int64_t n_routed, int64_t n_pairs, int in_div, int64_t sh_row0,
                                         float *y, int64_t ys, bool add, const hk_w *w2, const hk_w *ws2, float *y2,
-                                        herr *e) {
+                                        const gv_sw *sw, herr *e) {
     const hk_w none = {0};
-    const hk_w wsv = ws ? *ws : none, w2v = w2 ? *w2 : none, ws2v = ws2 ? *ws2 : none;
-    dim3 g(blocks_of(w->M + w2v.M, 4), sel ? (unsigned)n_pairs : 1u);
-#define GV(NR) gemv_kernel<T, NR><<<g, 128, 0, STREAM(st)>>>(*w, wsv, *a, n, sel, n_routed, in_div, sh_row0, y, ys, add, w2v, ws2v, y2)
-    if (sel || n == 1) GV(1);
-    else if (n == 2) GV(2);
-    else if (n <= 4) GV(4);
-    else GV(8);
+    const hk_w &wsv = ws ? *ws : none, &w2v = w2 ? *w2 : none, &ws2v = ws2 ? *ws2 : none;
+    const gv_sw swv = sw ? *sw : gv_sw{NULL, NULL, 0};
+    constexpr int LPB = gv<T>::LPB;
+    const int64_t nb = w->K / gv<T>::BLK;
+#define GV(NR, IT, G, SW) \
+    gemv_go<T, NR, IT, G, SW>(st, *w, wsv, *a, n, sel, n_routed, n_pairs, in_div, sh_row0, y, ys, add, w2v, ws2v, y2, swv, e)
+#define GV1(IT, G) (sw ? GV(1, IT, G, true) : GV(1, IT, G, false))
+    if (sel || n == 1) {
+        if (LPB * nb <= 8) return GV1(1, 8);
+        if (LPB * nb <= 16) return GV1(1, 16);
+        const int64_t steps = (nb + 32 / LPB - 1) / (32 / LPB);
+        return steps <= 1 ? GV1(1, 32) : steps <= 2 ? GV1(2, 32) : GV1(4, 32);
+    }
+    if (n == 2) return GV(2, 4, 32, false);
+    if (n <= 4) return GV(4, 4, 32, false);
+    return GV(8, 4, 32, false);
+#undef GV1
 #undef GV
-    LAUNCHED(e);
-    return 0;
 }
 
 #define GEMV_MAX_ROWS 8
 
 template <int T> static int qmatmul(void *st, const hk_w *w, const hk_act *a, int64_t n, float *y, int64_t ys, bool add,
                                     herr *e) {
-    if (n <= GEMV_MAX_ROWS) return gemv_launch<T>(st, w, NULL, a, n, NULL, 0, 0, 1, 0, y, ys, add, NULL, NULL, NULL, e);
+    if (n <= GEMV_MAX_ROWS) return gemv_launch<T>(st, w, NULL, a, n, NULL, 0, 0, 1, 0, y, ys, add, NULL, NULL, NULL, NULL, e);
     if (n >= 64) return mmq_launch<T, 8>(st, w, a, n, NULL, NULL, NULL, (n + 63) / 64, 1, y, ys, add, e);
     return mmq_launch<T, 4>(st, w, a, n, NULL, NULL, NULL, (n + 31) / 32, 1, y, ys, add, e);
 }
@@ -635,10 +752,10 @@ extern "C" int hk_matmul2(void *st, const hk_w *w, const hk_w *w2, const hk_act 
         return hk_matmul(st, w, NULL, 0, a, n, y, ys, false, e) < 0 ? -1 : hk_matmul(st, w2, NULL, 0, a, n, y2, ys, false, e);
     if (check_act(w, a, e) < 0) return -1;
     switch (w->type) {
-    case QT_Q4_K: return gemv_launch<QT_Q4_K>(st, w, NULL, a, n, NULL, 0, 0, 1, 0, y, ys, false, w2, NULL, y2, e);
-    case QT_Q5_K: return gemv_launch<QT_Q5_K>(st, w, NULL, a, n, NULL, 0, 0, 1, 0, y, ys, false, w2, NULL, y2, e);
-    case QT_Q6_K: return gemv_launch<QT_Q6_K>(st, w, NULL, a, n, NULL, 0, 0, 1, 0, y, ys, false, w2, NULL, y2, e);
-    case QT_Q8_0: return gemv_launch<QT_Q8_0>(st, w, NULL, a, n, NULL, 0, 0, 1, 0, y, ys, false, w2, NULL, y2, e);
+    case QT_Q4_K: return gemv_launch<QT_Q4_K>(st, w, NULL, a, n, NULL, 0, 0, 1, 0, y, ys, false, w2, NULL, y2, NULL, e);
+    case QT_Q5_K: return gemv_launch<QT_Q5_K>(st, w, NULL, a, n, NULL, 0, 0, 1, 0, y, ys, false, w2, NULL, y2, NULL, e);
+    case QT_Q6_K: return gemv_launch<QT_Q6_K>(st, w, NULL, a, n, NULL, 0, 0, 1, 0, y, ys, false, w2, NULL, y2, NULL, e);
+    case QT_Q8_0: return gemv_launch<QT_Q8_0>(st, w, NULL, a, n, NULL, 0, 0, 1, 0, y, ys, false, w2, NULL, y2, NULL, e);
     default: return herr_set(e, "hk_matmul2: weights of type %s", qtype_name(w->type));
     }
 }
@@ -659,8 +776,7 @@ extern "C" int hk_matmul(void *st, const hk_w *w, const float *x, int64_t xs, co
         if (w->K % 8 || xs % 4) return herr_set(e, "hk_matmul: rows of %lld weights (stride %lld) are no groups of 8", (long long)w->K, (long long)xs);
         const hk_w none = {0};
         dim3 g(blocks_of(w->M, 4), blocks_of(n, FM_TILE));
-        DQ_DISPATCH(w->type, (fmm_kernel<T_><<<g, 128, 0, STREAM(st)>>>(*w, none, x, xs, n, NULL, 0, 1, 0, y, ys, add)));
-        LAUNCHED(e);
+        DQ_DISPATCH(w->type, LAUNCH(e, fmm_kernel<T_>, g, 128, 0, st, *w, none, x, xs, n, (const int32_t *)NULL, 0, 1, 0, y, ys, add));
         return 0;
     }
     if (check_act(w, a, e) < 0) return -1;
@@ -685,7 +801,7 @@ static hk_act act_from(const hk_act *a, int64_t r0) {
 template <int T> static int qmoe(void *st, const hk_w *w, const hk_w *ws, const int32_t *sel, int64_t n_routed,
                                  int64_t n_pairs, int in_div, int64_t sh_row0, const hk_act *a, const hk_moe_sorted *so,
                                  float *y, int64_t ys, const hk_w *w2, const hk_w *ws2, float *y2, herr *e) {
-    if (!so) return gemv_launch<T>(st, w, ws, a, 1, sel, n_routed, n_pairs, in_div, sh_row0, y, ys, false, w2, ws2, y2, e);
+    if (!so) return gemv_launch<T>(st, w, ws, a, 1, sel, n_routed, n_pairs, in_div, sh_row0, y, ys, false, w2, ws2, y2, NULL, e);
     for (int k = 0; k < (w2 ? 2 : 1); k++) {
         const hk_w *wk = k ? w2 : w, *wsk = k ? ws2 : ws;
         float *yk = k ? y2 : y;
@@ -729,6 +845,25 @@ extern "C" int hk_moe_matmul(void *st, const hk_w *w, const hk_w *ws, const int3
     return hk_moe_matmul2(st, w, ws, NULL, NULL, sel, n_routed, n_pairs, in_div, sh_row0, a, sorted, y, NULL, ys, e);
 }
 
+extern "C" int hk_moe_down_swiglu(void *st, const hk_w *w, const hk_w *ws, const int32_t *sel, int64_t n_routed,
+                                  int64_t n_pairs, const float *g, const float *u, float *y, int64_t ys, herr *e) {
+    if (n_pairs == 0) return 0;
+    const int64_t F = w->K;
+    const hk_act none = {NULL, NULL, NULL, F, w->type == QT_Q8_0};
+    if (ws && (ws->type != w->type || ws->K != w->K || ws->M != w->M))
+        return herr_set(e, "hk_moe_down_swiglu: the shared expert (%s) and the experts (%s) differ in type or shape",
+                        qtype_name(ws->type), qtype_name(w->type));
+    if (F % 256) return herr_set(e, "hk_moe_down_swiglu: rows of %lld cannot be rounded in blocks of 256", (long long)F);
+    const gv_sw sw = {g, u, F};
+    switch (w->type) {
+    case QT_Q4_K: return gemv_launch<QT_Q4_K>(st, w, ws, &none, 1, sel, n_routed, n_pairs, 1, n_routed, y, ys, false, NULL, NULL, NULL, &sw, e);
+    case QT_Q5_K: return gemv_launch<QT_Q5_K>(st, w, ws, &none, 1, sel, n_routed, n_pairs, 1, n_routed, y, ys, false, NULL, NULL, NULL, &sw, e);
+    case QT_Q6_K: return gemv_launch<QT_Q6_K>(st, w, ws, &none, 1, sel, n_routed, n_pairs, 1, n_routed, y, ys, false, NULL, NULL, NULL, &sw, e);
+    case QT_Q8_0: return gemv_launch<QT_Q8_0>(st, w, ws, &none, 1, sel, n_routed, n_pairs, 1, n_routed, y, ys, false, NULL, NULL, NULL, &sw, e);
+    default: return herr_set(e, "hk_moe_down_swiglu: experts of type %s", qtype_name(w->type));
+    }
+}
+
 extern "C" int hk_moe_matmul_f32(void *st, const hk_w *w, const hk_w *ws, const int32_t *sel, int64_t n_routed,
                                  int64_t n_pairs, int in_div, int64_t sh_row0, const float *x, int64_t xs, float *y,
                                  int64_t ys, herr *e) {
@@ -738,8 +873,7 @@ extern "C" int hk_moe_matmul_f32(void *st, const hk_w *w, const hk_w *ws, const 
     if (ws && ws->type != w->type) return herr_set(e, "hk_moe_matmul_f32: the shared expert's type differs");
     const hk_w none = {0};
     dim3 g(blocks_of(w->M, 4), (unsigned)n_pairs);
-    DQ_DISPATCH(w->type, (fmm_kernel<T_><<<g, 128, 0, STREAM(st)>>>(*w, ws ? *ws : none, x, xs, n_pairs, sel, n_routed,
-                                                                        in_div, sh_row0, y, ys, false)));
-    LAUNCHED(e);
+    DQ_DISPATCH(w->type, LAUNCH(e, fmm_kernel<T_>, g, 128, 0, st, *w, ws ? *ws : none, x, xs, n_pairs, sel, n_routed,
+                                in_div, sh_row0, y, ys, false));
     return 0;
 }

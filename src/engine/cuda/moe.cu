@@ -13,6 +13,7 @@
 // fixed tree), kept in registers (lane l: x = l + 32u), then K rounds of the largest p not
 // taken (ties: the lower id), weights renormalised in slot order.
 __global__ void route_kernel(const float *logits, int64_t ls, int64_t n, int X, int K, int32_t *sel, float *wsel) {
+    pdl_enter();
     const int64_t r = (int64_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
     if (r >= n) return;
     const int lane = threadIdx.x & 31, per = (X + 31) / 32;
@@ -67,8 +68,7 @@ extern "C" int hk_moe_route(void *st, const float *logits, int64_t ls, int64_t n
                             herr *e) {
     if (n == 0) return 0;
     if (X > ROUTE_MAX_X || K > 32 || K > X) return herr_set(e, "hk_moe_route: %d of %d experts", K, X);
-    route_kernel<<<blocks_of(n, 4), 128, 0, STREAM(st)>>>(logits, ls, n, X, K, sel, wsel);
-    LAUNCHED(e);
+    LAUNCH(e, route_kernel, blocks_of(n, 4), 128, 0, st, logits, ls, n, X, K, sel, wsel);
     return 0;
 }
 
@@ -78,6 +78,7 @@ extern "C" int hk_moe_route(void *st, const float *logits, int64_t ls, int64_t n
 #define SORT_THREADS 1024
 __global__ void __launch_bounds__(SORT_THREADS) sort_kernel(const int32_t *sel, int64_t n_pairs, int X, int tile,
                                                             int32_t *offs, int32_t *list, int32_t *tiles) {
+    pdl_enter();
     __shared__ int cnt[ROUTE_MAX_X], at[ROUTE_MAX_X], tl[ROUTE_MAX_X];
     const int tid = threadIdx.x;
     for (int x = tid; x < X; x += SORT_THREADS) cnt[x] = 0;
@@ -109,14 +110,14 @@ __global__ void __launch_bounds__(SORT_THREADS) sort_kernel(const int32_t *sel, 
 extern "C" int hk_moe_sort(void *st, const int32_t *sel, int64_t n_pairs, int X, int32_t *offs, int32_t *list,
                            int32_t *tiles, herr *e) {
     if (X > ROUTE_MAX_X) return herr_set(e, "hk_moe_sort: %d experts", X);
-    sort_kernel<<<1, SORT_THREADS, 0, STREAM(st)>>>(sel, n_pairs, X, hk_moe_tile_rows(), offs, list, tiles);
-    LAUNCHED(e);
+    LAUNCH(e, sort_kernel, 1, SORT_THREADS, 0, st, sel, n_pairs, X, hk_moe_tile_rows(), offs, list, tiles);
     return 0;
 }
 
 // grid (n_pairs, blocks of 256 / 8): warp w takes 256-block 8y + w of a pair's row: g =
 // silu(g) * u written back, and rounded into a (when set)
 __global__ void swiglu_kernel(float *g, const float *u, int64_t F, hk_act a) {
+    pdl_enter();
     const int64_t r = blockIdx.x, blk = (int64_t)blockIdx.y * 8 + threadIdx.x / 32;
     const int lane = threadIdx.x & 31;
     if (F % 256) { /* no rounding (checked by the launcher): plain elementwise */
@@ -139,8 +140,7 @@ extern "C" int hk_swiglu_quant(void *st, const float *g, const float *u, int64_t
     if (a && F % 256) return herr_set(e, "hk_swiglu_quant: rows of %lld cannot be rounded in blocks of 256", (long long)F);
     hk_act none = {0};
     dim3 gr((unsigned)n_pairs, F % 256 ? 1u : blocks_of(F / 256, 8));
-    swiglu_kernel<<<gr, 256, 0, STREAM(st)>>>((float *)g, u, F, a ? *a : none);
-    LAUNCHED(e);
+    LAUNCH(e, swiglu_kernel, gr, 256, 0, st, (float *)g, u, F, a ? *a : none);
     return 0;
 }
 
@@ -150,6 +150,7 @@ extern "C" int hk_swiglu_quant(void *st, const float *g, const float *u, int64_t
 // the block tree), into h and rounded into a and a2 as hk_rmsnorm rounds them
 __global__ void combine_kernel(float *x, const float *gl, int64_t gls, const float *eo, const float *so, const float *wsel,
                                int64_t E, int K, const float *nw, float *h, float eps, hk_act a, hk_act a2) {
+    pdl_enter();
     __shared__ float sh[32];
     const int64_t r = blockIdx.x;
     const float sg = sigm(gl[r * gls]);
@@ -172,8 +173,6 @@ extern "C" int hk_moe_combine(void *st, float *x, const float *gl, int64_t gls, 
     if (n == 0) return 0;
     hk_act none = {0};
     if (nw && (a || a2) && E % 256) return herr_set(e, "hk_moe_combine: rows of %lld cannot be rounded in blocks of 256", (long long)E);
-    combine_kernel<<<(unsigned)n, 512, 0, STREAM(st)>>>(x, gl, gls, eo, so, wsel, E, K, nw, h, eps, a ? *a : none,
-                                                        a2 ? *a2 : none);
-    LAUNCHED(e);
+    LAUNCH(e, combine_kernel, (unsigned)n, 512, 0, st, x, gl, gls, eo, so, wsel, E, K, nw, h, eps, a ? *a : none, a2 ? *a2 : none);
     return 0;
 }
