@@ -85,11 +85,10 @@ int cmd_perplexity(int argc, char **argv) {
     window_log wl = {0};
     /* As llama-perplexity: BOS first where the vocabulary adds one, and each window's first
      * token replaced by it. */
-    const bool bos = tokenizer_add_bos(tok) && tokenizer_bos(tok) >= 0;
     int64_t n_ids = 0;
     int32_t *ids = tokenizer_encode_prompt(tok, text, len, false, true, &n_ids);
     ppl_opts po = {.n_ctx = n_ctx, .n_chunks = n_chunks, .n_seq = (int)(batch / n_ctx > 1 ? batch / n_ctx : 1),
-                   .bos = bos ? tokenizer_bos(tok) : -1, .progress = progress};
+                   .bos = tokenizer_prompt_bos(tok), .progress = progress};
     if (n_ctx > m->hp.n_ctx_train) {
         fprintf(stderr, "hearth perplexity: -c %" PRId64 ": exceeds the model's context of %" PRId64 " tokens\n", n_ctx,
                 m->hp.n_ctx_train);

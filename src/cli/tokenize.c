@@ -88,17 +88,9 @@ static char *read_line(FILE *in, char **buf, size_t *cap, size_t *len) {
 
 static void print_ids(const tokenizer *t, const opts *o, const char *text, size_t len) {
     int64_t n;
-    int32_t *ids = tokenizer_encode_alloc(t, text, len, !o->no_parse_special, &n);
+    int32_t *ids = tokenizer_encode_prompt(t, text, len, !o->no_parse_special, !o->no_bos, &n);
     putchar('[');
-    bool first = true;
-    if (tokenizer_add_bos(t) && !o->no_bos) {
-        printf("%d", tokenizer_bos(t));
-        first = false;
-    }
-    for (int64_t i = 0; i < n; i++) {
-        printf(first ? "%d" : ", %d", ids[i]);
-        first = false;
-    }
+    for (int64_t i = 0; i < n; i++) printf(i ? ", %d" : "%d", ids[i]);
     fputs("]\n", stdout);
     free(ids);
 }

@@ -709,13 +709,16 @@ int32_t *tokenizer_encode_alloc(const tokenizer *t, const char *text, size_t len
     return ids;
 }
 
+int32_t tokenizer_prompt_bos(const tokenizer *t) { return t->add_bos && t->bos >= 0 ? t->bos : -1; }
+
 int32_t *tokenizer_encode_prompt(const tokenizer *t, const char *text, size_t len, bool parse_special, bool add_bos,
                                  int64_t *n) {
-    const int bos = add_bos && tokenizer_add_bos(t) && tokenizer_bos(t) >= 0;
+    const int32_t bos_id = add_bos ? tokenizer_prompt_bos(t) : -1;
+    const int bos = bos_id >= 0;
     int64_t nb;
     int32_t *body = tokenizer_encode_alloc(t, text, len, parse_special, &nb);
     int32_t *ids = xmalloc(sizeof(int32_t) * (size_t)(nb + 1));
-    if (bos) ids[0] = tokenizer_bos(t);
+    if (bos) ids[0] = bos_id;
     memcpy(ids + bos, body, sizeof(int32_t) * (size_t)nb);
     free(body);
     *n = nb + bos;

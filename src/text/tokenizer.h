@@ -58,8 +58,11 @@ int64_t tokenizer_encode(const tokenizer *t, const char *text, size_t len, bool 
 /* The same into a new array (free() it); *n gets the count. */
 int32_t *tokenizer_encode_alloc(const tokenizer *t, const char *text, size_t len, bool parse_special,
                                 int64_t *n);
-/* The ids a prompt runs as: BOS first when add_bos is asked and the vocabulary adds one (as
- * llama.cpp does: tokenizer_add_bos and a BOS id), then the text's; a new array (free() it). */
+/* The BOS a prompt starts with: the vocabulary's BOS id where it adds one (as llama.cpp does:
+ * tokenizer_add_bos and a BOS id), else -1. */
+int32_t tokenizer_prompt_bos(const tokenizer *t);
+/* The ids a prompt runs as: tokenizer_prompt_bos first (when add_bos is asked and there is
+ * one), then the text's; a new array (free() it). */
 int32_t *tokenizer_encode_prompt(const tokenizer *t, const char *text, size_t len, bool parse_special, bool add_bos,
                                  int64_t *n);
 

@@ -321,8 +321,9 @@ TEST(random_bytes) {
     }
 }
 
-/* Writes a vocab-only file with the given model and pre names (NULL: key left out). */
-static int write_vocab(const char *path, const char *model, const char *pre, bool merges) {
+/* Writes a vocab-only file with the given model and pre names (NULL: key left out); bos:
+ * tokenizer.ggml.add_bos_token (0 or 1, -1: key left out) with bos_token_id 1 when bos_id. */
+static int write_vocab_bos(const char *path, const char *model, const char *pre, bool merges, int bos, bool bos_id) {
     gguf_writer *w = gguf_writer_new();
     if (model) gguf_set_str(w, "tokenizer.ggml.model", model);
     if (pre) gguf_set_str(w, "tokenizer.ggml.pre", pre);
@@ -330,10 +331,16 @@ static int write_vocab(const char *path, const char *model, const char *pre, boo
     gguf_set_arr_str(w, "tokenizer.ggml.tokens", toks, 4);
     const char *m[] = {"a b"};
     if (merges) gguf_set_arr_str(w, "tokenizer.ggml.merges", m, 1);
+    if (bos >= 0) gguf_set_bool(w, "tokenizer.ggml.add_bos_token", bos == 1);
+    if (bos_id) gguf_set_u32(w, "tokenizer.ggml.bos_token_id", 1);
     herr e;
     int rc = gguf_writer_open(w, path, &e) || gguf_writer_close(w, &e);
     gguf_writer_free(w);
     return rc;
+}
+
+static int write_vocab(const char *path, const char *model, const char *pre, bool merges) {
+    return write_vocab_bos(path, model, pre, merges, -1, false);
 }
 
 static void expect_refused(const char *model, const char *pre, bool merges, const char *needle) {
@@ -369,6 +376,32 @@ TEST(refuses_bad_files) {
     gguf_close(g);
 }
 
+/* The BOS a prompt starts with: the vocabulary's where it adds one (add_bos_token and a
+ * bos_token_id), else none; tokenizer_encode_prompt puts it first only when asked. */
+TEST(prompt_bos) {
+    const struct { int add; bool id; int32_t want; } cases[] = {{1, true, 1}, {0, true, -1}, {1, false, -1}, {-1, true, -1}};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        char path[256];
+        snprintf(path, sizeof path, "%s/bos%zu.gguf", tmpdir, c);
+        CHECK(write_vocab_bos(path, "gpt2", "qwen35", true, cases[c].add, cases[c].id) == 0);
+        herr e;
+        gguf_file *g;
+        tokenizer *t;
+        if (gguf_open(&g, path, &e) || tokenizer_load(&t, g, &e)) { CHECK_MSG(0, "%s", e.msg); return; }
+        CHECK_MSG(tokenizer_prompt_bos(t) == cases[c].want, "case %zu: %d", c, (int)tokenizer_prompt_bos(t));
+        for (int ask = 0; ask < 2; ask++) {
+            int64_t n;
+            int32_t *ids = tokenizer_encode_prompt(t, "abab", 4, true, ask, &n);
+            const bool first = ask && cases[c].want >= 0;
+            CHECK_MSG(n == 2 + first && (!first || ids[0] == 1) && ids[first] == 2 && ids[first + 1] == 2,
+                      "case %zu, add_bos %d: %lld ids", c, ask, (long long)n);
+            free(ids);
+        }
+        tokenizer_free(t);
+        gguf_close(g);
+    }
+}
+
 int main(void) {
     if (!mkdtemp(tmpdir)) { perror("mkdtemp"); return 1; }
     tok_q2 = load_vocab("ggml-vocab-qwen2.gguf", &gg_q2);
@@ -383,6 +416,7 @@ int main(void) {
     RUN(api);
     RUN(random_bytes);
     RUN(refuses_bad_files);
+    RUN(prompt_bos);
     tokenizer_free(tok_q2);
     tokenizer_free(tok_q35);
     if (gg_q2) gguf_close(gg_q2);
