@@ -72,9 +72,10 @@ def run_hearth(hearth, model, text, ctx, threads="2", chunks=(), device="cpu"):
 def run_llama(llama_dir, model, text, ctx, n_scored, threads="2", chunks=()):
     """llama-perplexity: (window means, ppl, error bar)"""
     # llama.cpp's logger writes from a thread of its own and now and then loses its last
-    # lines at exit (seen once in ~20 runs here; peer.sh notes the same of llama-completion):
-    # a run whose output lacks the final estimate is run again, up to three times
-    for _ in range(3):
+    # lines at exit (seen once in ~20 runs here; peer.sh notes the same of llama-completion;
+    # three times in a row once, on 2 cores with two more suites running beside it): a run
+    # whose output lacks the final estimate is run again, up to eight times
+    for _ in range(8):
         l = subprocess.run([f"{llama_dir}/llama-perplexity", "-m", model, "-f", text, "-c", str(ctx), "-b", str(ctx),
                             "-t", str(threads)] + list(chunks), capture_output=True, text=True, stdin=subprocess.DEVNULL)
         if l.returncode != 0:
