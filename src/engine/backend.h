@@ -18,6 +18,7 @@ typedef struct engine_backend {
     void (*restore)(engine *eng, int seq, const engine_point *p); /* lanes and rings in */
     void (*kv_read)(engine *eng, int seq, int64_t a, int64_t b, void *data);
     void (*kv_write)(engine *eng, int seq, int64_t a, int64_t b, const void *data);
+    bool argmax; /* run fills ARGMAX spans' tokens itself; else engine.c asks for LAST and argmaxes */
 } engine_backend;
 
 /* A sequence as engine.c tracks it: rows [0, pos) of KV, hash[i] the prefix hash of ids
@@ -41,6 +42,8 @@ struct engine {
      * off the GPU, bench/RESULTS.md); at most two (131 MB at q36), outside the cache budget */
     engine_point *spare[2];
     int n_spare;
+    float *argmax_rows;     /* the logits rows engine_run asks for on an ARGMAX span's behalf */
+    int n_argmax_rows;
     int32_t *route_trace;   /* debug.h: experts chosen, (rows of the call in span order, n_layer, K) */
     /* run scratch, sized at open: which spans touch which sequence */
     int *seq_seen;          /* n_seq_max */

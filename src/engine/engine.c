@@ -8,6 +8,7 @@
 #endif
 #include "engine/debug.h"
 #include "engine/mutant.h"
+#include "engine/sampler.h"
 #include "format/quant.h"
 
 #include <inttypes.h>
@@ -117,6 +118,7 @@ static void point_release(engine_point *p) {
 
 void engine_fini(engine *eng) {
     while (eng->n_spare > 0) point_release(eng->spare[--eng->n_spare]);
+    free(eng->argmax_rows);
     if (eng->seqs)
         for (int s = 0; s < eng->opts.n_seq_max; s++) free(eng->seqs[s].hash);
     free(eng->seqs);
@@ -213,6 +215,29 @@ int64_t engine_piece_end(const int64_t *anchors, int n_anchors, int64_t n, int64
     return c > end ? c : end;
 }
 
+/* the backend's run; one without an argmax of its own gets LAST for an ARGMAX span, into
+ * the engine's rows, and the token is taken here */
+static int run_spans(engine *eng, const engine_span *spans, int n_spans, herr *e) {
+    int na = 0;
+    for (int i = 0; i < n_spans; i++) na += spans[i].want == ENGINE_LOGITS_ARGMAX;
+    if (na == 0 || eng->be->argmax) return eng->be->run(eng, spans, n_spans, e);
+    const int64_t V = eng->m->hp.n_vocab;
+    if (na > eng->n_argmax_rows) {
+        free(eng->argmax_rows);
+        eng->argmax_rows = xmalloc(sizeof(float) * (size_t)(na * V));
+        eng->n_argmax_rows = na;
+    }
+    engine_span *sp = xmalloc(sizeof *sp * (size_t)n_spans);
+    memcpy(sp, spans, sizeof *sp * (size_t)n_spans);
+    for (int i = 0, k = 0; i < n_spans; i++)
+        if (sp[i].want == ENGINE_LOGITS_ARGMAX) sp[i].want = ENGINE_LOGITS_LAST, sp[i].logits = eng->argmax_rows + (k++) * V;
+    const int rc = eng->be->run(eng, sp, n_spans, e);
+    for (int i = 0; i < n_spans && rc == 0; i++)
+        if (spans[i].want == ENGINE_LOGITS_ARGMAX) *spans[i].token = sampler_argmax(sp[i].logits, V);
+    free(sp);
+    return rc;
+}
+
 int engine_run(engine *eng, const engine_span *spans, int n_spans, herr *e) {
     if (n_spans <= 0) return herr_set(e, "no spans to run");
     const int64_t V = eng->m->hp.n_vocab;
@@ -258,13 +283,17 @@ int engine_run(engine *eng, const engine_span *spans, int n_spans, herr *e) {
                               sp->anchors[k - 1]);
         }
         if (rc == 0 && sp->n_anchors < 0) rc = herr_set(e, "span %d: a negative anchor count", i);
-        if (rc == 0 && sp->want != ENGINE_LOGITS_NONE && !sp->logits)
+        if (rc == 0 && (sp->want < ENGINE_LOGITS_NONE || sp->want > ENGINE_LOGITS_ARGMAX))
+            rc = herr_set(e, "span %d: want %d is none, last, all or argmax", i, (int)sp->want);
+        else if (rc == 0 && sp->want == ENGINE_LOGITS_ARGMAX && !sp->token)
+            rc = herr_set(e, "span %d: a greedy token wanted but nowhere to put it", i);
+        else if (rc == 0 && sp->want != ENGINE_LOGITS_NONE && sp->want != ENGINE_LOGITS_ARGMAX && !sp->logits)
             rc = herr_set(e, "span %d: logits wanted but no buffer", i);
     }
     for (int i = 0; i < n_spans; i++)
         if (spans[i].seq >= 0 && spans[i].seq < eng->opts.n_seq_max) eng->seq_seen[spans[i].seq] = 0;
     if (rc < 0) return rc;
-    if (eng->be->run(eng, spans, n_spans, e) < 0) return -1;
+    if (run_spans(eng, spans, n_spans, e) < 0) return -1;
     /* provenance: the prefix hashes of the new rows, and each point's */
     for (int i = 0; i < n_spans; i++) {
         const engine_span *sp = &spans[i];

@@ -86,15 +86,23 @@ typedef struct engine_kv {
     void *data;
 } engine_kv;
 
-/* Which logits rows a span wants. */
-typedef enum engine_logits { ENGINE_LOGITS_NONE = 0, ENGINE_LOGITS_LAST, ENGINE_LOGITS_ALL } engine_logits;
+/* Which logits rows a span wants. ARGMAX: no logits, the last row's greedy token into
+ * *token (sampler_argmax's choice: the lowest id among equal maxima, NaN never chosen but
+ * at id 0); where the backend can (CUDA), only the id leaves the device. */
+typedef enum engine_logits {
+    ENGINE_LOGITS_NONE = 0,
+    ENGINE_LOGITS_LAST,
+    ENGINE_LOGITS_ALL,
+    ENGINE_LOGITS_ARGMAX
+} engine_logits;
 
 /* One sequence's rows in a call: ids[0..n) appended at the sequence's position. marks
  * (0 < m <= n, relative to the span, ascending) ask for points: points[i] receives the
  * state a prefill of exactly rows [0, marks[i]) of this span would leave. anchors (0 < a <
  * n, ascending) restart the GDN chunk grid: the rows from a on are the bits a span starting
  * at a would give (a chat's message starts, so a turn resumed there matches a cold run).
- * logits receives the last row (LAST, V floats) or every row (ALL, n x V). */
+ * logits receives the last row (LAST, V floats) or every row (ALL, n x V); token the last
+ * row's greedy token (ARGMAX). */
 typedef struct engine_span {
     int seq;
     const int32_t *ids;
@@ -106,6 +114,7 @@ typedef struct engine_span {
     int n_anchors;
     engine_logits want;
     float *logits;
+    int32_t *token;
 } engine_span;
 
 /* Counters a caller (tests, bench, the server's /metrics) may read. */

@@ -77,9 +77,14 @@ static int id_cmp(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
+bool sampler_penalizes(const sampler_opts *o) {
+    const bool rep = o->repeat_penalty > 0 && o->repeat_penalty != 1;
+    return o->repeat_last_n > 0 && (rep || o->presence_penalty != 0 || o->frequency_penalty != 0);
+}
+
 void sampler_penalize(const sampler_opts *o, float *logits, const int32_t *hist, int64_t n_hist) {
     const bool rep = o->repeat_penalty > 0 && o->repeat_penalty != 1;
-    if (o->repeat_last_n <= 0 || (!rep && o->presence_penalty == 0 && o->frequency_penalty == 0)) return;
+    if (!sampler_penalizes(o)) return;
     const int64_t n = n_hist < o->repeat_last_n ? n_hist : o->repeat_last_n;
     if (n <= 0) return;
     int32_t *w = xmalloc(sizeof(int32_t) * (size_t)n);

@@ -4,6 +4,7 @@
 #ifndef HEARTH_SAMPLER_H
 #define HEARTH_SAMPLER_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 typedef struct sampler_opts {
@@ -30,6 +31,8 @@ void sampler_init(sampler *s, const sampler_opts *o, int64_t n_vocab);
 void sampler_free(sampler *s);
 int32_t sampler_sample(sampler *s, const float *logits);
 int32_t sampler_argmax(const float *logits, int64_t n);
+/* whether sampler_penalize changes any logit under o (for some history) */
+bool sampler_penalizes(const sampler_opts *o);
 /* llama.cpp's repeat, presence and frequency penalties, in place, over the last
  * o->repeat_last_n of hist[0, n_hist) (the prompt and what was generated). */
 void sampler_penalize(const sampler_opts *o, float *logits, const int32_t *hist, int64_t n_hist);

@@ -36,6 +36,7 @@ typedef struct slot {
     sampler sm;
     float *logits;
     float *raw;                 /* the logits before penalties, when log-probabilities are asked for */
+    int32_t greedy;             /* the engine's argmax, when the request samples greedily (slot_greedy) */
     /* this step's span */
     int64_t span_b;
     int span_marks;
@@ -451,6 +452,14 @@ static void slot_took(sched *s, slot *sl, int32_t id, const token_lp *t) {
     sl->state = SLOT_GEN;
 }
 
+/* Whether the slot's next token is the logits' argmax and nothing else is read from them:
+ * greedy, no penalties, no log-probabilities, no test script. Then the engine is asked for
+ * the argmax alone (ENGINE_LOGITS_ARGMAX: on the GPU only the id leaves the device). */
+static bool slot_greedy(const sched *s, const slot *sl) {
+    const sched_req *r = sl->req;
+    return !(r->so.temp > 0) && !sampler_penalizes(&r->so) && r->top_logprobs < 0 && !s->o.script;
+}
+
 /* The next token from the slot's logits: log-probabilities first where asked (of the
  * model's own softmax), then the penalties over the context, then the sampler. */
 static int32_t slot_sample(sched *s, slot *sl, token_lp *t) {
@@ -550,7 +559,8 @@ static void step(sched *s, bool stopping) {
             continue;
         }
         engine_span *sp = &s->spans[n];
-        *sp = (engine_span){.seq = sl->id, .logits = sl->logits};
+        *sp = (engine_span){.seq = sl->id, .logits = sl->logits, .token = &sl->greedy};
+        const engine_logits last = slot_greedy(s, sl) ? ENGINE_LOGITS_ARGMAX : ENGINE_LOGITS_LAST;
         if (sl->state == SLOT_PREFILL) {
             /* the next piece ends where the engine would end a pass's piece: on the chunk
              * grid laid from the resume row (exact requests: from row 0 and restarted at
@@ -586,12 +596,12 @@ static void step(sched *s, bool stopping) {
             sp->points = sl->span_pts;
             sp->anchors = sl->span_anchor;
             sp->n_anchors = sl->span_anchors;
-            sp->want = b == r->n_ids ? ENGINE_LOGITS_LAST : ENGINE_LOGITS_NONE;
+            sp->want = b == r->n_ids ? last : ENGINE_LOGITS_NONE;
             prompt_rows = true;
         } else {
             sp->ids = &sl->next_id;
             sp->n = 1;
-            sp->want = ENGINE_LOGITS_LAST;
+            sp->want = last;
         }
         s->span_slot[n++] = sl;
     }
@@ -624,7 +634,8 @@ static void step(sched *s, bool stopping) {
             sl->pf_pos = sl->span_b;
             if (sl->pf_pos < r->n_ids) continue;
         }
-        slot_took(s, sl, slot_sample(s, sl, &tl), r->top_logprobs >= 0 ? &tl : NULL);
+        const int32_t id = sp->want == ENGINE_LOGITS_ARGMAX ? sl->greedy : slot_sample(s, sl, &tl);
+        slot_took(s, sl, id, r->top_logprobs >= 0 ? &tl : NULL);
     }
 }
 

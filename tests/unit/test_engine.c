@@ -363,6 +363,52 @@ static void check_determinism(const char *preset, const char *quant, int64_t n_p
     model_free(m);
 }
 
+/* ENGINE_LOGITS_ARGMAX (the greedy token alone; on the GPU only the id leaves the device)
+ * against sampler_argmax of the LAST row of the same ids: a prompt, then steps, the two
+ * sequences in one call and, every other step, the argmax sequence in a call of its own
+ * (tokens alone). A span asking for it with nowhere to put it is refused. */
+static void check_argmax(const char *preset, const char *quant, int64_t n_prompt) {
+    const char *path = test_model(preset, quant);
+    herr e;
+    model *m;
+    if (model_load(&m, path, &e) < 0) { CHECK_MSG(0, "%s", e.msg); return; }
+    const int64_t V = m->hp.n_vocab, n_gen = 8;
+    int32_t *ids = test_ids(n_prompt, V, 12);
+    float *lg = xmalloc(sizeof(float) * (size_t)V);
+    engine *eng;
+    engine_opts eo = {.n_threads = 2, .n_ctx = n_prompt + n_gen + 1, .n_seq_max = 2};
+    if (engine_open(&eng, m, &eo, &e) < 0) {
+        CHECK_MSG(0, "%s", e.msg);
+    } else {
+        int32_t tok = -1, next[2] = {0, 0};
+        engine_span bad = {.seq = 1, .ids = ids, .n = 1, .want = ENGINE_LOGITS_ARGMAX};
+        CHECK_MSG(engine_run(eng, &bad, 1, &e) < 0 && strstr(e.msg, "greedy token"), "an argmax span with no token ran");
+        engine_span sp[2] = {{.seq = 0, .ids = ids, .n = n_prompt, .want = ENGINE_LOGITS_LAST, .logits = lg},
+                             {.seq = 1, .ids = ids, .n = n_prompt, .want = ENGINE_LOGITS_ARGMAX, .token = &tok}};
+        int bad_steps = 0;
+        for (int k = 0; k <= n_gen; k++) {
+            const bool apart = k % 2 == 1;
+            if (apart) {
+                CHECK(engine_run(eng, &sp[0], 1, &e) == 0 && engine_run(eng, &sp[1], 1, &e) == 0);
+            } else {
+                CHECK(engine_run(eng, sp, 2, &e) == 0);
+            }
+            const int32_t want = sampler_argmax(lg, V);
+            bad_steps += tok != want;
+            next[0] = want, next[1] = tok;
+            sp[0].ids = &next[0], sp[1].ids = &next[1], sp[0].n = sp[1].n = 1;
+        }
+        CHECK_MSG(bad_steps == 0, "%s %s: %d of %lld steps' argmax token differs from sampler_argmax of the logits", preset,
+                  quant, bad_steps, (long long)n_gen + 1);
+        printf("  %s %s (%s): argmax tokens = sampler_argmax of the logits over a %lld-row prompt and %lld steps\n", preset,
+               quant, engine_get_info(eng).backend, (long long)n_prompt, (long long)n_gen);
+        engine_free(eng);
+    }
+    free(lg);
+    free(ids);
+    model_free(m);
+}
+
 TEST(tiny_f32) { check_file("tiny", "f32", lengths_toy, stepped_toy); }
 TEST(tiny_q8_0) { check_file("tiny", "q8_0", lengths_toy, stepped_toy); }
 TEST(tiny_q4_k_m) { check_file("tiny", "q4_k_m", lengths_toy, stepped_toy); }
@@ -371,6 +417,8 @@ TEST(small_q8_0) { check_file("small", "q8_0", lengths_toy, stepped_toy); }
 TEST(small_q4_k_m) { check_file("small", "q4_k_m", lengths_toy, stepped_toy); }
 TEST(wide_q4_k_m) { check_file("wide", "q4_k_m", lengths_wide, stepped_wide); }
 TEST(determinism_tiny) { check_determinism("tiny", "q4_k_m", 70); check_determinism("tiny", "f32", 70); }
+TEST(argmax_tiny) { check_argmax("tiny", "q4_k_m", 70); }
+TEST(argmax_wide) { check_argmax("wide", "q4_k_m", 70); } /* the real vocabulary, 248,320 */
 TEST(determinism_small) { check_determinism("small", "q4_k_m", 70); }
 /* four passes of 512 rows, then steps: the same bits at every thread count */
 TEST(determinism_wide) { check_determinism("wide", "q4_k_m", 2048); }
@@ -380,12 +428,14 @@ int main(int argc, char **argv) {
     if (!strcmp(mode, "--wide")) { /* tests/cli/wide.sh: the file it wrote, shared */
         RUN(wide_q4_k_m);
         RUN(determinism_wide);
+        RUN(argmax_wide);
         return harness_done();
     }
     RUN(tiny_f32);
     RUN(tiny_q8_0);
     RUN(tiny_q4_k_m);
     RUN(determinism_tiny);
+    RUN(argmax_tiny);
     if (strcmp(mode, "--tiny")) {
         RUN(small_q4_k_m);
         RUN(small_q8_0);
