@@ -92,9 +92,12 @@ int cmd_run(int argc, char **argv) {
     for (int64_t i = 0; i < n_marks; i++)
         if (engine_point_new(eng, &points[i], &e) < 0) { fprintf(stderr, "hearth run: --marks: %s\n", e.msg); return 1; }
 
+    /* greedy: the engine picks the token (on the GPU only its id leaves the device) */
+    const engine_logits want = temp > 0 ? ENGINE_LOGITS_LAST : ENGINE_LOGITS_ARGMAX;
+    int32_t greedy = 0;
     double t0 = time_now();
     engine_span sp = {.seq = 0, .ids = ids, .n = n_ids, .marks = marks, .n_marks = (int)n_marks, .points = points,
-                      .want = ENGINE_LOGITS_LAST, .logits = logits};
+                      .want = want, .logits = logits, .token = &greedy};
     if (engine_run(eng, &sp, 1, &e) < 0) {
         fprintf(stderr, "hearth run: %s\n", e.msg);
         return 1;
@@ -117,7 +120,7 @@ int cmd_run(int argc, char **argv) {
     int rc = 0;
     double t1 = time_now();
     for (int64_t k = 0; k < n_gen; k++) {
-        int32_t id = sampler_sample(&sm, logits);
+        int32_t id = want == ENGINE_LOGITS_ARGMAX ? greedy : sampler_sample(&sm, logits);
         out[n_out++] = id;
         if (tok && !ids_out) {
             char buf[4096]; /* a piece longer than this comes out with the next token */
@@ -133,7 +136,7 @@ int cmd_run(int argc, char **argv) {
             rc = 1;
             break;
         }
-        engine_span st = {.seq = 0, .ids = &id, .n = 1, .want = ENGINE_LOGITS_LAST, .logits = logits};
+        engine_span st = {.seq = 0, .ids = &id, .n = 1, .want = want, .logits = logits, .token = &greedy};
         if (engine_run(eng, &st, 1, &e) < 0) {
             fprintf(stderr, "\nhearth run: %s\n", e.msg);
             rc = 1;
