@@ -19,6 +19,10 @@ typedef struct engine_backend {
     void (*kv_read)(engine *eng, int seq, int64_t a, int64_t b, void *data);
     void (*kv_write)(engine *eng, int seq, int64_t a, int64_t b, const void *data);
     bool argmax; /* run fills ARGMAX spans' tokens itself; else engine.c asks for LAST and argmaxes */
+    /* a point's buffers, where the backend wants its own host memory (the CUDA engine's
+     * pinned pages, which it copies into asynchronously); NULL or a NULL result: calloc */
+    void *(*point_alloc)(engine *eng, size_t bytes);
+    void (*point_dealloc)(void *p);
 } engine_backend;
 
 /* A sequence as engine.c tracks it: rows [0, pos) of KV, hash[i] the prefix hash of ids

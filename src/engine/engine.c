@@ -111,9 +111,29 @@ int engine_init(engine *eng, const engine_backend *be, const model *m, const eng
 }
 
 static void point_release(engine_point *p) {
-    free(p->lanes);
-    free(p->rings);
+    void (*dealloc)(void *) = p->dealloc ? p->dealloc : free;
+    dealloc(p->lanes);
+    dealloc(p->rings);
     free(p);
+}
+
+/* a point's lanes and rings (one float more each, so a zero-sized shape still allocates):
+ * the backend's memory where it has its own, both or neither (not zeroed: a point is written
+ * whole before it is read), else calloc's; false when out of memory */
+static bool point_buffers(engine *eng, engine_point *p) {
+    const size_t nl = (size_t)p->n_gdn * p->lane_floats + 1, nr = (size_t)p->n_gdn * p->ring_floats + 1;
+    const engine_backend *be = eng->be;
+    if (be->point_alloc) {
+        p->lanes = be->point_alloc(eng, nl * sizeof(float));
+        p->rings = p->lanes ? be->point_alloc(eng, nr * sizeof(float)) : NULL;
+        p->dealloc = be->point_dealloc;
+        if (p->rings) return true;
+        if (p->lanes) be->point_dealloc(p->lanes);
+    }
+    p->dealloc = free;
+    p->lanes = calloc(nl, sizeof(float));
+    p->rings = calloc(nr, sizeof(float));
+    return p->lanes && p->rings;
 }
 
 void engine_fini(engine *eng) {
@@ -333,19 +353,17 @@ int engine_point_new(engine *eng, engine_point **out, herr *e) {
     if (eng->n_spare > 0) { /* a freed point's buffers, pages already touched; pos -1 until filled */
         engine_point *p = eng->spare[--eng->n_spare];
         float *lanes = p->lanes, *rings = p->rings;
+        void (*dealloc)(void *) = p->dealloc;
         *p = tmpl;
         p->lanes = lanes;
         p->rings = rings;
+        p->dealloc = dealloc;
         *out = p;
         return 0;
     }
     engine_point *p = calloc(1, sizeof *p);
-    if (p) {
-        *p = tmpl;
-        p->lanes = calloc((size_t)p->n_gdn * p->lane_floats + 1, sizeof(float));
-        p->rings = calloc((size_t)p->n_gdn * p->ring_floats + 1, sizeof(float));
-    }
-    if (!p || !p->lanes || !p->rings) {
+    if (p) *p = tmpl;
+    if (!p || !point_buffers(eng, p)) {
         if (p) point_release(p);
         eng->cache_used -= (int64_t)engine_point_size(&tmpl);
         return herr_set(e, "out of memory for a point of %.1f MiB", (double)engine_point_size(&tmpl) / (1 << 20));

@@ -72,6 +72,7 @@ typedef struct engine_point {
     size_t ring_floats;     /* per layer */
     float *lanes;           /* n_gdn * lane_floats */
     float *rings;           /* n_gdn * ring_floats */
+    void (*dealloc)(void *); /* how lanes and rings are freed: the backend's point_dealloc, or free */
 } engine_point;
 
 /* KV rows [a, b) of one sequence, every attention layer's K then V rows, in the engine's KV

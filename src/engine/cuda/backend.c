@@ -97,6 +97,13 @@ typedef struct cuda_engine {
     graph_entry graphs[N_GRAPHS];
     int64_t graph_clock;
     const char *no_graphs;  /* HEARTH_CUDA_GRAPHS=0 turns them off */
+    /* points: a GDN layer's lanes are copied to the points' (pinned) host buffers on the copy
+     * stream cs as soon as that layer's delta rule has staged them, while the pass goes on;
+     * gdn_done[gi] orders the copy after the layer. HEARTH_CUDA_PINNED_POINTS=0: points in
+     * calloc'd memory (copied at the pass's end, as pageable memory allows) */
+    void *cs;
+    void *gdn_done[MODEL_MAX_LAYERS];
+    bool pinned_points;
 } cuda_engine;
 
 static void cuda_free(engine *eng);
@@ -366,9 +373,22 @@ typedef struct pass {
     const int64_t *row_call;
     float *const *logit_row;
     engine_point *const *mark_point;
+    bool copy_lanes;        /* the points' lanes are copied on cs layer by layer (no graph) */
 } pass;
 
 #define IO(ce, field, type) ((type *)((ce)->d_io + (ce)->io.field))
+
+/* the pass's points' lanes of GDN layer gi, from the staging area to their host buffers, on
+ * the copy stream once the layer's delta rule is done (cuda_run waits for cs after the pass) */
+static int lanes_out(cuda_engine *ce, int64_t gi, const pass *p, herr *e) {
+    const size_t bytes = sizeof(float) * ce->lane_floats, slot = ce->lane_floats * (size_t)ce->n_gdn;
+    TRY(hk_event_record(ce->st, ce->gdn_done[gi], e));
+    TRY(hk_stream_wait(ce->cs, ce->gdn_done[gi], e));
+    for (int i = 0; i < p->n_marks; i++)
+        TRY(hk_d2h_async(ce->cs, p->mark_point[i]->lanes + (size_t)gi * ce->lane_floats,
+                         ce->stage_lanes + (size_t)i * slot + (size_t)gi * ce->lane_floats, bytes, e));
+    return 0;
+}
 
 static int gdn_layer(cuda_engine *ce, const cuda_layer *C, const pass *p, herr *e) {
     const model_hparams *hp = &ce->base.m->hp;
@@ -398,6 +418,7 @@ static int gdn_layer(cuda_engine *ce, const cuda_layer *C, const pass *p, herr *
         OP("gdn ring", hk_gdn_ring(st, ce->qkv, ring0, rstride, pieces, p->n_pieces, marks, p->n_marks, sr, rstride, cd, dc, e));
     OP("gdn delta", hk_gdn_delta(st, ce->cv, ce->gb, ce->ga, lane0, lstride, pieces, p->n_pieces, marks, sl, lstride, S, Gk, Gv, cd,
                      ce->o, e));
+    if (p->copy_lanes) TRY(lanes_out(ce, C->gi, p, e));
     hk_act aov, *ao = act_view(act_for(&C->ssm_out, &ce->ao8k, &ce->ao80), Vd, &aov);
     OP("gdn gated norm", hk_gdn_gated_norm(st, ce->o, ce->z, F(C->ssm_norm), n, S, Gv, hp->rms_eps, ao, e));
     OP("gdn out", hk_matmul(st, &C->ssm_out, ce->o, Vd, ao, n, ce->x, E, true, e));
@@ -527,7 +548,8 @@ static int forward(cuda_engine *ce, const pass *p, herr *e) {
  * launches it plainly */
 static int run_pass(cuda_engine *ce, const pass *p, herr *e) {
     engine *eng = &ce->base;
-    if (ce->no_graphs || ce->prof || eng->route_trace) return forward(ce, p, e);
+    /* a pass with points copies into their buffers, which a graph would hold fixed */
+    if (ce->no_graphs || ce->prof || eng->route_trace || p->copy_lanes) return forward(ce, p, e);
     graph_entry *hit = NULL, *free_e = NULL, *old = &ce->graphs[0];
     for (int i = 0; i < N_GRAPHS; i++) {
         graph_entry *g = &ce->graphs[i];
@@ -633,8 +655,15 @@ static int cuda_run(engine *eng, const engine_span *spans, int n_spans, herr *e)
             break;
         }
         pass p = {.n = n, .n_logits = n_logits, .n_pieces = np, .n_marks = nm, .n_tiles = nt, .row_call = row_call,
-                  .logit_row = logit_row, .mark_point = mark_point};
-        if (run_pass(ce, &p, e) < 0 || hk_stream_sync(ce->st, e) < 0) {
+                  .logit_row = logit_row, .mark_point = mark_point, .copy_lanes = nm > 0 && ce->pinned_points};
+        /* the copy stream is waited for even when the pass failed: its copies read the staging
+         * area and write the points, which must not move under it */
+        const int prc = run_pass(ce, &p, e);
+        if (prc < 0 || hk_stream_sync(ce->st, e) < 0 || hk_stream_sync(ce->cs, e) < 0) {
+            if (prc < 0) {
+                herr e2;
+                hk_stream_sync(ce->cs, &e2);
+            }
             rc = -1;
             break;
         }
@@ -649,8 +678,8 @@ static int cuda_run(engine *eng, const engine_span *spans, int n_spans, herr *e)
             const float *ring = ce->stage_rings + (size_t)i * ce->ring_floats * (size_t)ce->n_gdn;
             if (MUTANT("live_ring")) /* mutant: points taken from the live ring after the pass */
                 ring = ce->rings + (size_t)pieces[marks[i].piece].seq * ce->ring_floats * (size_t)ce->n_gdn;
-            if (hk_d2h(pt->lanes, ce->stage_lanes + (size_t)i * ce->lane_floats * (size_t)ce->n_gdn,
-                       sizeof(float) * ce->lane_floats * (size_t)ce->n_gdn, e) < 0 ||
+            if ((!p.copy_lanes && hk_d2h(pt->lanes, ce->stage_lanes + (size_t)i * ce->lane_floats * (size_t)ce->n_gdn,
+                                         sizeof(float) * ce->lane_floats * (size_t)ce->n_gdn, e) < 0) ||
                 hk_d2h(pt->rings, ring, sizeof(float) * ce->ring_floats * (size_t)ce->n_gdn, e) < 0)
                 rc = -1;
         }
@@ -739,12 +768,25 @@ static void cuda_free(engine *eng) {
     hk_host_free(ce->h_io);
     hk_host_free(ce->h_logits);
     free(ce->h_sel);
+    for (int i = 0; i < MODEL_MAX_LAYERS; i++) hk_event_free(ce->gdn_done[i]);
+    hk_stream_free(ce->cs);
     hk_stream_free(ce->st);
     engine_fini(eng);
     free(ce);
 }
 
+/* point buffers in pinned host memory (the copy runs at the bus's rate, 1.2 ms a q36 point
+ * against ~4 ms pageable, and can overlap the pass; bench/RESULTS.md); NULL (so calloc) when
+ * pinning fails or is turned off */
+static void *cuda_point_alloc(engine *eng, size_t bytes) {
+    void *p = NULL;
+    herr e;
+    return ((cuda_engine *)eng)->pinned_points && hk_host_alloc(&p, bytes, &e) == 0 ? p : NULL;
+}
+
 static const engine_backend cuda_backend = {
+    .point_alloc = cuda_point_alloc,
+    .point_dealloc = hk_host_free,
     .name = "cuda",
     .free = cuda_free,
     .run = cuda_run,
@@ -772,10 +814,17 @@ int engine_open_cuda(engine **out, const model *m, const engine_opts *o, herr *e
     const model_hparams *hp = &m->hp;
     cuda_engine *ce = xcalloc(1, sizeof *ce);
     engine *eng = &ce->base;
-    if (engine_init(eng, &cuda_backend, m, o, e) < 0 || hk_stream_new(&ce->st, e) < 0) {
+    if (engine_init(eng, &cuda_backend, m, o, e) < 0 || hk_stream_new(&ce->st, e) < 0 || hk_stream_new(&ce->cs, e) < 0) {
         cuda_free(eng);
         return -1;
     }
+    for (int i = 0; i < MODEL_MAX_LAYERS; i++)
+        if (hk_event_new_sync(&ce->gdn_done[i], e) < 0) {
+            cuda_free(eng);
+            return -1;
+        }
+    const char *pin = getenv("HEARTH_CUDA_PINNED_POINTS");
+    ce->pinned_points = !(pin && !strcmp(pin, "0"));
     const char *g = getenv("HEARTH_CUDA_GRAPHS"), *pr = getenv("HEARTH_CUDA_PROFILE");
     ce->no_graphs = g && !strcmp(g, "0") ? "off" : NULL;
     const char *pdl = getenv("HEARTH_CUDA_PDL"); /* 0: every kernel launched plainly (to measure what PDL buys) */

@@ -120,6 +120,16 @@ extern "C" int hk_event_new(void **ev, herr *e) {
     *ev = (void *)x;
     return 0;
 }
+extern "C" int hk_event_new_sync(void **ev, herr *e) {
+    cudaEvent_t x;
+    CUDA_TRY(cudaEventCreateWithFlags(&x, cudaEventDisableTiming), e);
+    *ev = (void *)x;
+    return 0;
+}
+extern "C" int hk_stream_wait(void *st, void *ev, herr *e) {
+    CUDA_TRY(cudaStreamWaitEvent(STREAM(st), (cudaEvent_t)ev, 0), e);
+    return 0;
+}
 extern "C" void hk_event_free(void *ev) {
     if (ev) cudaEventDestroy((cudaEvent_t)ev);
 }

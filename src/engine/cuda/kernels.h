@@ -106,6 +106,9 @@ int hk_event_new(void **ev, herr *e);
 void hk_event_free(void *ev);
 int hk_event_record(void *st, void *ev, herr *e);
 float hk_event_ms(void *a, void *b);
+/* an event for ordering alone (no timing), and a stream made to wait for it */
+int hk_event_new_sync(void **ev, herr *e);
+int hk_stream_wait(void *st, void *ev, herr *e);
 
 /* x (n, E) = rows ids of the embedding te (E = te->K; te in the file's layout) */
 int hk_embed(void *st, const hk_w *te, const int32_t *ids, int64_t n, float *x, herr *e);
