@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# bench/device_f7.sh: everything issue F7 needs from one GPU call, in order, each step
+# time-boxed, stopping before DEADLINE seconds (default 570) so the call returns its logs:
+#   build      hearth, the CUDA tests and the gates for sm_90a (llama.cpp's CUDA build starts
+#              in the background first: bench/device_peer_build.sh)
+#   unit       test_cuda, and test_gdn_chunk where it is built (the chunked delta rule on the GPU)
+#   engine     test_engine --tiny on the cuda engine, as built (defaults) and with every switch
+#              named in FORMS (e.g. "HEARTH_CUDA_GDN_CHUNK=1")
+#   gates      `gates all tiny` on the cuda engine, the same forms
+#   points     hearth bench -p 4096 --marks 2048,4096 with pinned points and without
+#              (HEARTH_CUDA_PINNED_POINTS=0), interleaved: what the two points add
+#   rows       bench/device_cuda_vs_llama.sh (REPS, SETS): the five rows against llama.cpp,
+#              with FORMS' switches exported when ROWS_FORMS=1
+#   mutants    tests/gates/mutants on the cuda engine (with the forms' switches when
+#              ROWS_FORMS=1)
+# STEPS picks (default "build unit engine gates points rows mutants"). Logs to $OUT, one line
+# a step to stdout. Run by the device tool with .peer carried.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out=${OUT:-/tmp/out}; mkdir -p "$out"
+. bench/device_deps.sh
+t_start=$(date +%s) deadline=${DEADLINE:-570}
+steps=${STEPS:-build unit engine gates points rows mutants}
+forms=${FORMS:-}
+left() { echo $(( deadline - ($(date +%s) - t_start) )); }
+{ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader; nproc; git log -1 --format=%h 2>/dev/null; } >"$out/host.txt" 2>&1
+cat "$out/host.txt"
+export HEARTH_TMP=/dev/shm
+step() { # name, seconds, command... (env assignments go before step)
+    local name=$1 limit=$2; shift 2
+    local l; l=$(left)
+    [ "$limit" -gt "$l" ] && limit=$l
+    if [ "$limit" -lt 15 ]; then echo "== $name: skipped, ${l} s left"; return 0; fi
+    local s=$(date +%s)
+    timeout "$limit" "$@" >"$out/$name.log" 2>&1
+    local rc=$?
+    echo "== $name: rc $rc in $(( $(date +%s) - s )) s: $(grep -E '^[0-9]+ passed|^FAIL|^!!|skipped' "$out/$name.log" | tail -3 | tr '\n' ' ')"
+    return $rc
+}
+with_forms() { # name, seconds, command...: once as built, then once per form in FORMS
+    local name=$1 limit=$2; shift 2
+    step "$name" "$limit" "$@"
+    for f in $forms; do
+        step "${name}_${f%%=*}" "$limit" env "$f" "$@"
+    done
+}
+[ -f /tmp/llama-cuda/done ] || (setsid nohup bash bench/device_peer_build.sh >/tmp/peer-build.log 2>&1 &)
+for s in $steps; do
+    case $s in
+    build) t0=$(date +%s)
+           targets="build/hearth build/tests/test_cuda build/tests/test_engine build/gates build/mut/test_engine"
+           grep -q 'test_gdn_chunk' Makefile && targets="$targets build/tests/test_gdn_chunk"
+           make -j12 $targets >"$out/make.log" 2>&1 || { tail -30 "$out/make.log"; exit 1; }
+           echo "== build: $(( $(date +%s) - t0 )) s" ;;
+    unit) step unit 90 build/tests/test_cuda
+          [ -x build/tests/test_gdn_chunk ] && step unit_chunk 120 build/tests/test_gdn_chunk ;;
+    engine) with_forms engine_tiny 120 build/tests/test_engine --tiny ;;
+    gates) HEARTH_GATES_DEVICE=cuda with_forms gates_tiny 150 build/gates all tiny ;;
+    points) [ -f /dev/shm/q36.gguf ] || build/hearth gen --preset q36 --quant q4_k_m --seed 1 -o /dev/shm/q36.gguf >"$out/gen.log" 2>&1
+            for i in 1 2; do
+                step points_pinned_$i 60 build/hearth bench --device cuda -m /dev/shm/q36.gguf -p 4096 -n 0 -r 2 --marks 2048,4096 --kv f16
+                HEARTH_CUDA_PINNED_POINTS=0 step points_pageable_$i 60 build/hearth bench --device cuda -m /dev/shm/q36.gguf -p 4096 -n 0 -r 2 --marks 2048,4096 --kv f16
+            done
+            grep -h "pp4096" "$out"/points_*.log | head -8 ;;
+    rows) l=$(left); [ "$l" -lt 200 ] && { echo "== rows: skipped, ${l} s left"; continue; }
+          ( [ "${ROWS_FORMS:-0}" = 1 ] && for f in $forms; do export "$f"; done
+            timeout $(( l - 20 )) bash bench/device_cuda_vs_llama.sh ) >"$out/rows.log" 2>&1
+          echo "== rows: rc $?"; grep -E "^\||llama.cpp |NVIDIA" "$out/rows.log" ;;
+    mutants) ( [ "${ROWS_FORMS:-0}" = 1 ] && for f in $forms; do export "$f"; done
+               HEARTH_GATES_DEVICE=cuda step mutants 400 tests/gates/mutants )
+             tail -30 "$out/mutants.log" | grep -E "\||passed|FAIL" | tail -25 ;;
+    esac
+done
+echo "done with $(left) s left"
