@@ -8,6 +8,7 @@
  * cores per tile, pair by pair or grouped by expert) computed it. */
 #include "harness.h"
 #include "format/quant.h"
+#include "engine/sampler.h"
 #include "base/util.h"
 #ifdef HEARTH_CUDA
 #include "engine/cuda/cuda.h"
@@ -678,6 +679,51 @@ TEST(attn_matches_ref) {
 #endif
 }
 
+/* The greedy token on the GPU (hk_argmax) against sampler_argmax over rows at the real vocab
+ * (248,320) with the cases the rule has to get right: random rows, maxima tied at several ids
+ * (the lowest wins), NaN at id 0 (id 0), NaN at the true maximum and elsewhere (skipped),
+ * all -inf (id 0), all NaN (id 0), the maximum at the last id and at a block's first; then
+ * launched again over fewer rows, which the tickets the first launch left must not upset. */
+TEST(argmax_matches_sampler) {
+#ifndef HEARTH_CUDA
+    SKIP("built without CUDA (nvcc not found)");
+#else
+    if (!have_gpu()) return;
+    const int64_t V = 248320, n = 9;
+    float *l = randf(n * V, 900, -30.0f, 30.0f);
+    float *r1 = l + V, *r2 = l + 2 * V, *r3 = l + 3 * V, *r4 = l + 4 * V, *r5 = l + 5 * V, *r6 = l + 6 * V, *r7 = l + 7 * V;
+    r1[5000] = r1[100] = r1[200000] = 99.0f;
+    r2[0] = NAN, r2[7] = 99.0f;
+    r3[1234] = NAN, r3[77] = 98.0f, r3[V - 2] = NAN, r3[4242] = 97.0f;
+    for (int64_t i = 0; i < V; i++) r4[i] = -INFINITY, r5[i] = NAN;
+    r6[V - 1] = 99.0f;
+    r7[(V + 31) / 32 * 5] = 99.0f; /* the first value of block 5's slice */
+    herr e;
+    void *st, *dl, *dt, *scr;
+    const size_t sb = hk_argmax_scratch(n);
+    CHECK(hk_stream_new(&st, &e) == 0 && hk_malloc(&dl, 4 * (size_t)(n * V), &e) == 0 && hk_malloc(&dt, 4 * (size_t)n, &e) == 0 &&
+          hk_malloc(&scr, sb, &e) == 0 && hk_memset(scr, 0, sb, &e) == 0);
+    hk_h2d(dl, l, 4 * (size_t)(n * V), &e);
+    int32_t tok[9], tok2[3];
+    CHECK_MSG(hk_argmax(st, dl, V, n, scr, dt, &e) == 0 && hk_stream_sync(st, &e) == 0, "%s", e.msg);
+    hk_d2h(tok, dt, sizeof tok, &e);
+    CHECK_MSG(hk_argmax(st, (float *)dl + 4 * V, V, 3, scr, dt, &e) == 0 && hk_stream_sync(st, &e) == 0, "%s", e.msg);
+    hk_d2h(tok2, dt, sizeof tok2, &e);
+    int bad = 0;
+    for (int64_t r = 0; r < n; r++) {
+        const int32_t want = sampler_argmax(l + r * V, V);
+        if (tok[r] != want) bad++, printf("  row %lld: GPU %d, sampler_argmax %d\n", (long long)r, tok[r], want);
+        if (r >= 4 && r < 7 && tok2[r - 4] != want) bad++, printf("  second launch, row %lld: GPU %d, sampler_argmax %d\n", (long long)r, tok2[r - 4], want);
+    }
+    CHECK_MSG(bad == 0, "%d greedy tokens differ from sampler_argmax", bad);
+    CHECK(tok[1] == 100 && tok[2] == 0 && tok[3] == 77 && tok[4] == 0 && tok[5] == 0 && tok[6] == V - 1);
+    printf("  argmax: %lld rows of %lld (ties, NaN, -inf, edges) equal sampler_argmax, twice\n", (long long)n, (long long)V);
+    hk_free(dl), hk_free(dt), hk_free(scr);
+    hk_stream_free(st);
+    free(l);
+#endif
+}
+
 TEST(device_name) {
 #ifndef HEARTH_CUDA
     SKIP("built without CUDA (nvcc not found)");
@@ -699,6 +745,7 @@ int main(void) {
     RUN(fmatmul_matches_cpu);
     RUN(route_matches_cpu);
     RUN(attn_matches_ref);
+    RUN(argmax_matches_sampler);
     RUN(device_name);
     return harness_done();
 }

@@ -49,7 +49,7 @@ typedef struct pass_io {
 } pass_io;
 
 typedef struct graph_entry {
-    int64_t n, n_logits, use;
+    int64_t n, n_logits, n_argmax, use;
     int n_pieces, n_marks, n_tiles;
     void *exec;
 } graph_entry;
@@ -93,6 +93,8 @@ typedef struct cuda_engine {
     float *stage_lanes, *stage_rings;
     int64_t stage_cap;      /* points the staging area holds */
     float *h_logits;        /* pinned host copy of a pass's logits rows */
+    int32_t *d_tok, *h_tok; /* an ARGMAX span's greedy token (LOGITS_CAP), device and pinned host */
+    void *am_scratch;
     int32_t *h_sel;         /* host copy of a layer's choices (route trace) */
     graph_entry graphs[N_GRAPHS];
     int64_t graph_clock;
@@ -294,7 +296,8 @@ static int alloc_state(cuda_engine *ce, herr *e) {
         {(void **)&ce->g, f * (size_t)(P * F)}, {(void **)&ce->u, f * (size_t)(P * F)},
         {(void **)&ce->sg, f * (size_t)(R * Fs)}, {(void **)&ce->su, f * (size_t)(R * Fs)},
         {(void **)&ce->eo, f * (size_t)(P * E)}, {(void **)&ce->so, f * (size_t)(R * E)},
-        {(void **)&ce->logits, f * (size_t)LOGITS_CAP * (size_t)V},
+        {(void **)&ce->logits, f * (size_t)LOGITS_CAP * (size_t)V}, {(void **)&ce->d_tok, 4 * (size_t)LOGITS_CAP},
+        {&ce->am_scratch, hk_argmax_scratch(LOGITS_CAP)},
         {(void **)&ce->sel, 4 * (size_t)(R * K)}, {(void **)&ce->offs, 4 * (size_t)(X + 1)},
         {(void **)&ce->list, 4 * (size_t)(R * K)}, {(void **)&ce->mtiles, 4 * (size_t)(2 * (R * K + X) + 2)},
         {(void **)&ce->d_io, ce->io.bytes},
@@ -338,8 +341,10 @@ static int alloc_state(cuda_engine *ce, herr *e) {
     if (hk_memset(ce->lanes, 0, f * ce->lane_floats * (size_t)(ns * ce->n_gdn), e) < 0 ||
         hk_memset(ce->rings, 0, f * ce->ring_floats * (size_t)(ns * ce->n_gdn), e) < 0)
         return -1;
+    if (hk_memset(ce->am_scratch, 0, hk_argmax_scratch(LOGITS_CAP), e) < 0) return -1;
     if (hk_host_alloc((void **)&ce->h_io, ce->io.bytes, e) < 0 ||
-        hk_host_alloc((void **)&ce->h_logits, f * (size_t)LOGITS_CAP * (size_t)V, e) < 0)
+        hk_host_alloc((void **)&ce->h_logits, f * (size_t)LOGITS_CAP * (size_t)V, e) < 0 ||
+        hk_host_alloc((void **)&ce->h_tok, 4 * (size_t)LOGITS_CAP, e) < 0)
         return herr_wrap(e, "--device cuda");
     return 0;
 }
@@ -368,7 +373,8 @@ static int stage_reserve(cuda_engine *ce, int64_t n_points, herr *e) {
 
 /* one pass's rows, as cuda_run laid them out (host copies of what went to the device) */
 typedef struct pass {
-    int64_t n, n_logits;
+    int64_t n, n_logits;    /* logits rows: the first n_logits - n_argmax are copied out */
+    int64_t n_argmax;       /* the last n_argmax are argmaxed on the GPU, only the ids copied */
     int n_pieces, n_marks, n_tiles;
     const int64_t *row_call;
     float *const *logit_row;
@@ -538,7 +544,12 @@ static int forward(cuda_engine *ce, const pass *p, herr *e) {
         OP("norm", hk_rmsnorm(st, ce->x, IO(ce, lrows, int32_t), F(ce->output_norm), ce->h, p->n_logits, E, hp->rms_eps,
                        ax == &ce->ax8k ? x8k : NULL, ax == &ce->ax80 ? x80 : NULL, e));
         OP("output", hk_matmul(st, &ce->output, ce->h, E, ax, p->n_logits, ce->logits, V, false, e));
-        OP("logits copy", hk_d2h_async(st, ce->h_logits, ce->logits, sizeof(float) * (size_t)V * (size_t)p->n_logits, e));
+        const int64_t nc = p->n_logits - p->n_argmax;
+        if (nc) OP("logits copy", hk_d2h_async(st, ce->h_logits, ce->logits, sizeof(float) * (size_t)V * (size_t)nc, e));
+        if (p->n_argmax) {
+            OP("argmax", hk_argmax(st, ce->logits + (size_t)nc * (size_t)V, V, p->n_argmax, ce->am_scratch, ce->d_tok, e));
+            OP("argmax copy", hk_d2h_async(st, ce->h_tok, ce->d_tok, sizeof(int32_t) * (size_t)p->n_argmax, e));
+        }
     }
     return 0;
 }
@@ -553,7 +564,8 @@ static int run_pass(cuda_engine *ce, const pass *p, herr *e) {
     graph_entry *hit = NULL, *free_e = NULL, *old = &ce->graphs[0];
     for (int i = 0; i < N_GRAPHS; i++) {
         graph_entry *g = &ce->graphs[i];
-        if (g->use && g->n == p->n && g->n_logits == p->n_logits && g->n_pieces == p->n_pieces && g->n_marks == p->n_marks &&
+        if (g->use && g->n == p->n && g->n_logits == p->n_logits && g->n_argmax == p->n_argmax && g->n_pieces == p->n_pieces &&
+            g->n_marks == p->n_marks &&
             g->n_tiles == p->n_tiles)
             hit = g;
         if (!g->use && !free_e) free_e = g;
@@ -567,7 +579,7 @@ static int run_pass(cuda_engine *ce, const pass *p, herr *e) {
     if (!hit) { /* first sight: remember the shape, run it plainly */
         graph_entry *g = free_e ? free_e : old;
         hk_graph_free(g->exec);
-        *g = (graph_entry){.n = p->n, .n_logits = p->n_logits, .n_pieces = p->n_pieces, .n_marks = p->n_marks,
+        *g = (graph_entry){.n = p->n, .n_logits = p->n_logits, .n_argmax = p->n_argmax, .n_pieces = p->n_pieces, .n_marks = p->n_marks,
                            .n_tiles = p->n_tiles, .use = ce->graph_clock};
         return forward(ce, p, e);
     }
@@ -598,6 +610,7 @@ static int cuda_run(engine *eng, const engine_span *spans, int n_spans, herr *e)
     int64_t *row_call = xmalloc(sizeof(int64_t) * (size_t)R);
     float **logit_row = xmalloc(sizeof(float *) * (size_t)R);
     engine_point **mark_point = xmalloc(sizeof(engine_point *) * (size_t)R);
+    int32_t *am_row = xmalloc(sizeof(int32_t) * LOGITS_CAP), **am_tok = xmalloc(sizeof(int32_t *) * LOGITS_CAP);
     int32_t *ids = (int32_t *)(ce->h_io + ce->io.ids), *row_seq = (int32_t *)(ce->h_io + ce->io.row_seq);
     int32_t *row_piece = (int32_t *)(ce->h_io + ce->io.row_piece), *lrows = (int32_t *)(ce->h_io + ce->io.lrows);
     int64_t *pos = (int64_t *)(ce->h_io + ce->io.pos);
@@ -607,7 +620,7 @@ static int cuda_run(engine *eng, const engine_span *spans, int n_spans, herr *e)
     int rc = 0;
     for (int i = 0; i < n_spans; i++) call0[i] = i ? call0[i - 1] + spans[i - 1].n : 0;
     for (;;) {
-        int64_t n = 0, n_logits = 0;
+        int64_t n = 0, n_logits = 0, n_am = 0; /* rows copied out; rows argmaxed (ARGMAX spans' last) */
         int np = 0, nm = 0, nt = 0;
         for (int i = 0; i < n_spans; i++) {
             const engine_span *sp = &spans[i];
@@ -618,9 +631,11 @@ static int cuda_run(engine *eng, const engine_span *spans, int n_spans, herr *e)
             /* mutant: a marked call split into two passes at its first mark */
             if (MUTANT("extra_pass") && sp->n_marks && sp->marks[0] > done[i] && sp->marks[0] < done[i] + len)
                 len = sp->marks[0] - done[i];
-            if (sp->want == ENGINE_LOGITS_ALL && len > LOGITS_CAP - n_logits) len = LOGITS_CAP - n_logits;
+            if (sp->want == ENGINE_LOGITS_ALL && len > LOGITS_CAP - n_logits - n_am) len = LOGITS_CAP - n_logits - n_am;
             if (len <= 0 || n + len > R) continue; /* the next pass takes it */
-            if (sp->want == ENGINE_LOGITS_LAST && done[i] + len == sp->n && n_logits == LOGITS_CAP) continue;
+            if ((sp->want == ENGINE_LOGITS_LAST || sp->want == ENGINE_LOGITS_ARGMAX) && done[i] + len == sp->n &&
+                n_logits + n_am == LOGITS_CAP)
+                continue;
             const int64_t pos0 = eng->seqs[sp->seq].pos + done[i];
             hk_piece *pc = &pieces[np];
             *pc = (hk_piece){.r0 = n, .n = len, .pos0 = pos0, .seq = sp->seq, .mark0 = nm};
@@ -644,17 +659,19 @@ static int cuda_run(engine *eng, const engine_span *spans, int n_spans, herr *e)
                                : sp->want == ENGINE_LOGITS_LAST && at == sp->n - 1 ? sp->logits
                                                                                    : NULL;
                 if (logit_row[r]) lrows[n_logits++] = (int32_t)r;
+                if (sp->want == ENGINE_LOGITS_ARGMAX && at == sp->n - 1) am_row[n_am] = (int32_t)r, am_tok[n_am++] = sp->token;
             }
             done[i] += len;
             n += len;
             np++;
         }
         if (n == 0) break;
+        for (int64_t k = 0; k < n_am; k++) lrows[n_logits + k] = am_row[k]; /* after the rows copied out */
         if (stage_reserve(ce, nm, e) < 0 || hk_h2d_async(ce->st, ce->d_io, ce->h_io, ce->io.bytes, e) < 0) {
             rc = -1;
             break;
         }
-        pass p = {.n = n, .n_logits = n_logits, .n_pieces = np, .n_marks = nm, .n_tiles = nt, .row_call = row_call,
+        pass p = {.n = n, .n_logits = n_logits + n_am, .n_argmax = n_am, .n_pieces = np, .n_marks = nm, .n_tiles = nt, .row_call = row_call,
                   .logit_row = logit_row, .mark_point = mark_point, .copy_lanes = nm > 0 && ce->pinned_points};
         /* the copy stream is waited for even when the pass failed: its copies read the staging
          * area and write the points, which must not move under it */
@@ -673,6 +690,7 @@ static int cuda_run(engine *eng, const engine_span *spans, int n_spans, herr *e)
             for (int64_t r = 0; r < n; r++)
                 if (logit_row[r]) memcpy(logit_row[r], ce->h_logits + (size_t)(k++) * (size_t)V, sizeof(float) * (size_t)V);
         }
+        for (int64_t k = 0; k < n_am; k++) *am_tok[k] = ce->h_tok[k];
         for (int i = 0; i < nm && rc == 0; i++) { /* the points of the pass, from the staging area */
             engine_point *pt = mark_point[i];
             const float *ring = ce->stage_rings + (size_t)i * ce->ring_floats * (size_t)ce->n_gdn;
@@ -688,7 +706,7 @@ static int cuda_run(engine *eng, const engine_span *spans, int n_spans, herr *e)
         eng->stats.n_rows += n;
         eng->stats.n_points += nm;
     }
-    free(done), free(call0), free(row_call), free(logit_row), free(mark_point);
+    free(done), free(call0), free(row_call), free(logit_row), free(mark_point), free(am_row), free(am_tok);
     return rc;
 }
 
@@ -756,7 +774,7 @@ static void cuda_free(engine *eng) {
     for (int i = 0; i < ce->n_wmem; i++) hk_free(ce->wmem[i]);
     void *bufs[] = {ce->lanes, ce->rings, ce->x, ce->h, ce->qkv, ce->cv, ce->z, ce->o, ce->gb, ce->ga, ce->qf, ce->k,
                     ce->v, ce->ao, ce->part, ce->rlog, ce->sgl, ce->wsel, ce->g, ce->u, ce->sg, ce->su, ce->eo, ce->so,
-                    ce->logits, ce->sel, ce->offs, ce->list, ce->mtiles, ce->d_io, ce->stage_lanes,
+                    ce->logits, ce->d_tok, ce->am_scratch, ce->sel, ce->offs, ce->list, ce->mtiles, ce->d_io, ce->stage_lanes,
                     ce->stage_rings};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) hk_free(bufs[i]);
     hk_act *acts[] = {&ce->ax8k, &ce->ax80, &ce->ao8k, &ce->ao80, &ce->af8k, &ce->af80, &ce->as8k, &ce->as80};
@@ -767,6 +785,7 @@ static void cuda_free(engine *eng) {
     }
     hk_host_free(ce->h_io);
     hk_host_free(ce->h_logits);
+    hk_host_free(ce->h_tok);
     free(ce->h_sel);
     for (int i = 0; i < MODEL_MAX_LAYERS; i++) hk_event_free(ce->gdn_done[i]);
     hk_stream_free(ce->cs);
@@ -785,6 +804,7 @@ static void *cuda_point_alloc(engine *eng, size_t bytes) {
 }
 
 static const engine_backend cuda_backend = {
+    .argmax = true,
     .point_alloc = cuda_point_alloc,
     .point_dealloc = hk_host_free,
     .name = "cuda",

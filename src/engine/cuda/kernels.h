@@ -106,6 +106,11 @@ int hk_event_new(void **ev, herr *e);
 void hk_event_free(void *ev);
 int hk_event_record(void *st, void *ev, herr *e);
 float hk_event_ms(void *a, void *b);
+/* tok[r] = sampler_argmax of logits row r (rows x V), on the GPU; scratch: hk_argmax_scratch(rows)
+ * bytes, zeroed once (its tickets return to zero after every launch) */
+size_t hk_argmax_scratch(int64_t rows);
+int hk_argmax(void *st, const float *logits, int64_t V, int64_t rows, void *scratch, int32_t *tok, herr *e);
+
 /* an event for ordering alone (no timing), and a stream made to wait for it */
 int hk_event_new_sync(void **ev, herr *e);
 int hk_stream_wait(void *st, void *ev, herr *e);
