@@ -724,6 +724,22 @@ TEST(argmax_matches_sampler) {
 #endif
 }
 
+/* The one-row products again, staged through shared memory (HEARTH_CUDA_GEMV_STAGE=1:
+ * gemv_staged_kernel): the same loads and arithmetic on copies, so every check above must
+ * hold bit for bit as it did with the rows read in registers */
+TEST(products_staged) {
+#ifndef HEARTH_CUDA
+    SKIP("built without CUDA (nvcc not found)");
+#else
+    if (!have_gpu()) return;
+    hk_gemv_stage(true);
+    qmatmul_matches_ref();
+    moe_matmul_matches_ref();
+    down_swiglu_matches_apart();
+    hk_gemv_stage(false);
+#endif
+}
+
 TEST(device_name) {
 #ifndef HEARTH_CUDA
     SKIP("built without CUDA (nvcc not found)");
@@ -746,6 +762,7 @@ int main(void) {
     RUN(route_matches_cpu);
     RUN(attn_matches_ref);
     RUN(argmax_matches_sampler);
+    RUN(products_staged);
     RUN(device_name);
     return harness_done();
 }

@@ -849,6 +849,8 @@ int engine_open_cuda(engine **out, const model *m, const engine_opts *o, herr *e
     ce->no_graphs = g && !strcmp(g, "0") ? "off" : NULL;
     const char *pdl = getenv("HEARTH_CUDA_PDL"); /* 0: every kernel launched plainly (to measure what PDL buys) */
     hk_pdl(!(pdl && !strcmp(pdl, "0")));
+    const char *gs = getenv("HEARTH_CUDA_GEMV_STAGE"); /* 1: one-row products staged (not yet the default) */
+    hk_gemv_stage(gs && !strcmp(gs, "1"));
     if (pr && *pr && strcmp(pr, "0")) ce->prof = xcalloc(1, sizeof *ce->prof);
     ce->f16 = eng->opts.kv_f16;
     ce->R = CUDA_UBATCH + eng->opts.n_seq_max;

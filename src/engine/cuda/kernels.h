@@ -79,6 +79,7 @@ void hk_host_free(void *p);
 int hk_stream_new(void **st, herr *e);
 /* programmatic dependent launch of the kernels (common.cuh), on unless turned off */
 void hk_pdl(bool on);
+void hk_gemv_stage(bool on); /* one-row products staged through shared memory (mmq.cu) */
 void hk_stream_free(void *st);
 int hk_h2d(void *d, const void *h, size_t n, herr *e);             /* synchronous */
 int hk_d2h(void *h, const void *d, size_t n, herr *e);

@@ -79,6 +79,34 @@ __device__ __forceinline__ uint32_t q6_word(uint32_t ql, uint32_t qh, int nsh, i
     return __vsub4(v, 0x20202020u);
 }
 
+// cp.async: 16 or 4 bytes from global to shared memory without a register on the way; a
+// thread's copies since its last commit form a group, and wait_group N returns once at most N
+// of its groups are still in flight
+__device__ __forceinline__ void cp16(void *smem, const void *gmem) {
+    const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(gmem));
+}
+__device__ __forceinline__ void cp4(void *smem, const void *gmem) {
+    const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(s), "l"(gmem));
+}
+__device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;"); }
+__device__ __forceinline__ void cp_wait1() { asm volatile("cp.async.wait_group 1;"); }
+
+// wait until at most n (0..7) of this thread's groups are in flight (the count is an immediate)
+__device__ __forceinline__ void cp_wait_upto(int n) {
+    switch (n) {
+    case 0: asm volatile("cp.async.wait_group 0;" ::: "memory"); break;
+    case 1: asm volatile("cp.async.wait_group 1;" ::: "memory"); break;
+    case 2: asm volatile("cp.async.wait_group 2;" ::: "memory"); break;
+    case 3: asm volatile("cp.async.wait_group 3;" ::: "memory"); break;
+    case 4: asm volatile("cp.async.wait_group 4;" ::: "memory"); break;
+    case 5: asm volatile("cp.async.wait_group 5;" ::: "memory"); break;
+    case 6: asm volatile("cp.async.wait_group 6;" ::: "memory"); break;
+    default: asm volatile("cp.async.wait_group 7;" ::: "memory"); break;
+    }
+}
+
 // ------------------------------------------------------------------ gemv: lane groups per output
 
 // A K-quant block (256) takes 8 lanes, a Q8_0 block (32) 2 (LPB). An output row's lanes are a
@@ -269,6 +297,38 @@ __device__ __forceinline__ void gemv_row(const uint8_t *wrow, const uint16_t *dd
     }
 }
 
+// Where output row o (w's rows, then w2's) of pair p reads and writes. Dense (sel NULL): w's
+// row o, input rows from 0, output row 0 on. Pairs (sel set): p < n_routed reads expert
+// sel[p]'s slice and input row p / in_div, p >= n_routed the shared expert ws and input row
+// p - n_routed + sh_row0; output row p.
+struct gv_at {
+    const uint8_t *wrow;
+    const uint16_t *dd;
+    int64_t ar0, yrow0, o;
+    float *y;
+};
+__device__ __forceinline__ gv_at gv_locate(int64_t o, int64_t p, const hk_w &w, const hk_w &ws, const hk_w &w2,
+                                           const hk_w &ws2, float *y, float *y2, const int32_t *sel, int64_t n_routed,
+                                           int in_div, int64_t sh_row0) {
+    /* field by field, never a pointer to a parameter (that would put them in local memory) */
+    const bool second = o >= w.M, shared = sel && p >= n_routed; /* w2's rows (gate and up in one launch); the shared expert */
+    gv_at at;
+    at.o = second ? o - w.M : o;
+    at.y = second ? y2 : y;
+    at.yrow0 = sel ? p : 0;
+    at.ar0 = !sel ? 0 : shared ? p - n_routed + sh_row0 : p / in_div;
+    const int64_t ex = sel && !shared ? sel[p] : 0;
+    const uint8_t *d = (const uint8_t *)(shared ? (second ? ws2.d : ws.d) : (second ? w2.d : w.d));
+    const uint16_t *dd = shared ? (second ? ws2.dd : ws.dd) : (second ? w2.dd : w.dd);
+    const size_t rb = shared ? (second ? ws2.row_bytes : ws.row_bytes) : (second ? w2.row_bytes : w.row_bytes);
+    const size_t slice = shared ? 0 : (second ? w2.slice_bytes : w.slice_bytes);
+    const int64_t ddr = shared ? (second ? ws2.dd_row : ws.dd_row) : (second ? w2.dd_row : w.dd_row);
+    const int64_t dds = shared ? 0 : (second ? w2.dd_slice : w.dd_slice);
+    at.wrow = d + (size_t)ex * slice + (size_t)at.o * rb;
+    at.dd = dd ? dd + (size_t)ex * (size_t)dds + (size_t)at.o * (size_t)ddr : NULL;
+    return at;
+}
+
 // The SwiGLU rows that feed a down product made inside its launch (hk_moe_down_swiglu): a
 // pair's input is silu(g) * u of its row (rows of F), rounded as hk_swiglu_quant rounds it
 struct gv_sw {
@@ -276,12 +336,32 @@ struct gv_sw {
     int64_t F;
 };
 
+// input row ar of sw made by the block's 4 warps (a warp per 256 values, as swiglu_kernel
+// makes it) into mem, returned as a one-row activation; the block's barrier ends it
+template <int T> __device__ __forceinline__ hk_act sw_row(const gv_sw &sw, int64_t ar, int8_t *mem) {
+    hk_act sa;
+    sa.q = mem;
+    sa.d = (float *)(mem + sw.F);
+    sa.s = (int32_t *)(mem + sw.F + 4 * (sw.F / 32));
+    sa.K = sw.F;
+    sa.q80 = T == QT_Q8_0;
+    const int lane = threadIdx.x & 31;
+    for (int64_t blk = threadIdx.x / 32; blk < sw.F / 256; blk += 4) {
+        const int64_t i0 = ar * sw.F + blk * 256 + 8 * lane;
+        float v[8];
+#pragma unroll
+        for (int i = 0; i < 8; i++) v[i] = silu(sw.g[i0 + i]) * sw.u[i0 + i];
+        round_into(sa, 0, blk, v);
+    }
+    __syncthreads();
+    return sa;
+}
+__host__ __device__ constexpr size_t sw_bytes(int64_t F) { return (size_t)(F + 8 * (F / 32) + 15) / 16 * 16; }
+
 // 4 warps, a group of G lanes per output row o (32 / G rows a warp; rows past w's M are w2's,
-// into y2). Dense (sel == NULL): input rows 0..n (n <= NR), y[r][o]. Pairs (sel set, NR = 1):
-// blockIdx.y is pair p; p < n_routed reads expert sel[p]'s slice and input row p / in_div,
-// p >= n_routed the shared expert ws and input row p - n_routed + sh_row0; y[p][o]. SW: the
-// pair's input row is first made from sw into shared memory by the block's warps (a warp per
-// 256 values, as swiglu_kernel makes it), and read from there.
+// into y2): dense, input rows 0..n (n <= NR), y[r][o]; pairs (NR = 1), blockIdx.y is pair p
+// (gv_locate), y[p][o]. SW: the pair's input row is first made from sw into shared memory by
+// the block's warps (sw_row), and read from there.
 template <int T, int NR, int IT, int G, bool SW>
 __global__ void __launch_bounds__(128) gemv_kernel(hk_w w, hk_w ws, hk_act a, int64_t n, const int32_t *sel,
                                                    int64_t n_routed, int in_div, int64_t sh_row0, float *y, int64_t ys,
@@ -296,66 +376,84 @@ __global__ void __launch_bounds__(128) gemv_kernel(hk_w w, hk_w ws, hk_act a, in
     int64_t o = o0 + (threadIdx.x & 31) / G;
     const bool live = o < Mt;
     if (!live) o = Mt - 1; /* a group past the last row runs one (its lanes join the warp's shuffles), writes nothing */
-    if (o >= w.M) { /* the second weight's rows (gate and up in one launch) */
-        o -= w.M;
-        w = w2, ws = ws2, y = y2;
-    }
+    if (sel) pdl_enter(); /* the expert is a kernel's output */
+    const gv_at at = gv_locate(o, blockIdx.y, w, ws, w2, ws2, y, y2, sel, n_routed, in_div, sh_row0);
     int64_t ar[NR];
-    int nr = (int)n;
-    const uint8_t *wrow;
-    const uint16_t *dd;
-    int64_t yrow0 = 0;
-    if (sel) {
-        pdl_enter(); /* the expert is a kernel's output */
-        const int64_t p = blockIdx.y;
-        nr = 1;
-        yrow0 = p;
-        if (p < n_routed) {
-            const int64_t ex = sel[p];
-            ar[0] = p / in_div;
-            wrow = (const uint8_t *)w.d + (size_t)ex * w.slice_bytes + (size_t)o * w.row_bytes;
-            dd = w.dd ? w.dd + (size_t)ex * w.dd_slice + (size_t)o * w.dd_row : NULL;
-        } else {
-            ar[0] = p - n_routed + sh_row0;
-            wrow = (const uint8_t *)ws.d + (size_t)o * ws.row_bytes;
-            dd = ws.dd ? ws.dd + (size_t)o * ws.dd_row : NULL;
-        }
-        if (SW) {
-            extern __shared__ __align__(16) int8_t sw_mem[];
-            hk_act sa;
-            sa.q = sw_mem;
-            sa.d = (float *)(sw_mem + sw.F);
-            sa.s = (int32_t *)(sw_mem + sw.F + 4 * (sw.F / 32));
-            sa.K = sw.F;
-            sa.q80 = T == QT_Q8_0;
-            const int lane = threadIdx.x & 31;
-            for (int64_t blk = threadIdx.x / 32; blk < sw.F / 256; blk += 4) {
-                const int64_t i0 = ar[0] * sw.F + blk * 256 + 8 * lane;
-                float v[8];
+    const int nr = sel ? 1 : (int)n;
 #pragma unroll
-                for (int i = 0; i < 8; i++) v[i] = silu(sw.g[i0 + i]) * sw.u[i0 + i];
-                round_into(sa, 0, blk, v);
-            }
-            __syncthreads();
-            if (dead) return;
-            a = sa;
-            ar[0] = 0;
-        }
-    } else {
-#pragma unroll
-        for (int r = 0; r < NR; r++) ar[r] = r;
-        wrow = (const uint8_t *)w.d + (size_t)o * w.row_bytes;
-        dd = w.dd ? w.dd + (size_t)o * w.dd_row : NULL;
+    for (int r = 0; r < NR; r++) ar[r] = at.ar0 + r;
+    if (SW) {
+        extern __shared__ __align__(16) int8_t sw_mem[];
+        a = sw_row<T>(sw, at.ar0, sw_mem);
+        if (dead) return;
+        ar[0] = 0;
     }
     float acc[NR];
-    gemv_row<T, NR, IT, G>(wrow, dd, w.K, a, ar, nr, !sel, acc);
+    gemv_row<T, NR, IT, G>(at.wrow, at.dd, w.K, a, ar, nr, !sel, acc);
     if ((threadIdx.x & (G - 1)) == 0 && live)
 #pragma unroll
         for (int r = 0; r < NR; r++) {
             if (r >= nr) break;
-            float *yp = y + (yrow0 + r) * ys + o;
+            float *yp = at.y + (at.yrow0 + r) * ys + at.o;
             *yp = add ? FADD(*yp, acc[r]) : acc[r];
         }
+}
+
+// gemv_kernel's one-row form (NR = 1: decode's products, the experts' pairs) with its rows
+// staged: warp w of block b takes `rounds` groups of RW consecutive rows (round r: rows
+// ((b rounds + r) 4 + w) RW ..), copies all of their bytes (and scales) into shared memory
+// with cp.async, every copy issued before any is used (a group a round), then runs the same
+// lanes (gemv_row) on the copies as they land: the same loads and arithmetic as gemv_kernel,
+// so the same bits, with a block's whole share of the weights in flight at once instead of
+// IT steps of one row a lane in registers. The launcher (gemv_go) checks that rows are whole
+// 16-byte pieces (scales 4-byte), that a group never straddles w and w2, and the room.
+#define GS_MAX_ROUNDS 8
+template <int T, int IT, int G, bool SW>
+__global__ void __launch_bounds__(128) gemv_staged_kernel(hk_w w, hk_w ws, hk_act a, const int32_t *sel, int64_t n_routed,
+                                                          int in_div, int64_t sh_row0, float *y, int64_t ys, bool add,
+                                                          hk_w w2, hk_w ws2, float *y2, gv_sw sw, int rounds) {
+    constexpr int RW = 32 / G;
+    extern __shared__ __align__(16) int8_t gs_mem[];
+    const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
+    const int64_t Mt = w.M + w2.M, rb = w.row_bytes, db = w.dd ? 2 * w.dd_row : 0;
+    const size_t swb = SW ? sw_bytes(sw.F) : 0, per_warp = (size_t)rounds * RW * (rb + db);
+    uint8_t *wst = (uint8_t *)gs_mem + swb + warp * per_warp, *dst = wst + (size_t)rounds * RW * rb;
+    if (sel) pdl_enter(); /* the expert is a kernel's output */
+    for (int r = 0; r < rounds; r++) { /* the copies of every round, one group each */
+        const int64_t first = (((int64_t)blockIdx.x * rounds + r) * 4 + warp) * RW;
+        if (first < Mt) {
+            const int64_t nrow = Mt - first < RW ? Mt - first : RW;
+            const gv_at at = gv_locate(first, blockIdx.y, w, ws, w2, ws2, y, y2, sel, n_routed, in_div, sh_row0);
+            for (int64_t i = lane; i < nrow * rb / 16; i += 32) cp16(wst + (size_t)r * RW * rb + 16 * i, at.wrow + 16 * i);
+            for (int64_t i = lane; i < nrow * db / 4; i += 32)
+                cp4(dst + (size_t)r * RW * db + 4 * i, (const uint8_t *)at.dd + 4 * i);
+        }
+        cp_commit();
+    }
+    if (!sel) pdl_enter(); /* the inputs are a kernel's output; the weights are not */
+    int64_t ar[1] = {0};
+    if (SW) {
+        a = sw_row<T>(sw, gv_locate(0, blockIdx.y, w, ws, w2, ws2, y, y2, sel, n_routed, in_div, sh_row0).ar0, gs_mem);
+    } else {
+        ar[0] = gv_locate(0, blockIdx.y, w, ws, w2, ws2, y, y2, sel, n_routed, in_div, sh_row0).ar0;
+    }
+    for (int r = 0; r < rounds; r++) {
+        cp_wait_upto(rounds - 1 - r);
+        __syncwarp();
+        const int64_t first = (((int64_t)blockIdx.x * rounds + r) * 4 + warp) * RW;
+        if (first >= Mt) continue; /* the same in every lane of the warp */
+        const int j = lane / G;
+        const bool live = first + j < Mt;
+        const int jj = live ? j : (int)(Mt - 1 - first); /* a group past the last row runs one, writes nothing */
+        float acc[1];
+        gemv_row<T, 1, IT, G>(wst + (size_t)(r * RW + jj) * rb, db ? (const uint16_t *)(dst + (size_t)(r * RW + jj) * db) : NULL,
+                              w.K, a, ar, 1, false, acc);
+        if ((lane & (G - 1)) == 0 && live) {
+            const gv_at at = gv_locate(first + j, blockIdx.y, w, ws, w2, ws2, y, y2, sel, n_routed, in_div, sh_row0);
+            float *yp = at.y + at.yrow0 * ys + at.o;
+            *yp = add ? FADD(*yp, acc[0]) : acc[0];
+        }
+    }
 }
 
 // ------------------------------------------------------------------ mmq: int8 tensor cores
@@ -374,16 +472,6 @@ __device__ __forceinline__ void mma_k16(int c[4], const uint32_t a[2], uint32_t 
                  : "r"(a[0]), "r"(a[1]), "r"(b));
 }
 
-__device__ __forceinline__ void cp16(void *smem, const void *gmem) {
-    const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(gmem));
-}
-__device__ __forceinline__ void cp4(void *smem, const void *gmem) {
-    const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(s), "l"(gmem));
-}
-__device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;"); }
-__device__ __forceinline__ void cp_wait1() { asm volatile("cp.async.wait_group 1;"); }
 
 #define MM_BM 64   /* outputs per tile: 16 per warp */
 #define MM_XS 272  /* bytes per input row in shared memory: 256 + 16, so the 8 rows of a fragment hit 8 bank quads */
@@ -694,14 +782,47 @@ __global__ void __launch_bounds__(128) fmm_kernel(hk_w w, hk_w ws, const float *
 
 static bool is_float(uint32_t t) { return t == QT_F32 || t == QT_F16 || t == QT_BF16; }
 
-// one instantiation of gemv_kernel over the rows of w and w2 (and the pairs, when sel is set)
+// HEARTH_CUDA_GEMV_STAGE=1 (hk_gemv_stage): one-row products through gemv_staged_kernel. Off
+// by default until a GPU run has checked and timed it (bench/device_f7.sh's forms).
+static bool gs_on = false;
+extern "C" void hk_gemv_stage(bool on) { gs_on = on; }
+
+// rounds a block of gemv_staged_kernel takes for Mt rows x pairs: as many as 48 KB of shared
+// memory holds (at most GS_MAX_ROUNDS) while the grid keeps at least two blocks an SM
+// (132 SMs); 0 where the rows cannot be staged (not whole 16-byte pieces, scales not whole
+// 4-byte pieces, a group of rows across w and w2, a slice not 16-byte aligned)
+static int gs_rounds(const hk_w &w, const hk_w &w2, const hk_w &ws, const hk_w &ws2, int RW, int64_t pairs, size_t swb) {
+    const size_t rb = w.row_bytes, db = w.dd ? 2 * w.dd_row : 0;
+    auto fits = [&](const hk_w &x) { /* rows and scales laid as w's, slices on 16 and 4 bytes */
+        return !x.d || (x.row_bytes == rb && (x.dd ? 2 * x.dd_row : 0) == db && x.slice_bytes % 16 == 0 && (2 * x.dd_slice) % 4 == 0);
+    };
+    if (rb % 16 || (RW * db) % 4 || (w2.M && w.M % (4 * RW)) || !fits(w) || !fits(w2) || !fits(ws) || !fits(ws2)) return 0;
+    const int64_t groups = (w.M + w2.M + 4 * RW - 1) / (4 * RW);
+    const size_t per_round = (size_t)4 * RW * (rb + db);
+    int r = (int)((48 * 1024 - swb) / per_round);
+    if (r > GS_MAX_ROUNDS) r = GS_MAX_ROUNDS;
+    while (r > 1 && (groups + r - 1) / r * pairs < 264) r--;
+    return r;
+}
+
+// one instantiation of gemv_kernel (or, one input row and staging on, gemv_staged_kernel)
+// over the rows of w and w2 (and the pairs, when sel is set)
 template <int T, int NR, int IT, int G, bool SW>
-static int gemv_go(void *st, const hk_w &w, const hk_w &ws, const hk_act &a, int64_t n, const int32_t *sel,
-                   int64_t n_routed, int64_t n_pairs, int in_div, int64_t sh_row0, float *y, int64_t ys, bool add,
-                   const hk_w &w2, const hk_w &ws2, float *y2, const gv_sw &sw, herr *e) {
-    dim3 g(blocks_of(w.M + w2.M, 4 * (32 / G)), sel ? (unsigned)n_pairs : 1u);
-    const size_t smem = SW ? (size_t)(sw.F + 8 * (sw.F / 32)) : 0;
-    LAUNCH(e, (gemv_kernel<T, NR, IT, G, SW>), g, 128, smem, st, w, ws, a, n, sel, n_routed, in_div, sh_row0, y, ys, add,
+static int gemv_go(void *st, const hk_w &w, const hk_w &ws, const hk_w &w2, const hk_w &ws2, const hk_act &a, int64_t n,
+                   const int32_t *sel, int64_t n_routed, int64_t n_pairs, int in_div, int64_t sh_row0, float *y, int64_t ys,
+                   bool add, float *y2, const gv_sw &sw, herr *e) {
+    const size_t swb = SW ? sw_bytes(sw.F) : 0;
+    const unsigned py = sel ? (unsigned)n_pairs : 1u;
+    const int rounds = NR == 1 && gs_on ? gs_rounds(w, w2, ws, ws2, 32 / G, py, swb) : 0;
+    if (rounds > 0) {
+        const size_t db = w.dd ? 2 * w.dd_row : 0, smem = swb + (size_t)4 * rounds * (32 / G) * (size_t)(w.row_bytes + db);
+        dim3 g(blocks_of(w.M + w2.M, 4 * (32 / G) * rounds), py);
+        LAUNCH(e, (gemv_staged_kernel<T, IT, G, SW>), g, 128, smem, st, w, ws, a, sel, n_routed, in_div, sh_row0, y, ys, add,
+               w2, ws2, y2, sw, rounds);
+        return 0;
+    }
+    dim3 g(blocks_of(w.M + w2.M, 4 * (32 / G)), py);
+    LAUNCH(e, (gemv_kernel<T, NR, IT, G, SW>), g, 128, swb, st, w, ws, a, n, sel, n_routed, in_div, sh_row0, y, ys, add,
            w2, ws2, y2, sw);
     return 0;
 }
@@ -719,7 +840,7 @@ template <int T> static int gemv_launch(void *st, const hk_w *w, const hk_w *ws,
     constexpr int LPB = gv<T>::LPB;
     const int64_t nb = w->K / gv<T>::BLK;
 #define GV(NR, IT, G, SW) \
-    gemv_go<T, NR, IT, G, SW>(st, *w, wsv, *a, n, sel, n_routed, n_pairs, in_div, sh_row0, y, ys, add, w2v, ws2v, y2, swv, e)
+    gemv_go<T, NR, IT, G, SW>(st, *w, wsv, w2v, ws2v, *a, n, sel, n_routed, n_pairs, in_div, sh_row0, y, ys, add, y2, swv, e)
 #define GV1(IT, G) (sw ? GV(1, IT, G, true) : GV(1, IT, G, false))
     if (sel || n == 1) {
         if (LPB * nb <= 8) return GV1(1, 8);
