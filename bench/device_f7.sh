@@ -9,18 +9,20 @@
 #   gates      `gates all tiny` on the cuda engine, the same forms
 #   points     hearth bench -p 4096 --marks 2048,4096 with pinned points and without
 #              (HEARTH_CUDA_PINNED_POINTS=0), interleaved: what the two points add
+#   ab         hearth bench -p 512 -n 128 (and -n 128 -d 4096) as built and under each of FORMS'
+#              switches, interleaved, 2 pairs: what each form buys
 #   rows       bench/device_cuda_vs_llama.sh (REPS, SETS): the five rows against llama.cpp,
 #              with FORMS' switches exported when ROWS_FORMS=1
 #   mutants    tests/gates/mutants on the cuda engine (with the forms' switches when
 #              ROWS_FORMS=1)
-# STEPS picks (default "build unit engine gates points rows mutants"). Logs to $OUT, one line
+# STEPS picks (default "build unit engine gates points ab rows mutants"). Logs to $OUT, one line
 # a step to stdout. Run by the device tool with .peer carried.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-/tmp/out}; mkdir -p "$out"
 . bench/device_deps.sh
 t_start=$(date +%s) deadline=${DEADLINE:-570}
-steps=${STEPS:-build unit engine gates points rows mutants}
+steps=${STEPS:-build unit engine gates points ab rows mutants}
 forms=${FORMS:-}
 left() { echo $(( deadline - ($(date +%s) - t_start) )); }
 { nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader; nproc; git log -1 --format=%h 2>/dev/null; } >"$out/host.txt" 2>&1
@@ -62,6 +64,14 @@ for s in $steps; do
                 HEARTH_CUDA_PINNED_POINTS=0 step points_pageable_$i 60 build/hearth bench --device cuda -m /dev/shm/q36.gguf -p 4096 -n 0 -r 2 --marks 2048,4096 --kv f16
             done
             grep -h "pp4096" "$out"/points_*.log | head -8 ;;
+    ab) [ -f /dev/shm/q36.gguf ] || build/hearth gen --preset q36 --quant q4_k_m --seed 1 -o /dev/shm/q36.gguf >"$out/gen.log" 2>&1
+        for f in $forms; do
+            for i in 1 2; do
+                step ab_base_$i 60 build/hearth bench --device cuda -m /dev/shm/q36.gguf -p 512 -n 128 -r 2 --kv f16
+                step "ab_${f%%=*}_$i" 60 env "$f" build/hearth bench --device cuda -m /dev/shm/q36.gguf -p 512 -n 128 -r 2 --kv f16
+            done
+            grep -H "pp512\|tg128" "$out"/ab_*.log | sed 's/|[^|]*q36.gguf//' | head -12
+        done ;;
     rows) l=$(left); [ "$l" -lt 200 ] && { echo "== rows: skipped, ${l} s left"; continue; }
           ( [ "${ROWS_FORMS:-0}" = 1 ] && for f in $forms; do export "$f"; done
             timeout $(( l - 20 )) bash bench/device_cuda_vs_llama.sh ) >"$out/rows.log" 2>&1
