@@ -100,7 +100,7 @@ $(BUILD)/mut/hearth: $(CLI_OBJ) $(BUILD)/libhearth-mut.a
 # execution model (tests/unit/cuda_emu.h): C++, no GPU, no nvcc; no sanitizer (fibers and
 # ASan's stack tracking do not mix), and no fused multiply-adds but the kernels' own
 CXX ?= c++
-$(BUILD)/tests/test_gdn_chunk: tests/unit/test_gdn_chunk.cc tests/unit/cuda_emu.h tests/unit/harness.h \
+$(BUILD)/tests/test_gdn_chunk: tests/unit/test_gdn_chunk.cc tests/unit/cuda_emu.h tests/unit/gdn_chunk_ref.h tests/unit/harness.h \
                                src/engine/cuda/gdn_chunk.cuh src/engine/cuda/kernels.h
 	@mkdir -p $(@D)
 	$(CXX) -std=c++17 -O2 -g -Wall -Wextra -Werror -Wno-unused-parameter -Wno-unknown-pragmas -ffp-contract=off \

@@ -12,6 +12,7 @@
 extern "C" {
 #include "harness.h"
 #include "engine/cuda/kernels.h"
+#include "gdn_chunk_ref.h"
 }
 
 #include <time.h>
@@ -24,54 +25,10 @@ enum { M_COPY_LATE = 1 << 3, M_COPY_EARLY = 1 << 4, M_POINT_INPLACE = 1 << 5 };
 #include "engine/cuda/gdn_chunk.cuh"
 
 enum { DS = 128, GK = 2, GV = 4, CD = 2 * GK * DS + GV * DS, NROWS = 130, LANE = GV * DS * DS };
-
-/* ---- inputs ---- */
+typedef gr_stats acc_stats;
 
 static uint64_t rng_state; /* main seeds it: fresh inputs each run, the seed printed */
-static double urand(void) { /* [0, 1) */
-    rng_state ^= rng_state << 13, rng_state ^= rng_state >> 7, rng_state ^= rng_state << 17;
-    return (double)(rng_state >> 11) * 0x1p-53;
-}
-static double nrand(void) { return sqrt(-2.0 * log(1.0 - urand())) * cos(6.283185307179586 * urand()); }
-
-/* one sequence's rows as conv_norm_kernel leaves them: q L2-normed and scaled by 1/sqrt(128),
- * k L2-normed, v a SiLU output; beta = sigmoid(x); a = ssm_a softplus(x + dt) with the
- * model's ranges (ssm_a = -exp(A_log), A in [1, 16]; dt bias for dt in [0.001, 0.1]), so a
- * lies in about [-10, -1e-4]: decays from ~1 to ~0 */
-struct stream {
-    std::vector<float> cv, a, b, lane; /* (NROWS, CD), (NROWS, GV), (NROWS, GV), the start state (GV, DS, DS) */
-};
-
-static stream stream_new(void) {
-    stream s;
-    s.cv.resize(NROWS * CD), s.a.resize(NROWS * GV), s.b.resize(NROWS * GV), s.lane.resize(LANE);
-    float ssm_a[GV], dt[GV];
-    for (int h = 0; h < GV; h++) {
-        ssm_a[h] = -(float)(1.0 + 15.0 * urand());
-        const double d = exp(log(0.001) + urand() * (log(0.1) - log(0.001)));
-        dt[h] = (float)log(expm1(d));
-    }
-    for (int r = 0; r < NROWS; r++) {
-        float *row = &s.cv[r * CD];
-        for (int hh = 0; hh < 2 * GK; hh++) {
-            double ss = 0;
-            for (int i = 0; i < DS; i++) row[hh * DS + i] = (float)nrand(), ss += (double)row[hh * DS + i] * row[hh * DS + i];
-            const float sc = (float)(1.0 / sqrt(ss + 1e-6)) * (hh < GK ? 1.0f / sqrtf((float)DS) : 1.0f);
-            for (int i = 0; i < DS; i++) row[hh * DS + i] *= sc;
-        }
-        for (int i = 0; i < GV * DS; i++) {
-            const float x = (float)(1.5 * nrand());
-            row[2 * GK * DS + i] = x / (1.0f + expf(-x));
-        }
-        for (int h = 0; h < GV; h++) {
-            s.b[r * GV + h] = 1.0f / (1.0f + expf(-(float)(2.0 * nrand())));
-            const float av = (float)(1.5 * nrand()) + dt[h];
-            s.a[r * GV + h] = ssm_a[h] * (av > 20.0f ? av : log1pf(expf(av)));
-        }
-    }
-    for (int i = 0; i < LANE; i++) s.lane[i] = (float)(0.3 * nrand());
-    return s;
-}
+typedef gr_stream stream;
 
 /* ---- one pass through the kernels, as hk_gdn_chunk launches them ---- */
 
@@ -150,142 +107,6 @@ static bool same_bits(const std::vector<float> &x, const std::vector<float> &y) 
     return x.size() == y.size() && memcmp(x.data(), y.data(), sizeof(float) * x.size()) == 0;
 }
 
-/* ---- the float64 references ---- */
-
-/* the sequential recurrence: S = g S; d = beta (v - S^T k); S += k d^T; o = S^T q */
-static void ref_sequential(const piece_in &pi, std::vector<double> &o, std::vector<double> &lane) {
-    o.assign(pi.len * GV * DS, 0.0);
-    lane.assign(pi.init, pi.init + LANE);
-    std::vector<double> kv(DS), d(DS);
-    for (int64_t t = 0; t < pi.len; t++) {
-        const float *row = &pi.s->cv[(pi.from + t) * CD];
-        for (int h = 0; h < GV; h++) {
-            const float *q = row + (h % GK) * DS, *k = row + GK * DS + (h % GK) * DS, *v = row + 2 * GK * DS + h * DS;
-            const double g = exp((double)pi.s->a[(pi.from + t) * GV + h]), beta = pi.s->b[(pi.from + t) * GV + h];
-            double *S = &lane[(size_t)h * DS * DS];
-            for (int i = 0; i < DS * DS; i++) S[i] *= g;
-            for (int c = 0; c < DS; c++) {
-                double s = 0;
-                for (int r = 0; r < DS; r++) s += S[r * DS + c] * k[r];
-                d[c] = beta * (v[c] - s);
-            }
-            for (int r = 0; r < DS; r++)
-                for (int c = 0; c < DS; c++) S[r * DS + c] += k[r] * d[c];
-            for (int c = 0; c < DS; c++) {
-                double s = 0;
-                for (int r = 0; r < DS; r++) s += S[r * DS + c] * q[r];
-                o[(t * GV + h) * DS + c] = s;
-            }
-        }
-    }
-}
-
-/* Running error analysis (Higham, "Accuracy and Stability of Numerical Algorithms" 3.3): the
- * kernels' own sequence of float operations is replayed in double on (value, bound) pairs,
- * where bound >= |float result - exact result| to first order. A rounded operation adds
- * u (|value| + bound), u = 2^-24; inputs to an operation carry their bounds (products:
- * |x| dy + |y| dx + dx dy); expf adds 2 ulp (CUDA's documented maximum; glibc's is less) and
- * the propagated exp(x) (e^dx - 1). The inputs (cv, a, b, the start state) are exact: the
- * kernels and the reference read the same floats. So the bound of every output and state
- * entry is derived from the data and the order of operations, not guessed: it grows with
- * the sums' lengths (128 for the key dim, up to 64 rows of a chunk), with the magnitudes of
- * the terms (T's growth in the triangular solve included) and over chunks through S0. */
-struct ev {
-    double v, d;
-};
-static const double U_ = 0x1p-24;
-static ev ex(float f) { return {(double)f, 0.0}; }
-static ev rnd(double v, double d) { return {v, d + U_ * (fabs(v) + d)}; }
-static ev emul(ev x, ev y) { return rnd(x.v * y.v, fabs(x.v) * y.d + fabs(y.v) * x.d + x.d * y.d); }
-static ev eadd(ev x, ev y) { return rnd(x.v + y.v, x.d + y.d); }
-static ev esub(ev x, ev y) { return rnd(x.v - y.v, x.d + y.d); }
-static ev efma(ev x, ev y, ev z) { return rnd(x.v * y.v + z.v, fabs(x.v) * y.d + fabs(y.v) * x.d + x.d * y.d + z.d); }
-static ev eexp(ev x) {
-    const double v = exp(x.v);
-    return {v, v * expm1(x.d) + 4 * U_ * v * exp(x.d)};
-}
-static ev edot(const float *x, const float *y) { /* gc_dot128 */
-    ev s[4] = {{0, 0}, {0, 0}, {0, 0}, {0, 0}};
-    for (int i = 0; i < 32; i++)
-        for (int p = 0; p < 4; p++) s[p] = efma(ex(x[32 * p + i]), ex(y[32 * p + i]), s[p]);
-    return eadd(eadd(s[0], s[1]), eadd(s[2], s[3]));
-}
-
-/* the chunk form as the kernels compute it, per head, in ev: o's and the end state's bounds */
-static void ref_bounds(const piece_in &pi, std::vector<ev> &o, std::vector<ev> &lane) {
-    o.assign(pi.len * GV * DS, ev{0, 0});
-    lane.resize(LANE);
-    for (int i = 0; i < LANE; i++) lane[i] = ex(pi.init[i]);
-    std::vector<ev> G(GC_C), nA(GC_C * GC_C), QK(GC_C * GC_C), W(GC_C * DS), U(GC_C * DS), Vp(GC_C * DS);
-    for (int h = 0; h < GV; h++) {
-        ev *S = &lane[(size_t)h * DS * DS];
-        for (int64_t c0 = 0; c0 < pi.len; c0 += GC_C) {
-            const int L = (int)(pi.len - c0 < GC_C ? pi.len - c0 : GC_C);
-            auto row = [&](int i) { return &pi.s->cv[(pi.from + c0 + i) * CD]; };
-            auto qr = [&](int i) { return row(i) + (h % GK) * DS; };
-            auto kr = [&](int i) { return row(i) + GK * DS + (h % GK) * DS; };
-            auto beta = [&](int i) { return ex(pi.s->b[(pi.from + c0 + i) * GV + h]); };
-            for (int i = 0; i < L; i++) G[i] = i ? eadd(G[i - 1], ex(pi.s->a[(pi.from + c0 + i) * GV + h])) : ex(pi.s->a[(pi.from + c0) * GV + h]);
-            for (int i = 0; i < L; i++)
-                for (int j = 0; j <= i; j++) {
-                    const ev dec = eexp(esub(G[i], G[j]));
-                    if (j < i) {
-                        ev t = emul(emul(beta(i), edot(kr(i), kr(j))), dec);
-                        nA[i * GC_C + j] = {-t.v, t.d};
-                    }
-                    QK[i * GC_C + j] = emul(edot(qr(i), kr(j)), dec);
-                }
-            for (int i = 0; i < L; i++) {
-                const ev bg = emul(beta(i), eexp(G[i]));
-                for (int c = 0; c < DS; c++) {
-                    ev w = emul(bg, ex(kr(i)[c])), u = emul(beta(i), ex(row(i)[2 * GK * DS + h * DS + c]));
-                    for (int j = 0; j < i; j++) w = efma(nA[i * GC_C + j], W[j * DS + c], w), u = efma(nA[i * GC_C + j], U[j * DS + c], u);
-                    W[i * DS + c] = w, U[i * DS + c] = u;
-                }
-            }
-            for (int i = 0; i < L; i++)
-                for (int c = 0; c < DS; c++) {
-                    ev pw[4], pq[4];
-                    for (int wq = 0; wq < 4; wq++) {
-                        pw[wq] = pq[wq] = ev{0, 0};
-                        for (int r = 32 * wq; r < 32 * wq + 32; r++)
-                            pw[wq] = efma(W[i * DS + r], S[r * DS + c], pw[wq]), pq[wq] = efma(ex(qr(i)[r]), S[r * DS + c], pq[wq]);
-                    }
-                    Vp[i * DS + c] = esub(U[i * DS + c], eadd(eadd(pw[0], pw[1]), eadd(pw[2], pw[3])));
-                    ev acc = emul(eexp(G[i]), eadd(eadd(pq[0], pq[1]), eadd(pq[2], pq[3])));
-                    for (int j = 0; j <= i; j++) acc = efma(QK[i * GC_C + j], Vp[j * DS + c], acc);
-                    o[((c0 + i) * GV + h) * DS + c] = acc;
-                }
-            const int e = L - 1;
-            std::vector<ev> cf(L);
-            for (int j = 0; j <= e; j++) cf[j] = eexp(esub(G[e], G[j]));
-            const ev dg = eexp(G[e]);
-            for (int r = 0; r < DS; r++)
-                for (int c = 0; c < DS; c++) {
-                    ev acc = emul(dg, S[r * DS + c]);
-                    for (int j = 0; j <= e; j++) acc = efma(emul(cf[j], ex(kr(j)[r])), Vp[j * DS + c], acc);
-                    S[r * DS + c] = acc;
-                }
-        }
-    }
-}
-
-/* |got - ref| <= bound for every entry; the worst error and its ratio to its bound */
-struct acc_stats {
-    double max_err = 0, max_ratio = 0, max_bound = 0;
-    int64_t bad = 0;
-};
-static void compare(const std::vector<float> &got, const std::vector<double> &ref, const std::vector<ev> &bnd, acc_stats &st) {
-    for (size_t i = 0; i < got.size(); i++) {
-        const double err = fabs((double)got[i] - ref[i]);
-        const double b = bnd[i].d + 1e-12 * (1.0 + fabs(ref[i])); /* float64's own error in the references */
-        st.bad += !(err <= b);
-        st.max_err = fmax(st.max_err, err);
-        st.max_ratio = fmax(st.max_ratio, err / b);
-        st.max_bound = fmax(st.max_bound, b);
-    }
-}
-
 static stream S1, S2, S3; /* three sequences' rows */
 
 /* pieces of 1, 63, 64, 65 and 130 rows in one pass, each from its own start state */
@@ -293,17 +114,16 @@ static acc_stats accuracy_run(float beta_scale, acc_stats *lanes_st) {
     std::vector<piece_in> ps;
     const int64_t lens[] = {1, 63, 64, 65, 130};
     const stream *ss[] = {&S1, &S2, &S3, &S1, &S2};
-    for (int i = 0; i < 5; i++) ps.push_back(piece_in{ss[i], 0, lens[i], {}, ss[i]->lane.data(), beta_scale});
+    for (int i = 0; i < 5; i++) ps.push_back(piece_in{ss[i], 0, lens[i], {}, ss[i]->lane, beta_scale});
     std::vector<piece_out> out = run_pass(ps);
-    acc_stats so;
+    acc_stats so = {};
+    *lanes_st = acc_stats{};
     for (int i = 0; i < 5; i++) {
-        std::vector<double> o, lane;
-        std::vector<ev> bo, bl;
-        ref_sequential(ps[i], o, lane);
-        ps[i].beta_scale = 1.0f;
-        ref_bounds(ps[i], bo, bl);
-        compare(out[i].o, o, bo, so);
-        compare(out[i].lane, lane, bl, *lanes_st);
+        std::vector<double> o(lens[i] * GV * DS), lane(LANE), bo(o.size()), bl(LANE);
+        gr_sequential(ss[i], 0, lens[i], ss[i]->lane, o.data(), lane.data());
+        gr_bounds(ss[i], 0, lens[i], ss[i]->lane, bo.data(), bl.data());
+        gr_compare(out[i].o.data(), o.data(), bo.data(), (int64_t)o.size(), &so);
+        gr_compare(out[i].lane.data(), lane.data(), bl.data(), LANE, lanes_st);
     }
     return so;
 }
@@ -339,10 +159,10 @@ struct mark_result {
     int point_bad, neutral_bad;
 };
 static mark_result mark_checks(bool report) {
-    std::vector<piece_out> marked = run_pass({piece_in{&S1, 0, NROWS, MARKS, S1.lane.data()}});
-    std::vector<piece_out> plain = run_pass({piece_in{&S1, 0, NROWS, {}, S1.lane.data()}});
+    std::vector<piece_out> marked = run_pass({piece_in{&S1, 0, NROWS, MARKS, S1.lane}});
+    std::vector<piece_out> plain = run_pass({piece_in{&S1, 0, NROWS, {}, S1.lane}});
     std::vector<piece_in> pre;
-    for (int64_t m : MARKS) pre.push_back(piece_in{&S1, 0, m, {}, S1.lane.data()});
+    for (int64_t m : MARKS) pre.push_back(piece_in{&S1, 0, m, {}, S1.lane});
     const unsigned mut = emu_mut;
     emu_mut = 0; /* the prefixes carry no marks: the defects do not touch them */
     std::vector<piece_out> pref = run_pass(pre);
@@ -367,25 +187,25 @@ TEST(marks_exact_and_neutral) {
 
 /* the one-row kernel (a pass of one-row pieces: decode) against the chunk path */
 TEST(decode_is_row_zero) {
-    std::vector<piece_out> longp = run_pass({piece_in{&S1, 0, 65, {1}, S1.lane.data()}, piece_in{&S2, 0, 64, {}, S2.lane.data()}});
-    std::vector<piece_out> dec = run_pass({piece_in{&S3, 0, 1, {}, S3.lane.data()}, piece_in{&S1, 0, 1, {1}, S1.lane.data()}});
+    std::vector<piece_out> longp = run_pass({piece_in{&S1, 0, 65, {1}, S1.lane}, piece_in{&S2, 0, 64, {}, S2.lane}});
+    std::vector<piece_out> dec = run_pass({piece_in{&S3, 0, 1, {}, S3.lane}, piece_in{&S1, 0, 1, {1}, S1.lane}});
     /* row 0: W_0, U_0, QK_00 made in the state kernel give the prep's bits */
     CHECK(same_bits(dec[1].lane, longp[0].pt[0]));
     CHECK(same_bits(dec[1].pt[0], longp[0].pt[0]));
     CHECK(memcmp(dec[1].o.data(), longp[0].o.data(), sizeof(float) * GV * DS) == 0);
     /* a step after a prefill of [0, 64) is the last, one-row chunk of a prefill of [0, 65) */
-    std::vector<piece_out> pre = run_pass({piece_in{&S2, 0, 64, {}, S2.lane.data()}, piece_in{&S3, 0, 1, {}, S3.lane.data()}});
+    std::vector<piece_out> pre = run_pass({piece_in{&S2, 0, 64, {}, S2.lane}, piece_in{&S3, 0, 1, {}, S3.lane}});
     std::vector<piece_out> step = run_pass({piece_in{&S2, 64, 1, {}, pre[0].lane.data()}, piece_in{&S3, 1, 1, {}, pre[1].lane.data()}});
-    std::vector<piece_out> full = run_pass({piece_in{&S2, 0, 65, {}, S2.lane.data()}});
+    std::vector<piece_out> full = run_pass({piece_in{&S2, 0, 65, {}, S2.lane}});
     CHECK(same_bits(step[0].lane, full[0].lane));
     CHECK(memcmp(step[0].o.data(), full[0].o.data() + 64 * GV * DS, sizeof(float) * GV * DS) == 0);
 }
 
 /* a piece alone and beside others (placed second, so at another pass row) */
 TEST(batch_invariance) {
-    std::vector<piece_out> alone = run_pass({piece_in{&S1, 0, NROWS, {64, 100}, S1.lane.data()}});
-    std::vector<piece_out> mixed = run_pass({piece_in{&S2, 0, 65, {3}, S2.lane.data()}, piece_in{&S1, 0, NROWS, {64, 100}, S1.lane.data()},
-                                             piece_in{&S3, 5, 1, {1}, S3.lane.data()}, piece_in{&S3, 0, 64, {}, S2.lane.data()}});
+    std::vector<piece_out> alone = run_pass({piece_in{&S1, 0, NROWS, {64, 100}, S1.lane}});
+    std::vector<piece_out> mixed = run_pass({piece_in{&S2, 0, 65, {3}, S2.lane}, piece_in{&S1, 0, NROWS, {64, 100}, S1.lane},
+                                             piece_in{&S3, 5, 1, {1}, S3.lane}, piece_in{&S3, 0, 64, {}, S2.lane}});
     CHECK(same_bits(alone[0].o, mixed[1].o));
     CHECK(same_bits(alone[0].lane, mixed[1].lane));
     CHECK(same_bits(alone[0].pt[0], mixed[1].pt[0]) && same_bits(alone[0].pt[1], mixed[1].pt[1]));
@@ -416,12 +236,14 @@ int main(void) {
     rng_state = seed_env ? strtoull(seed_env, NULL, 0) : ((uint64_t)time(NULL) << 20) ^ (uint64_t)getpid();
     if (!rng_state) rng_state = 1;
     printf("seed %llu (HEARTH_TEST_SEED)\n", (unsigned long long)rng_state);
-    S1 = stream_new(), S2 = stream_new(), S3 = stream_new();
+    S1 = gr_stream_new(NROWS, GK, GV, &rng_state), S2 = gr_stream_new(NROWS, GK, GV, &rng_state);
+    S3 = gr_stream_new(NROWS, GK, GV, &rng_state);
     RUN(accuracy);
     RUN(accuracy_catches_planted);
     RUN(marks_exact_and_neutral);
     RUN(decode_is_row_zero);
     RUN(batch_invariance);
     RUN(mutants_caught);
+    gr_stream_free(&S1), gr_stream_free(&S2), gr_stream_free(&S3);
     return harness_done();
 }
