@@ -6,7 +6,8 @@
  * shared by the block's threads; blocks do not overlap); dynamic shared memory (HK_DYN_SMEM)
  * is one buffer per block, filled with NaN so a read before a write shows. The __fmaf_rn
  * family is fmaf and plain float operations: compile with -ffp-contract=off so no product
- * and sum are fused behind the test's back. Not emulated: warps (no shuffles, votes or
+ * and sum are fused behind the test's back, and -fno-strict-aliasing (float4 loads of float
+ * arrays). Not emulated: warps (no shuffles, votes or
  * warp-synchronous code), atomics, streams, PDL (pdl_enter is a no-op). */
 #ifndef HEARTH_CUDA_EMU_H
 #define HEARTH_CUDA_EMU_H
@@ -32,6 +33,9 @@
 struct dim3 {
     unsigned x, y, z;
     dim3(unsigned x_ = 1, unsigned y_ = 1, unsigned z_ = 1) : x(x_), y(y_), z(z_) {}
+};
+struct alignas(16) float4 {
+    float x, y, z, w;
 };
 struct emu_uint3 {
     unsigned x, y, z;

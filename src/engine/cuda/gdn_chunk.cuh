@@ -94,11 +94,14 @@ __global__ void __launch_bounds__(256) gdn_chunk_prep_kernel(const float *cv, co
         const int64_t rb = pieces[ch.piece].r0 + ch.c0; /* the chunk's first pass row */
         const int L = ch.n;
         __syncthreads(); /* the previous chunk is done with the shared memory */
-        for (int idx = tid; idx < L * GC_DS; idx += blockDim.x) {
-            const int i = idx / GC_DS, c = idx % GC_DS;
+#pragma unroll 4
+        for (int idx = tid; idx < L * 32; idx += blockDim.x) { /* by float4 */
+            const int i = idx / 32, c = 4 * (idx % 32);
             const float *row = cv + (rb + i) * cd;
-            qs[i * GC_KP + c] = row[hk * GC_DS + c];
-            ks[i * GC_KP + c] = row[Gk * GC_DS + hk * GC_DS + c];
+            const float4 q4 = *(const float4 *)(row + hk * GC_DS + c), k4 = *(const float4 *)(row + Gk * GC_DS + hk * GC_DS + c);
+            float *qd = qs + i * GC_KP + c, *kd = ks + i * GC_KP + c;
+            qd[0] = q4.x, qd[1] = q4.y, qd[2] = q4.z, qd[3] = q4.w;
+            kd[0] = k4.x, kd[1] = k4.y, kd[2] = k4.z, kd[3] = k4.w;
         }
         if (tid < L) bs[tid] = b[(rb + tid) * Gv + h];
         if (tid == 0) {
@@ -196,21 +199,27 @@ __global__ void __launch_bounds__(128, 1) gdn_chunk_state_kernel(const float *cv
         const int L = ch.n < CR ? ch.n : CR; /* CR = 1 is launched for one-row pieces only */
         const int64_t rb = pc->r0 + ch.c0;
         __syncthreads(); /* the previous chunk is done with the shared memory */
-        for (int idx = tid; idx < L * GC_DS; idx += 128) {
-            const int i = idx / GC_DS, c = idx % GC_DS;
+        /* the chunk's rows by float4 (a row's 128 floats are 32 of them), unrolled so that
+         * a thread has several loads in flight */
+#pragma unroll 4
+        for (int idx = tid; idx < L * 32; idx += 128) {
+            const int i = idx / 32, c4 = idx % 32;
             const float *row = cv + (rb + i) * cd;
-            qs[idx] = row[hk * GC_DS + c];
-            ks[idx] = row[Gk * GC_DS + hk * GC_DS + c];
-            if (CR > 1) ws[idx] = wsc[((rb + i) * Gv + h) * GC_DS + c];
+            ((float4 *)qs)[idx] = ((const float4 *)(row + hk * GC_DS))[c4];
+            ((float4 *)ks)[idx] = ((const float4 *)(row + Gk * GC_DS + hk * GC_DS))[c4];
+            if (CR > 1) ((float4 *)ws)[idx] = ((const float4 *)(wsc + ((rb + i) * Gv + h) * GC_DS))[c4];
         }
         if (CR > 1) {
-            for (int idx = tid; idx < L * GC_COLS; idx += 128) {
-                const int i = idx / GC_COLS, c = idx % GC_COLS;
-                us[idx] = usc[((rb + i) * Gv + h) * GC_DS + c0 + c];
+#pragma unroll 2
+            for (int idx = tid; idx < L * 8; idx += 128) {
+                const int i = idx / 8, c4 = idx % 8;
+                ((float4 *)us)[idx] = ((const float4 *)(usc + ((rb + i) * Gv + h) * GC_DS + c0))[c4];
             }
-            for (int idx = tid; idx < L * CR; idx += 128) {
-                const int i = idx / CR, j = idx % CR;
-                qk[idx] = qksc[((rb + i) * Gv + h) * GC_C + j];
+            constexpr int Q4 = CR >= 4 ? CR / 4 : 1; /* float4 of a QK row */
+#pragma unroll 4
+            for (int idx = tid; idx < L * Q4; idx += 128) {
+                const int i = idx / Q4, j4 = idx % Q4;
+                ((float4 *)qk)[idx] = ((const float4 *)(qksc + ((rb + i) * Gv + h) * GC_C))[j4];
             }
             if (tid < L) {
                 gs[tid] = gsc[(rb + tid) * Gv + h];
