@@ -21,7 +21,7 @@ extern "C" {
 
 static unsigned emu_mut; /* the planted defect the kernels see (gdn.cu's M_ bits) */
 #define KMUT(bit) (emu_mut & (bit))
-enum { M_COPY_LATE = 1 << 3, M_COPY_EARLY = 1 << 4, M_POINT_INPLACE = 1 << 5 };
+enum { M_COPY_LATE = 1 << 3, M_COPY_EARLY = 1 << 4, M_POINT_INPLACE = 1 << 5, M_DECAY_SKIP = 1 << 6 };
 #include "engine/cuda/gdn_chunk.cuh"
 
 enum { DS = 128, GK = 2, GV = 4, CD = 2 * GK * DS + GV * DS, NROWS = 130, LANE = GV * DS * DS };
@@ -219,7 +219,8 @@ TEST(mutants_caught) {
         bool point, neutral; /* which checks must fail */
     } muts[] = {{"copy_late", M_COPY_LATE, true, false},
                 {"copy_early_decay", M_COPY_EARLY, true, false},
-                {"point_inplace", M_POINT_INPLACE, false, true}};
+                {"point_inplace", M_POINT_INPLACE, false, true},
+                {"decay_skip", M_DECAY_SKIP, true, false}};
     for (const auto &m : muts) {
         emu_mut = m.bit;
         mark_result r = mark_checks(false);

@@ -632,11 +632,12 @@ static int cuda_run(engine *eng, const engine_span *spans, int n_spans, herr *e)
                 }
             if (chunks) { /* chunks of CUDA_CHUNK rows from the piece's start, restarted at the anchors */
                 pchunk[np] = nc;
+                const bool anchor_skip = MUTANT("anchor_skip"); /* mutant: the chunks not restarted at anchors */
                 int k = 0;
                 for (int64_t c0 = 0, end; c0 < len; c0 = end) {
                     end = len - c0 < CUDA_CHUNK ? len : c0 + CUDA_CHUNK;
                     while (k < sp->n_anchors && sp->anchors[k] - done[i] <= c0) k++;
-                    if (k < sp->n_anchors && sp->anchors[k] - done[i] < end) end = sp->anchors[k] - done[i];
+                    if (k < sp->n_anchors && sp->anchors[k] - done[i] < end && !anchor_skip) end = sp->anchors[k] - done[i];
                     chunks[nc++] = (hk_chunk){.piece = np, .c0 = (int32_t)c0, .n = (int32_t)(end - c0)};
                 }
                 pchunk[np + 1] = nc;

@@ -23,6 +23,8 @@ enum {
     M_COPY_LATE = 1 << 3,     /* copy_late: a lane point copied one row late */
     M_COPY_EARLY = 1 << 4,    /* copy_early_decay: a lane copied before its row's decay and update */
     M_POINT_INPLACE = 1 << 5, /* point_inplace: the copy moves the live state's bits */
+    M_DECAY_SKIP = 1 << 6,    /* decay_skip: a lane point forgets the decay of the state before its
+                               * chunk (the chunked form only: the row rule has no chunk) */
 };
 #ifdef HEARTH_MUTANTS
 extern "C" bool mutant_on(const char *name);
@@ -33,7 +35,8 @@ static int mut_load(herr *e) {
     if (done) return 0;
     static const struct { const char *name; unsigned bit; } table[] = {
         {"neighbour_leak", M_NEIGHBOUR}, {"ring_skip", M_RING_SKIP}, {"ring_reverse", M_RING_REVERSE},
-        {"copy_late", M_COPY_LATE}, {"copy_early_decay", M_COPY_EARLY}, {"point_inplace", M_POINT_INPLACE}};
+        {"copy_late", M_COPY_LATE}, {"copy_early_decay", M_COPY_EARLY}, {"point_inplace", M_POINT_INPLACE},
+        {"decay_skip", M_DECAY_SKIP}};
     unsigned m = 0;
     for (const auto &t : table) m |= mutant_on(t.name) ? t.bit : 0u;
     CUDA_TRY(cudaMemcpyToSymbol(gdn_mut, &m, sizeof m), e);

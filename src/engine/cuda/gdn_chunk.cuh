@@ -4,7 +4,7 @@
 // outputs, the points, the end state). gdn.cu includes it (host wrapper, mutants); so does
 // tests/unit/test_gdn_chunk.cc, through a CPU emulation of the execution model
 // (tests/unit/cuda_emu.h). The includer defines KMUT(bit) and M_COPY_LATE, M_COPY_EARLY,
-// M_POINT_INPLACE. Off by default (HEARTH_CUDA_GDN_CHUNK=1): it has run only under the
+// M_POINT_INPLACE, M_DECAY_SKIP (the planted defects, gdn.cu). Off by default (HEARTH_CUDA_GDN_CHUNK=1): it has run only under the
 // emulation so far, never on a GPU.
 //
 // The form, per value head h (key head h % Gk), lane S (128 x 128, rows the key dim) and
@@ -137,10 +137,11 @@ __global__ void __launch_bounds__(256) gdn_chunk_prep_kernel(const float *cv, co
 }
 
 // S(e) of the block's rows and columns into out (may be st): e = -1 is S0 itself. Every
-// thread of the block calls it with the same e (it syncs).
+// thread of the block calls it with the same e (it syncs). point: for a mark (where the
+// decay_skip defect lives).
 template <int CR>
 __device__ __forceinline__ void gc_end_state(int e, const float *st, float *out, const float *ks, const float *vp,
-                                             const float *gs, const float *eg, float *cf) {
+                                             const float *gs, const float *eg, float *cf, bool point) {
     const int tid = threadIdx.x, w = tid / 32, lane = tid % 32;
     __syncthreads(); /* an earlier call is done with cf */
     if (tid <= e) cf[tid] = expf(__fsub_rn(gs[e], gs[tid]));
@@ -150,7 +151,7 @@ __device__ __forceinline__ void gc_end_state(int e, const float *st, float *out,
         for (int r = 0; r < 32; r++) out[r] = st[r];
         return;
     }
-    const float d = eg[e];
+    const float d = point && KMUT(M_DECAY_SKIP) ? 1.0f : eg[e];
 #pragma unroll
     for (int r = 0; r < 32; r++) {
         float acc = __fmul_rn(d, st[r]);
@@ -273,12 +274,12 @@ __global__ void __launch_bounds__(128, 1) gdn_chunk_state_kernel(const float *cv
                 for (int r = 0; r < 32; r++) st[r] = __int_as_float(__float_as_int(st[r]) ^ 1);
             }
             float pt[32];
-            gc_end_state<CR>(e, st, pt, ks, vp, gs, eg, cf);
+            gc_end_state<CR>(e, st, pt, ks, vp, gs, eg, cf, true);
             float *dst = stage0 + (size_t)m->slot * stage_stride + (size_t)(h * GC_DS * GC_DS);
 #pragma unroll
             for (int r = 0; r < 32; r++) dst[(32 * w + r) * GC_DS + col] = pt[r];
         }
-        gc_end_state<CR>(L - 1, st, st, ks, vp, gs, eg, cf);
+        gc_end_state<CR>(L - 1, st, st, ks, vp, gs, eg, cf, false);
     }
 #pragma unroll
     for (int i = 0; i < 32; i++) lane_p[(32 * w + i) * GC_DS + col] = st[i];
