@@ -745,6 +745,66 @@ static int gdn_pass(void *st, const gpiece *ps, int np, float *o, float *lanes, 
     free(cv), free(a), free(b), free(hl), free(pieces), free(marks), free(chunks), free(pchunk);
     return rc;
 }
+
+/* the row-by-row rule (hk_gdn_delta) and the chunked one (hk_gdn_chunk) timed on np pieces of
+ * len rows each at 32 value heads (ms a launch sequence, the median of 5 after a warm-up):
+ * printed, not checked */
+static void gdn_time(int np, int64_t len) {
+    enum { GK = 16, GV = 32 };
+    const int64_t cd = 2 * GK * 128 + GV * 128, n = np * len, lane = (int64_t)GV * 128 * 128;
+    uint64_t rng = 77;
+    gr_stream s = gr_stream_new(len, GK, GV, &rng);
+    hk_piece *pieces = xmalloc(sizeof(hk_piece) * (size_t)np);
+    hk_chunk *chunks = xmalloc(sizeof(hk_chunk) * (size_t)n);
+    int32_t *pchunk = xmalloc(sizeof(int32_t) * (size_t)(np + 1));
+    int nc = 0;
+    for (int p = 0; p < np; p++) {
+        pieces[p] = (hk_piece){.r0 = p * len, .n = len, .seq = p};
+        pchunk[p] = nc;
+        for (int64_t c0 = 0; c0 < len; c0 += 64) chunks[nc++] = (hk_chunk){.piece = p, .c0 = (int32_t)c0, .n = (int32_t)(len - c0 < 64 ? len - c0 : 64)};
+        pchunk[p + 1] = nc;
+    }
+    herr e;
+    void *st, *ev[2], *d[10] = {0};
+    const size_t bytes[10] = {sizeof(float) * (size_t)(n * cd), sizeof(float) * (size_t)(n * GV), sizeof(float) * (size_t)(n * GV),
+                              sizeof(float) * (size_t)(np * lane), sizeof(hk_piece) * (size_t)np, sizeof(hk_chunk) * (size_t)n,
+                              sizeof(int32_t) * (size_t)(np + 1), sizeof(float) * (size_t)(n * GV * 128) * 2,
+                              sizeof(float) * (size_t)(n * GV * 65), sizeof(float) * (size_t)(n * GV * 128)};
+    int rc = hk_stream_new(&st, &e) | hk_event_new(&ev[0], &e) | hk_event_new(&ev[1], &e);
+    for (int i = 0; i < 10 && rc == 0; i++) rc = hk_malloc(&d[i], bytes[i], &e);
+    for (int p = 0; p < np && rc == 0; p++)
+        rc = hk_h2d((float *)d[0] + p * len * cd, s.cv, sizeof(float) * (size_t)(len * cd), &e) |
+             hk_h2d((float *)d[1] + p * len * GV, s.a, sizeof(float) * (size_t)(len * GV), &e) |
+             hk_h2d((float *)d[2] + p * len * GV, s.b, sizeof(float) * (size_t)(len * GV), &e);
+    if (rc == 0)
+        rc = hk_h2d(d[4], pieces, bytes[4], &e) | hk_h2d(d[5], chunks, bytes[5], &e) | hk_h2d(d[6], pchunk, bytes[6], &e) |
+             hk_memset(d[3], 0, bytes[3], &e);
+    hk_gdn_scratch sc = {.w = d[7], .u = (float *)d[7] + n * GV * 128, .qk = d[8], .g = (float *)d[8] + n * GV * 64};
+    float ms[2][5];
+    for (int form = 0; form < 2 && rc == 0; form++)
+        for (int r = -1; r < 5 && rc == 0; r++) {
+            rc |= hk_event_record(st, ev[0], &e);
+            if (form == 0)
+                rc |= hk_gdn_delta(st, d[0], d[2], d[1], d[3], (size_t)lane, d[4], np, NULL, NULL, 0, 128, GK, GV, cd, d[9], &e);
+            else
+                rc |= hk_gdn_chunk(st, d[0], d[2], d[1], d[3], (size_t)lane, d[4], np, d[5], d[6], n, NULL, NULL, 0, 128, GK, GV, cd,
+                                   &sc, d[9], &e);
+            rc |= hk_event_record(st, ev[1], &e) | hk_stream_sync(st, &e);
+            if (r >= 0) ms[form][r] = hk_event_ms(ev[0], ev[1]);
+        }
+    if (rc == 0) {
+        for (int f = 0; f < 2; f++) /* median of 5 */
+            for (int i = 0; i < 5; i++)
+                for (int j = i + 1; j < 5; j++)
+                    if (ms[f][j] < ms[f][i]) { const float t = ms[f][i]; ms[f][i] = ms[f][j]; ms[f][j] = t; }
+        printf("  gdn delta rule, %d piece(s) of %lld rows, 32 heads: row by row %.4f ms, chunked %.4f ms\n", np, (long long)len,
+               ms[0][2], ms[1][2]);
+    } else
+        printf("  gdn timing failed: %s\n", e.msg);
+    for (int i = 0; i < 10; i++) hk_free(d[i]);
+    hk_event_free(ev[0]), hk_event_free(ev[1]), hk_stream_free(st);
+    gr_stream_free(&s), free(pieces), free(chunks), free(pchunk);
+}
 #endif
 
 /* the chunked delta rule on the GPU at the model's head counts (32 value heads on 16 key
@@ -837,6 +897,7 @@ TEST(gdn_chunk_matches_ref) {
                   !memcmp(pts + lane, pts_alone, sizeof(float) * (size_t)(12 * lane)),
               "a piece beside others differs from the piece alone");
     hk_stream_free(st);
+    gdn_time(1, 4096), gdn_time(1, 2048), gdn_time(4, 512), gdn_time(8, 1), gdn_time(64, 1);
     for (int i = 0; i < 3; i++) gr_stream_free(&s[i]);
     free(o), free(lanes), free(pts), free(ro), free(bo), free(rl), free(bl), free(o_marked), free(l_marked), free(pre_l);
     free(pre_o), free(l64), free(o_step), free(l_step), free(pts_alone);
