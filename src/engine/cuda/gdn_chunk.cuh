@@ -152,12 +152,17 @@ __device__ __forceinline__ void gc_end_state(int e, const float *st, float *out,
         return;
     }
     const float d = point && KMUT(M_DECAY_SKIP) ? 1.0f : eg[e];
+    /* 32 sums at once, each over j ascending (the order is per entry: the loop nest is free) */
+    float acc[32];
 #pragma unroll
-    for (int r = 0; r < 32; r++) {
-        float acc = __fmul_rn(d, st[r]);
-        for (int j = 0; j <= e; j++) acc = __fmaf_rn(__fmul_rn(cf[j], ks[j * GC_DS + 32 * w + r]), vp[j * GC_COLS + lane], acc);
-        out[r] = acc;
+    for (int r = 0; r < 32; r++) acc[r] = __fmul_rn(d, st[r]);
+    for (int j = 0; j <= e; j++) {
+        const float cj = cf[j], vj = vp[j * GC_COLS + lane], *kj = ks + j * GC_DS + 32 * w;
+#pragma unroll
+        for (int r = 0; r < 32; r++) acc[r] = __fmaf_rn(__fmul_rn(cj, kj[r]), vj, acc[r]);
     }
+#pragma unroll
+    for (int r = 0; r < 32; r++) out[r] = acc[r];
 }
 
 // grid (Gv * 4, n_pieces), 128 threads, gc_state_smem_floats(CR) of shared memory: value head
@@ -235,7 +240,8 @@ __global__ void __launch_bounds__(128, 1) gdn_chunk_state_kernel(const float *cv
             if (tid == 0) qk[0] = gc_qk(gc_dot128(qs, ks), g0, g0);
         }
         __syncthreads();
-        /* W_i^T S0 and q_i^T S0 over the warp's 32 rows */
+        /* W_i^T S0 and q_i^T S0 over the warp's 32 rows (rows i unrolled: independent sums) */
+#pragma unroll 4
         for (int i = 0; i < L; i++) {
             const float *wr = ws + i * GC_DS + 32 * w, *qr = qs + i * GC_DS + 32 * w;
             float sw = 0.0f, sq = 0.0f;
