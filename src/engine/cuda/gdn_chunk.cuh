@@ -29,6 +29,11 @@
 // in one launch. Chunks are laid by the host from each piece's start and restarted at the
 // span's anchors (a piece starts on its span's grid); a block computes one piece (state) or
 // one chunk (prep) from that piece's rows alone, so other pieces move no bit.
+//
+// Cost and limits: the prep's triangular solve is a column a thread, row after row (no
+// blocked solve yet); the state kernel walks a piece's chunks in order with 193 KB of shared
+// memory (one block an SM), so a pass of many long pieces runs in waves. The GPU's bits are
+// not the CPU's (expf, the sums' orders), only self-consistent, as the contract asks.
 #ifndef HEARTH_CUDA_GDN_CHUNK_CUH
 #define HEARTH_CUDA_GDN_CHUNK_CUH
 
