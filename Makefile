@@ -23,7 +23,7 @@ LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
 MUT_OBJ := $(filter-out $(ENG_SRC:%.c=$(BUILD)/obj/%.o),$(LIB_OBJ)) $(ENG_SRC:%.c=$(BUILD)/obj-mut/%.o)
 CLI_OBJ := $(CLI_SRC:%.c=$(BUILD)/obj/%.o)
 REF_OBJ := $(REF_SRC:%.c=$(BUILD)/obj/%.o)
-TEST_BIN := $(TEST_SRC:tests/unit/%.c=$(BUILD)/tests/%)
+TEST_BIN := $(TEST_SRC:tests/unit/%.c=$(BUILD)/tests/%) $(BUILD)/tests/test_gdn_chunk
 
 # `hearth --version` names the commit; main.o is rebuilt when the description changes (the
 # stamp file is rewritten only then). Outside a git checkout: "unknown".
@@ -95,6 +95,16 @@ $(BUILD)/mut/test_engine: tests/unit/test_engine.c $(REF_OBJ) $(BUILD)/libhearth
 $(BUILD)/mut/hearth: $(CLI_OBJ) $(BUILD)/libhearth-mut.a
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -o $@ $(CLI_OBJ) $(BUILD)/libhearth-mut.a $(LDLIBS)
+
+# the chunked delta rule's CUDA kernels run on the CPU under a fiber emulation of the
+# execution model (tests/unit/cuda_emu.h): C++, no GPU, no nvcc; no sanitizer (fibers and
+# ASan's stack tracking do not mix), and no fused multiply-adds but the kernels' own
+CXX ?= c++
+$(BUILD)/tests/test_gdn_chunk: tests/unit/test_gdn_chunk.cc tests/unit/cuda_emu.h tests/unit/gdn_chunk_ref.h tests/unit/harness.h \
+                               src/engine/cuda/gdn_chunk.cuh src/engine/cuda/kernels.h
+	@mkdir -p $(@D)
+	$(CXX) -std=c++17 -O2 -g -Wall -Wextra -Werror -Wno-unused-parameter -Wno-unknown-pragmas -ffp-contract=off -fno-strict-aliasing \
+	    -D_GNU_SOURCE -Isrc -Itests/unit -o $@ $< -lm
 
 $(BUILD)/tests/%: tests/unit/%.c $(REF_OBJ) $(BUILD)/libhearth.a tests/unit/harness.h
 	@mkdir -p $(@D)

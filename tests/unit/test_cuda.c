@@ -13,6 +13,7 @@
 #ifdef HEARTH_CUDA
 #include "engine/cuda/cuda.h"
 #include "engine/cuda/kernels.h"
+#include "gdn_chunk_ref.h"
 #endif
 #include <math.h>
 
@@ -679,6 +680,231 @@ TEST(attn_matches_ref) {
 #endif
 }
 
+#ifdef HEARTH_CUDA
+/* ---- the chunked delta rule (gdn_chunk.cuh) through hk_gdn_chunk; the CPU emulation of the
+ * same kernels is tests/unit/test_gdn_chunk.cc, whose checks these repeat at the real head
+ * counts (the planted defects are shown red there: this program links the shipped kernels) */
+typedef struct gpiece {
+    const gr_stream *s;
+    int64_t from, len; /* rows [from, from + len) of the stream */
+    const int64_t *marks;
+    int n_marks;
+    const float *init; /* the start state */
+} gpiece;
+
+/* one pass: o (n, Gv*128) in piece order, the pieces' end states (np, lane) and the points
+ * (the marks in piece order, lane each) */
+static int gdn_pass(void *st, const gpiece *ps, int np, float *o, float *lanes, float *pts, herr *e) {
+    const int Gk = ps[0].s->Gk, Gv = ps[0].s->Gv;
+    const int64_t cd = ps[0].s->cd, lane = (int64_t)Gv * 128 * 128;
+    int64_t n = 0;
+    int nm = 0;
+    for (int p = 0; p < np; p++) n += ps[p].len, nm += ps[p].n_marks;
+    float *cv = xmalloc(sizeof(float) * (size_t)(n * cd)), *a = xmalloc(sizeof(float) * (size_t)(n * Gv));
+    float *b = xmalloc(sizeof(float) * (size_t)(n * Gv)), *hl = xmalloc(sizeof(float) * (size_t)(np * lane));
+    hk_piece *pieces = xmalloc(sizeof(hk_piece) * (size_t)np);
+    hk_mark *marks = xmalloc(sizeof(hk_mark) * (size_t)(nm + 1));
+    hk_chunk *chunks = xmalloc(sizeof(hk_chunk) * (size_t)n);
+    int32_t *pchunk = xmalloc(sizeof(int32_t) * (size_t)(np + 1));
+    int64_t r0 = 0;
+    int mk = 0, nc = 0;
+    for (int p = 0; p < np; p++) {
+        const gpiece *g = &ps[p];
+        memcpy(cv + r0 * cd, g->s->cv + g->from * cd, sizeof(float) * (size_t)(g->len * cd));
+        memcpy(a + r0 * Gv, g->s->a + g->from * Gv, sizeof(float) * (size_t)(g->len * Gv));
+        memcpy(b + r0 * Gv, g->s->b + g->from * Gv, sizeof(float) * (size_t)(g->len * Gv));
+        memcpy(hl + p * lane, g->init, sizeof(float) * (size_t)lane);
+        pieces[p] = (hk_piece){.r0 = r0, .n = g->len, .pos0 = g->from, .seq = p, .mark0 = mk, .n_marks = g->n_marks};
+        for (int k = 0; k < g->n_marks; k++, mk++) marks[mk] = (hk_mark){.m = g->marks[k], .slot = mk, .piece = p};
+        pchunk[p] = nc;
+        for (int64_t c0 = 0; c0 < g->len; c0 += 64)
+            chunks[nc++] = (hk_chunk){.piece = p, .c0 = (int32_t)c0, .n = (int32_t)(g->len - c0 < 64 ? g->len - c0 : 64)};
+        pchunk[p + 1] = nc;
+        r0 += g->len;
+    }
+    void *d[13] = {0};
+    const size_t bytes[13] = {sizeof(float) * (size_t)(n * cd), sizeof(float) * (size_t)(n * Gv), sizeof(float) * (size_t)(n * Gv),
+                              sizeof(float) * (size_t)(np * lane), sizeof(hk_piece) * (size_t)np, sizeof(hk_chunk) * (size_t)n,
+                              sizeof(int32_t) * (size_t)(np + 1), sizeof(hk_mark) * (size_t)(nm + 1),
+                              sizeof(float) * (size_t)((nm + 1) * lane), sizeof(float) * (size_t)(n * Gv * 128),
+                              sizeof(float) * (size_t)(n * Gv * 128), sizeof(float) * (size_t)(n * Gv * 64 + n * Gv),
+                              sizeof(float) * (size_t)(n * Gv * 128)};
+    int rc = 0;
+    for (int i = 0; i < 13 && rc == 0; i++) rc = hk_malloc(&d[i], bytes[i], e);
+    const void *src[8] = {cv, a, b, hl, pieces, chunks, pchunk, marks};
+    for (int i = 0; i < 8 && rc == 0; i++) rc = hk_h2d(d[i], src[i], bytes[i], e);
+    if (rc == 0) rc = hk_memset(d[8], 0xff, bytes[8], e); /* NaN: a point not written shows */
+    hk_gdn_scratch sc = {.w = d[9], .u = d[10], .qk = d[11], .g = (float *)d[11] + n * Gv * 64};
+    if (rc == 0)
+        rc = hk_gdn_chunk(st, d[0], d[2], d[1], d[3], (size_t)lane, d[4], np, d[5], d[6], n, d[7], d[8], (size_t)lane, 128, Gk,
+                          Gv, cd, &sc, d[12], e);
+    if (rc == 0) rc = hk_stream_sync(st, e);
+    if (rc == 0) rc = hk_d2h(o, d[12], bytes[12], e);
+    if (rc == 0) rc = hk_d2h(lanes, d[3], bytes[3], e);
+    if (rc == 0 && nm) rc = hk_d2h(pts, d[8], sizeof(float) * (size_t)(nm * lane), e);
+    for (int i = 0; i < 13; i++) hk_free(d[i]);
+    free(cv), free(a), free(b), free(hl), free(pieces), free(marks), free(chunks), free(pchunk);
+    return rc;
+}
+
+/* the row-by-row rule (hk_gdn_delta) and the chunked one (hk_gdn_chunk) timed on np pieces of
+ * len rows each at 32 value heads (ms a launch sequence, the median of 5 after a warm-up):
+ * printed, not checked */
+static void gdn_time(int np, int64_t len) {
+    enum { GK = 16, GV = 32 };
+    const int64_t cd = 2 * GK * 128 + GV * 128, n = np * len, lane = (int64_t)GV * 128 * 128;
+    uint64_t rng = 77;
+    gr_stream s = gr_stream_new(len, GK, GV, &rng);
+    hk_piece *pieces = xmalloc(sizeof(hk_piece) * (size_t)np);
+    hk_chunk *chunks = xmalloc(sizeof(hk_chunk) * (size_t)n);
+    int32_t *pchunk = xmalloc(sizeof(int32_t) * (size_t)(np + 1));
+    int nc = 0;
+    for (int p = 0; p < np; p++) {
+        pieces[p] = (hk_piece){.r0 = p * len, .n = len, .seq = p};
+        pchunk[p] = nc;
+        for (int64_t c0 = 0; c0 < len; c0 += 64) chunks[nc++] = (hk_chunk){.piece = p, .c0 = (int32_t)c0, .n = (int32_t)(len - c0 < 64 ? len - c0 : 64)};
+        pchunk[p + 1] = nc;
+    }
+    herr e;
+    void *st, *ev[2], *d[10] = {0};
+    const size_t bytes[10] = {sizeof(float) * (size_t)(n * cd), sizeof(float) * (size_t)(n * GV), sizeof(float) * (size_t)(n * GV),
+                              sizeof(float) * (size_t)(np * lane), sizeof(hk_piece) * (size_t)np, sizeof(hk_chunk) * (size_t)n,
+                              sizeof(int32_t) * (size_t)(np + 1), sizeof(float) * (size_t)(n * GV * 128) * 2,
+                              sizeof(float) * (size_t)(n * GV * 65), sizeof(float) * (size_t)(n * GV * 128)};
+    int rc = hk_stream_new(&st, &e) | hk_event_new(&ev[0], &e) | hk_event_new(&ev[1], &e);
+    for (int i = 0; i < 10 && rc == 0; i++) rc = hk_malloc(&d[i], bytes[i], &e);
+    for (int p = 0; p < np && rc == 0; p++)
+        rc = hk_h2d((float *)d[0] + p * len * cd, s.cv, sizeof(float) * (size_t)(len * cd), &e) |
+             hk_h2d((float *)d[1] + p * len * GV, s.a, sizeof(float) * (size_t)(len * GV), &e) |
+             hk_h2d((float *)d[2] + p * len * GV, s.b, sizeof(float) * (size_t)(len * GV), &e);
+    if (rc == 0)
+        rc = hk_h2d(d[4], pieces, bytes[4], &e) | hk_h2d(d[5], chunks, bytes[5], &e) | hk_h2d(d[6], pchunk, bytes[6], &e) |
+             hk_memset(d[3], 0, bytes[3], &e);
+    hk_gdn_scratch sc = {.w = d[7], .u = (float *)d[7] + n * GV * 128, .qk = d[8], .g = (float *)d[8] + n * GV * 64};
+    float ms[2][5];
+    for (int form = 0; form < 2 && rc == 0; form++)
+        for (int r = -1; r < 5 && rc == 0; r++) {
+            rc |= hk_event_record(st, ev[0], &e);
+            if (form == 0)
+                rc |= hk_gdn_delta(st, d[0], d[2], d[1], d[3], (size_t)lane, d[4], np, NULL, NULL, 0, 128, GK, GV, cd, d[9], &e);
+            else
+                rc |= hk_gdn_chunk(st, d[0], d[2], d[1], d[3], (size_t)lane, d[4], np, d[5], d[6], n, NULL, NULL, 0, 128, GK, GV, cd,
+                                   &sc, d[9], &e);
+            rc |= hk_event_record(st, ev[1], &e) | hk_stream_sync(st, &e);
+            if (r >= 0) ms[form][r] = hk_event_ms(ev[0], ev[1]);
+        }
+    if (rc == 0) {
+        for (int f = 0; f < 2; f++) /* median of 5 */
+            for (int i = 0; i < 5; i++)
+                for (int j = i + 1; j < 5; j++)
+                    if (ms[f][j] < ms[f][i]) { const float t = ms[f][i]; ms[f][i] = ms[f][j]; ms[f][j] = t; }
+        printf("  gdn delta rule, %d piece(s) of %lld rows, 32 heads: row by row %.4f ms, chunked %.4f ms\n", np, (long long)len,
+               ms[0][2], ms[1][2]);
+    } else
+        printf("  gdn timing failed: %s\n", e.msg);
+    for (int i = 0; i < 10; i++) hk_free(d[i]);
+    hk_event_free(ev[0]), hk_event_free(ev[1]), hk_stream_free(st);
+    gr_stream_free(&s), free(pieces), free(chunks), free(pchunk);
+}
+#endif
+
+/* the chunked delta rule on the GPU at the model's head counts (32 value heads on 16 key
+ * heads): against float64 within gdn_chunk_ref.h's derived bound; marks exact (a point =
+ * the prefill of its prefix) and neutral; the one-row kernel = the chunk path's rows;
+ * batch invariance */
+TEST(gdn_chunk_matches_ref) {
+#ifndef HEARTH_CUDA
+    SKIP("built without CUDA (nvcc not found)");
+#else
+    if (!have_gpu()) return;
+    enum { GK = 16, GV = 32, NR = 130 };
+    const int64_t lane = (int64_t)GV * 128 * 128, vd = GV * 128;
+    uint64_t rng = 0x5eed0f5a11ull;
+    gr_stream s[3];
+    for (int i = 0; i < 3; i++) s[i] = gr_stream_new(NR, GK, GV, &rng);
+    herr e;
+    void *st;
+    CHECK(hk_stream_new(&st, &e) == 0);
+    float *o = xmalloc(sizeof(float) * (size_t)(3 * NR * vd)), *lanes = xmalloc(sizeof(float) * (size_t)(16 * lane));
+    float *pts = xmalloc(sizeof(float) * (size_t)(16 * lane));
+    /* accuracy: pieces of 1, 63, 64, 65 and 130 rows in one pass */
+    const int64_t lens[5] = {1, 63, 64, 65, 130};
+    gpiece acc[5];
+    for (int i = 0; i < 5; i++) acc[i] = (gpiece){.s = &s[i % 3], .from = 0, .len = lens[i], .init = s[i % 3].lane};
+    CHECK_MSG(gdn_pass(st, acc, 5, o, lanes, pts, &e) == 0, "%s", e.msg);
+    gr_stats so = {0}, sl = {0};
+    double *ro = xmalloc(sizeof(double) * (size_t)(NR * vd)), *bo = xmalloc(sizeof(double) * (size_t)(NR * vd));
+    double *rl = xmalloc(sizeof(double) * (size_t)lane), *bl = xmalloc(sizeof(double) * (size_t)lane);
+    int64_t r0 = 0;
+    for (int i = 0; i < 5; i++) {
+        gr_sequential(acc[i].s, 0, lens[i], acc[i].init, ro, rl);
+        gr_bounds(acc[i].s, 0, lens[i], acc[i].init, bo, bl);
+        gr_compare(o + r0 * vd, ro, bo, lens[i] * vd, &so);
+        gr_compare(lanes + i * lane, rl, bl, lane, &sl);
+        r0 += lens[i];
+    }
+    printf("  gdn chunk: o max |err| %.3g (%.3f of its bound), end states %.3g (%.3f), %lld + %lld outside\n", so.max_err,
+           so.max_ratio, sl.max_err, sl.max_ratio, (long long)so.bad, (long long)sl.bad);
+    CHECK(so.bad == 0 && sl.bad == 0);
+    /* marks: a piece of 130 rows marked at 12 rows against the prefills of its prefixes (one
+     * pass, a piece each) and against itself unmarked */
+    static const int64_t mk[12] = {1, 2, 33, 63, 64, 65, 66, 100, 127, 128, 129, 130};
+    gpiece marked = {.s = &s[0], .from = 0, .len = NR, .marks = mk, .n_marks = 12, .init = s[0].lane};
+    CHECK_MSG(gdn_pass(st, &marked, 1, o, lanes, pts, &e) == 0, "%s", e.msg);
+    float *o_marked = xmalloc(sizeof(float) * (size_t)(NR * vd)), *l_marked = xmalloc(sizeof(float) * (size_t)lane);
+    memcpy(o_marked, o, sizeof(float) * (size_t)(NR * vd)), memcpy(l_marked, lanes, sizeof(float) * (size_t)lane);
+    gpiece plain = marked;
+    plain.marks = NULL, plain.n_marks = 0;
+    CHECK_MSG(gdn_pass(st, &plain, 1, o, lanes, NULL, &e) == 0, "%s", e.msg);
+    CHECK_MSG(!memcmp(o, o_marked, sizeof(float) * (size_t)(NR * vd)) && !memcmp(lanes, l_marked, sizeof(float) * (size_t)lane),
+              "marks moved the pass's outputs or end state");
+    gpiece pre[12];
+    for (int k = 0; k < 12; k++) pre[k] = (gpiece){.s = &s[0], .from = 0, .len = mk[k], .init = s[0].lane};
+    float *pre_l = xmalloc(sizeof(float) * (size_t)(12 * lane)), *pre_o = xmalloc(sizeof(float) * (size_t)(12 * NR * vd));
+    CHECK_MSG(gdn_pass(st, pre, 12, pre_o, pre_l, NULL, &e) == 0, "%s", e.msg);
+    int bad = 0;
+    for (int k = 0; k < 12; k++) bad += memcmp(pts + k * lane, pre_l + k * lane, sizeof(float) * (size_t)lane) != 0;
+    CHECK_MSG(bad == 0, "%d of 12 points differ from the prefills of their prefixes", bad);
+    /* decode: a pass of one-row pieces (the one-launch kernel) = the chunk path's row 0 and
+     * its point at m = 1; a step after a prefill of [0, 64) = the last chunk of [0, 65) */
+    const int64_t one = 1;
+    gpiece dec[2] = {{.s = &s[2], .from = 0, .len = 1, .init = s[2].lane},
+                     {.s = &s[0], .from = 0, .len = 1, .marks = &one, .n_marks = 1, .init = s[0].lane}};
+    CHECK_MSG(gdn_pass(st, dec, 2, o, lanes, pts, &e) == 0, "%s", e.msg);
+    CHECK_MSG(!memcmp(lanes + lane, pre_l, sizeof(float) * (size_t)lane) &&
+                  !memcmp(pts, pre_l, sizeof(float) * (size_t)lane) && !memcmp(o + vd, o_marked, sizeof(float) * (size_t)vd),
+              "a one-row pass differs from row 0 of the chunk path");
+    gpiece p64 = {.s = &s[1], .from = 0, .len = 64, .init = s[1].lane};
+    CHECK_MSG(gdn_pass(st, &p64, 1, o, lanes, NULL, &e) == 0, "%s", e.msg);
+    float *l64 = xmalloc(sizeof(float) * (size_t)lane);
+    memcpy(l64, lanes, sizeof(float) * (size_t)lane);
+    gpiece step = {.s = &s[1], .from = 64, .len = 1, .init = l64};
+    CHECK_MSG(gdn_pass(st, &step, 1, o, lanes, NULL, &e) == 0, "%s", e.msg);
+    float *o_step = xmalloc(sizeof(float) * (size_t)vd), *l_step = xmalloc(sizeof(float) * (size_t)lane);
+    memcpy(o_step, o, sizeof(float) * (size_t)vd), memcpy(l_step, lanes, sizeof(float) * (size_t)lane);
+    gpiece p65 = {.s = &s[1], .from = 0, .len = 65, .init = s[1].lane};
+    CHECK_MSG(gdn_pass(st, &p65, 1, o, lanes, NULL, &e) == 0, "%s", e.msg);
+    CHECK_MSG(!memcmp(l_step, lanes, sizeof(float) * (size_t)lane) && !memcmp(o_step, o + 64 * vd, sizeof(float) * (size_t)vd),
+              "a step after [0, 64) differs from the last row of a prefill of [0, 65)");
+    /* batch invariance: the marked piece second among others */
+    static const int64_t m3 = 3;
+    gpiece mixed[4] = {{.s = &s[1], .from = 0, .len = 65, .marks = &m3, .n_marks = 1, .init = s[1].lane}, marked,
+                       {.s = &s[2], .from = 5, .len = 1, .init = s[2].lane}, {.s = &s[2], .from = 0, .len = 64, .init = s[1].lane}};
+    float *pts_alone = xmalloc(sizeof(float) * (size_t)(12 * lane));
+    CHECK_MSG(gdn_pass(st, &marked, 1, o, lanes, pts_alone, &e) == 0, "%s", e.msg);
+    CHECK_MSG(gdn_pass(st, mixed, 4, o, lanes, pts, &e) == 0, "%s", e.msg);
+    CHECK_MSG(!memcmp(o + 65 * vd, o_marked, sizeof(float) * (size_t)(NR * vd)) &&
+                  !memcmp(lanes + lane, l_marked, sizeof(float) * (size_t)lane) &&
+                  !memcmp(pts + lane, pts_alone, sizeof(float) * (size_t)(12 * lane)),
+              "a piece beside others differs from the piece alone");
+    hk_stream_free(st);
+    gdn_time(1, 4096), gdn_time(1, 2048), gdn_time(4, 512), gdn_time(8, 1), gdn_time(64, 1);
+    for (int i = 0; i < 3; i++) gr_stream_free(&s[i]);
+    free(o), free(lanes), free(pts), free(ro), free(bo), free(rl), free(bl), free(o_marked), free(l_marked), free(pre_l);
+    free(pre_o), free(l64), free(o_step), free(l_step), free(pts_alone);
+#endif
+}
+
 /* The greedy token on the GPU (hk_argmax) against sampler_argmax over rows at the real vocab
  * (248,320) with the cases the rule has to get right: random rows, maxima tied at several ids
  * (the lowest wins), NaN at id 0 (id 0), NaN at the true maximum and elsewhere (skipped),
@@ -761,6 +987,7 @@ int main(void) {
     RUN(fmatmul_matches_cpu);
     RUN(route_matches_cpu);
     RUN(attn_matches_ref);
+    RUN(gdn_chunk_matches_ref);
     RUN(argmax_matches_sampler);
     RUN(products_staged);
     RUN(device_name);

@@ -45,7 +45,7 @@ typedef struct cuda_layer {
 
 /* a pass's inputs, laid out identically in pinned host memory and on the device */
 typedef struct pass_io {
-    size_t ids, row_seq, row_piece, lrows, pos, pieces, marks, tiles, bytes;
+    size_t ids, row_seq, row_piece, lrows, pos, pieces, marks, tiles, chunks, pchunk, bytes;
 } pass_io;
 
 typedef struct graph_entry {
@@ -106,6 +106,11 @@ typedef struct cuda_engine {
     void *cs;
     void *gdn_done[MODEL_MAX_LAYERS];
     bool pinned_points;
+    /* HEARTH_CUDA_GDN_CHUNK=1: the delta rule in the chunked form (gdn_chunk.cuh), its scratch
+     * and each pass's chunk table in io. Off by default: written without a GPU at hand, it has
+     * run only under the CPU emulation of tests/unit/test_gdn_chunk.cc. */
+    bool gdn_chunk;
+    hk_gdn_scratch gsc;
 } cuda_engine;
 
 static void cuda_free(engine *eng);
@@ -301,6 +306,10 @@ static int alloc_state(cuda_engine *ce, herr *e) {
         {(void **)&ce->sel, 4 * (size_t)(R * K)}, {(void **)&ce->offs, 4 * (size_t)(X + 1)},
         {(void **)&ce->list, 4 * (size_t)(R * K)}, {(void **)&ce->mtiles, 4 * (size_t)(2 * (R * K + X) + 2)},
         {(void **)&ce->d_io, ce->io.bytes},
+        {(void **)&ce->gsc.w, ce->gdn_chunk ? f * (size_t)(R * Vd) : 0},
+        {(void **)&ce->gsc.u, ce->gdn_chunk ? f * (size_t)(R * Vd) : 0},
+        {(void **)&ce->gsc.qk, ce->gdn_chunk ? f * (size_t)(R * Gv * CUDA_CHUNK) : 0},
+        {(void **)&ce->gsc.g, ce->gdn_chunk ? f * (size_t)(R * Gv) : 0},
     };
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (hk_malloc(bufs[i].p, bufs[i].bytes, e) < 0)
@@ -422,8 +431,12 @@ static int gdn_layer(cuda_engine *ce, const cuda_layer *C, const pass *p, herr *
                                          Gk, Gv, cd, dc, hp->rms_eps, e));
     if (!ring_too)
         OP("gdn ring", hk_gdn_ring(st, ce->qkv, ring0, rstride, pieces, p->n_pieces, marks, p->n_marks, sr, rstride, cd, dc, e));
-    OP("gdn delta", hk_gdn_delta(st, ce->cv, ce->gb, ce->ga, lane0, lstride, pieces, p->n_pieces, marks, sl, lstride, S, Gk, Gv, cd,
-                     ce->o, e));
+    if (ce->gdn_chunk)
+        OP("gdn delta", hk_gdn_chunk(st, ce->cv, ce->gb, ce->ga, lane0, lstride, pieces, p->n_pieces, IO(ce, chunks, hk_chunk),
+                                     IO(ce, pchunk, int32_t), n, marks, sl, lstride, S, Gk, Gv, cd, &ce->gsc, ce->o, e));
+    else
+        OP("gdn delta", hk_gdn_delta(st, ce->cv, ce->gb, ce->ga, lane0, lstride, pieces, p->n_pieces, marks, sl, lstride, S, Gk,
+                                     Gv, cd, ce->o, e));
     if (p->copy_lanes) TRY(lanes_out(ce, C->gi, p, e));
     hk_act aov, *ao = act_view(act_for(&C->ssm_out, &ce->ao8k, &ce->ao80), Vd, &aov);
     OP("gdn gated norm", hk_gdn_gated_norm(st, ce->o, ce->z, F(C->ssm_norm), n, S, Gv, hp->rms_eps, ao, e));
@@ -617,11 +630,13 @@ static int cuda_run(engine *eng, const engine_span *spans, int n_spans, herr *e)
     hk_piece *pieces = (hk_piece *)(ce->h_io + ce->io.pieces);
     hk_mark *marks = (hk_mark *)(ce->h_io + ce->io.marks);
     hk_qtile *tiles = (hk_qtile *)(ce->h_io + ce->io.tiles);
+    hk_chunk *chunks = ce->gdn_chunk ? (hk_chunk *)(ce->h_io + ce->io.chunks) : NULL;
+    int32_t *pchunk = ce->gdn_chunk ? (int32_t *)(ce->h_io + ce->io.pchunk) : NULL;
     int rc = 0;
     for (int i = 0; i < n_spans; i++) call0[i] = i ? call0[i - 1] + spans[i - 1].n : 0;
     for (;;) {
         int64_t n = 0, n_logits = 0, n_am = 0; /* rows copied out; rows argmaxed (ARGMAX spans' last) */
-        int np = 0, nm = 0, nt = 0;
+        int np = 0, nm = 0, nt = 0, nc = 0;
         for (int i = 0; i < n_spans; i++) {
             const engine_span *sp = &spans[i];
             if (done[i] == sp->n) continue;
@@ -631,7 +646,14 @@ static int cuda_run(engine *eng, const engine_span *spans, int n_spans, herr *e)
             /* mutant: a marked call split into two passes at its first mark */
             if (MUTANT("extra_pass") && sp->n_marks && sp->marks[0] > done[i] && sp->marks[0] < done[i] + len)
                 len = sp->marks[0] - done[i];
-            if (sp->want == ENGINE_LOGITS_ALL && len > LOGITS_CAP - n_logits - n_am) len = LOGITS_CAP - n_logits - n_am;
+            if (sp->want == ENGINE_LOGITS_ALL && len > LOGITS_CAP - n_logits - n_am) {
+                len = LOGITS_CAP - n_logits - n_am;
+                /* the chunked delta rule's bits depend on the chunk grid: the next pass must
+                 * start on it, so the cut is the grid's (0 rows: the next pass takes it) */
+                if (ce->gdn_chunk)
+                    len = engine_piece_end(sp->anchors, sp->n_anchors, sp->n, done[i], len / CUDA_CHUNK * CUDA_CHUNK,
+                                           CUDA_CHUNK) - done[i];
+            }
             if (len <= 0 || n + len > R) continue; /* the next pass takes it */
             if ((sp->want == ENGINE_LOGITS_LAST || sp->want == ENGINE_LOGITS_ARGMAX) && done[i] + len == sp->n &&
                 n_logits + n_am == LOGITS_CAP)
@@ -645,6 +667,18 @@ static int cuda_run(engine *eng, const engine_span *spans, int n_spans, herr *e)
                     mark_point[nm++] = sp->points[k];
                     pc->n_marks++;
                 }
+            if (chunks) { /* chunks of CUDA_CHUNK rows from the piece's start, restarted at the anchors */
+                pchunk[np] = nc;
+                const bool anchor_skip = MUTANT("anchor_skip"); /* mutant: the chunks not restarted at anchors */
+                int k = 0;
+                for (int64_t c0 = 0, end; c0 < len; c0 = end) {
+                    end = len - c0 < CUDA_CHUNK ? len : c0 + CUDA_CHUNK;
+                    while (k < sp->n_anchors && sp->anchors[k] - done[i] <= c0) k++;
+                    if (k < sp->n_anchors && sp->anchors[k] - done[i] < end && !anchor_skip) end = sp->anchors[k] - done[i];
+                    chunks[nc++] = (hk_chunk){.piece = np, .c0 = (int32_t)c0, .n = (int32_t)(end - c0)};
+                }
+                pchunk[np + 1] = nc;
+            }
             for (int64_t t0 = 0; t0 < len; t0 += qt)
                 tiles[nt++] = (hk_qtile){.r0 = (int32_t)(n + t0), .n = (int32_t)(len - t0 < qt ? len - t0 : qt),
                                          .seq = sp->seq, .pos0 = pos0 + t0};
@@ -775,7 +809,7 @@ static void cuda_free(engine *eng) {
     void *bufs[] = {ce->lanes, ce->rings, ce->x, ce->h, ce->qkv, ce->cv, ce->z, ce->o, ce->gb, ce->ga, ce->qf, ce->k,
                     ce->v, ce->ao, ce->part, ce->rlog, ce->sgl, ce->wsel, ce->g, ce->u, ce->sg, ce->su, ce->eo, ce->so,
                     ce->logits, ce->d_tok, ce->am_scratch, ce->sel, ce->offs, ce->list, ce->mtiles, ce->d_io, ce->stage_lanes,
-                    ce->stage_rings};
+                    ce->stage_rings, ce->gsc.w, ce->gsc.u, ce->gsc.qk, ce->gsc.g};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) hk_free(bufs[i]);
     hk_act *acts[] = {&ce->ax8k, &ce->ax80, &ce->ao8k, &ce->ao80, &ce->af8k, &ce->af80, &ce->as8k, &ce->as80};
     for (size_t i = 0; i < sizeof acts / sizeof acts[0]; i++) act_free(acts[i]);
@@ -851,6 +885,8 @@ int engine_open_cuda(engine **out, const model *m, const engine_opts *o, herr *e
     hk_pdl(!(pdl && !strcmp(pdl, "0")));
     const char *gs = getenv("HEARTH_CUDA_GEMV_STAGE"); /* 1: one-row products staged (not yet the default) */
     hk_gemv_stage(gs && !strcmp(gs, "1"));
+    const char *gc = getenv("HEARTH_CUDA_GDN_CHUNK");
+    ce->gdn_chunk = gc && !strcmp(gc, "1");
     if (pr && *pr && strcmp(pr, "0")) ce->prof = xcalloc(1, sizeof *ce->prof);
     ce->f16 = eng->opts.kv_f16;
     ce->R = CUDA_UBATCH + eng->opts.n_seq_max;
@@ -882,6 +918,10 @@ int engine_open_cuda(engine **out, const model *m, const engine_opts *o, herr *e
     ce->io.pieces = io_add(&at, sizeof(hk_piece) * (size_t)eng->opts.n_seq_max);
     ce->io.marks = io_add(&at, sizeof(hk_mark) * (size_t)R);
     ce->io.tiles = io_add(&at, sizeof(hk_qtile) * (size_t)R);
+    if (ce->gdn_chunk) { /* at most one chunk a row */
+        ce->io.chunks = io_add(&at, sizeof(hk_chunk) * (size_t)R);
+        ce->io.pchunk = io_add(&at, sizeof(int32_t) * (size_t)(eng->opts.n_seq_max + 1));
+    }
     ce->io.bytes = at;
     if (upload(ce, e) < 0) {
         herr_wrap(e, "--device cuda: loading the weights (a smaller file, or --device cpu)");

@@ -9,6 +9,9 @@
 // columns in registers (lane = column), its partial dots meet in shared memory and are
 // summed in one fixed order. A point after row m is the columns as they stand then, so
 // marks are exact by construction and never change the pass.
+//
+// With HEARTH_CUDA_GDN_CHUNK=1 (backend.c) the delta rule is instead the chunked WY form of
+// gdn_chunk.cuh (hk_gdn_chunk below): other bits, the same contract.
 #include "engine/cuda/common.cuh"
 #include "engine/cuda/act.cuh"
 
@@ -23,6 +26,8 @@ enum {
     M_COPY_LATE = 1 << 3,     /* copy_late: a lane point copied one row late */
     M_COPY_EARLY = 1 << 4,    /* copy_early_decay: a lane copied before its row's decay and update */
     M_POINT_INPLACE = 1 << 5, /* point_inplace: the copy moves the live state's bits */
+    M_DECAY_SKIP = 1 << 6,    /* decay_skip: a lane point forgets the decay of the state before its
+                               * chunk (the chunked form only: the row rule has no chunk) */
 };
 #ifdef HEARTH_MUTANTS
 extern "C" bool mutant_on(const char *name);
@@ -33,7 +38,8 @@ static int mut_load(herr *e) {
     if (done) return 0;
     static const struct { const char *name; unsigned bit; } table[] = {
         {"neighbour_leak", M_NEIGHBOUR}, {"ring_skip", M_RING_SKIP}, {"ring_reverse", M_RING_REVERSE},
-        {"copy_late", M_COPY_LATE}, {"copy_early_decay", M_COPY_EARLY}, {"point_inplace", M_POINT_INPLACE}};
+        {"copy_late", M_COPY_LATE}, {"copy_early_decay", M_COPY_EARLY}, {"point_inplace", M_POINT_INPLACE},
+        {"decay_skip", M_DECAY_SKIP}};
     unsigned m = 0;
     for (const auto &t : table) m |= mutant_on(t.name) ? t.bit : 0u;
     CUDA_TRY(cudaMemcpyToSymbol(gdn_mut, &m, sizeof m), e);
@@ -45,6 +51,8 @@ static int mut_load(herr *e) {
 #define KMUT(bit) 0u
 static int mut_load(herr *) { return 0; }
 #endif
+
+#include "engine/cuda/gdn_chunk.cuh"
 
 // row j (0..dc-1) of the concatenation [ring; piece rows] ending at pass row r, channel ch
 __device__ __forceinline__ float conv_x(const float *qkv, const float *ring, const hk_piece *pc, int64_t r, int64_t j,
@@ -256,6 +264,41 @@ extern "C" int hk_gdn_delta(void *st, const float *cv, const float *b, const flo
     if (n_pieces == 0) return 0;
     dim3 g((unsigned)(Gv * 4), (unsigned)n_pieces);
     LAUNCH(e, delta_kernel, g, 128, 0, st, cv, b, a, lane0, seq_stride, pieces, marks, stage0, stage_stride, Gk, Gv, cd, o);
+    return 0;
+}
+
+// the chunked form (gdn_chunk.cuh): decode (every piece one row) is the state kernel alone,
+// making its row's W, U and QK itself; a prompt pass runs the prep over its chunks first
+extern "C" int hk_gdn_chunk(void *st, const float *cv, const float *b, const float *a, float *lane0, size_t seq_stride,
+                            const hk_piece *pieces, int n_pieces, const hk_chunk *chunks, const int32_t *pchunk, int64_t n,
+                            const hk_mark *marks, float *stage0, size_t stage_stride, int64_t S, int64_t Gk, int64_t Gv,
+                            int64_t cd, const hk_gdn_scratch *sc, float *o, herr *e) {
+    if (S != GC_DS) return herr_set(e, "the CUDA engine's delta rule takes ssm_d_state %d, not %lld", GC_DS, (long long)S);
+    if (n_pieces == 0) return 0;
+    if (mut_load(e) < 0) return -1;
+    static bool attrs_set;
+    const size_t prep_smem = sizeof(float) * gc_prep_smem_floats(), state_smem = sizeof(float) * gc_state_smem_floats(GC_C);
+    if (!attrs_set) { /* over the 48 KB a block gets unasked; set before the first (never captured) pass */
+        CUDA_TRY(cudaFuncSetAttribute(gdn_chunk_prep_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)prep_smem), e);
+        CUDA_TRY(cudaFuncSetAttribute(gdn_chunk_state_kernel<GC_C>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                      (int)state_smem), e);
+        attrs_set = true;
+    }
+    const dim3 gs((unsigned)(Gv * 4), (unsigned)n_pieces);
+    if (n == n_pieces) {
+        LAUNCH(e, gdn_chunk_state_kernel<1>, gs, 128, sizeof(float) * gc_state_smem_floats(1), st, cv, b, a, lane0, seq_stride,
+               pieces, chunks, pchunk, marks, stage0, stage_stride, Gk, Gv, cd, (const float *)NULL, (const float *)NULL,
+               (const float *)NULL, (const float *)NULL, o);
+        return 0;
+    }
+    /* the chunks' count is read on the device (anchors add chunks): the grid depends only on
+     * the pass's shape (n, n_pieces), so a captured graph serves every pass of that shape */
+    const dim3 gp((unsigned)Gv, (unsigned)((n + GC_C - 1) / GC_C + n_pieces));
+    LAUNCH(e, gdn_chunk_prep_kernel, gp, 256, prep_smem, st, cv, b, a, pieces, chunks, pchunk, n_pieces, Gk, Gv, cd, sc->w,
+           sc->u, sc->qk, sc->g);
+    LAUNCH(e, gdn_chunk_state_kernel<GC_C>, gs, 128, state_smem, st, cv, b, a, lane0, seq_stride, pieces, chunks, pchunk,
+           marks, stage0, stage_stride, Gk, Gv, cd, (const float *)sc->w, (const float *)sc->u, (const float *)sc->qk,
+           (const float *)sc->g, o);
     return 0;
 }
 

@@ -64,6 +64,19 @@ typedef struct hk_mark {
     int32_t slot, piece;
 } hk_mark;
 
+/* a GDN chunk of a pass (HEARTH_CUDA_GDN_CHUNK=1): rows [c0, c0 + n) of piece `piece`, n <= 64,
+ * laid from the piece's start (on its span's grid) and restarted at the span's anchors; a
+ * pass's chunks are in piece order, piece p's at pchunk[p] .. pchunk[p + 1] */
+typedef struct hk_chunk {
+    int32_t piece, c0, n, pad;
+} hk_chunk;
+
+/* the chunked delta rule's pass scratch, rows of the pass up to R: w, u (R, Gv, 128),
+ * qk (R, Gv, 64), g (R, Gv) */
+typedef struct hk_gdn_scratch {
+    float *w, *u, *qk, *g;
+} hk_gdn_scratch;
+
 /* attention query tile: rows [r0, r0 + n) of one piece (so one sequence, consecutive
  * positions from pos0) */
 typedef struct hk_qtile {
@@ -202,6 +215,13 @@ int hk_gdn_ring(void *st, const float *qkv, float *ring0, size_t seq_stride, con
 int hk_gdn_delta(void *st, const float *cv, const float *b, const float *a, float *lane0, size_t seq_stride,
                  const hk_piece *pieces, int n_pieces, const hk_mark *marks, float *stage0, size_t stage_stride,
                  int64_t S, int64_t Gk, int64_t Gv, int64_t cd, float *o, herr *e);
+/* the same rule in the chunked WY form (gdn_chunk.cuh): the same lanes, points and o, the
+ * pass's chunks in chunks / pchunk (n_pieces + 1 entries); n rows in the pass. A pass whose
+ * pieces are all one row (decode) is one launch; others a prep launch and a state launch. */
+int hk_gdn_chunk(void *st, const float *cv, const float *b, const float *a, float *lane0, size_t seq_stride,
+                 const hk_piece *pieces, int n_pieces, const hk_chunk *chunks, const int32_t *pchunk, int64_t n,
+                 const hk_mark *marks, float *stage0, size_t stage_stride, int64_t S, int64_t Gk, int64_t Gv, int64_t cd,
+                 const hk_gdn_scratch *sc, float *o, herr *e);
 /* o (n, Gv*S) = rmsnorm per head (weight nw, S) * silu(z), then rounded into a */
 int hk_gdn_gated_norm(void *st, float *o, const float *z, const float *nw, int64_t n, int64_t S, int64_t Gv, float eps,
                       hk_act *a, herr *e);
