@@ -9,7 +9,7 @@
 #   gates      `gates all tiny` on the cuda engine, the same forms
 #   points     hearth bench -p 4096 --marks 2048,4096 with pinned points and without
 #              (HEARTH_CUDA_PINNED_POINTS=0), interleaved: what the two points add
-#   ab         hearth bench -p 512 -n 128 (and -n 128 -d 4096) as built and under each of FORMS'
+#   ab         hearth bench -p 2048 -n 64 as built and under each of FORMS'
 #              switches, interleaved, 2 pairs: what each form buys
 #   rows       bench/device_cuda_vs_llama.sh (REPS, SETS): the five rows against llama.cpp,
 #              with FORMS' switches exported when ROWS_FORMS=1
@@ -67,8 +67,8 @@ for s in $steps; do
     ab) [ -f /dev/shm/q36.gguf ] || build/hearth gen --preset q36 --quant q4_k_m --seed 1 -o /dev/shm/q36.gguf >"$out/gen.log" 2>&1
         for f in $forms; do
             for i in 1 2; do
-                step ab_base_$i 60 build/hearth bench --device cuda -m /dev/shm/q36.gguf -p 512 -n 128 -r 2 --kv f16
-                step "ab_${f%%=*}_$i" 60 env "$f" build/hearth bench --device cuda -m /dev/shm/q36.gguf -p 512 -n 128 -r 2 --kv f16
+                step ab_base_$i 60 build/hearth bench --device cuda -m /dev/shm/q36.gguf -p 2048 -n 64 -r 2 --kv f16
+                step "ab_${f%%=*}_$i" 60 env "$f" build/hearth bench --device cuda -m /dev/shm/q36.gguf -p 2048 -n 64 -r 2 --kv f16
             done
             grep -H "pp512\|tg128" "$out"/ab_*.log | sed 's/|[^|]*q36.gguf//' | head -12
         done ;;
