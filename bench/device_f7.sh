@@ -70,7 +70,7 @@ for s in $steps; do
                 step ab_base_$i 60 build/hearth bench --device cuda -m /dev/shm/q36.gguf -p 2048 -n 64 -r 2 --kv f16
                 step "ab_${f%%=*}_$i" 60 env "$f" build/hearth bench --device cuda -m /dev/shm/q36.gguf -p 2048 -n 64 -r 2 --kv f16
             done
-            grep -H "pp512\|tg128" "$out"/ab_*.log | sed 's/|[^|]*q36.gguf//' | head -12
+            grep -H "pp2048\|tg64" "$out"/ab_*.log | sed 's/|[^|]*q36.gguf//' | head -12
         done ;;
     rows) l=$(left); [ "$l" -lt 200 ] && { echo "== rows: skipped, ${l} s left"; continue; }
           ( [ "${ROWS_FORMS:-0}" = 1 ] && for f in $forms; do export "$f"; done
