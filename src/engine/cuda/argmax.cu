@@ -77,9 +77,11 @@ extern "C" size_t hk_argmax_scratch(int64_t rows) { return (size_t)rows * AM_BLO
 extern "C" int hk_argmax(void *st, const float *logits, int64_t V, int64_t rows, void *scratch, int32_t *tok, herr *e) {
     if (rows == 0) return 0;
     if (V <= 0 || V > INT32_MAX) return herr_set(e, "hk_argmax: rows of %lld", (long long)V);
-    float *pv = (float *)scratch;
+    /* the tickets first: row r's stays at the same place whatever the number of rows, so the
+     * zero the last launch left is where this one looks */
+    unsigned *ticket = (unsigned *)scratch;
+    float *pv = (float *)(ticket + rows);
     int *pi = (int *)(pv + rows * AM_BLOCKS);
-    unsigned *ticket = (unsigned *)(pi + rows * AM_BLOCKS);
     LAUNCH(e, argmax_kernel, dim3(AM_BLOCKS, (unsigned)rows), AM_THREADS, 0, st, logits, V, pv, pi, ticket, tok);
     return 0;
 }

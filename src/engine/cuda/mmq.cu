@@ -408,6 +408,9 @@ __global__ void __launch_bounds__(128) gemv_kernel(hk_w w, hk_w ws, hk_act a, in
 // IT steps of one row a lane in registers. The launcher (gemv_go) checks that rows are whole
 // 16-byte pieces (scales 4-byte), that a group never straddles w and w2, and the room.
 #define GS_MAX_ROUNDS 8
+// a warp's share of the stage (weights, then scales), each part whole 16-byte pieces so that
+// every warp's copies start 16-byte aligned
+__host__ __device__ constexpr size_t gs_up16(size_t b) { return (b + 15) / 16 * 16; }
 template <int T, int IT, int G, bool SW>
 __global__ void __launch_bounds__(128) gemv_staged_kernel(hk_w w, hk_w ws, hk_act a, const int32_t *sel, int64_t n_routed,
                                                           int in_div, int64_t sh_row0, float *y, int64_t ys, bool add,
@@ -416,8 +419,8 @@ __global__ void __launch_bounds__(128) gemv_staged_kernel(hk_w w, hk_w ws, hk_ac
     extern __shared__ __align__(16) int8_t gs_mem[];
     const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
     const int64_t Mt = w.M + w2.M, rb = w.row_bytes, db = w.dd ? 2 * w.dd_row : 0;
-    const size_t swb = SW ? sw_bytes(sw.F) : 0, per_warp = (size_t)rounds * RW * (rb + db);
-    uint8_t *wst = (uint8_t *)gs_mem + swb + warp * per_warp, *dst = wst + (size_t)rounds * RW * rb;
+    const size_t swb = SW ? sw_bytes(sw.F) : 0, wpart = gs_up16((size_t)rounds * RW * rb);
+    uint8_t *wst = (uint8_t *)gs_mem + swb + warp * (wpart + gs_up16((size_t)rounds * RW * db)), *dst = wst + wpart;
     if (sel) pdl_enter(); /* the expert is a kernel's output */
     for (int r = 0; r < rounds; r++) { /* the copies of every round, one group each */
         const int64_t first = (((int64_t)blockIdx.x * rounds + r) * 4 + warp) * RW;
@@ -798,9 +801,8 @@ static int gs_rounds(const hk_w &w, const hk_w &w2, const hk_w &ws, const hk_w &
     };
     if (rb % 16 || (RW * db) % 4 || (w2.M && w.M % (4 * RW)) || !fits(w) || !fits(w2) || !fits(ws) || !fits(ws2)) return 0;
     const int64_t groups = (w.M + w2.M + 4 * RW - 1) / (4 * RW);
-    const size_t per_round = (size_t)4 * RW * (rb + db);
-    int r = (int)((48 * 1024 - swb) / per_round);
-    if (r > GS_MAX_ROUNDS) r = GS_MAX_ROUNDS;
+    int r = GS_MAX_ROUNDS;
+    while (r > 0 && swb + 4 * (gs_up16((size_t)r * RW * rb) + gs_up16((size_t)r * RW * db)) > 48 * 1024) r--;
     while (r > 1 && (groups + r - 1) / r * pairs < 264) r--;
     return r;
 }
@@ -815,7 +817,8 @@ static int gemv_go(void *st, const hk_w &w, const hk_w &ws, const hk_w &w2, cons
     const unsigned py = sel ? (unsigned)n_pairs : 1u;
     const int rounds = NR == 1 && gs_on ? gs_rounds(w, w2, ws, ws2, 32 / G, py, swb) : 0;
     if (rounds > 0) {
-        const size_t db = w.dd ? 2 * w.dd_row : 0, smem = swb + (size_t)4 * rounds * (32 / G) * (size_t)(w.row_bytes + db);
+        const size_t db = w.dd ? 2 * w.dd_row : 0,
+                     smem = swb + 4 * (gs_up16((size_t)rounds * (32 / G) * w.row_bytes) + gs_up16((size_t)rounds * (32 / G) * db));
         dim3 g(blocks_of(w.M + w2.M, 4 * (32 / G) * rounds), py);
         LAUNCH(e, (gemv_staged_kernel<T, IT, G, SW>), g, 128, smem, st, w, ws, a, sel, n_routed, in_div, sh_row0, y, ys, add,
                w2, ws2, y2, sw, rounds);
