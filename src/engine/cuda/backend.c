@@ -101,8 +101,8 @@ typedef struct cuda_engine {
     const char *no_graphs;  /* HEARTH_CUDA_GRAPHS=0 turns them off */
     /* points: a GDN layer's lanes are copied to the points' (pinned) host buffers on the copy
      * stream cs as soon as that layer's delta rule has staged them, while the pass goes on;
-     * gdn_done[gi] orders the copy after the layer (HEARTH_CUDA_PINNED_POINTS=1; by default
-     * points are calloc'd and copied at the pass's end) */
+     * gdn_done[gi] orders the copy after the layer. HEARTH_CUDA_PINNED_POINTS=0: points in
+     * calloc'd memory, copied at the pass's end */
     void *cs;
     void *gdn_done[MODEL_MAX_LAYERS];
     bool pinned_points;
@@ -877,11 +877,11 @@ int engine_open_cuda(engine **out, const model *m, const engine_opts *o, herr *e
             cuda_free(eng);
             return -1;
         }
-    /* off by default: on the H200 (bench/RESULTS.md, 2026-12-05) the pinned form made two
-     * points add 21-23 ms to a 4096-row pass against -2..-10 ms (noise) for calloc'd points
-     * copied after the pass: the marked passes then run outside the graphs */
+    /* on the H200 (bench/RESULTS.md, 2026-12-05) two points added 21-23 ms to a 4096-row pass
+     * copied after it from device to calloc'd memory, and -2..-10 ms (inside the noise) copied
+     * to pinned memory layer by layer during it */
     const char *pin = getenv("HEARTH_CUDA_PINNED_POINTS");
-    ce->pinned_points = pin && !strcmp(pin, "1");
+    ce->pinned_points = !(pin && !strcmp(pin, "0"));
     const char *g = getenv("HEARTH_CUDA_GRAPHS"), *pr = getenv("HEARTH_CUDA_PROFILE");
     ce->no_graphs = g && !strcmp(g, "0") ? "off" : NULL;
     const char *pdl = getenv("HEARTH_CUDA_PDL"); /* 0: every kernel launched plainly (to measure what PDL buys) */
