@@ -63,11 +63,11 @@ for s in $steps; do
                 step points_pinned_$i 60 build/hearth bench --device cuda -m /dev/shm/q36.gguf -p 4096 -n 0 -r 2 --marks 2048,4096 --kv f16
                 HEARTH_CUDA_PINNED_POINTS=0 step points_pageable_$i 60 build/hearth bench --device cuda -m /dev/shm/q36.gguf -p 4096 -n 0 -r 2 --marks 2048,4096 --kv f16
             done
-            grep -h "pp4096" "$out"/points_*.log | head -8 ;;
+            for i in 1 2; do for k in pinned pageable; do echo "$k $i: $(grep -h "pp4096 +" "$out/points_${k}_$i.log")"; done; done ;;
     ab) [ -f /dev/shm/q36.gguf ] || build/hearth gen --preset q36 --quant q4_k_m --seed 1 -o /dev/shm/q36.gguf >"$out/gen.log" 2>&1
         for f in $forms; do
             for i in 1 2; do
-                step ab_base_$i 60 build/hearth bench --device cuda -m /dev/shm/q36.gguf -p 2048 -n 64 -r 2 --kv f16
+                step "ab_base_${f%%=*}_$i" 60 build/hearth bench --device cuda -m /dev/shm/q36.gguf -p 2048 -n 64 -r 2 --kv f16
                 step "ab_${f%%=*}_$i" 60 env "$f" build/hearth bench --device cuda -m /dev/shm/q36.gguf -p 2048 -n 64 -r 2 --kv f16
             done
             grep -H "pp2048\|tg64" "$out"/ab_*.log | sed 's/|[^|]*q36.gguf//' | head -12
