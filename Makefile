@@ -23,7 +23,7 @@ LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
 MUT_OBJ := $(filter-out $(ENG_SRC:%.c=$(BUILD)/obj/%.o),$(LIB_OBJ)) $(ENG_SRC:%.c=$(BUILD)/obj-mut/%.o)
 CLI_OBJ := $(CLI_SRC:%.c=$(BUILD)/obj/%.o)
 REF_OBJ := $(REF_SRC:%.c=$(BUILD)/obj/%.o)
-TEST_BIN := $(TEST_SRC:tests/unit/%.c=$(BUILD)/tests/%) $(BUILD)/tests/test_gdn_chunk
+TEST_BIN := $(TEST_SRC:tests/unit/%.c=$(BUILD)/tests/%) $(BUILD)/tests/test_gdn_chunk $(BUILD)/tests/test_argmax_emu
 
 # `hearth --version` names the commit; main.o is rebuilt when the description changes (the
 # stamp file is rewritten only then). Outside a git checkout: "unknown".
@@ -102,6 +102,11 @@ $(BUILD)/mut/hearth: $(CLI_OBJ) $(BUILD)/libhearth-mut.a
 CXX ?= c++
 $(BUILD)/tests/test_gdn_chunk: tests/unit/test_gdn_chunk.cc tests/unit/cuda_emu.h tests/unit/gdn_chunk_ref.h tests/unit/harness.h \
                                src/engine/cuda/gdn_chunk.cuh src/engine/cuda/kernels.h
+	@mkdir -p $(@D)
+	$(CXX) -std=c++17 -O2 -g -Wall -Wextra -Werror -Wno-unused-parameter -Wno-unknown-pragmas -ffp-contract=off -fno-strict-aliasing \
+	    -D_GNU_SOURCE -Isrc -Itests/unit -o $@ $< -lm
+
+$(BUILD)/tests/test_argmax_emu: tests/unit/test_argmax_emu.cc tests/unit/cuda_emu.h tests/unit/harness.h src/engine/cuda/argmax.cuh
 	@mkdir -p $(@D)
 	$(CXX) -std=c++17 -O2 -g -Wall -Wextra -Werror -Wno-unused-parameter -Wno-unknown-pragmas -ffp-contract=off -fno-strict-aliasing \
 	    -D_GNU_SOURCE -Isrc -Itests/unit -o $@ $< -lm

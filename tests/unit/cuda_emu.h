@@ -1,14 +1,18 @@
 /* cuda_emu.h: a CPU emulation of the CUDA execution model, enough to run the GDN chunk
- * kernels (src/engine/cuda/gdn_chunk.cuh) in a unit test on a machine without a GPU (C++).
- * Each thread of a block is a fiber (ucontext), so __syncthreads() is a real barrier: a
- * round runs every live thread up to its next barrier (or its end) before any goes past it.
- * Blocks run one after another. Static __shared__ variables are function statics (one copy,
- * shared by the block's threads; blocks do not overlap); dynamic shared memory (HK_DYN_SMEM)
- * is one buffer per block, filled with NaN so a read before a write shows. The __fmaf_rn
- * family is fmaf and plain float operations: compile with -ffp-contract=off so no product
- * and sum are fused behind the test's back, and -fno-strict-aliasing (float4 loads of float
- * arrays). Not emulated: warps (no shuffles, votes or
- * warp-synchronous code), atomics, streams, PDL (pdl_enter is a no-op). */
+ * kernels (src/engine/cuda/gdn_chunk.cuh) and the argmax (argmax.cuh) in unit tests on a
+ * machine without a GPU (C++). Each thread of a block is a fiber (ucontext). __syncthreads()
+ * parks a thread until every live thread of the block is parked there; a warp shuffle
+ * (__shfl_sync, __shfl_xor_sync, full mask) parks it until every live thread of its warp
+ * has published its value, then again until every one has read: the barriers are real,
+ * and a thread parked at one kind while the rest of its block or warp waits at the other is
+ * a deadlock the emulation reports (CUDA leaves that undefined). Blocks run one after
+ * another, so atomics are plain read-modify-writes and __threadfence a no-op. Static
+ * __shared__ variables are function statics (one copy, shared by the block's threads);
+ * dynamic shared memory (HK_DYN_SMEM) is one buffer per block, filled with NaN so a read
+ * before a write shows. The __fmaf_rn family is fmaf and plain float operations: compile
+ * with -ffp-contract=off so no product and sum are fused behind the test's back, and
+ * -fno-strict-aliasing (float4 loads of float arrays). Not emulated: votes, streams, PDL
+ * (pdl_enter is a no-op). */
 #ifndef HEARTH_CUDA_EMU_H
 #define HEARTH_CUDA_EMU_H
 
@@ -48,33 +52,41 @@ inline std::vector<emu_uint3> thread_idx;
 inline int cur;                    /* the running thread */
 inline std::vector<float> dyn;     /* dynamic shared memory of the running block */
 inline ucontext_t sched;           /* the block's scheduler */
+enum wait_kind { READY, AT_BLOCK, AT_WARP, DONE };
 struct fiber {
     ucontext_t ctx;
     std::vector<char> stack;
-    bool done;
+    wait_kind wait;
 };
 inline std::vector<fiber> fibers;
 inline std::function<void()> body;
-inline int64_t n_barriers;         /* barriers passed, summed over blocks (a test may report it) */
+inline int64_t n_barriers;         /* block barriers passed, summed over blocks (a test may report it) */
+inline std::vector<uint32_t> shfl; /* a shuffle's published values, one a thread */
 
 inline void trampoline() {
     body();
-    fibers[cur].done = true; /* uc_link returns to the scheduler */
+    fibers[cur].wait = DONE; /* uc_link returns to the scheduler */
 }
 
-inline void sync_threads() {
+inline void park(wait_kind k) {
+    fibers[cur].wait = k;
     if (swapcontext(&fibers[cur].ctx, &sched) != 0) abort();
 }
+inline void sync_threads() { park(AT_BLOCK); }
+inline void sync_warp() { park(AT_WARP); }
 
-/* runs one block of the current launch: every thread a fiber of f */
+/* runs one block of the current launch: every thread a fiber of body; each round runs the
+ * ready threads up to their next barrier, then opens every warp whose live threads all wait
+ * at a shuffle, and the block's barrier once every live thread waits there */
 inline void run_block(unsigned nthreads) {
     const size_t stack_bytes = 64 * 1024;
     fibers.resize(nthreads);
     thread_idx.resize(nthreads);
+    shfl.assign(nthreads, 0);
     for (unsigned t = 0; t < nthreads; t++) {
         fiber &fb = fibers[t];
         fb.stack.resize(stack_bytes);
-        fb.done = false;
+        fb.wait = READY;
         thread_idx[t] = {t % block_dim.x, (t / block_dim.x) % block_dim.y, t / (block_dim.x * block_dim.y)};
         if (getcontext(&fb.ctx) != 0) abort();
         fb.ctx.uc_stack.ss_sp = fb.stack.data();
@@ -83,15 +95,38 @@ inline void run_block(unsigned nthreads) {
         makecontext(&fb.ctx, trampoline, 0);
     }
     for (;;) {
-        bool live = false;
         for (unsigned t = 0; t < nthreads; t++) {
-            if (fibers[t].done) continue;
+            if (fibers[t].wait != READY) continue;
             cur = (int)t;
             if (swapcontext(&sched, &fibers[t].ctx) != 0) abort();
-            live = true;
+        }
+        bool live = false, opened = false, all_block = true;
+        for (unsigned w0 = 0; w0 < nthreads; w0 += 32) {
+            bool any = false, all_warp = true;
+            for (unsigned t = w0; t < w0 + 32 && t < nthreads; t++) {
+                if (fibers[t].wait == DONE) continue;
+                any = live = true;
+                all_warp &= fibers[t].wait == AT_WARP;
+                all_block &= fibers[t].wait == AT_BLOCK;
+            }
+            if (any && all_warp) {
+                for (unsigned t = w0; t < w0 + 32 && t < nthreads; t++)
+                    if (fibers[t].wait == AT_WARP) fibers[t].wait = READY;
+                opened = true;
+            }
         }
         if (!live) break;
-        n_barriers++;
+        if (!opened && all_block) {
+            for (unsigned t = 0; t < nthreads; t++)
+                if (fibers[t].wait == AT_BLOCK) fibers[t].wait = READY;
+            n_barriers++;
+            opened = true;
+        }
+        if (!opened) {
+            fprintf(stderr, "cuda_emu: block (%u, %u, %u) deadlocks: threads wait at a warp shuffle and at __syncthreads\n",
+                    block_idx.x, block_idx.y, block_idx.z);
+            abort();
+        }
     }
 }
 
@@ -118,6 +153,34 @@ inline void launch(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem_byte
 #define HK_DYN_SMEM(name) float *name = emu::dyn.data()
 
 inline void __syncthreads() { emu::sync_threads(); }
+inline void __threadfence() {}
+inline unsigned atomicAdd(unsigned *p, unsigned v) {
+    const unsigned o = *p;
+    *p = o + v;
+    return o;
+}
+inline int atomicAdd(int *p, int v) {
+    const int o = *p;
+    *p = o + v;
+    return o;
+}
+/* lane src's v (full warp): every lane publishes, waits for the warp, reads, waits again so
+ * no lane publishes the next shuffle's value before all have read this one */
+template <typename T> inline T emu_shfl(T v, int src_lane) {
+    static_assert(sizeof(T) == 4, "32-bit shuffles only");
+    const int t = emu::cur, base = t & ~31;
+    uint32_t u;
+    memcpy(&u, &v, 4);
+    emu::shfl[t] = u;
+    emu::sync_warp();
+    u = emu::shfl[base + (src_lane & 31)];
+    emu::sync_warp();
+    T r;
+    memcpy(&r, &u, 4);
+    return r;
+}
+template <typename T> inline T __shfl_sync(unsigned, T v, int src_lane) { return emu_shfl(v, src_lane); }
+template <typename T> inline T __shfl_xor_sync(unsigned, T v, int mask) { return emu_shfl(v, (emu::cur & 31) ^ mask); }
 inline void pdl_enter() {}
 inline float __fmaf_rn(float a, float b, float c) { return fmaf(a, b, c); }
 inline float __fmul_rn(float a, float b) { return a * b; }
