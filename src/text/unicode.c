@@ -2,6 +2,8 @@
  * small table first), and llama.cpp-compatible UTF-8 decoding. */
 #include "text/unicode.h"
 
+#include <pthread.h>
+
 static unsigned lookup(uint32_t cp) {
     size_t lo = 0, hi = unicode_n_ranges; /* the last entry whose first code point <= cp */
     while (hi - lo > 1) {
@@ -12,14 +14,18 @@ static unsigned lookup(uint32_t cp) {
     return unicode_ranges[lo] & 15u;
 }
 
+/* ASCII's classes, filled once: pthread_once, not a flag tested and set by whoever comes first
+ * (two server threads tokenizing at once raced on it: ThreadSanitizer, tests/cli/tsan_serve.sh) */
+static unsigned char ascii[128];
+static pthread_once_t ascii_once = PTHREAD_ONCE_INIT;
+
+static void ascii_fill(void) {
+    for (uint32_t c = 0; c < 128; c++) ascii[c] = (unsigned char)lookup(c);
+}
+
 unsigned unicode_flags(uint32_t cp) {
-    static unsigned char ascii[128];
-    static int ready; /* benign race: every thread writes the same bytes */
     if (cp < 128) {
-        if (!ready) {
-            for (uint32_t c = 0; c < 128; c++) ascii[c] = (unsigned char)lookup(c);
-            __atomic_store_n(&ready, 1, __ATOMIC_RELEASE);
-        }
+        pthread_once(&ascii_once, ascii_fill);
         return ascii[cp];
     }
     if (cp > 0x10FFFF) return 0;
