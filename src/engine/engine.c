@@ -136,6 +136,22 @@ static bool point_buffers(engine *eng, engine_point *p) {
     return p->lanes && p->rings;
 }
 
+/* dst takes src's fields but keeps its own buffers (and how they are freed) */
+static void point_header(engine_point *dst, const engine_point *src) {
+    float *lanes = dst->lanes, *rings = dst->rings;
+    void (*dealloc)(void *) = dst->dealloc;
+    *dst = *src;
+    dst->lanes = lanes;
+    dst->rings = rings;
+    dst->dealloc = dealloc;
+}
+
+void engine_point_copy(engine_point *dst, const engine_point *src) {
+    point_header(dst, src);
+    memcpy(dst->lanes, src->lanes, sizeof(float) * (size_t)src->n_gdn * src->lane_floats);
+    memcpy(dst->rings, src->rings, sizeof(float) * (size_t)src->n_gdn * src->ring_floats);
+}
+
 void engine_fini(engine *eng) {
     while (eng->n_spare > 0) point_release(eng->spare[--eng->n_spare]);
     free(eng->argmax_rows);
@@ -352,12 +368,7 @@ int engine_point_new(engine *eng, engine_point **out, herr *e) {
     if (cache_take(eng, engine_point_size(&tmpl), "a point", e) < 0) return -1;
     if (eng->n_spare > 0) { /* a freed point's buffers, pages already touched; pos -1 until filled */
         engine_point *p = eng->spare[--eng->n_spare];
-        float *lanes = p->lanes, *rings = p->rings;
-        void (*dealloc)(void *) = p->dealloc;
-        *p = tmpl;
-        p->lanes = lanes;
-        p->rings = rings;
-        p->dealloc = dealloc;
+        point_header(p, &tmpl);
         *out = p;
         return 0;
     }

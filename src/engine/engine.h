@@ -153,6 +153,8 @@ void engine_seq_clear(engine *eng, int seq);
 int engine_point_new(engine *eng, engine_point **out, herr *e);
 void engine_point_free(engine *eng, engine_point *p);
 size_t engine_point_size(const engine_point *p);
+/* dst (a point of the same shape) becomes a copy of src: its fields and state, in its own buffers */
+void engine_point_copy(engine_point *dst, const engine_point *src);
 /* Copies a sequence's live state into a point (pos = its position). */
 int engine_save(engine *eng, int seq, engine_point *p, herr *e);
 /* The sequence resumes at p->pos: lanes and rings from the point, KV rows >= pos dropped.

@@ -690,15 +690,7 @@ int pcache_save(pcache *c, int seq, const int32_t *ids, int64_t n_held, engine_p
                 free(cp);
                 return -1;
             }
-        engine_point *d = cp[k];
-        float *lanes = d->lanes, *rings = d->rings;
-        void (*dealloc)(void *) = d->dealloc; /* the buffers stay d's: pinned or not */
-        *d = *pts[k];
-        d->lanes = lanes;
-        d->rings = rings;
-        d->dealloc = dealloc;
-        memcpy(lanes, pts[k]->lanes, sizeof(float) * (size_t)d->n_gdn * d->lane_floats);
-        memcpy(rings, pts[k]->rings, sizeof(float) * (size_t)d->n_gdn * d->ring_floats);
+        engine_point_copy(cp[k], pts[k]);
     }
     const int rc = put(c, seq, ids, n_held, cp, n_pts, path, false, e);
     free(cp);
