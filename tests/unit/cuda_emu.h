@@ -41,6 +41,7 @@ struct dim3 {
 struct alignas(16) float4 {
     float x, y, z, w;
 };
+inline float4 make_float4(float x, float y, float z, float w) { return float4{x, y, z, w}; }
 struct emu_uint3 {
     unsigned x, y, z;
 };

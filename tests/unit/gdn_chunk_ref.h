@@ -168,16 +168,13 @@ static void gr_bounds(const gr_stream *s, int64_t from, int64_t len, const float
             }
             for (int i = 0; i < L; i++)
                 for (int c = 0; c < GR_DS; c++) {
-                    gr_ev pw[4], pq[4];
-                    for (int p = 0; p < 4; p++) {
-                        pw[p].v = pw[p].d = pq[p].v = pq[p].d = 0;
-                        for (int r = 32 * p; r < 32 * p + 32; r++) {
-                            pw[p] = gr_fma(W[i * GR_DS + r], S[r * GR_DS + c], pw[p]);
-                            pq[p] = gr_fma(gr_ex(GR_Q(i)[r]), S[r * GR_DS + c], pq[p]);
-                        }
+                    gr_ev pw = {0, 0}, pq = {0, 0}; /* one chain each over the key dim */
+                    for (int r = 0; r < GR_DS; r++) {
+                        pw = gr_fma(W[i * GR_DS + r], S[r * GR_DS + c], pw);
+                        pq = gr_fma(gr_ex(GR_Q(i)[r]), S[r * GR_DS + c], pq);
                     }
-                    Vp[i * GR_DS + c] = gr_sub(U[i * GR_DS + c], gr_add(gr_add(pw[0], pw[1]), gr_add(pw[2], pw[3])));
-                    gr_ev acc = gr_mul(gr_exp(G[i]), gr_add(gr_add(pq[0], pq[1]), gr_add(pq[2], pq[3])));
+                    Vp[i * GR_DS + c] = gr_sub(U[i * GR_DS + c], pw);
+                    gr_ev acc = gr_mul(gr_exp(G[i]), pq);
                     for (int j = 0; j <= i; j++) acc = gr_fma(QK[i * GR_C + j], Vp[j * GR_DS + c], acc);
                     ob[((c0 + i) * Gv + h) * GR_DS + c] = acc.d;
                 }

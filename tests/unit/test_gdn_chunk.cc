@@ -73,7 +73,7 @@ static std::vector<piece_out> run_pass(const std::vector<piece_in> &ps) {
     const size_t ss = LANE;
     const dim3 gs(GV * 4, np);
     if (n == np) {
-        emu::launch(gdn_chunk_state_kernel<1>, gs, dim3(128), sizeof(float) * gc_state_smem_floats(1), (const float *)cv.data(),
+        emu::launch(gdn_chunk_state_kernel<1>, gs, dim3(GC_THREADS), sizeof(float) * gc_state_smem_floats(1), (const float *)cv.data(),
                     (const float *)b.data(), (const float *)a.data(), lanes.data(), ss, (const hk_piece *)pieces.data(),
                     (const hk_chunk *)chunks.data(), (const int32_t *)pchunk.data(), (const hk_mark *)marks.data(),
                     stage.data(), ss, (int64_t)GK, (int64_t)GV, (int64_t)CD, (const float *)nullptr, (const float *)nullptr,
@@ -84,7 +84,7 @@ static std::vector<piece_out> run_pass(const std::vector<piece_in> &ps) {
                     (const float *)a.data(), (const hk_piece *)pieces.data(), (const hk_chunk *)chunks.data(),
                     (const int32_t *)pchunk.data(), np, (int64_t)GK, (int64_t)GV, (int64_t)CD, wsc.data(), usc.data(),
                     qksc.data(), gsc.data());
-        emu::launch(gdn_chunk_state_kernel<GC_C>, gs, dim3(128), sizeof(float) * gc_state_smem_floats(GC_C),
+        emu::launch(gdn_chunk_state_kernel<GC_C>, gs, dim3(GC_THREADS), sizeof(float) * gc_state_smem_floats(GC_C),
                     (const float *)cv.data(), (const float *)b.data(), (const float *)a.data(), lanes.data(), ss,
                     (const hk_piece *)pieces.data(), (const hk_chunk *)chunks.data(), (const int32_t *)pchunk.data(),
                     (const hk_mark *)marks.data(), stage.data(), ss, (int64_t)GK, (int64_t)GV, (int64_t)CD,

@@ -106,9 +106,8 @@ typedef struct cuda_engine {
     void *cs;
     void *gdn_done[MODEL_MAX_LAYERS];
     bool pinned_points;
-    /* HEARTH_CUDA_GDN_CHUNK=1: the delta rule in the chunked form (gdn_chunk.cuh), its scratch
-     * and each pass's chunk table in io. Off by default: written without a GPU at hand, it has
-     * run only under the CPU emulation of tests/unit/test_gdn_chunk.cc. */
+    /* the delta rule in the chunked form (gdn_chunk.cuh), its scratch and each pass's chunk
+     * table in io; HEARTH_CUDA_GDN_CHUNK=0: row by row (delta_kernel) instead */
     bool gdn_chunk;
     hk_gdn_scratch gsc;
 } cuda_engine;
@@ -889,7 +888,7 @@ int engine_open_cuda(engine **out, const model *m, const engine_opts *o, herr *e
     const char *gs = getenv("HEARTH_CUDA_GEMV_STAGE"); /* 1: one-row products staged (not yet the default) */
     hk_gemv_stage(gs && !strcmp(gs, "1"));
     const char *gc = getenv("HEARTH_CUDA_GDN_CHUNK");
-    ce->gdn_chunk = gc && !strcmp(gc, "1");
+    ce->gdn_chunk = !(gc && !strcmp(gc, "0"));
     if (pr && *pr && strcmp(pr, "0")) ce->prof = xcalloc(1, sizeof *ce->prof);
     ce->f16 = eng->opts.kv_f16;
     ce->R = CUDA_UBATCH + eng->opts.n_seq_max;

@@ -286,7 +286,7 @@ extern "C" int hk_gdn_chunk(void *st, const float *cv, const float *b, const flo
     }
     const dim3 gs((unsigned)(Gv * 4), (unsigned)n_pieces);
     if (n == n_pieces) {
-        LAUNCH(e, gdn_chunk_state_kernel<1>, gs, 128, sizeof(float) * gc_state_smem_floats(1), st, cv, b, a, lane0, seq_stride,
+        LAUNCH(e, gdn_chunk_state_kernel<1>, gs, GC_THREADS, sizeof(float) * gc_state_smem_floats(1), st, cv, b, a, lane0, seq_stride,
                pieces, chunks, pchunk, marks, stage0, stage_stride, Gk, Gv, cd, (const float *)NULL, (const float *)NULL,
                (const float *)NULL, (const float *)NULL, o);
         return 0;
@@ -296,7 +296,7 @@ extern "C" int hk_gdn_chunk(void *st, const float *cv, const float *b, const flo
     const dim3 gp((unsigned)Gv, (unsigned)((n + GC_C - 1) / GC_C + n_pieces));
     LAUNCH(e, gdn_chunk_prep_kernel, gp, 256, prep_smem, st, cv, b, a, pieces, chunks, pchunk, n_pieces, Gk, Gv, cd, sc->w,
            sc->u, sc->qk, sc->g);
-    LAUNCH(e, gdn_chunk_state_kernel<GC_C>, gs, 128, state_smem, st, cv, b, a, lane0, seq_stride, pieces, chunks, pchunk,
+    LAUNCH(e, gdn_chunk_state_kernel<GC_C>, gs, GC_THREADS, state_smem, st, cv, b, a, lane0, seq_stride, pieces, chunks, pchunk,
            marks, stage0, stage_stride, Gk, Gv, cd, (const float *)sc->w, (const float *)sc->u, (const float *)sc->qk,
            (const float *)sc->g, o);
     return 0;

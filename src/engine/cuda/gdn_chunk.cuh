@@ -4,8 +4,7 @@
 // outputs, the points, the end state). gdn.cu includes it (host wrapper, mutants); so does
 // tests/unit/test_gdn_chunk.cc, through a CPU emulation of the execution model
 // (tests/unit/cuda_emu.h). The includer defines KMUT(bit) and M_COPY_LATE, M_COPY_EARLY,
-// M_POINT_INPLACE, M_DECAY_SKIP (the planted defects, gdn.cu). Off by default (HEARTH_CUDA_GDN_CHUNK=1): it has run only under the
-// emulation so far, never on a GPU.
+// M_POINT_INPLACE, M_DECAY_SKIP (the planted defects, gdn.cu).
 //
 // The form, per value head h (key head h % Gk), lane S (128 x 128, rows the key dim) and
 // chunk of L <= 64 rows with start state S0; a_i the row's log decay, beta_i its gate:
@@ -13,7 +12,8 @@
 //   nA_ij = -beta_i (k_i . k_j) exp(G_i - G_j)           j < i
 //   W_i   = beta_i exp(G_i) k_i + sum_{j<i} nA_ij W_j   (W = T beta exp(G) K, T = (I + A)^-1,
 //   U_i   = beta_i v_i        + sum_{j<i} nA_ij U_j      forward substitution, j ascending)
-//   V'_i  = U_i - W_i^T S0                               (the delta of row i)
+//   V'_i  = U_i - W_i^T S0                               (the delta of row i; W_i^T S0 and
+//                                                         q_i^T S0 each one chain over the key dim)
 //   O_i   = exp(G_i) S0^T q_i + sum_{j<=i} QK_ij V'_j,   QK_ij = (q_i . k_j) exp(G_i - G_j)
 //   S(e)  = exp(G_e) S0 + sum_{j<=e} exp(G_e - G_j) k_j V'_j^T   (the state after row e)
 // The pass goes on from S(L-1). Exactness: every row's quantities (G_i, nA_i., W_i, U_i,
@@ -31,9 +31,10 @@
 // one chunk (prep) from that piece's rows alone, so other pieces move no bit.
 //
 // Cost and limits: the prep's triangular solve is a column a thread, row after row (no
-// blocked solve yet); the state kernel walks a piece's chunks in order with 193 KB of shared
-// memory (one block an SM), so a pass of many long pieces runs in waves. The GPU's bits are
-// not the CPU's (expf, the sums' orders), only self-consistent, as the contract asks.
+// blocked solve yet); the state kernel walks a piece's chunks in order, 256 threads a block
+// making P and the end state as register tiles of 4 x 4 entries out of 85 KB of shared
+// memory (two blocks an SM). The GPU's bits are not the CPU's (expf, the sums' orders), only
+// self-consistent, as the contract asks.
 #ifndef HEARTH_CUDA_GDN_CHUNK_CUH
 #define HEARTH_CUDA_GDN_CHUNK_CUH
 
@@ -48,12 +49,6 @@
 
 // floats of the prep kernel's shared memory: q, k [64][129]; W, U [64][128]; nA [64][64]; G, beta
 static constexpr int gc_prep_smem_floats() { return 2 * GC_C * GC_KP + 2 * GC_C * GC_DS + GC_C * GC_C + 2 * GC_C; }
-// floats of the state kernel's shared memory for chunks of up to CR rows: W, q, k [CR][128];
-// QK [CR][CR]; U, V' [CR][32]; two partial sums [4][CR][32]; G, exp(G), coefficients [CR]
-static constexpr int gc_state_smem_floats(int CR) {
-    return 3 * CR * GC_DS + CR * CR + 2 * CR * GC_COLS + 2 * 4 * CR * GC_COLS + 3 * CR;
-}
-
 // x . y over 128: four chains of 32 (a fixed order), then ((s0 + s1) + (s2 + s3))
 __device__ __forceinline__ float gc_dot128(const float *x, const float *y) {
     float s0 = 0.0f, s1 = 0.0f, s2 = 0.0f, s3 = 0.0f;
@@ -141,42 +136,69 @@ __global__ void __launch_bounds__(256) gdn_chunk_prep_kernel(const float *cv, co
     }
 }
 
-// S(e) of the block's rows and columns into out (may be st): e = -1 is S0 itself. Every
+// The state kernel's layout. A block takes value head h, columns c0..c0+31 of its lane and a
+// piece; 256 threads. Thread (warp w, lane l): column group cg = l % 8 (the block's columns
+// 4cg..4cg+3) and row group rg = 4w + l / 8 (0..31): it makes P and O for chunk rows rg and
+// rg + 32, and holds the state entries of key rows rg, rg + 32, rg + 64, rg + 96 (its 16).
+// Shared memory (floats), for chunks of up to CR rows:
+//   x   [2][CR][GC_XP]  W rows, then q rows (the pitch puts a warp's four rows on distinct banks)
+//   the chunk's second half, over x once P is made (CR > 1; after x when CR = 1):
+//       ks [CR][128] k rows, qk [CR][CR], vp [CR][32] V' of the block's columns
+//   s0  [128][32]       the state's block columns (S0 of the chunk, then its end state)
+//   gs, eg, cf [CR]     G, exp(G), exp(G_e - G_j)
+#define GC_THREADS 256
+#define GC_XP 132
+__host__ __device__ static constexpr int gc_x_floats(int CR) { return 2 * CR * GC_XP; }
+__host__ __device__ static constexpr int gc_qk_floats(int CR) { return (CR * CR + 3) / 4 * 4; } /* vp after it stays 16-byte aligned */
+__host__ __device__ static constexpr int gc_half_floats(int CR) { return CR * GC_DS + gc_qk_floats(CR) + CR * GC_COLS; }
+__host__ __device__ static constexpr int gc_half_at(int CR) { return CR > 1 ? 0 : gc_x_floats(CR); }
+__host__ __device__ static constexpr int gc_s0_at(int CR) {
+    return gc_half_at(CR) + gc_half_floats(CR) > gc_x_floats(CR) ? gc_half_at(CR) + gc_half_floats(CR) : gc_x_floats(CR);
+}
+__host__ __device__ static constexpr int gc_state_smem_floats(int CR) { return gc_s0_at(CR) + GC_DS * GC_COLS + 3 * CR; }
+
+// S(e) of the thread's 16 state entries (key rows rg + 32a, columns 4cg..4cg+3) into acc:
+// exp(G_e) S0 + sum_{j<=e} (exp(G_e - G_j) k_j) V'_j, j ascending; e = -1 is S0 itself. Every
 // thread of the block calls it with the same e (it syncs). point: for a mark (where the
 // decay_skip defect lives).
 template <int CR>
-__device__ __forceinline__ void gc_end_state(int e, const float *st, float *out, const float *ks, const float *vp,
-                                             const float *gs, const float *eg, float *cf, bool point) {
-    const int tid = threadIdx.x, w = tid / 32, lane = tid % 32;
+__device__ __forceinline__ void gc_end_state(int e, const float *s0, const float *ks, const float *vp, const float *gs,
+                                             const float *eg, float *cf, bool point, float acc[4][4]) {
+    const int tid = threadIdx.x, lane = tid % 32, cg = lane % 8, rg = 4 * (tid / 32) + lane / 8;
     __syncthreads(); /* an earlier call is done with cf */
     if (tid <= e) cf[tid] = expf(__fsub_rn(gs[e], gs[tid]));
     __syncthreads();
-    if (e < 0) {
+    const float d = e < 0 ? 1.0f : point && KMUT(M_DECAY_SKIP) ? 1.0f : eg[e];
 #pragma unroll
-        for (int r = 0; r < 32; r++) out[r] = st[r];
-        return;
+    for (int a = 0; a < 4; a++) {
+        const float4 s = *(const float4 *)(s0 + (rg + 32 * a) * GC_COLS + 4 * cg);
+        if (e < 0) {
+            acc[a][0] = s.x, acc[a][1] = s.y, acc[a][2] = s.z, acc[a][3] = s.w;
+        } else {
+            acc[a][0] = __fmul_rn(d, s.x), acc[a][1] = __fmul_rn(d, s.y), acc[a][2] = __fmul_rn(d, s.z), acc[a][3] = __fmul_rn(d, s.w);
+        }
     }
-    const float d = point && KMUT(M_DECAY_SKIP) ? 1.0f : eg[e];
-    /* 32 sums at once, each over j ascending (the order is per entry: the loop nest is free) */
-    float acc[32];
-#pragma unroll
-    for (int r = 0; r < 32; r++) acc[r] = __fmul_rn(d, st[r]);
     for (int j = 0; j <= e; j++) {
-        const float cj = cf[j], vj = vp[j * GC_COLS + lane], *kj = ks + j * GC_DS + 32 * w;
+        const float cj = cf[j];
+        const float4 v = *(const float4 *)(vp + j * GC_COLS + 4 * cg);
 #pragma unroll
-        for (int r = 0; r < 32; r++) acc[r] = __fmaf_rn(__fmul_rn(cj, kj[r]), vj, acc[r]);
+        for (int a = 0; a < 4; a++) {
+            const float kk = __fmul_rn(cj, ks[j * GC_DS + rg + 32 * a]);
+            acc[a][0] = __fmaf_rn(kk, v.x, acc[a][0]), acc[a][1] = __fmaf_rn(kk, v.y, acc[a][1]);
+            acc[a][2] = __fmaf_rn(kk, v.z, acc[a][2]), acc[a][3] = __fmaf_rn(kk, v.w, acc[a][3]);
+        }
     }
-#pragma unroll
-    for (int r = 0; r < 32; r++) out[r] = acc[r];
 }
 
-// grid (Gv * 4, n_pieces), 128 threads, gc_state_smem_floats(CR) of shared memory: value head
-// h = blockIdx.x / 4, columns c0..c0+31 (c0 = 32 (blockIdx.x % 4)); warp w holds st[i] =
-// S[32w + i][c0 + lane] in registers through the piece's chunks (pchunk[p] .. pchunk[p+1]).
-// CR = 64 reads the prep's scratch; CR = 1 takes one-row pieces (decode, every piece of the
-// pass one row) and makes W_0, U_0, QK_00 itself, by the prep's expressions (no prep launch).
+// grid (Gv * 4, n_pieces), GC_THREADS threads, gc_state_smem_floats(CR) of shared memory:
+// value head h = blockIdx.x / 4, columns c0..c0+31 (c0 = 32 (blockIdx.x % 4)), the piece's
+// chunks (pchunk[p] .. pchunk[p+1]) in order. Per chunk: P = [W; Q] S0 (each entry one fmaf
+// chain over the key dim, ascending), V' = U - P_W, O = exp(G) P_Q + QK V' (j ascending), the
+// marks' points, then the end state. CR = 64 reads the prep's scratch; CR = 1 takes one-row
+// pieces (decode, every piece of the pass one row) and makes W_0, U_0, QK_00 itself, by the
+// prep's expressions (no prep launch).
 template <int CR>
-__global__ void __launch_bounds__(128, 1) gdn_chunk_state_kernel(const float *cv, const float *b, const float *a, float *lane0,
+__global__ void __launch_bounds__(GC_THREADS, 2) gdn_chunk_state_kernel(const float *cv, const float *b, const float *a, float *lane0,
                                                                size_t seq_stride, const hk_piece *pieces,
                                                                const hk_chunk *chunks, const int32_t *pchunk,
                                                                const hk_mark *marks, float *stage0, size_t stage_stride,
@@ -185,52 +207,55 @@ __global__ void __launch_bounds__(128, 1) gdn_chunk_state_kernel(const float *cv
                                                                float *o) {
     pdl_enter();
     HK_DYN_SMEM(sm);
-    float *ws = sm;                    /* [CR][128] W rows */
-    float *qs = ws + CR * GC_DS;       /* [CR][128] q rows */
-    float *ks = qs + CR * GC_DS;       /* [CR][128] k rows */
-    float *qk = ks + CR * GC_DS;       /* [CR][CR] */
-    float *us = qk + CR * CR;          /* [CR][32] U, the block's columns */
-    float *vp = us + CR * GC_COLS;     /* [CR][32] V' */
-    float *pw = vp + CR * GC_COLS;     /* [4][CR][32] W_i^T S0, a warp's rows */
-    float *pq = pw + 4 * CR * GC_COLS; /* [4][CR][32] q_i^T S0, a warp's rows */
-    float *gs = pq + 4 * CR * GC_COLS; /* [CR] G */
-    float *eg = gs + CR;               /* [CR] exp(G) */
-    float *cf = eg + CR;               /* [CR] exp(G_e - G_j) */
+    float *xw = sm, *xq = sm + CR * GC_XP;  /* [CR][GC_XP] each */
+    float *ks = sm + gc_half_at(CR);        /* [CR][128] */
+    float *qk = ks + CR * GC_DS;            /* [CR][CR] */
+    float *vp = qk + gc_qk_floats(CR);      /* [CR][32] */
+    float *s0 = sm + gc_s0_at(CR);          /* [128][32] */
+    float *gs = s0 + GC_DS * GC_COLS, *eg = gs + CR, *cf = eg + CR; /* [CR] each */
     const int64_t h = blockIdx.x / 4, hk = h % Gk, c0 = (int64_t)(blockIdx.x % 4) * GC_COLS;
     const hk_piece *pc = &pieces[blockIdx.y];
-    const int tid = threadIdx.x, w = tid / 32, lane = tid % 32;
-    const int64_t col = c0 + lane;
-    float *lane_p = lane0 + (size_t)pc->seq * seq_stride + (size_t)(h * GC_DS * GC_DS);
-    float st[32];
+    const int tid = threadIdx.x, lane = tid % 32, cg = lane % 8, rg = 4 * (tid / 32) + lane / 8;
+    constexpr int NR = CR > 32 ? 2 : 1; /* chunk rows a thread makes P and O for: rg + 32a */
+    float *lane_p = lane0 + (size_t)pc->seq * seq_stride + (size_t)(h * GC_DS * GC_DS) + c0 + 4 * cg;
 #pragma unroll
-    for (int i = 0; i < 32; i++) st[i] = lane_p[(32 * w + i) * GC_DS + col];
+    for (int a = 0; a < 4; a++) *(float4 *)(s0 + (rg + 32 * a) * GC_COLS + 4 * cg) = *(const float4 *)(lane_p + (rg + 32 * a) * GC_DS);
     int mk = 0;
     for (int ci = pchunk[blockIdx.y]; ci < pchunk[blockIdx.y + 1]; ci++) {
         const hk_chunk ch = chunks[ci];
         const int L = ch.n < CR ? ch.n : CR; /* CR = 1 is launched for one-row pieces only */
         const int64_t rb = pc->r0 + ch.c0;
         __syncthreads(); /* the previous chunk is done with the shared memory */
-        /* the chunk's rows by float4 (a row's 128 floats are 32 of them), unrolled so that
-         * a thread has several loads in flight */
-#pragma unroll 4
-        for (int idx = tid; idx < L * 32; idx += 128) {
-            const int i = idx / 32, c4 = idx % 32;
-            const float *row = cv + (rb + i) * cd;
-            ((float4 *)qs)[idx] = ((const float4 *)(row + hk * GC_DS))[c4];
-            ((float4 *)ks)[idx] = ((const float4 *)(row + Gk * GC_DS + hk * GC_DS))[c4];
-            if (CR > 1) ((float4 *)ws)[idx] = ((const float4 *)(wsc + ((rb + i) * Gv + h) * GC_DS))[c4];
-        }
-        if (CR > 1) {
-#pragma unroll 2
-            for (int idx = tid; idx < L * 8; idx += 128) {
-                const int i = idx / 8, c4 = idx % 8;
-                ((float4 *)us)[idx] = ((const float4 *)(usc + ((rb + i) * Gv + h) * GC_DS + c0))[c4];
+        float4 kpre[CR > 1 ? 8 : 1], qpre[CR > 1 ? 4 : 1], upre[NR] = {};
+        if constexpr (CR > 1) {
+            /* W and q rows into x (by float4, all of a thread's loads issued first) */
+            float4 t[16];
+#pragma unroll
+            for (int it = 0; it < 16; it++) {
+                const int idx = tid + GC_THREADS * it, xr = idx / 32, c4 = idx % 32, i = xr % CR;
+                const float *src = xr < CR ? wsc + ((rb + i) * Gv + h) * GC_DS : cv + (rb + i) * cd + hk * GC_DS;
+                t[it] = i < L ? ((const float4 *)src)[c4] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
             }
-            constexpr int Q4 = CR >= 4 ? CR / 4 : 1; /* float4 of a QK row */
-#pragma unroll 4
-            for (int idx = tid; idx < L * Q4; idx += 128) {
-                const int i = idx / Q4, j4 = idx % Q4;
-                ((float4 *)qk)[idx] = ((const float4 *)(qksc + ((rb + i) * Gv + h) * GC_C))[j4];
+#pragma unroll
+            for (int it = 0; it < 16; it++) {
+                const int idx = tid + GC_THREADS * it, xr = idx / 32, c4 = idx % 32;
+                *(float4 *)(sm + xr * GC_XP + 4 * c4) = t[it];
+            }
+            /* the chunk's second half into registers, in flight while P is made */
+#pragma unroll
+            for (int it = 0; it < 8; it++) {
+                const int idx = tid + GC_THREADS * it, i = idx / 32, c4 = idx % 32;
+                kpre[it] = i < L ? ((const float4 *)(cv + (rb + i) * cd + Gk * GC_DS + hk * GC_DS))[c4] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            }
+#pragma unroll
+            for (int it = 0; it < 4; it++) {
+                const int idx = tid + GC_THREADS * it, i = idx / (CR / 4), j4 = idx % (CR / 4);
+                qpre[it] = i < L ? ((const float4 *)(qksc + ((rb + i) * Gv + h) * GC_C))[j4] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            }
+#pragma unroll
+            for (int a = 0; a < NR; a++) {
+                const int i = rg + 32 * a;
+                upre[a] = i < L ? *(const float4 *)(usc + ((rb + i) * Gv + h) * GC_DS + c0 + 4 * cg) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
             }
             if (tid < L) {
                 gs[tid] = gsc[(rb + tid) * Gv + h];
@@ -238,62 +263,111 @@ __global__ void __launch_bounds__(128, 1) gdn_chunk_state_kernel(const float *cv
             }
         } else { /* row 0 as the prep makes it: G_0 = a_0, no earlier rows */
             const float beta = b[rb * Gv + h], g0 = a[rb * Gv + h];
-            if (tid == 0) gs[0] = g0, eg[0] = expf(g0);
-            if (tid < GC_COLS) us[tid] = gc_u0(beta, cv[rb * cd + 2 * Gk * GC_DS + h * GC_DS + c0 + tid]);
-            __syncthreads(); /* q and k rows in */
-            ws[tid] = gc_w0(beta, expf(g0), ks[tid]);
-            if (tid == 0) qk[0] = gc_qk(gc_dot128(qs, ks), g0, g0);
-        }
-        __syncthreads();
-        /* W_i^T S0 and q_i^T S0 over the warp's 32 rows (rows i unrolled: independent sums) */
-#pragma unroll 4
-        for (int i = 0; i < L; i++) {
-            const float *wr = ws + i * GC_DS + 32 * w, *qr = qs + i * GC_DS + 32 * w;
-            float sw = 0.0f, sq = 0.0f;
-#pragma unroll
-            for (int r = 0; r < 32; r++) {
-                sw = __fmaf_rn(wr[r], st[r], sw);
-                sq = __fmaf_rn(qr[r], st[r], sq);
+            const float *row = cv + rb * cd;
+            if (tid < GC_DS) {
+                const float k = row[Gk * GC_DS + hk * GC_DS + tid];
+                xw[tid] = gc_w0(beta, expf(g0), k);
+                xq[tid] = row[hk * GC_DS + tid];
+                ks[tid] = k;
             }
-            pw[(w * CR + i) * GC_COLS + lane] = sw;
-            pq[(w * CR + i) * GC_COLS + lane] = sq;
+            if (tid == 0) gs[0] = g0, eg[0] = expf(g0);
+            if (rg == 0) {
+                const float *v = row + 2 * Gk * GC_DS + h * GC_DS + c0 + 4 * cg;
+                upre[0] = make_float4(gc_u0(beta, v[0]), gc_u0(beta, v[1]), gc_u0(beta, v[2]), gc_u0(beta, v[3]));
+            }
         }
         __syncthreads();
-        for (int idx = tid; idx < L * GC_COLS; idx += 128) {
-            const int i = idx / GC_COLS, c = idx % GC_COLS;
-            const float *p0 = pw + i * GC_COLS + c;
-            const float s = __fadd_rn(__fadd_rn(p0[0], p0[CR * GC_COLS]), __fadd_rn(p0[2 * CR * GC_COLS], p0[3 * CR * GC_COLS]));
-            vp[idx] = __fsub_rn(us[idx], s);
+        /* P = [W; Q] S0 for the thread's rows: one chain an entry, the key dim ascending */
+        float pw[NR][4], pq[NR][4];
+#pragma unroll
+        for (int a = 0; a < NR; a++)
+#pragma unroll
+            for (int c = 0; c < 4; c++) pw[a][c] = pq[a][c] = 0.0f;
+        if (rg < CR) {
+#pragma unroll 2
+            for (int k = 0; k < GC_DS; k += 4) {
+                float4 s[4], xa[NR], xb[NR];
+#pragma unroll
+                for (int u = 0; u < 4; u++) s[u] = *(const float4 *)(s0 + (k + u) * GC_COLS + 4 * cg);
+#pragma unroll
+                for (int a = 0; a < NR; a++) {
+                    xa[a] = *(const float4 *)(xw + (rg + 32 * a) * GC_XP + k);
+                    xb[a] = *(const float4 *)(xq + (rg + 32 * a) * GC_XP + k);
+                }
+#pragma unroll
+                for (int a = 0; a < NR; a++) {
+                    const float wv[4] = {xa[a].x, xa[a].y, xa[a].z, xa[a].w}, qv[4] = {xb[a].x, xb[a].y, xb[a].z, xb[a].w};
+#pragma unroll
+                    for (int u = 0; u < 4; u++) {
+                        const float sv[4] = {s[u].x, s[u].y, s[u].z, s[u].w};
+#pragma unroll
+                        for (int c = 0; c < 4; c++) {
+                            pw[a][c] = __fmaf_rn(wv[u], sv[c], pw[a][c]);
+                            pq[a][c] = __fmaf_rn(qv[u], sv[c], pq[a][c]);
+                        }
+                    }
+                }
+            }
         }
+        __syncthreads(); /* x is read: the second half goes over it */
+        if constexpr (CR > 1) {
+#pragma unroll
+            for (int it = 0; it < 8; it++) ((float4 *)ks)[tid + GC_THREADS * it] = kpre[it];
+#pragma unroll
+            for (int it = 0; it < 4; it++) ((float4 *)qk)[tid + GC_THREADS * it] = qpre[it];
+        } else if (tid == 0) {
+            qk[0] = gc_qk(gc_dot128(xq, ks), gs[0], gs[0]);
+        }
+        if (rg < CR)
+#pragma unroll
+            for (int a = 0; a < NR; a++)
+                *(float4 *)(vp + (rg + 32 * a) * GC_COLS + 4 * cg) =
+                    make_float4(__fsub_rn(upre[a].x, pw[a][0]), __fsub_rn(upre[a].y, pw[a][1]), __fsub_rn(upre[a].z, pw[a][2]),
+                                __fsub_rn(upre[a].w, pw[a][3]));
         __syncthreads();
-        for (int idx = tid; idx < L * GC_COLS; idx += 128) {
-            const int i = idx / GC_COLS, c = idx % GC_COLS;
-            const float *p0 = pq + i * GC_COLS + c;
-            const float s = __fadd_rn(__fadd_rn(p0[0], p0[CR * GC_COLS]), __fadd_rn(p0[2 * CR * GC_COLS], p0[3 * CR * GC_COLS]));
-            float acc = __fmul_rn(eg[i], s);
-            for (int j = 0; j <= i; j++) acc = __fmaf_rn(qk[i * CR + j], vp[j * GC_COLS + c], acc);
-            o[(rb + i) * (Gv * GC_DS) + h * GC_DS + c0 + c] = acc;
+        /* O_i = exp(G_i) P_Q,i + sum_{j<=i} QK_ij V'_j for the thread's rows */
+#pragma unroll
+        for (int a = 0; a < NR; a++) {
+            const int i = rg + 32 * a;
+            if (i >= L) continue;
+            float acc[4];
+#pragma unroll
+            for (int c = 0; c < 4; c++) acc[c] = __fmul_rn(eg[i], pq[a][c]);
+            for (int j = 0; j <= i; j++) {
+                const float q = qk[i * CR + j];
+                const float4 v = *(const float4 *)(vp + j * GC_COLS + 4 * cg);
+                acc[0] = __fmaf_rn(q, v.x, acc[0]), acc[1] = __fmaf_rn(q, v.y, acc[1]);
+                acc[2] = __fmaf_rn(q, v.z, acc[2]), acc[3] = __fmaf_rn(q, v.w, acc[3]);
+            }
+            *(float4 *)(o + (rb + i) * (Gv * GC_DS) + h * GC_DS + c0 + 4 * cg) = make_float4(acc[0], acc[1], acc[2], acc[3]);
         }
-        /* the points whose end row falls in this chunk, from S0 (still in st) */
+        /* the points whose end row falls in this chunk, from S0 (still in s0) */
+        float acc[4][4];
         for (; mk < pc->n_marks; mk++) {
             const hk_mark *m = &marks[pc->mark0 + mk];
             int e = (int)(m->m - 1 - ch.c0) + (KMUT(M_COPY_LATE) ? 1 : 0);
             if (e >= L) break; /* a later chunk's (copy_late past the piece: never written) */
             if (KMUT(M_COPY_EARLY)) e -= 1; /* before row m-1's decay and update */
-            if (KMUT(M_POINT_INPLACE)) { /* the live state's low bits flipped, then copied */
+            if (KMUT(M_POINT_INPLACE)) /* the live state's low bits flipped, then copied */
 #pragma unroll
-                for (int r = 0; r < 32; r++) st[r] = __int_as_float(__float_as_int(st[r]) ^ 1);
-            }
-            float pt[32];
-            gc_end_state<CR>(e, st, pt, ks, vp, gs, eg, cf, true);
-            float *dst = stage0 + (size_t)m->slot * stage_stride + (size_t)(h * GC_DS * GC_DS);
+                for (int a = 0; a < 4; a++)
 #pragma unroll
-            for (int r = 0; r < 32; r++) dst[(32 * w + r) * GC_DS + col] = pt[r];
+                    for (int c = 0; c < 4; c++) {
+                        float *p = s0 + (rg + 32 * a) * GC_COLS + 4 * cg + c;
+                        *p = __int_as_float(__float_as_int(*p) ^ 1);
+                    }
+            gc_end_state<CR>(e, s0, ks, vp, gs, eg, cf, true, acc);
+            float *dst = stage0 + (size_t)m->slot * stage_stride + (size_t)(h * GC_DS * GC_DS) + c0 + 4 * cg;
+#pragma unroll
+            for (int a = 0; a < 4; a++) *(float4 *)(dst + (rg + 32 * a) * GC_DS) = make_float4(acc[a][0], acc[a][1], acc[a][2], acc[a][3]);
         }
-        gc_end_state<CR>(L - 1, st, st, ks, vp, gs, eg, cf, false);
-    }
+        gc_end_state<CR>(L - 1, s0, ks, vp, gs, eg, cf, false, acc);
 #pragma unroll
-    for (int i = 0; i < 32; i++) lane_p[(32 * w + i) * GC_DS + col] = st[i];
+        for (int a = 0; a < 4; a++) *(float4 *)(s0 + (rg + 32 * a) * GC_COLS + 4 * cg) = make_float4(acc[a][0], acc[a][1], acc[a][2], acc[a][3]);
+    }
+    __syncthreads();
+#pragma unroll
+    for (int a = 0; a < 4; a++) *(float4 *)(lane_p + (rg + 32 * a) * GC_DS) = *(const float4 *)(s0 + (rg + 32 * a) * GC_COLS + 4 * cg);
 }
 
 #endif
