@@ -120,11 +120,10 @@ static gr_ev gr_exp(gr_ev x) {
     gr_ev r = {v, v * expm1(x.d) + 4 * GR_U * v * exp(x.d)};
     return r;
 }
-static gr_ev gr_dot(const float *x, const float *y) { /* gc_dot128 */
-    gr_ev s[4] = {{0, 0}, {0, 0}, {0, 0}, {0, 0}};
-    for (int i = 0; i < 32; i++)
-        for (int p = 0; p < 4; p++) s[p] = gr_fma(gr_ex(x[32 * p + i]), gr_ex(y[32 * p + i]), s[p]);
-    return gr_add(gr_add(s[0], s[1]), gr_add(s[2], s[3]));
+static gr_ev gr_dot(const float *x, const float *y) { /* gc_dot128: one chain, ascending */
+    gr_ev s = {0, 0};
+    for (int i = 0; i < GR_DS; i++) s = gr_fma(gr_ex(x[i]), gr_ex(y[i]), s);
+    return s;
 }
 
 /* the bounds of o (len, Gv, 128) and of the end state (Gv, 128, 128) for rows [from, from +

@@ -30,10 +30,10 @@
 // span's anchors (a piece starts on its span's grid); a block computes one piece (state) or
 // one chunk (prep) from that piece's rows alone, so other pieces move no bit.
 //
-// Cost and limits: the prep's triangular solve is a column a thread, row after row (no
-// blocked solve yet); the state kernel walks a piece's chunks in order, 256 threads a block
-// making P and the end state as register tiles of 4 x 4 entries out of 85 KB of shared
-// memory (two blocks an SM). The GPU's bits are not the CPU's (expf, the sums' orders), only
+// Cost and limits: the prep makes the dots as register tiles and solves the triangle down
+// each column with the column's 64 rows in registers (no blocked solve); the state kernel
+// walks a piece's chunks in order, 256 threads a block making P and the end state as register
+// tiles of 4 x 4 entries. Each takes about 100 KB of shared memory (two blocks an SM). The GPU's bits are not the CPU's (expf, the sums' orders), only
 // self-consistent, as the contract asks.
 #ifndef HEARTH_CUDA_GDN_CHUNK_CUH
 #define HEARTH_CUDA_GDN_CHUNK_CUH
@@ -45,21 +45,14 @@
 #define GC_DS 128  /* the lane's side */
 #define GC_C 64    /* rows of a chunk */
 #define GC_COLS 32 /* the state kernel's columns per block */
-#define GC_KP 129  /* the prep's row pitch for q and k: pairs (i, j) of a warp read distinct banks */
+#define GC_XP 132  /* a pitch for rows of 128 read by float4: rows r and r + 1..7 on distinct banks */
 
-// floats of the prep kernel's shared memory: q, k [64][129]; W, U [64][128]; nA [64][64]; G, beta
-static constexpr int gc_prep_smem_floats() { return 2 * GC_C * GC_KP + 2 * GC_C * GC_DS + GC_C * GC_C + 2 * GC_C; }
-// x . y over 128: four chains of 32 (a fixed order), then ((s0 + s1) + (s2 + s3))
+// x . y over 128: one chain, i ascending (the prep's register tiles sum in the same order)
 __device__ __forceinline__ float gc_dot128(const float *x, const float *y) {
-    float s0 = 0.0f, s1 = 0.0f, s2 = 0.0f, s3 = 0.0f;
-#pragma unroll 8
-    for (int i = 0; i < 32; i++) {
-        s0 = __fmaf_rn(x[i], y[i], s0);
-        s1 = __fmaf_rn(x[32 + i], y[32 + i], s1);
-        s2 = __fmaf_rn(x[64 + i], y[64 + i], s2);
-        s3 = __fmaf_rn(x[96 + i], y[96 + i], s3);
-    }
-    return __fadd_rn(__fadd_rn(s0, s1), __fadd_rn(s2, s3));
+    float s = 0.0f;
+#pragma unroll 16
+    for (int i = 0; i < GC_DS; i++) s = __fmaf_rn(x[i], y[i], s);
+    return s;
 }
 
 // row i's entries, one expression for the prep and the one-row path
@@ -70,23 +63,31 @@ __device__ __forceinline__ float gc_qk(float dot, float gi, float gj) { return _
 // Scratch of a pass (r the pass row, h the value head): W and U (n, Gv, 128); QK (n, Gv, 64),
 // row i's entries j <= i of its chunk (zero past i); G (n, Gv).
 //
+// The prep's shared memory (floats): q, k [64][GC_XP]; v [64][128]; nA [64][64] over q once
+// the dots are made; a (then G), beta, exp(G) [64]: 101 KB, two blocks an SM.
+__host__ __device__ static constexpr int gc_prep_smem_floats() { return 2 * GC_C * GC_XP + GC_C * GC_DS + 3 * GC_C; }
+
 // grid (Gv, any), 256 threads, gc_prep_smem_floats() of shared memory: block (h, y) takes
 // chunks y, y + gridDim.y, ... of the pass (pchunk[n_pieces] of them). Every quantity of
-// row i is made by a loop over j <= i (see the header).
-__global__ void __launch_bounds__(256) gdn_chunk_prep_kernel(const float *cv, const float *b, const float *a,
-                                                              const hk_piece *pieces, const hk_chunk *chunks,
-                                                              const int32_t *pchunk, int n_pieces, int64_t Gk,
-                                                              int64_t Gv, int64_t cd, float *wsc, float *usc,
-                                                              float *qksc, float *gsc) {
+// row i is made from rows j <= i only (see the header). The dots k_i . k_j and q_i . k_j are
+// register tiles: thread (ti, tj) = (tid / 16, tid % 16) makes pairs (ti + 16a, tj + 16b),
+// each one chain over the key dim as gc_dot128 sums. The solve is a column a thread (W's for
+// tid < 128, U's above), its 64 rows in registers, every sum j ascending.
+__global__ void __launch_bounds__(256, 2) gdn_chunk_prep_kernel(const float *cv, const float *b, const float *a,
+                                                                 const hk_piece *pieces, const hk_chunk *chunks,
+                                                                 const int32_t *pchunk, int n_pieces, int64_t Gk,
+                                                                 int64_t Gv, int64_t cd, float *wsc, float *usc,
+                                                                 float *qksc, float *gsc) {
     pdl_enter();
     HK_DYN_SMEM(sm);
-    float *qs = sm;                   /* [64][129] */
-    float *ks = qs + GC_C * GC_KP;    /* [64][129] */
-    float *xs = ks + GC_C * GC_KP;    /* [2][64][128]: W, then U */
-    float *na = xs + 2 * GC_C * GC_DS; /* [64][64] */
-    float *gs = na + GC_C * GC_C;     /* [64] */
-    float *bs = gs + GC_C;            /* [64] */
-    const int tid = threadIdx.x;
+    float *qs = sm;                  /* [64][GC_XP] */
+    float *na = sm;                  /* [64][64], over q once the dots are made */
+    float *ks = qs + GC_C * GC_XP;   /* [64][GC_XP] */
+    float *vs = ks + GC_C * GC_XP;   /* [64][128] */
+    float *gs = vs + GC_C * GC_DS;   /* [64] a, then G */
+    float *bs = gs + GC_C;           /* [64] */
+    float *eg = bs + GC_C;           /* [64] exp(G) */
+    const int tid = threadIdx.x, ti = tid / 16, tj = tid % 16;
     const int64_t h = blockIdx.x, hk = h % Gk;
     const int nch = pchunk[n_pieces];
     for (int ci = blockIdx.y; ci < nch; ci += gridDim.y) {
@@ -94,45 +95,90 @@ __global__ void __launch_bounds__(256) gdn_chunk_prep_kernel(const float *cv, co
         const int64_t rb = pieces[ch.piece].r0 + ch.c0; /* the chunk's first pass row */
         const int L = ch.n;
         __syncthreads(); /* the previous chunk is done with the shared memory */
-#pragma unroll 4
-        for (int idx = tid; idx < L * 32; idx += blockDim.x) { /* by float4 */
-            const int i = idx / 32, c = 4 * (idx % 32);
-            const float *row = cv + (rb + i) * cd;
-            const float4 q4 = *(const float4 *)(row + hk * GC_DS + c), k4 = *(const float4 *)(row + Gk * GC_DS + hk * GC_DS + c);
-            float *qd = qs + i * GC_KP + c, *kd = ks + i * GC_KP + c;
-            qd[0] = q4.x, qd[1] = q4.y, qd[2] = q4.z, qd[3] = q4.w;
-            kd[0] = k4.x, kd[1] = k4.y, kd[2] = k4.z, kd[3] = k4.w;
+        /* q, k, v rows by float4 (rows past L zero), eight loads a thread in flight at a time */
+        for (int part = 0; part < 3; part++) {
+            float4 t[8];
+#pragma unroll
+            for (int it = 0; it < 8; it++) {
+                const int idx = tid + 256 * it, i = idx / 32, c4 = idx % 32;
+                const float *row = cv + (rb + i) * cd + (part == 0 ? hk * GC_DS : part == 1 ? Gk * GC_DS + hk * GC_DS : 2 * Gk * GC_DS + h * GC_DS);
+                t[it] = i < L ? ((const float4 *)row)[c4] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            }
+#pragma unroll
+            for (int it = 0; it < 8; it++) {
+                const int idx = tid + 256 * it, i = idx / 32, c4 = idx % 32;
+                *(float4 *)(part == 2 ? vs + i * GC_DS + 4 * c4 : (part == 0 ? qs : ks) + i * GC_XP + 4 * c4) = t[it];
+            }
         }
-        if (tid < L) bs[tid] = b[(rb + tid) * Gv + h];
-        if (tid == 0) {
-            float g = a[rb * Gv + h];
-            gs[0] = g;
-            for (int i = 1; i < L; i++) gs[i] = g = __fadd_rn(g, a[(rb + i) * Gv + h]);
-        }
-        __syncthreads();
-        for (int p = tid; p < L * GC_C; p += blockDim.x) {
-            const int i = p / GC_C, j = p % GC_C;
-            float nav = 0.0f, qk = 0.0f;
-            if (j < i) nav = -__fmul_rn(__fmul_rn(bs[i], gc_dot128(ks + i * GC_KP, ks + j * GC_KP)), expf(__fsub_rn(gs[i], gs[j])));
-            if (j <= i) qk = gc_qk(gc_dot128(qs + i * GC_KP, ks + j * GC_KP), gs[i], gs[j]);
-            na[p] = nav;
-            qksc[((rb + i) * Gv + h) * GC_C + j] = qk;
+        if (tid < GC_C) {
+            gs[tid] = tid < L ? a[(rb + tid) * Gv + h] : 0.0f;
+            bs[tid] = tid < L ? b[(rb + tid) * Gv + h] : 0.0f;
         }
         __syncthreads();
-        /* forward substitution, a column a thread: W's (tid < 128), U's (tid >= 128); a
-         * thread reads only the rows of its own column it wrote */
+        if (tid == 0)
+            for (int i = 1; i < L; i++) gs[i] = __fadd_rn(gs[i - 1], gs[i]);
+        __syncthreads();
+        if (tid < L) {
+            eg[tid] = expf(gs[tid]);
+            gsc[(rb + tid) * Gv + h] = gs[tid];
+        }
+        /* the dots: kk[a][b] = k_i . k_j, qq[a][b] = q_i . k_j, i = ti + 16a, j = tj + 16b */
+        float kk[4][4], qq[4][4];
+#pragma unroll
+        for (int u = 0; u < 4; u++)
+#pragma unroll
+            for (int w = 0; w < 4; w++) kk[u][w] = qq[u][w] = 0.0f;
+#pragma unroll 1
+        for (int k = 0; k < GC_DS; k += 4) {
+            float4 ki[4], qi[4], kj[4];
+#pragma unroll
+            for (int u = 0; u < 4; u++) {
+                ki[u] = *(const float4 *)(ks + (ti + 16 * u) * GC_XP + k);
+                qi[u] = *(const float4 *)(qs + (ti + 16 * u) * GC_XP + k);
+                kj[u] = *(const float4 *)(ks + (tj + 16 * u) * GC_XP + k);
+            }
+#pragma unroll
+            for (int u = 0; u < 4; u++) {
+                const float kiv[4] = {ki[u].x, ki[u].y, ki[u].z, ki[u].w}, qiv[4] = {qi[u].x, qi[u].y, qi[u].z, qi[u].w};
+#pragma unroll
+                for (int w = 0; w < 4; w++) {
+                    const float kjv[4] = {kj[w].x, kj[w].y, kj[w].z, kj[w].w};
+#pragma unroll
+                    for (int m = 0; m < 4; m++) {
+                        kk[u][w] = __fmaf_rn(kiv[m], kjv[m], kk[u][w]);
+                        qq[u][w] = __fmaf_rn(qiv[m], kjv[m], qq[u][w]);
+                    }
+                }
+            }
+        }
+        __syncthreads(); /* q is read: nA goes over it */
+#pragma unroll
+        for (int u = 0; u < 4; u++)
+#pragma unroll
+            for (int w = 0; w < 4; w++) {
+                const int i = ti + 16 * u, j = tj + 16 * w;
+                float nav = 0.0f, qk = 0.0f;
+                if (j <= i) {
+                    qk = gc_qk(qq[u][w], gs[i], gs[j]);
+                    if (j < i) nav = -__fmul_rn(__fmul_rn(bs[i], kk[u][w]), expf(__fsub_rn(gs[i], gs[j])));
+                }
+                na[i * GC_C + j] = nav;
+                if (i < L) qksc[((rb + i) * Gv + h) * GC_C + j] = qk;
+            }
+        __syncthreads();
+        /* forward substitution, a column a thread, the rows unrolled so that x stays in registers */
         const int c = tid % GC_DS;
         const bool isw = tid < GC_DS;
-        float *x = xs + (isw ? 0 : GC_C * GC_DS);
-        float *out = isw ? wsc : usc;
-        for (int i = 0; i < L; i++) {
-            const int64_t r = rb + i;
-            float acc = isw ? gc_w0(bs[i], expf(gs[i]), ks[i * GC_KP + c]) : gc_u0(bs[i], cv[r * cd + 2 * Gk * GC_DS + h * GC_DS + c]);
-            for (int j = 0; j < i; j++) acc = __fmaf_rn(na[i * GC_C + j], x[j * GC_DS + c], acc);
-            x[i * GC_DS + c] = acc;
-            out[(r * Gv + h) * GC_DS + c] = acc;
+        float *out = (isw ? wsc : usc) + (rb * Gv + h) * GC_DS + c;
+        float x[GC_C];
+#pragma unroll
+        for (int i = 0; i < GC_C; i++) {
+            float acc = isw ? gc_w0(bs[i], eg[i], ks[i * GC_XP + c]) : gc_u0(bs[i], vs[i * GC_DS + c]);
+#pragma unroll
+            for (int j = 0; j < i; j++) acc = __fmaf_rn(na[i * GC_C + j], x[j], acc);
+            x[i] = acc;
+            if (i < L) out[i * Gv * GC_DS] = acc;
         }
-        if (tid < L) gsc[(rb + tid) * Gv + h] = gs[tid];
     }
 }
 
@@ -147,7 +193,6 @@ __global__ void __launch_bounds__(256) gdn_chunk_prep_kernel(const float *cv, co
 //   s0  [128][32]       the state's block columns (S0 of the chunk, then its end state)
 //   gs, eg, cf [CR]     G, exp(G), exp(G_e - G_j)
 #define GC_THREADS 256
-#define GC_XP 132
 __host__ __device__ static constexpr int gc_x_floats(int CR) { return 2 * CR * GC_XP; }
 __host__ __device__ static constexpr int gc_qk_floats(int CR) { return (CR * CR + 3) / 4 * 4; } /* vp after it stays 16-byte aligned */
 __host__ __device__ static constexpr int gc_half_floats(int CR) { return CR * GC_DS + gc_qk_floats(CR) + CR * GC_COLS; }
