@@ -200,7 +200,9 @@ __host__ __device__ static constexpr int gc_half_at(int CR) { return CR > 1 ? 0 
 __host__ __device__ static constexpr int gc_s0_at(int CR) {
     return gc_half_at(CR) + gc_half_floats(CR) > gc_x_floats(CR) ? gc_half_at(CR) + gc_half_floats(CR) : gc_x_floats(CR);
 }
-__host__ __device__ static constexpr int gc_state_smem_floats(int CR) { return gc_s0_at(CR) + GC_DS * GC_COLS + 3 * CR; }
+__host__ __device__ static constexpr int gc_state_smem_floats(int CR) {
+    return gc_s0_at(CR) + GC_DS * GC_COLS + 3 * CR + (CR == 1 ? 2 * GC_COLS : 0); /* CR = 1: P's row too */
+}
 
 // S(e) of the thread's 16 state entries (key rows rg + 32a, columns 4cg..4cg+3) into acc:
 // exp(G_e) S0 + sum_{j<=e} (exp(G_e - G_j) k_j) V'_j, j ascending; e = -1 is S0 itself. Every
@@ -271,7 +273,7 @@ __global__ void __launch_bounds__(GC_THREADS, 2) gdn_chunk_state_kernel(const fl
         const int L = ch.n < CR ? ch.n : CR; /* CR = 1 is launched for one-row pieces only */
         const int64_t rb = pc->r0 + ch.c0;
         __syncthreads(); /* the previous chunk is done with the shared memory */
-        float4 kpre[CR > 1 ? 8 : 1], qpre[CR > 1 ? 4 : 1], upre[NR] = {};
+        float4 kpre[CR > 1 ? 8 : 1], qpre[CR > 1 ? 4 : 1], upre[NR];
         if constexpr (CR > 1) {
             /* W and q rows into x (by float4, all of a thread's loads issued first) */
             float4 t[16];
@@ -316,19 +318,36 @@ __global__ void __launch_bounds__(GC_THREADS, 2) gdn_chunk_state_kernel(const fl
                 ks[tid] = k;
             }
             if (tid == 0) gs[0] = g0, eg[0] = expf(g0);
-            if (rg == 0) {
-                const float *v = row + 2 * Gk * GC_DS + h * GC_DS + c0 + 4 * cg;
-                upre[0] = make_float4(gc_u0(beta, v[0]), gc_u0(beta, v[1]), gc_u0(beta, v[2]), gc_u0(beta, v[3]));
-            }
+            if (tid < GC_COLS) vp[tid] = gc_u0(beta, row[2 * Gk * GC_DS + h * GC_DS + c0 + tid]); /* U_0, V' below */
         }
         __syncthreads();
-        /* P = [W; Q] S0 for the thread's rows: one chain an entry, the key dim ascending */
-        float pw[NR][4], pq[NR][4];
+        if constexpr (CR == 1) {
+            /* one row: P's 64 entries a thread each (one chain over the key dim, ascending, as
+             * the tiles sum), QK_00 by another warp meanwhile; then V'_0 and O_0 */
+            float *pb = cf + CR; /* [64] P_W, then P_Q */
+            if (tid < 2 * GC_COLS) {
+                const float *x = tid < GC_COLS ? xw : xq;
+                const int c = tid % GC_COLS;
+                float p = 0.0f;
+#pragma unroll 16
+                for (int k = 0; k < GC_DS; k++) p = __fmaf_rn(x[k], s0[k * GC_COLS + c], p);
+                pb[tid] = p;
+            } else if (tid == 2 * GC_COLS) {
+                qk[0] = gc_qk(gc_dot128(xq, ks), gs[0], gs[0]);
+            }
+            __syncthreads();
+            if (tid < GC_COLS) {
+                const float v = __fsub_rn(vp[tid], pb[tid]);
+                vp[tid] = v;
+                o[rb * (Gv * GC_DS) + h * GC_DS + c0 + tid] = __fmaf_rn(qk[0], v, __fmul_rn(eg[0], pb[GC_COLS + tid]));
+            }
+        } else {
+            /* P = [W; Q] S0 for the thread's rows: one chain an entry, the key dim ascending */
+            float pw[NR][4], pq[NR][4];
 #pragma unroll
-        for (int a = 0; a < NR; a++)
+            for (int a = 0; a < NR; a++)
 #pragma unroll
-            for (int c = 0; c < 4; c++) pw[a][c] = pq[a][c] = 0.0f;
-        if (rg < CR) {
+                for (int c = 0; c < 4; c++) pw[a][c] = pq[a][c] = 0.0f;
 #pragma unroll 2
             for (int k = 0; k < GC_DS; k += 4) {
                 float4 s[4], xa[NR], xb[NR];
@@ -353,38 +372,33 @@ __global__ void __launch_bounds__(GC_THREADS, 2) gdn_chunk_state_kernel(const fl
                     }
                 }
             }
-        }
-        __syncthreads(); /* x is read: the second half goes over it */
-        if constexpr (CR > 1) {
+            __syncthreads(); /* x is read: the second half goes over it */
 #pragma unroll
             for (int it = 0; it < 8; it++) ((float4 *)ks)[tid + GC_THREADS * it] = kpre[it];
 #pragma unroll
             for (int it = 0; it < 4; it++) ((float4 *)qk)[tid + GC_THREADS * it] = qpre[it];
-        } else if (tid == 0) {
-            qk[0] = gc_qk(gc_dot128(xq, ks), gs[0], gs[0]);
-        }
-        if (rg < CR)
 #pragma unroll
             for (int a = 0; a < NR; a++)
                 *(float4 *)(vp + (rg + 32 * a) * GC_COLS + 4 * cg) =
                     make_float4(__fsub_rn(upre[a].x, pw[a][0]), __fsub_rn(upre[a].y, pw[a][1]), __fsub_rn(upre[a].z, pw[a][2]),
                                 __fsub_rn(upre[a].w, pw[a][3]));
-        __syncthreads();
-        /* O_i = exp(G_i) P_Q,i + sum_{j<=i} QK_ij V'_j for the thread's rows */
+            __syncthreads();
+            /* O_i = exp(G_i) P_Q,i + sum_{j<=i} QK_ij V'_j for the thread's rows */
 #pragma unroll
-        for (int a = 0; a < NR; a++) {
-            const int i = rg + 32 * a;
-            if (i >= L) continue;
-            float acc[4];
+            for (int a = 0; a < NR; a++) {
+                const int i = rg + 32 * a;
+                if (i >= L) continue;
+                float acc[4];
 #pragma unroll
-            for (int c = 0; c < 4; c++) acc[c] = __fmul_rn(eg[i], pq[a][c]);
-            for (int j = 0; j <= i; j++) {
-                const float q = qk[i * CR + j];
-                const float4 v = *(const float4 *)(vp + j * GC_COLS + 4 * cg);
-                acc[0] = __fmaf_rn(q, v.x, acc[0]), acc[1] = __fmaf_rn(q, v.y, acc[1]);
-                acc[2] = __fmaf_rn(q, v.z, acc[2]), acc[3] = __fmaf_rn(q, v.w, acc[3]);
+                for (int c = 0; c < 4; c++) acc[c] = __fmul_rn(eg[i], pq[a][c]);
+                for (int j = 0; j <= i; j++) {
+                    const float q = qk[i * CR + j];
+                    const float4 v = *(const float4 *)(vp + j * GC_COLS + 4 * cg);
+                    acc[0] = __fmaf_rn(q, v.x, acc[0]), acc[1] = __fmaf_rn(q, v.y, acc[1]);
+                    acc[2] = __fmaf_rn(q, v.z, acc[2]), acc[3] = __fmaf_rn(q, v.w, acc[3]);
+                }
+                *(float4 *)(o + (rb + i) * (Gv * GC_DS) + h * GC_DS + c0 + 4 * cg) = make_float4(acc[0], acc[1], acc[2], acc[3]);
             }
-            *(float4 *)(o + (rb + i) * (Gv * GC_DS) + h * GC_DS + c0 + 4 * cg) = make_float4(acc[0], acc[1], acc[2], acc[3]);
         }
         /* the points whose end row falls in this chunk, from S0 (still in s0) */
         float acc[4][4];
