@@ -7,6 +7,9 @@
 #   engine     test_engine --tiny on the cuda engine, as built (defaults) and with every switch
 #              named in FORMS (e.g. "HEARTH_CUDA_GDN_CHUNK=1")
 #   gates      `gates all tiny` on the cuda engine, the same forms
+#   gates_small `gates all small` on the cuda engine, as built
+#   ncu        Nsight Compute on test_cuda's delta-rule timings (HEARTH_GDN_TIME_ONLY=1): the
+#              chunked rule's two kernels of the 4,096-row pass, every section, to ncu_gdn.log
 #   points     hearth bench -p 4096 --marks 2048,4096 with pinned points and without
 #              (HEARTH_CUDA_PINNED_POINTS=0), interleaved: what the two points add
 #   ab         hearth bench -p 2048 -n 64 as built and under each of FORMS'
@@ -58,6 +61,10 @@ for s in $steps; do
           [ -x build/tests/test_gdn_chunk ] && step unit_chunk 120 build/tests/test_gdn_chunk ;;
     engine) with_forms engine_tiny 120 build/tests/test_engine --tiny ;;
     gates) HEARTH_GATES_DEVICE=cuda with_forms gates_tiny 150 build/gates all tiny ;;
+    gates_small) HEARTH_GATES_DEVICE=cuda step gates_small 150 build/gates all small ;;
+    ncu) HEARTH_GDN_TIME_ONLY=1 step ncu_gdn 120 ncu --kernel-name regex:gdn_chunk --launch-skip 2 --launch-count 2 --set full \
+             build/tests/test_cuda
+         grep -E "^  [a-z_ ]*gdn_chunk|Duration|Issue Slots Busy|Achieved Occupancy" "$out/ncu_gdn.log" | sed 's/(const.*//' ;;
     points) [ -f /dev/shm/q36.gguf ] || build/hearth gen --preset q36 --quant q4_k_m --seed 1 -o /dev/shm/q36.gguf >"$out/gen.log" 2>&1
             for i in 1 2; do
                 step points_pinned_$i 60 build/hearth bench --device cuda -m /dev/shm/q36.gguf -p 4096 -n 0 -r 2 --marks 2048,4096 --kv f16
