@@ -10,8 +10,8 @@
 // summed in one fixed order. A point after row m is the columns as they stand then, so
 // marks are exact by construction and never change the pass.
 //
-// With HEARTH_CUDA_GDN_CHUNK=1 (backend.c) the delta rule is instead the chunked WY form of
-// gdn_chunk.cuh (hk_gdn_chunk below): other bits, the same contract.
+// The engine's default is instead the chunked WY form of gdn_chunk.cuh (hk_gdn_chunk below:
+// other bits, the same contract); HEARTH_CUDA_GDN_CHUNK=0 (backend.c) runs this row rule.
 #include "engine/cuda/common.cuh"
 #include "engine/cuda/act.cuh"
 

@@ -64,9 +64,9 @@ typedef struct hk_mark {
     int32_t slot, piece;
 } hk_mark;
 
-/* a GDN chunk of a pass (HEARTH_CUDA_GDN_CHUNK=1): rows [c0, c0 + n) of piece `piece`, n <= 64,
- * laid from the piece's start (on its span's grid) and restarted at the span's anchors; a
- * pass's chunks are in piece order, piece p's at pchunk[p] .. pchunk[p + 1] */
+/* a GDN chunk of a pass (the chunked delta rule, the default): rows [c0, c0 + n) of piece
+ * `piece`, n <= 64, laid from the piece's start (on its span's grid) and restarted at the
+ * span's anchors; a pass's chunks are in piece order, piece p's at pchunk[p] .. pchunk[p + 1] */
 typedef struct hk_chunk {
     int32_t piece, c0, n, pad;
 } hk_chunk;
