@@ -245,7 +245,7 @@ __device__ __forceinline__ void gc_end_state(int e, const float *s0, const float
 // pieces (decode, every piece of the pass one row) and makes W_0, U_0, QK_00 itself, by the
 // prep's expressions (no prep launch).
 template <int CR>
-__global__ void __launch_bounds__(GC_THREADS, 2) gdn_chunk_state_kernel(const float *cv, const float *b, const float *a, float *lane0,
+__global__ void __launch_bounds__(GC_THREADS, CR == 1 ? 4 : 2) gdn_chunk_state_kernel(const float *cv, const float *b, const float *a, float *lane0,
                                                                size_t seq_stride, const hk_piece *pieces,
                                                                const hk_chunk *chunks, const int32_t *pchunk,
                                                                const hk_mark *marks, float *stage0, size_t stage_stride,
@@ -265,6 +265,14 @@ __global__ void __launch_bounds__(GC_THREADS, 2) gdn_chunk_state_kernel(const fl
     const int tid = threadIdx.x, lane = tid % 32, cg = lane % 8, rg = 4 * (tid / 32) + lane / 8;
     constexpr int NR = CR > 32 ? 2 : 1; /* chunk rows a thread makes P and O for: rg + 32a */
     float *lane_p = lane0 + (size_t)pc->seq * seq_stride + (size_t)(h * GC_DS * GC_DS) + c0 + 4 * cg;
+    /* CR = 1 (a piece is its one row): the row's values are loaded with S0, one wait for both */
+    float r_beta = 0.0f, r_g0 = 0.0f, r_k = 0.0f, r_q = 0.0f, r_v = 0.0f;
+    if constexpr (CR == 1) {
+        const float *row = cv + pc->r0 * cd;
+        r_beta = b[pc->r0 * Gv + h], r_g0 = a[pc->r0 * Gv + h];
+        if (tid < GC_DS) r_k = row[Gk * GC_DS + hk * GC_DS + tid], r_q = row[hk * GC_DS + tid];
+        if (tid < GC_COLS) r_v = row[2 * Gk * GC_DS + h * GC_DS + c0 + tid];
+    }
 #pragma unroll
     for (int a = 0; a < 4; a++) *(float4 *)(s0 + (rg + 32 * a) * GC_COLS + 4 * cg) = *(const float4 *)(lane_p + (rg + 32 * a) * GC_DS);
     int mk = 0;
@@ -309,16 +317,13 @@ __global__ void __launch_bounds__(GC_THREADS, 2) gdn_chunk_state_kernel(const fl
                 eg[tid] = expf(gs[tid]);
             }
         } else { /* row 0 as the prep makes it: G_0 = a_0, no earlier rows */
-            const float beta = b[rb * Gv + h], g0 = a[rb * Gv + h];
-            const float *row = cv + rb * cd;
             if (tid < GC_DS) {
-                const float k = row[Gk * GC_DS + hk * GC_DS + tid];
-                xw[tid] = gc_w0(beta, expf(g0), k);
-                xq[tid] = row[hk * GC_DS + tid];
-                ks[tid] = k;
+                xw[tid] = gc_w0(r_beta, expf(r_g0), r_k);
+                xq[tid] = r_q;
+                ks[tid] = r_k;
             }
-            if (tid == 0) gs[0] = g0, eg[0] = expf(g0);
-            if (tid < GC_COLS) vp[tid] = gc_u0(beta, row[2 * Gk * GC_DS + h * GC_DS + c0 + tid]); /* U_0, V' below */
+            if (tid == 0) gs[0] = r_g0, eg[0] = expf(r_g0);
+            if (tid < GC_COLS) vp[tid] = gc_u0(r_beta, r_v); /* U_0, V' below */
         }
         __syncthreads();
         if constexpr (CR == 1) {
@@ -407,13 +412,15 @@ __global__ void __launch_bounds__(GC_THREADS, 2) gdn_chunk_state_kernel(const fl
             int e = (int)(m->m - 1 - ch.c0) + (KMUT(M_COPY_LATE) ? 1 : 0);
             if (e >= L) break; /* a later chunk's (copy_late past the piece: never written) */
             if (KMUT(M_COPY_EARLY)) e -= 1; /* before row m-1's decay and update */
-            if (KMUT(M_POINT_INPLACE)) /* the live state's low bits flipped, then copied */
+            /* the live state moved one ulp, then copied (an increment, not a flip: two marks of a
+             * chunk would flip it back) */
+            if (KMUT(M_POINT_INPLACE))
 #pragma unroll
                 for (int a = 0; a < 4; a++)
 #pragma unroll
                     for (int c = 0; c < 4; c++) {
                         float *p = s0 + (rg + 32 * a) * GC_COLS + 4 * cg + c;
-                        *p = __int_as_float(__float_as_int(*p) ^ 1);
+                        *p = __int_as_float(__float_as_int(*p) + 1);
                     }
             gc_end_state<CR>(e, s0, ks, vp, gs, eg, cf, true, acc);
             float *dst = stage0 + (size_t)m->slot * stage_stride + (size_t)(h * GC_DS * GC_DS) + c0 + 4 * cg;
