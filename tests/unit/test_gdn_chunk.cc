@@ -3,8 +3,9 @@
  * outputs and end states against a float64 sequential recurrence within a bound derived by
  * running error analysis of the kernels' own order of operations; every mark bit-equal to a
  * separate prefill of its prefix; marks bit-neutral; a one-row pass (the decode kernel)
- * equal to a longer pass's row; batch invariance; the three planted defects of the delta
- * rule caught. Shapes: S = 128 (the real lane), Gv = 4 value heads on Gk = 2 key heads.
+ * equal to a longer pass's row; batch invariance; the four planted defects of the delta
+ * rule caught. Shapes: S = 128 (the real lane), Gv = 4 value heads on Gk = 2 key heads, and the
+ * model's 32 on 16 in real_heads (a planted fold of heads 16..31 onto 0..15 is red there only).
  * What it cannot show: the GPU's own bits (expf, fmaf and the compiler's code there); the
  * same checks on a GPU belong in test_cuda.c. */
 #include "cuda_emu.h"
@@ -24,7 +25,7 @@ static unsigned emu_mut; /* the planted defect the kernels see (gdn.cu's M_ bits
 enum { M_COPY_LATE = 1 << 3, M_COPY_EARLY = 1 << 4, M_POINT_INPLACE = 1 << 5, M_DECAY_SKIP = 1 << 6 };
 #include "engine/cuda/gdn_chunk.cuh"
 
-enum { DS = 128, GK = 2, GV = 4, CD = 2 * GK * DS + GV * DS, NROWS = 130, LANE = GV * DS * DS };
+enum { DS = 128, GK = 2, GV = 4, NROWS = 130, LANE = GV * DS * DS };
 typedef gr_stats acc_stats;
 
 static uint64_t rng_state; /* main seeds it: fresh inputs each run, the seed printed */
@@ -44,8 +45,11 @@ struct piece_out {
     std::vector<std::vector<float>> pt; /* a point per mark */
 };
 
+/* the pieces' streams share one shape (the head counts GK, GV here; the model's in real_heads) */
 static std::vector<piece_out> run_pass(const std::vector<piece_in> &ps) {
     const int np = (int)ps.size();
+    const int GK = ps[0].s->Gk, GV = ps[0].s->Gv;
+    const int64_t CD = ps[0].s->cd, LANE = (int64_t)GV * DS * DS;
     int64_t n = 0;
     for (const piece_in &p : ps) n += p.len;
     std::vector<float> cv(n * CD), a(n * GV), b(n * GV), lanes((size_t)np * LANE);
@@ -211,6 +215,38 @@ TEST(batch_invariance) {
     CHECK(same_bits(alone[0].pt[0], mixed[1].pt[0]) && same_bits(alone[0].pt[1], mixed[1].pt[1]));
 }
 
+/* the model's head counts (32 value heads on 16 key heads, as test_cuda's GPU check): one
+ * piece of 65 rows (a full chunk and a one-row chunk) with marks at 1, 64 and 65, against the
+ * float64 recurrence within the derived bound; each point bit-equal to a prefill of its
+ * prefix; a one-row pass (decode) equal to the piece's row 0 and its point at 1 */
+TEST(real_heads) {
+    uint64_t rng = rng_state ^ 0x9e3779b97f4a7c15ull;
+    enum { RK = 16, RV = 32, RN = 65 };
+    const int64_t lane_n = (int64_t)RV * DS * DS;
+    gr_stream r = gr_stream_new(RN, RK, RV, &rng);
+    const std::vector<int64_t> mk = {1, 64, 65};
+    std::vector<piece_out> out = run_pass({piece_in{&r, 0, RN, mk, r.lane}});
+    std::vector<double> o(RN * RV * DS), lane(lane_n), bo(o.size()), bl(lane_n);
+    gr_sequential(&r, 0, RN, r.lane, o.data(), lane.data());
+    gr_bounds(&r, 0, RN, r.lane, bo.data(), bl.data());
+    acc_stats so = {}, sl = {};
+    gr_compare(out[0].o.data(), o.data(), bo.data(), (int64_t)o.size(), &so);
+    gr_compare(out[0].lane.data(), lane.data(), bl.data(), lane_n, &sl);
+    printf("    32 heads: o worst err/bound %.3f, end state %.3f, %lld + %lld outside\n", so.max_ratio, sl.max_ratio,
+           (long long)so.bad, (long long)sl.bad);
+    CHECK(so.bad == 0 && sl.bad == 0);
+    std::vector<piece_in> pre;
+    for (int64_t m : mk) pre.push_back(piece_in{&r, 0, m, {}, r.lane});
+    std::vector<piece_out> pref = run_pass(pre);
+    for (size_t k = 0; k < mk.size(); k++)
+        CHECK_MSG(same_bits(out[0].pt[k], pref[k].lane), "32 heads: the point at %lld differs from the prefill of its prefix",
+                  (long long)mk[k]);
+    std::vector<piece_out> dec = run_pass({piece_in{&r, 0, 1, {}, r.lane}, piece_in{&r, 0, 1, {}, r.lane}});
+    CHECK(same_bits(dec[1].lane, out[0].pt[0]));
+    CHECK(memcmp(dec[1].o.data(), out[0].o.data(), sizeof(float) * RV * DS) == 0);
+    gr_stream_free(&r);
+}
+
 /* each planted defect of the delta rule turns its check red */
 TEST(mutants_caught) {
     const struct {
@@ -244,6 +280,7 @@ int main(void) {
     RUN(marks_exact_and_neutral);
     RUN(decode_is_row_zero);
     RUN(batch_invariance);
+    RUN(real_heads);
     RUN(mutants_caught);
     gr_stream_free(&S1), gr_stream_free(&S2), gr_stream_free(&S3);
     return harness_done();
