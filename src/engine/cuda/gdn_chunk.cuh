@@ -208,7 +208,6 @@ __host__ __device__ static constexpr int gc_state_smem_floats(int CR) {
 // exp(G_e) S0 + sum_{j<=e} (exp(G_e - G_j) k_j) V'_j, j ascending; e = -1 is S0 itself. Every
 // thread of the block calls it with the same e (it syncs). point: for a mark (where the
 // decay_skip defect lives).
-template <int CR>
 __device__ __forceinline__ void gc_end_state(int e, const float *s0, const float *ks, const float *vp, const float *gs,
                                              const float *eg, float *cf, bool point, float acc[4][4]) {
     const int tid = threadIdx.x, lane = tid % 32, cg = lane % 8, rg = 4 * (tid / 32) + lane / 8;
@@ -245,13 +244,11 @@ __device__ __forceinline__ void gc_end_state(int e, const float *s0, const float
 // pieces (decode, every piece of the pass one row) and makes W_0, U_0, QK_00 itself, by the
 // prep's expressions (no prep launch).
 template <int CR>
-__global__ void __launch_bounds__(GC_THREADS, CR == 1 ? 4 : 2) gdn_chunk_state_kernel(const float *cv, const float *b, const float *a, float *lane0,
-                                                               size_t seq_stride, const hk_piece *pieces,
-                                                               const hk_chunk *chunks, const int32_t *pchunk,
-                                                               const hk_mark *marks, float *stage0, size_t stage_stride,
-                                                               int64_t Gk, int64_t Gv, int64_t cd, const float *wsc,
-                                                               const float *usc, const float *qksc, const float *gsc,
-                                                               float *o) {
+__global__ void __launch_bounds__(GC_THREADS, CR == 1 ? 4 : 2)
+    gdn_chunk_state_kernel(const float *cv, const float *b, const float *a, float *lane0, size_t seq_stride,
+                           const hk_piece *pieces, const hk_chunk *chunks, const int32_t *pchunk, const hk_mark *marks,
+                           float *stage0, size_t stage_stride, int64_t Gk, int64_t Gv, int64_t cd, const float *wsc,
+                           const float *usc, const float *qksc, const float *gsc, float *o) {
     pdl_enter();
     HK_DYN_SMEM(sm);
     float *xw = sm, *xq = sm + CR * GC_XP;  /* [CR][GC_XP] each */
@@ -263,7 +260,7 @@ __global__ void __launch_bounds__(GC_THREADS, CR == 1 ? 4 : 2) gdn_chunk_state_k
     const int64_t h = blockIdx.x / 4, hk = h % Gk, c0 = (int64_t)(blockIdx.x % 4) * GC_COLS;
     const hk_piece *pc = &pieces[blockIdx.y];
     const int tid = threadIdx.x, lane = tid % 32, cg = lane % 8, rg = 4 * (tid / 32) + lane / 8;
-    constexpr int NR = CR > 32 ? 2 : 1; /* chunk rows a thread makes P and O for: rg + 32a */
+    constexpr int NR = 2; /* chunk rows a thread makes P and O for (CR = 64): rg + 32a */
     float *lane_p = lane0 + (size_t)pc->seq * seq_stride + (size_t)(h * GC_DS * GC_DS) + c0 + 4 * cg;
     /* CR = 1 (a piece is its one row): the row's values are loaded with S0, one wait for both */
     float r_beta = 0.0f, r_g0 = 0.0f, r_k = 0.0f, r_q = 0.0f, r_v = 0.0f;
@@ -422,12 +419,12 @@ __global__ void __launch_bounds__(GC_THREADS, CR == 1 ? 4 : 2) gdn_chunk_state_k
                         float *p = s0 + (rg + 32 * a) * GC_COLS + 4 * cg + c;
                         *p = __int_as_float(__float_as_int(*p) + 1);
                     }
-            gc_end_state<CR>(e, s0, ks, vp, gs, eg, cf, true, acc);
+            gc_end_state(e, s0, ks, vp, gs, eg, cf, true, acc);
             float *dst = stage0 + (size_t)m->slot * stage_stride + (size_t)(h * GC_DS * GC_DS) + c0 + 4 * cg;
 #pragma unroll
             for (int a = 0; a < 4; a++) *(float4 *)(dst + (rg + 32 * a) * GC_DS) = make_float4(acc[a][0], acc[a][1], acc[a][2], acc[a][3]);
         }
-        gc_end_state<CR>(L - 1, s0, ks, vp, gs, eg, cf, false, acc);
+        gc_end_state(L - 1, s0, ks, vp, gs, eg, cf, false, acc);
 #pragma unroll
         for (int a = 0; a < 4; a++) *(float4 *)(s0 + (rg + 32 * a) * GC_COLS + 4 * cg) = make_float4(acc[a][0], acc[a][1], acc[a][2], acc[a][3]);
     }
