@@ -433,7 +433,7 @@ TEST(down_swiglu_matches_apart) {
             hk_h2d(dg, g, sizeof(float) * (size_t)(np * F), &e), hk_h2d(dg2, g, sizeof(float) * (size_t)(np * F), &e);
             hk_h2d(du, u, sizeof(float) * (size_t)(np * F), &e), hk_h2d(dsel, sel, 4 * (size_t)nr, &e);
             hk_memset(dy, 0xff, sizeof(float) * (size_t)(np * M), &e); /* NaN: every output must be written */
-            CHECK_MSG(hk_moe_down_swiglu(st, &w, &ws, dsel, nr, np, dg, du, dy, M, &e) == 0, "%s", e.msg);
+            CHECK_MSG(hk_moe_down_swiglu(st, &w, &ws, dsel, nr, np, dg, du, dy, M, NULL, &e) == 0, "%s", e.msg);
             CHECK_MSG(hk_swiglu_quant(st, dg2, du, np, F, &a, &e) == 0 &&
                           hk_moe_matmul(st, &w, &ws, dsel, nr, np, 1, nr, &a, NULL, dy2, M, &e) == 0 && hk_stream_sync(st, &e) == 0,
                       "%s", e.msg);
@@ -448,6 +448,184 @@ TEST(down_swiglu_matches_apart) {
             free(src), free(ssrc), free(g), free(u), free(sel), free(y), free(y2);
         }
     printf("  down with its SwiGLU in the launch: Q4_K, Q6_K, Q8_0 at 512 and 768 equal the two launches bit for bit\n");
+    hk_stream_free(st);
+#endif
+}
+
+/* Decode's fused launches (tail.cuh) against the launches they replace, bit for bit, at the
+ * model's widths (n_embd 2048, 256 experts + the shared gate's row, 8 a row, experts of 512,
+ * a value dim of 4096, the GDN input products 8192 + 4096 + 32 + 32 rows), 1, 3 and 8 rows:
+ * the input products in one launch (hk_matmul_n: a Q6_K run and a Q4_K run; all Q4_K in
+ * one); the output product with the norm as its tail (x, h and the rounded rows); the router
+ * with the route as its tail (logits, choices, weights); the down product with the combine
+ * and the next norm as its tail (x, h, rounded rows; and without the norm). Each fused call
+ * runs twice (the tickets it leaves must serve the next), and the tickets end at zero. */
+static int64_t diff_f(const void *da, const void *db, size_t n, herr *e) {
+    float *a = xmalloc(4 * n), *b = xmalloc(4 * n);
+    hk_d2h(a, da, 4 * n, e), hk_d2h(b, db, 4 * n, e);
+    int64_t bad = 0;
+    for (size_t i = 0; i < n; i++) bad += memcmp(&a[i], &b[i], 4) != 0;
+    free(a), free(b);
+    return bad;
+}
+static int64_t diff_act(const hk_act *a, const hk_act *b, int64_t n, herr *e) {
+    const int64_t K = a->K;
+    int64_t bad = diff_f(a->d, b->d, (size_t)(n * K / 256), e) + diff_f(a->s, b->s, (size_t)(n * K / 32), e);
+    int8_t *qa = xmalloc((size_t)(n * K)), *qb = xmalloc((size_t)(n * K));
+    hk_d2h(qa, a->q, (size_t)(n * K), e), hk_d2h(qb, b->q, (size_t)(n * K), e);
+    bad += memcmp(qa, qb, (size_t)(n * K)) != 0;
+    free(qa), free(qb);
+    return bad;
+}
+static void act8k_new(hk_act *a, int64_t n, int64_t K, herr *e) {
+    *a = (hk_act){.K = K};
+    hk_malloc((void **)&a->q, (size_t)(n * K), e), hk_malloc((void **)&a->d, 4 * (size_t)(n * K / 256), e);
+    hk_malloc((void **)&a->s, 4 * (size_t)(n * K / 32), e);
+    hk_memset(a->q, 0, (size_t)(n * K), e), hk_memset(a->d, 0, 4 * (size_t)(n * K / 256), e);
+    hk_memset(a->s, 0, 4 * (size_t)(n * K / 32), e);
+}
+static void *dev_f(const float *h, size_t n, herr *e) {
+    void *d = NULL;
+    hk_malloc(&d, 4 * n, e);
+    hk_h2d(d, h, 4 * n, e);
+    return d;
+}
+
+TEST(fused_tails_match_apart) {
+#ifndef HEARTH_CUDA
+    SKIP("built without CUDA (nvcc not found)");
+#else
+    if (!have_gpu()) return;
+    const int64_t E = 2048, Vd = 4096, X = 256, K = 8, F = 512, Xd = 16, rows_[] = {1, 3, 8};
+    herr e;
+    void *st, *tickets;
+    CHECK(hk_stream_new(&st, &e) == 0 && hk_malloc(&tickets, 4 * (size_t)(E + 2), &e) == 0);
+    hk_memset(tickets, 0, 4 * (size_t)(E + 2), &e);
+    /* weights: the input products (qkv as Q6_K and as Q4_K), the output product, the router, the experts' down */
+    const int64_t in_M[] = {8192, 4096, 32, 32};
+    hk_w in6, in4[4], wout, router, wd, wds;
+    {
+        size_t rb6 = qtype_row_bytes(QT_Q6_K, E), rb4 = qtype_row_bytes(QT_Q4_K, E);
+        uint8_t *b = xmalloc(rb6 * 8192);
+        random_blocks(QT_Q6_K, b, rb6 * 8192, 8192, E, 1200);
+        CHECK_MSG(dev_w(QT_Q6_K, E, 8192, 8192, b, &in6, &e) == 0, "%s", e.msg);
+        for (int i = 0; i < 4; i++) {
+            random_blocks(QT_Q4_K, b, rb4 * (size_t)in_M[i], in_M[i], E, 1210 + (uint64_t)i);
+            CHECK_MSG(dev_w(QT_Q4_K, E, in_M[i], in_M[i], b, &in4[i], &e) == 0, "%s", e.msg);
+        }
+        free(b);
+        const size_t rbo = qtype_row_bytes(QT_Q4_K, Vd), rbd = qtype_row_bytes(QT_Q4_K, F);
+        b = xmalloc(rbo * (size_t)E);
+        random_blocks(QT_Q4_K, b, rbo * (size_t)E, E, Vd, 1220);
+        CHECK_MSG(dev_w(QT_Q4_K, Vd, E, E, b, &wout, &e) == 0, "%s", e.msg);
+        free(b);
+        b = xmalloc(rbd * (size_t)(E * Xd));
+        random_blocks(QT_Q4_K, b, rbd * (size_t)(E * Xd), E * Xd, F, 1230);
+        CHECK_MSG(dev_w(QT_Q4_K, F, E, E * Xd, b, &wd, &e) == 0, "%s", e.msg);
+        random_blocks(QT_Q4_K, b, rbd * (size_t)E, E, F, 1231);
+        CHECK_MSG(dev_w(QT_Q4_K, F, E, E, b, &wds, &e) == 0, "%s", e.msg);
+        free(b);
+        float *rw = randf((X + 1) * E, 1240, -0.05f, 0.05f);
+        void *d = dev_f(rw, (size_t)((X + 1) * E), &e);
+        router = (hk_w){.d = d, .type = QT_F32, .K = E, .M = X + 1, .row_bytes = 4 * (size_t)E, .slice_bytes = 4 * (size_t)(E * (X + 1))};
+        free(rw);
+    }
+    float *nw = randf(E, 1250, 0.5f, 1.5f);
+    void *dnw = dev_f(nw, (size_t)E, &e);
+    for (size_t ri = 0; ri < sizeof rows_ / sizeof rows_[0]; ri++) {
+        const int64_t n = rows_[ri], nr = n * K, np = nr + n;
+        /* the input products */
+        float *hx = randf(n * E, 1300 + (uint64_t)n, -2.0f, 2.0f);
+        void *blocks;
+        hk_act ax;
+        CHECK_MSG(dev_act(QT_Q4_K, hx, n, E, &blocks, &ax, &e) == 0, "%s", e.msg);
+        free(blocks);
+        for (int form = 0; form < 2; form++) { /* 0: qkv Q6_K (two launches), 1: all Q4_K (one) */
+            void *ya[4], *yb[4];
+            hk_out outs[4];
+            for (int i = 0; i < 4; i++) {
+                hk_malloc(&ya[i], 4 * (size_t)(n * in_M[i]), &e), hk_malloc(&yb[i], 4 * (size_t)(n * in_M[i]), &e);
+                hk_memset(ya[i], 0xff, 4 * (size_t)(n * in_M[i]), &e);
+                outs[i] = (hk_out){i == 0 && form == 0 ? &in6 : &in4[i], ya[i], in_M[i]};
+                CHECK_MSG(hk_matmul(st, outs[i].w, NULL, 0, &ax, n, yb[i], in_M[i], false, &e) == 0, "%s", e.msg);
+            }
+            CHECK_MSG(hk_matmul_n(st, outs, 4, &ax, n, &e) == 0 && hk_stream_sync(st, &e) == 0, "%s", e.msg);
+            for (int i = 0; i < 4; i++) {
+                const int64_t bad = diff_f(ya[i], yb[i], (size_t)(n * in_M[i]), &e);
+                CHECK_MSG(bad == 0, "input products (%s) rows=%lld output %d: %lld differ from its own launch",
+                          form ? "all Q4_K" : "Q6_K then Q4_K", (long long)n, i, (long long)bad);
+                hk_free(ya[i]), hk_free(yb[i]);
+            }
+        }
+        dev_act_free(&ax);
+        free(hx);
+        /* the output product with the norm as its tail */
+        float *ho = randf(n * Vd, 1400 + (uint64_t)n, -1.0f, 1.0f), *x0 = randf(n * E, 1410 + (uint64_t)n, -3.0f, 3.0f);
+        hk_act ao;
+        CHECK_MSG(dev_act(QT_Q4_K, ho, n, Vd, &blocks, &ao, &e) == 0, "%s", e.msg);
+        free(blocks);
+        void *xa = dev_f(x0, (size_t)(n * E), &e), *xb = dev_f(x0, (size_t)(n * E), &e), *ha, *hb;
+        hk_malloc(&ha, 4 * (size_t)(n * E), &e), hk_malloc(&hb, 4 * (size_t)(n * E), &e);
+        hk_act aa, ab;
+        act8k_new(&aa, n, E, &e), act8k_new(&ab, n, E, &e);
+        const hk_act none = {0};
+        CHECK_MSG(hk_matmul(st, &wout, NULL, 0, &ao, n, xb, E, true, &e) == 0 &&
+                      hk_rmsnorm(st, xb, NULL, dnw, hb, n, E, 1e-6f, &ab, NULL, &e) == 0, "%s", e.msg);
+        const hk_tail tn = {.kind = HK_TAIL_NORM, .cnt = tickets, .n = n, .E = E, .x = xa, .h = ha, .nw = dnw, .eps = 1e-6f,
+                            .a = aa, .a2 = none};
+        CHECK_MSG(hk_matmul_tail(st, &wout, NULL, 0, &ao, n, xa, E, true, &tn, &e) == 0 && hk_stream_sync(st, &e) == 0, "%s", e.msg);
+        int64_t bad = diff_f(xa, xb, (size_t)(n * E), &e) + diff_f(ha, hb, (size_t)(n * E), &e) + diff_act(&aa, &ab, n, &e);
+        CHECK_MSG(bad == 0, "output product + norm tail rows=%lld: %lld values differ from the two launches", (long long)n, (long long)bad);
+        /* the router with the route as its tail */
+        void *la, *lb, *sa, *sb, *wa, *wb;
+        hk_malloc(&la, 4 * (size_t)(n * (X + 1)), &e), hk_malloc(&lb, 4 * (size_t)(n * (X + 1)), &e);
+        hk_malloc(&sa, 4 * (size_t)nr, &e), hk_malloc(&sb, 4 * (size_t)nr, &e), hk_malloc(&wa, 4 * (size_t)nr, &e), hk_malloc(&wb, 4 * (size_t)nr, &e);
+        const hk_tail tr = {.kind = HK_TAIL_ROUTE, .cnt = tickets, .n = n, .ls = X + 1, .X = (int)X, .K = (int)K, .sel = sa, .wsel = wa};
+        for (int rep = 0; rep < 2; rep++)
+            CHECK_MSG(hk_matmul_tail(st, &router, hb, E, NULL, n, la, X + 1, false, &tr, &e) == 0, "%s", e.msg);
+        CHECK_MSG(hk_matmul(st, &router, hb, E, NULL, n, lb, X + 1, false, &e) == 0 &&
+                      hk_moe_route(st, lb, X + 1, n, (int)X, (int)K, sb, wb, &e) == 0 && hk_stream_sync(st, &e) == 0, "%s", e.msg);
+        bad = diff_f(la, lb, (size_t)(n * (X + 1)), &e) + diff_f(sa, sb, (size_t)nr, &e) + diff_f(wa, wb, (size_t)nr, &e);
+        CHECK_MSG(bad == 0, "router + route tail rows=%lld: %lld values differ from the two launches", (long long)n, (long long)bad);
+        /* the down product with the combine (and the next norm) as its tail */
+        float *g = randf(np * F, 1500 + (uint64_t)n, -4.0f, 4.0f), *u = randf(np * F, 1510 + (uint64_t)n, -2.0f, 2.0f);
+        int32_t *sel = xmalloc(4 * (size_t)nr);
+        for (int64_t p = 0; p < nr; p++) sel[p] = (int32_t)((rng_at(1520, (uint64_t)p) + (uint64_t)(p % K) * 3) % Xd);
+        float *ws = randf(nr, 1530 + (uint64_t)n, 0.0f, 0.25f), *gl = randf(n * (X + 1), 1540 + (uint64_t)n, -3.0f, 3.0f);
+        void *dg = dev_f(g, (size_t)(np * F), &e), *du = dev_f(u, (size_t)(np * F), &e), *dws = dev_f(ws, (size_t)nr, &e);
+        void *dgl = dev_f(gl, (size_t)(n * (X + 1)), &e), *dsel, *eoa, *eob;
+        hk_malloc(&dsel, 4 * (size_t)nr, &e), hk_h2d(dsel, sel, 4 * (size_t)nr, &e);
+        hk_malloc(&eoa, 4 * (size_t)(np * E), &e), hk_malloc(&eob, 4 * (size_t)(np * E), &e);
+        for (int with_norm = 0; with_norm < 2; with_norm++) {
+            hk_h2d(xa, x0, 4 * (size_t)(n * E), &e), hk_h2d(xb, x0, 4 * (size_t)(n * E), &e);
+            const hk_tail tc = {.kind = HK_TAIL_COMBINE, .cnt = tickets, .n = n, .E = E, .K = (int)K, .x = xa, .gl = (float *)dgl + X,
+                                .gls = X + 1, .so = (float *)eoa + nr * E, .wsel = dws, .nw = with_norm ? dnw : NULL, .h = ha,
+                                .eps = 1e-6f, .a = aa, .a2 = none};
+            CHECK_MSG(hk_moe_down_swiglu(st, &wd, &wds, dsel, nr, np, dg, du, eoa, E, &tc, &e) == 0, "%s", e.msg);
+            CHECK_MSG(hk_moe_down_swiglu(st, &wd, &wds, dsel, nr, np, dg, du, eob, E, NULL, &e) == 0 &&
+                          hk_moe_combine(st, xb, (float *)dgl + X, X + 1, eob, (float *)eob + nr * E, dws, n, E, (int)K,
+                                         with_norm ? dnw : NULL, hb, 1e-6f, &ab, NULL, &e) == 0 &&
+                          hk_stream_sync(st, &e) == 0, "%s", e.msg);
+            bad = diff_f(eoa, eob, (size_t)(np * E), &e) + diff_f(xa, xb, (size_t)(n * E), &e);
+            if (with_norm) bad += diff_f(ha, hb, (size_t)(n * E), &e) + diff_act(&aa, &ab, n, &e);
+            CHECK_MSG(bad == 0, "down + combine%s tail rows=%lld: %lld values differ from the two launches",
+                      with_norm ? " + norm" : "", (long long)n, (long long)bad);
+        }
+        unsigned *tk = xmalloc(4 * (size_t)(E + 2));
+        hk_d2h(tk, tickets, 4 * (size_t)(E + 2), &e);
+        int64_t left = 0;
+        for (int64_t i = 0; i < E + 2; i++) left += tk[i] != 0;
+        CHECK_MSG(left == 0, "rows=%lld: %lld tickets left nonzero after the tails", (long long)n, (long long)left);
+        free(tk);
+        hk_free(dg), hk_free(du), hk_free(dws), hk_free(dgl), hk_free(dsel), hk_free(eoa), hk_free(eob);
+        hk_free(la), hk_free(lb), hk_free(sa), hk_free(sb), hk_free(wa), hk_free(wb);
+        hk_free(xa), hk_free(xb), hk_free(ha), hk_free(hb), dev_act_free(&aa), dev_act_free(&ab), dev_act_free(&ao);
+        free(ho), free(x0), free(g), free(u), free(sel), free(ws), free(gl);
+    }
+    dev_w_free(&in6), dev_w_free(&wout), dev_w_free(&wd), dev_w_free(&wds), hk_free((void *)router.d);
+    for (int i = 0; i < 4; i++) dev_w_free(&in4[i]);
+    hk_free(dnw), hk_free(tickets), free(nw);
+    printf("  fused launches (input products, norm, route, combine tails) at the model's widths, 1, 3, 8 rows: the separate launches' bits\n");
     hk_stream_free(st);
 #endif
 }
@@ -990,6 +1168,7 @@ int main(void) {
     RUN(qmatmul_matches_ref);
     RUN(moe_matmul_matches_ref);
     RUN(down_swiglu_matches_apart);
+    RUN(fused_tails_match_apart);
     RUN(fmatmul_matches_cpu);
     RUN(route_matches_cpu);
     RUN(attn_matches_ref);

@@ -79,13 +79,14 @@ __device__ __forceinline__ void round_into(const hk_act &a, int64_t r, int64_t b
     else warp_q8k(v, q, a.d + r * (a.K / 256) + blk, a.s + r * (a.K / 32) + blk * 8);
 }
 
-// y = x * sc * w over a row of E (a block of 256 threads): where E is whole blocks of 256, warp
-// w writes blocks w, w + 8, ... and rounds each into a and a2 (row r) from the very floats it
-// stored; else plain, a thread per element
+// y = x * sc * w over a row of E (any block of whole warps): where E is whole blocks of 256,
+// warp w writes blocks w, w + nw, ... and rounds each into a and a2 (row r) from the very
+// floats it stored; else plain, a thread per element. x is read through L2 (__ldcg): a
+// launch's last block normalises rows the launch's other blocks wrote (tail.cuh).
 __device__ __forceinline__ void norm_row(const float *xr, const float *w, float *y, int64_t E, float sc, int64_t r,
                                          const hk_act &a, const hk_act &a2) {
     if (E % 256) {
-        for (int64_t i = threadIdx.x; i < E; i += blockDim.x) y[i] = xr[i] * sc * w[i];
+        for (int64_t i = threadIdx.x; i < E; i += blockDim.x) y[i] = __ldcg(xr + i) * sc * w[i];
         return;
     }
     const int lane = threadIdx.x & 31;
@@ -93,7 +94,7 @@ __device__ __forceinline__ void norm_row(const float *xr, const float *w, float 
         const int64_t i0 = blk * 256 + 8 * lane;
         float v[8];
 #pragma unroll
-        for (int i = 0; i < 8; i++) v[i] = xr[i0 + i] * sc * w[i0 + i];
+        for (int i = 0; i < 8; i++) v[i] = __ldcg(xr + i0 + i) * sc * w[i0 + i];
         float4 *o = (float4 *)(y + i0);
         o[0] = make_float4(v[0], v[1], v[2], v[3]);
         o[1] = make_float4(v[4], v[5], v[6], v[7]);

@@ -29,6 +29,7 @@
 #define CUDA_UBATCH 2048  /* rows of a span per pass: each pass reads every expert's weights once */
 #define LOGITS_CAP 512    /* logits rows a pass returns (a span wanting all of them takes more passes) */
 #define GEMV_ROWS 8   /* rows up to which the experts run pair by pair (no sort) */
+#define TICKETS(E) ((size_t)(E) + 2) /* the combine's: one per slice of at least 1 output row, and one */
 #define N_GRAPHS 8
 
 typedef struct cuda_layer {
@@ -110,6 +111,12 @@ typedef struct cuda_engine {
      * table in io; HEARTH_CUDA_GDN_CHUNK=0: row by row (delta_kernel) instead */
     bool gdn_chunk;
     hk_gdn_scratch gsc;
+    /* decode's fused launches (passes of at most hk_tail_rows() rows): a layer's input
+     * products in one launch, the post-mixer norm as the output product's tail, the route as
+     * the router's, the combine and the next norm as the down product's (tail.cuh), with
+     * tickets in `tickets`; HEARTH_CUDA_FUSE=0: the separate launches (the same bits) */
+    bool fuse;
+    unsigned *tickets;
 } cuda_engine;
 
 static void cuda_free(engine *eng);
@@ -302,6 +309,7 @@ static int alloc_state(cuda_engine *ce, herr *e) {
         {(void **)&ce->eo, f * (size_t)(P * E)}, {(void **)&ce->so, f * (size_t)(R * E)},
         {(void **)&ce->logits, f * (size_t)LOGITS_CAP * (size_t)V}, {(void **)&ce->d_tok, 4 * (size_t)LOGITS_CAP},
         {&ce->am_scratch, hk_argmax_scratch(LOGITS_CAP)},
+        {(void **)&ce->tickets, sizeof(unsigned) * TICKETS(E)},
         {(void **)&ce->sel, 4 * (size_t)(R * K)}, {(void **)&ce->offs, 4 * (size_t)(X + 1)},
         {(void **)&ce->list, 4 * (size_t)(R * K)}, {(void **)&ce->mtiles, 4 * (size_t)(2 * (R * K + X) + 2)},
         {(void **)&ce->d_io, ce->io.bytes},
@@ -349,7 +357,9 @@ static int alloc_state(cuda_engine *ce, herr *e) {
     if (hk_memset(ce->lanes, 0, f * ce->lane_floats * (size_t)(ns * ce->n_gdn), e) < 0 ||
         hk_memset(ce->rings, 0, f * ce->ring_floats * (size_t)(ns * ce->n_gdn), e) < 0)
         return -1;
-    if (hk_memset(ce->am_scratch, 0, hk_argmax_scratch(LOGITS_CAP), e) < 0) return -1;
+    if (hk_memset(ce->am_scratch, 0, hk_argmax_scratch(LOGITS_CAP), e) < 0 ||
+        hk_memset(ce->tickets, 0, sizeof(unsigned) * TICKETS(E), e) < 0)
+        return -1;
     if (hk_host_alloc((void **)&ce->h_io, ce->io.bytes, e) < 0 ||
         hk_host_alloc((void **)&ce->h_logits, f * (size_t)LOGITS_CAP * (size_t)V, e) < 0 ||
         hk_host_alloc((void **)&ce->h_tok, 4 * (size_t)LOGITS_CAP, e) < 0)
@@ -404,6 +414,27 @@ static int lanes_out(cuda_engine *ce, int64_t gi, const pass *p, herr *e) {
     return 0;
 }
 
+static bool is_float_w(const hk_w *w) { return w->type == QT_F32 || w->type == QT_F16 || w->type == QT_BF16; }
+
+/* whether a pass of n rows takes decode's fused launches */
+static bool fuse_pass(const cuda_engine *ce, int64_t n) { return ce->fuse && n <= hk_tail_rows(); }
+
+/* the layer's mixer output product (ssm_out or attn_out) */
+static const hk_w *out_w(const cuda_layer *C) { return C->gi >= 0 ? &C->ssm_out : &C->attn_out; }
+
+/* the mixer's output product, added to the residual x; fused: the layer's post-mixer norm
+ * (into h and the rounded rows) is its tail, else forward() launches it */
+static bool norm_in_tail(const cuda_engine *ce, const cuda_layer *C, int64_t n) { return fuse_pass(ce, n) && !is_float_w(out_w(C)); }
+static int out_product(cuda_engine *ce, const cuda_layer *C, const hk_w *w, const float *in, int64_t K, const hk_act *a,
+                       int64_t n, herr *e) {
+    const model_hparams *hp = &ce->base.m->hp;
+    const int64_t E = hp->n_embd;
+    if (!norm_in_tail(ce, C, n)) return hk_matmul(ce->st, w, in, K, a, n, ce->x, E, true, e);
+    const hk_tail t = {.kind = HK_TAIL_NORM, .cnt = ce->tickets, .n = n, .E = E, .x = ce->x, .h = ce->h,
+                       .nw = (const float *)C->post_norm.d, .eps = hp->rms_eps, .a = ce->ax8k, .a2 = ce->ax80};
+    return hk_matmul_tail(ce->st, w, in, K, a, n, ce->x, E, true, &t, e);
+}
+
 static int gdn_layer(cuda_engine *ce, const cuda_layer *C, const pass *p, herr *e) {
     const model_hparams *hp = &ce->base.m->hp;
     void *st = ce->st;
@@ -416,13 +447,21 @@ static int gdn_layer(cuda_engine *ce, const cuda_layer *C, const pass *p, herr *
     const hk_piece *pieces = IO(ce, pieces, hk_piece);
     const hk_mark *marks = IO(ce, marks, hk_mark);
 #define AX(w) act_for(&(w), &ce->ax8k, &ce->ax80)
-    OP("gdn qkv", hk_matmul(st, &C->attn_qkv, ce->h, E, AX(C->attn_qkv), n, ce->qkv, cd, false, e));
-    OP("gdn z", hk_matmul(st, &C->attn_gate, ce->h, E, AX(C->attn_gate), n, ce->z, Vd, false, e));
-    if (AX(C->ssm_beta) && AX(C->ssm_beta) == AX(C->ssm_alpha))
-        OP("gdn beta alpha", hk_matmul2(st, &C->ssm_beta, &C->ssm_alpha, AX(C->ssm_beta), n, ce->gb, ce->ga, Gv, e));
-    else {
-        OP("gdn beta alpha", hk_matmul(st, &C->ssm_beta, ce->h, E, AX(C->ssm_beta), n, ce->gb, Gv, false, e));
-        OP("gdn beta alpha", hk_matmul(st, &C->ssm_alpha, ce->h, E, AX(C->ssm_alpha), n, ce->ga, Gv, false, e));
+    const hk_act *ain = AX(C->attn_qkv);
+    if (fuse_pass(ce, n) && ain && ain == AX(C->attn_gate) && ain == AX(C->ssm_beta) && ain == AX(C->ssm_alpha)) {
+        /* the four products of the layer's input, the runs of one type a launch each */
+        const hk_out outs[] = {{&C->attn_qkv, ce->qkv, cd}, {&C->attn_gate, ce->z, Vd}, {&C->ssm_beta, ce->gb, Gv},
+                               {&C->ssm_alpha, ce->ga, Gv}};
+        OP("gdn in", hk_matmul_n(st, outs, 4, ain, n, e));
+    } else {
+        OP("gdn qkv", hk_matmul(st, &C->attn_qkv, ce->h, E, ain, n, ce->qkv, cd, false, e));
+        OP("gdn z", hk_matmul(st, &C->attn_gate, ce->h, E, AX(C->attn_gate), n, ce->z, Vd, false, e));
+        if (AX(C->ssm_beta) && AX(C->ssm_beta) == AX(C->ssm_alpha))
+            OP("gdn beta alpha", hk_matmul2(st, &C->ssm_beta, &C->ssm_alpha, AX(C->ssm_beta), n, ce->gb, ce->ga, Gv, e));
+        else {
+            OP("gdn beta alpha", hk_matmul(st, &C->ssm_beta, ce->h, E, AX(C->ssm_beta), n, ce->gb, Gv, false, e));
+            OP("gdn beta alpha", hk_matmul(st, &C->ssm_alpha, ce->h, E, AX(C->ssm_alpha), n, ce->ga, Gv, false, e));
+        }
     }
     const bool ring_too = n == p->n_pieces; /* decode: every piece one row, its ring written by the conv's launch */
     OP("gdn conv norm", hk_gdn_conv_norm(st, ce->qkv, ring0, rstride, F(C->ssm_conv1d), IO(ce, row_piece, int32_t), pieces, n,
@@ -439,7 +478,7 @@ static int gdn_layer(cuda_engine *ce, const cuda_layer *C, const pass *p, herr *
     if (p->copy_lanes) TRY(lanes_out(ce, C->gi, p, e));
     hk_act aov, *ao = act_view(act_for(&C->ssm_out, &ce->ao8k, &ce->ao80), Vd, &aov);
     OP("gdn gated norm", hk_gdn_gated_norm(st, ce->o, ce->z, F(C->ssm_norm), n, S, Gv, hp->rms_eps, ao, e));
-    OP("gdn out", hk_matmul(st, &C->ssm_out, ce->o, Vd, ao, n, ce->x, E, true, e));
+    OP("gdn out", out_product(ce, C, &C->ssm_out, ce->o, Vd, ao, n, e));
     return 0;
 }
 
@@ -448,9 +487,14 @@ static int attn_layer(cuda_engine *ce, const cuda_layer *C, const pass *p, herr 
     void *st = ce->st;
     const int64_t n = p->n, E = hp->n_embd, H = hp->n_head, Hkv = hp->n_head_kv, D = hp->head_dim;
     const size_t sstride = ce->kv_row * (size_t)ce->base.opts.n_ctx;
-    OP("attn q", hk_matmul(st, &C->attn_q, ce->h, E, AX(C->attn_q), n, ce->qf, 2 * H * D, false, e));
-    OP("attn k v", hk_matmul(st, &C->attn_k, ce->h, E, AX(C->attn_k), n, ce->k, Hkv * D, false, e));
-    OP("attn k v", hk_matmul(st, &C->attn_v, ce->h, E, AX(C->attn_v), n, ce->v, Hkv * D, false, e));
+    if (fuse_pass(ce, n) && AX(C->attn_q) && AX(C->attn_q) == AX(C->attn_k) && AX(C->attn_q) == AX(C->attn_v)) {
+        const hk_out outs[] = {{&C->attn_q, ce->qf, 2 * H * D}, {&C->attn_k, ce->k, Hkv * D}, {&C->attn_v, ce->v, Hkv * D}};
+        OP("attn in", hk_matmul_n(st, outs, 3, AX(C->attn_q), n, e));
+    } else {
+        OP("attn q", hk_matmul(st, &C->attn_q, ce->h, E, AX(C->attn_q), n, ce->qf, 2 * H * D, false, e));
+        OP("attn k v", hk_matmul(st, &C->attn_k, ce->h, E, AX(C->attn_k), n, ce->k, Hkv * D, false, e));
+        OP("attn k v", hk_matmul(st, &C->attn_v, ce->h, E, AX(C->attn_v), n, ce->v, Hkv * D, false, e));
+    }
     OP("attn prep", hk_attn_prep(st, ce->qf, ce->k, ce->v, F(C->attn_q_norm), F(C->attn_k_norm), IO(ce, row_seq, int32_t),
                      IO(ce, pos, int64_t), n, H, Hkv, D, hp->rope_dims, hp->rope_theta, hp->rms_eps, ce->kc[C->ai],
                      ce->vc[C->ai], sstride, ce->f16, e));
@@ -458,11 +502,10 @@ static int attn_layer(cuda_engine *ce, const cuda_layer *C, const pass *p, herr 
                 ce->vc[C->ai], sstride, ce->f16, ce->seg, ce->n_seg, ce->part, ce->ao, e));
     hk_act aov, *ao = act_view(act_for(&C->attn_out, &ce->ao8k, &ce->ao80), H * D, &aov);
     if (ao) OP("attn round", hk_quantize(st, ce->ao, H * D, n, ao, e));
-    OP("attn out", hk_matmul(st, &C->attn_out, ce->ao, H * D, ao, n, ce->x, E, true, e));
+    OP("attn out", out_product(ce, C, &C->attn_out, ce->ao, H * D, ao, n, e));
     return 0;
 }
 
-static bool is_float_w(const hk_w *w) { return w->type == QT_F32 || w->type == QT_F16 || w->type == QT_BF16; }
 
 /* the MoE block of layer il; its combine also makes the next layer's normed input (next_norm) */
 static int moe_layer(cuda_engine *ce, int il, const cuda_layer *C, const float *next_norm, const pass *p, herr *e) {
@@ -475,7 +518,13 @@ static int moe_layer(cuda_engine *ce, int il, const cuda_layer *C, const float *
     /* the routing logits and the shared expert's gate logit (gl, at stride gls) */
     const float *gl;
     int64_t ls, gls;
-    if (C->router.d) {
+    const bool route_tail = fuse_pass(ce, n) && C->router.d;
+    if (route_tail) { /* the route is the router's tail */
+        const hk_tail t = {.kind = HK_TAIL_ROUTE, .cnt = ce->tickets, .n = n, .ls = X + 1, .X = (int)X, .K = (int)K,
+                           .sel = ce->sel, .wsel = ce->wsel};
+        OP("moe router", hk_matmul_tail(st, &C->router, ce->h, E, NULL, n, ce->rlog, X + 1, false, &t, e));
+        ls = gls = X + 1, gl = ce->rlog + X;
+    } else if (C->router.d) {
         OP("moe router", hk_matmul(st, &C->router, ce->h, E, NULL, n, ce->rlog, X + 1, false, e));
         ls = gls = X + 1, gl = ce->rlog + X;
     } else {
@@ -485,7 +534,7 @@ static int moe_layer(cuda_engine *ce, int il, const cuda_layer *C, const float *
         OP("moe router", hk_matmul(st, &gw, ce->h, E, NULL, n, ce->sgl, 1, false, e));
         ls = X, gls = 1, gl = ce->sgl;
     }
-    OP("moe route", hk_moe_route(st, ce->rlog, ls, n, (int)X, (int)K, ce->sel, ce->wsel, e));
+    if (!route_tail) OP("moe route", hk_moe_route(st, ce->rlog, ls, n, (int)X, (int)K, ce->sel, ce->wsel, e));
     if (eng->route_trace) { /* tests compare the experts chosen: (row of the call, layer, K) */
         TRY(hk_stream_sync(st, e));
         TRY(hk_d2h(ce->h_sel, ce->sel, sizeof(int32_t) * (size_t)(n * K), e));
@@ -512,8 +561,17 @@ static int moe_layer(cuda_engine *ce, int il, const cuda_layer *C, const float *
                                          ce->g, ce->u, F, e));
     }
     hk_act *af = (hk_act *)act_for(&C->ffn_down_exps, &ce->af8k, &ce->af80);
+    hk_act *x8k = ce->ax8k.q ? &ce->ax8k : NULL, *x80 = ce->ax80.q ? &ce->ax80 : NULL;
+    const bool combine_tail = fuse_pass(ce, n) && fused && !dn_f && !sp;
+    if (combine_tail) { /* the combine and the next layer's norm are the down product's tail */
+        const hk_tail t = {.kind = HK_TAIL_COMBINE, .cnt = ce->tickets, .n = n, .E = E, .K = (int)K, .x = ce->x, .gl = gl,
+                           .gls = gls, .so = ce->eo + nr * E, .wsel = ce->wsel, .nw = next_norm, .h = ce->h,
+                           .eps = hp->rms_eps, .a = ce->ax8k, .a2 = ce->ax80};
+        OP("moe down", hk_moe_down_swiglu(st, &C->ffn_down_exps, wsd, ce->sel, nr, np, ce->g, ce->u, ce->eo, E, &t, e));
+        return 0;
+    }
     if (!dn_f && !sp) /* a few rows: the SwiGLU rows made inside the down product's launch */
-        OP("moe down", hk_moe_down_swiglu(st, &C->ffn_down_exps, wsd, ce->sel, nr, np, ce->g, ce->u, ce->eo, E, e));
+        OP("moe down", hk_moe_down_swiglu(st, &C->ffn_down_exps, wsd, ce->sel, nr, np, ce->g, ce->u, ce->eo, E, NULL, e));
     else {
         OP("moe swiglu", hk_swiglu_quant(st, ce->g, ce->u, np, F, af, e));
         if (dn_f) OP("moe down", hk_moe_matmul_f32(st, &C->ffn_down_exps, wsd, ce->sel, nr, np, 1, nr, ce->g, F, ce->eo, E, e));
@@ -528,7 +586,6 @@ static int moe_layer(cuda_engine *ce, int il, const cuda_layer *C, const float *
         OP("moe shared", hk_matmul(st, &C->ffn_down_shexp, ce->sg, Fs, as, n, ce->so, E, false, e));
         so_rows = ce->so;
     }
-    hk_act *x8k = ce->ax8k.q ? &ce->ax8k : NULL, *x80 = ce->ax80.q ? &ce->ax80 : NULL;
     OP("moe combine", hk_moe_combine(st, ce->x, gl, gls, ce->eo, so_rows, ce->wsel, n, E, (int)K, next_norm, ce->h,
                                      hp->rms_eps, x8k, x80, e));
     return 0;
@@ -548,7 +605,8 @@ static int forward(cuda_engine *ce, const pass *p, herr *e) {
         if (il == 0) /* later layers' input norms come from the previous layer's combine */
             OP("norm", hk_rmsnorm(st, ce->x, NULL, F(C->attn_norm), ce->h, n, E, hp->rms_eps, x8k, x80, e));
         TRY(C->gi >= 0 ? gdn_layer(ce, C, p, e) : attn_layer(ce, C, p, e));
-        OP("norm", hk_rmsnorm(st, ce->x, NULL, F(C->post_norm), ce->h, n, E, hp->rms_eps, x8k, x80, e));
+        if (!norm_in_tail(ce, C, n))
+            OP("norm", hk_rmsnorm(st, ce->x, NULL, F(C->post_norm), ce->h, n, E, hp->rms_eps, x8k, x80, e));
         TRY(moe_layer(ce, il, C, il + 1 < hp->n_layer ? F(ce->layers[il + 1].attn_norm) : NULL, p, e));
     }
     if (p->n_logits) {
@@ -807,7 +865,7 @@ static void cuda_free(engine *eng) {
     for (int i = 0; i < ce->n_wmem; i++) hk_free(ce->wmem[i]);
     void *bufs[] = {ce->lanes, ce->rings, ce->x, ce->h, ce->qkv, ce->cv, ce->z, ce->o, ce->gb, ce->ga, ce->qf, ce->k,
                     ce->v, ce->ao, ce->part, ce->rlog, ce->sgl, ce->wsel, ce->g, ce->u, ce->sg, ce->su, ce->eo, ce->so,
-                    ce->logits, ce->d_tok, ce->am_scratch, ce->sel, ce->offs, ce->list, ce->mtiles, ce->d_io, ce->stage_lanes,
+                    ce->logits, ce->d_tok, ce->am_scratch, ce->tickets, ce->sel, ce->offs, ce->list, ce->mtiles, ce->d_io, ce->stage_lanes,
                     ce->stage_rings, ce->gsc.w, ce->gsc.u, ce->gsc.qk, ce->gsc.g};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) hk_free(bufs[i]);
     hk_act *acts[] = {&ce->ax8k, &ce->ax80, &ce->ao8k, &ce->ao80, &ce->af8k, &ce->af80, &ce->as8k, &ce->as80};
@@ -889,6 +947,8 @@ int engine_open_cuda(engine **out, const model *m, const engine_opts *o, herr *e
     hk_gemv_stage(gs && !strcmp(gs, "1"));
     const char *gc = getenv("HEARTH_CUDA_GDN_CHUNK");
     ce->gdn_chunk = !(gc && !strcmp(gc, "0"));
+    const char *fu = getenv("HEARTH_CUDA_FUSE");
+    ce->fuse = !(fu && !strcmp(fu, "0"));
     if (pr && *pr && strcmp(pr, "0")) ce->prof = xcalloc(1, sizeof *ce->prof);
     ce->f16 = eng->opts.kv_f16;
     ce->R = CUDA_UBATCH + eng->opts.n_seq_max;

@@ -8,6 +8,7 @@
 #include "engine/cuda/common.cuh"
 #include "engine/cuda/dq.cuh"
 #include "engine/cuda/act.cuh"
+#include "engine/cuda/tail.cuh"
 
 extern "C" int hk_malloc(void **p, size_t bytes, herr *e) {
     *p = NULL;
@@ -244,20 +245,14 @@ extern "C" int hk_embed(void *st, const hk_w *te, const int32_t *ids, int64_t n,
     return 0;
 }
 
-// block per row, 256 threads: the sum of squares (per-thread strided sums, then the block
-// tree), y = x * scale * w; where E is whole blocks of 256, warp w writes blocks w, w + 8, ...
-// and rounds each into a and a2 from the very floats it stored
+// block per row, 256 threads: rms_row (tail.cuh), whose sum of squares any warp of any launch
+// makes alike (decode's fused launches make the same rows in their last block)
 #define NORM_THREADS 256
 __global__ void rmsnorm_kernel(const float *x, const int32_t *rows, const float *w, float *y, int64_t E, float eps,
                                hk_act a, hk_act a2) {
-    __shared__ float sh[32];
     pdl_enter();
     const int64_t r = blockIdx.x, src = rows ? rows[r] : r;
-    const float *xr = x + src * E;
-    float ss = 0;
-    for (int64_t i = threadIdx.x; i < E; i += blockDim.x) ss += xr[i] * xr[i];
-    ss = block_sum(ss, sh);
-    norm_row(xr, w, y + r * E, E, 1.0f / sqrtf(ss / (float)E + eps), r, a, a2);
+    rms_row(x + src * E, w, y + r * E, E, eps, r, a, a2);
 }
 
 extern "C" int hk_rmsnorm(void *st, const float *x, const int32_t *rows, const float *w, float *y, int64_t n, int64_t E,

@@ -84,6 +84,26 @@ typedef struct hk_qtile {
     int64_t pos0;
 } hk_qtile;
 
+/* Work a launch's last block does once every block's outputs are in (tail.cuh: decode's
+ * fusions), with the bits of the separate launch it replaces. cnt: tickets in device memory,
+ * zero before the launch and left zero after it (HK_TAIL_COMBINE takes as many as the
+ * product has slices of 4 warps' rows, plus one; the others one).
+ *   HK_TAIL_NORM: h (n, E) = hk_rmsnorm of x's rows with weight nw, rounded into a and a2
+ *   HK_TAIL_ROUTE: sel, wsel = hk_moe_route of the launch's logits (rows at stride ls; X, K)
+ *   HK_TAIL_COMBINE: x = hk_moe_combine of the launch's pair outputs (gl at stride gls, so,
+ *     wsel, K), then with nw set the next norm as HK_TAIL_NORM */
+enum { HK_TAIL_NONE = 0, HK_TAIL_NORM, HK_TAIL_ROUTE, HK_TAIL_COMBINE };
+typedef struct hk_tail {
+    int kind, X, K;
+    unsigned *cnt;
+    int64_t n, E, ls, gls;
+    float *x, *h, *wsel;
+    const float *nw, *gl, *so;
+    int32_t *sel;
+    float eps;
+    hk_act a, a2;
+} hk_tail;
+
 /* ---- base.cu ---- */
 int hk_malloc(void **p, size_t bytes, herr *e);
 void hk_free(void *p);
@@ -149,6 +169,19 @@ int hk_matmul(void *st, const hk_w *w, const float *x, int64_t xs, const hk_act 
  * in one launch where both are quantized alike and n is a few rows (decode) */
 int hk_matmul2(void *st, const hk_w *w, const hk_w *w2, const hk_act *a, int64_t n, float *y, float *y2, int64_t ys,
                herr *e);
+/* products of the same rows a (n rows) by several weights, out[i].y (stride ys) = W_i a: where
+ * n <= hk_tail_rows() the runs of weights of one type share a launch (up to 4), else one each */
+typedef struct hk_out {
+    const hk_w *w;
+    float *y;
+    int64_t ys;
+} hk_out;
+int hk_matmul_n(void *st, const hk_out *out, int n_out, const hk_act *a, int64_t n, herr *e);
+/* hk_matmul whose launch ends with tail t (HK_TAIL_NORM: of y's rows, x = y; HK_TAIL_ROUTE:
+ * of y's rows as logits); n <= hk_tail_rows() for quantized weights */
+int hk_matmul_tail(void *st, const hk_w *w, const float *x, int64_t xs, const hk_act *a, int64_t n, float *y, int64_t ys,
+                   bool add, const hk_tail *t, herr *e);
+int hk_tail_rows(void); /* input rows up to which products take one launch a few rows (and tails) */
 
 /* Expert products over pairs p < n_pairs (a pair: an activation row and an expert):
  * y[p * ys + o] = W_{sel[p]}[o] . act[p / in_div], o < M. Pairs at or past n_routed use the
@@ -172,9 +205,10 @@ int hk_moe_matmul2(void *st, const hk_w *w, const hk_w *ws, const hk_w *w2, cons
                    const hk_moe_sorted *sorted, float *y, float *y2, int64_t ys, herr *e);
 /* the experts' down product (pairs one by one: a few rows) whose input rows are made in the
  * launch: pair p reads silu(g) * u of row p (rows of F = w->K), rounded as hk_swiglu_quant
- * rounds it (the bits of hk_swiglu_quant then hk_moe_matmul with in_div 1, sh_row0 n_routed) */
+ * rounds it (the bits of hk_swiglu_quant then hk_moe_matmul with in_div 1, sh_row0 n_routed);
+ * t (or NULL): HK_TAIL_COMBINE over the outputs y (ys = E) */
 int hk_moe_down_swiglu(void *st, const hk_w *w, const hk_w *ws, const int32_t *sel, int64_t n_routed, int64_t n_pairs,
-                       const float *g, const float *u, float *y, int64_t ys, herr *e);
+                       const float *g, const float *u, float *y, int64_t ys, const hk_tail *t, herr *e);
 /* the same for float experts over f32 rows x (stride xs), every pair on its own */
 int hk_moe_matmul_f32(void *st, const hk_w *w, const hk_w *ws, const int32_t *sel, int64_t n_routed, int64_t n_pairs,
                       int in_div, int64_t sh_row0, const float *x, int64_t xs, float *y, int64_t ys, herr *e);

@@ -15,6 +15,7 @@
 #include "engine/cuda/common.cuh"
 #include "engine/cuda/dq.cuh"
 #include "engine/cuda/act.cuh"
+#include "engine/cuda/tail.cuh"
 
 #define FADD(a, b) __fadd_rn(a, b)
 #define FSUB(a, b) __fsub_rn(a, b)
@@ -297,33 +298,43 @@ __device__ __forceinline__ void gemv_row(const uint8_t *wrow, const uint16_t *dd
     }
 }
 
-// Where output row o (w's rows, then w2's) of pair p reads and writes. Dense (sel NULL): w's
-// row o, input rows from 0, output row 0 on. Pairs (sel set): p < n_routed reads expert
-// sel[p]'s slice and input row p / in_div, p >= n_routed the shared expert ws and input row
-// p - n_routed + sh_row0; output row p.
+// Where output row o of pair p reads and writes. Dense (sel NULL): rows of w, then of w2, of
+// mo.w3 and of mo.w4 (several weights over the same inputs in one launch), each into its own
+// output (y, y2, mo.y3, mo.y4 at strides ys, mo.ys2, ...); input rows from 0, output row 0
+// on. Pairs (sel set): w's rows then w2's (the gate and up products); p < n_routed reads
+// expert sel[p]'s slice and input row p / in_div, p >= n_routed the shared expert (ws, ws2)
+// and input row p - n_routed + sh_row0; output row p.
+struct gv_more {
+    hk_w w3, w4;
+    float *y3, *y4;
+    int64_t ys2, ys3, ys4;
+};
 struct gv_at {
     const uint8_t *wrow;
     const uint16_t *dd;
-    int64_t ar0, yrow0, o;
+    int64_t ar0, yrow0, o, ys;
     float *y;
 };
+template <bool EX = false>
 __device__ __forceinline__ gv_at gv_locate(int64_t o, int64_t p, const hk_w &w, const hk_w &ws, const hk_w &w2,
-                                           const hk_w &ws2, float *y, float *y2, const int32_t *sel, int64_t n_routed,
-                                           int in_div, int64_t sh_row0) {
+                                           const hk_w &ws2, float *y, int64_t ys, float *y2, const gv_more &mo,
+                                           const int32_t *sel, int64_t n_routed, int in_div, int64_t sh_row0) {
     /* field by field, never a pointer to a parameter (that would put them in local memory) */
-    const bool second = o >= w.M, shared = sel && p >= n_routed; /* w2's rows (gate and up in one launch); the shared expert */
+    const int seg = o < w.M ? 0 : !EX || o < w.M + w2.M ? 1 : o < w.M + w2.M + mo.w3.M ? 2 : 3; /* mo: EX only */
+    const bool shared = sel && p >= n_routed; /* the shared expert */
+#define GV_PICK(f) (shared ? (seg ? ws2.f : ws.f) : seg == 0 ? w.f : seg == 1 ? w2.f : seg == 2 ? mo.w3.f : mo.w4.f)
     gv_at at;
-    at.o = second ? o - w.M : o;
-    at.y = second ? y2 : y;
+    at.o = o - (seg > 0 ? w.M : 0) - (seg > 1 ? w2.M : 0) - (seg > 2 ? mo.w3.M : 0);
+    at.y = seg == 0 ? y : seg == 1 ? y2 : seg == 2 ? mo.y3 : mo.y4;
+    at.ys = seg == 0 ? ys : seg == 1 ? mo.ys2 : seg == 2 ? mo.ys3 : mo.ys4;
     at.yrow0 = sel ? p : 0;
     at.ar0 = !sel ? 0 : shared ? p - n_routed + sh_row0 : p / in_div;
     const int64_t ex = sel && !shared ? sel[p] : 0;
-    const uint8_t *d = (const uint8_t *)(shared ? (second ? ws2.d : ws.d) : (second ? w2.d : w.d));
-    const uint16_t *dd = shared ? (second ? ws2.dd : ws.dd) : (second ? w2.dd : w.dd);
-    const size_t rb = shared ? (second ? ws2.row_bytes : ws.row_bytes) : (second ? w2.row_bytes : w.row_bytes);
-    const size_t slice = shared ? 0 : (second ? w2.slice_bytes : w.slice_bytes);
-    const int64_t ddr = shared ? (second ? ws2.dd_row : ws.dd_row) : (second ? w2.dd_row : w.dd_row);
-    const int64_t dds = shared ? 0 : (second ? w2.dd_slice : w.dd_slice);
+    const uint8_t *d = (const uint8_t *)GV_PICK(d);
+    const uint16_t *dd = GV_PICK(dd);
+    const size_t rb = GV_PICK(row_bytes), slice = shared ? 0 : GV_PICK(slice_bytes);
+    const int64_t ddr = GV_PICK(dd_row), dds = shared ? 0 : GV_PICK(dd_slice);
+#undef GV_PICK
     at.wrow = d + (size_t)ex * slice + (size_t)at.o * rb;
     at.dd = dd ? dd + (size_t)ex * (size_t)dds + (size_t)at.o * (size_t)ddr : NULL;
     return at;
@@ -359,17 +370,21 @@ template <int T> __device__ __forceinline__ hk_act sw_row(const gv_sw &sw, int64
 __host__ __device__ constexpr size_t sw_bytes(int64_t F) { return (size_t)(F + 8 * (F / 32) + 15) / 16 * 16; }
 
 // 4 warps, a group of G lanes per output row o (32 / G rows a warp; rows past w's M are w2's,
-// into y2): dense, input rows 0..n (n <= NR), y[r][o]; pairs (NR = 1), blockIdx.y is pair p
-// (gv_locate), y[p][o]. SW: the pair's input row is first made from sw into shared memory by
-// the block's warps (sw_row), and read from there.
-template <int T, int NR, int IT, int G, bool SW>
+// mo's: gv_locate): dense, input rows 0..n (n <= NR), y[r][o]; pairs (NR = 1), blockIdx.y is
+// pair p (gv_locate), y[p][o]. SW: the pair's input row is first made from sw into shared
+// memory by the block's warps (sw_row), and read from there. EX (extras, their own
+// instantiations so that the plain products keep their registers): mo's weights, and the
+// tail (tail.cuh): the launch's last block then does its work (a block's slice of a row's
+// outputs: its 4 warps' rows).
+template <int T, int NR, int IT, int G, bool SW, bool EX>
 __global__ void __launch_bounds__(128) gemv_kernel(hk_w w, hk_w ws, hk_act a, int64_t n, const int32_t *sel,
                                                    int64_t n_routed, int in_div, int64_t sh_row0, float *y, int64_t ys,
-                                                   bool add, hk_w w2, hk_w ws2, float *y2, gv_sw sw) {
+                                                   bool add, hk_w w2, hk_w ws2, float *y2, gv_sw sw, gv_more mo,
+                                                   hk_tail tail) {
     constexpr int RW = 32 / G;
-    const int64_t Mt = w.M + w2.M, o0 = ((int64_t)blockIdx.x * 4 + threadIdx.x / 32) * RW;
-    const bool dead = o0 >= Mt; /* a warp past the last row (with SW it still helps make the input) */
-    if (dead && !SW) {
+    const int64_t Mt = w.M + w2.M + (EX ? mo.w3.M + mo.w4.M : 0), o0 = ((int64_t)blockIdx.x * 4 + threadIdx.x / 32) * RW;
+    const bool dead = o0 >= Mt; /* a warp past the last row (with SW or a tail it stays for the block's barriers) */
+    if (dead && !SW && !(EX && tail.kind)) {
         pdl_enter();
         return;
     }
@@ -377,7 +392,7 @@ __global__ void __launch_bounds__(128) gemv_kernel(hk_w w, hk_w ws, hk_act a, in
     const bool live = o < Mt;
     if (!live) o = Mt - 1; /* a group past the last row runs one (its lanes join the warp's shuffles), writes nothing */
     if (sel) pdl_enter(); /* the expert is a kernel's output */
-    const gv_at at = gv_locate(o, blockIdx.y, w, ws, w2, ws2, y, y2, sel, n_routed, in_div, sh_row0);
+    const gv_at at = gv_locate<EX>(o, blockIdx.y, w, ws, w2, ws2, y, ys, y2, mo, sel, n_routed, in_div, sh_row0);
     int64_t ar[NR];
     const int nr = sel ? 1 : (int)n;
 #pragma unroll
@@ -385,18 +400,25 @@ __global__ void __launch_bounds__(128) gemv_kernel(hk_w w, hk_w ws, hk_act a, in
     if (SW) {
         extern __shared__ __align__(16) int8_t sw_mem[];
         a = sw_row<T>(sw, at.ar0, sw_mem);
-        if (dead) return;
         ar[0] = 0;
     }
-    float acc[NR];
-    gemv_row<T, NR, IT, G>(at.wrow, at.dd, w.K, a, ar, nr, !sel, acc);
-    if ((threadIdx.x & (G - 1)) == 0 && live)
+    if (!dead) {
+        float acc[NR];
+        gemv_row<T, NR, IT, G>(at.wrow, at.dd, w.K, a, ar, nr, !sel, acc);
+        if ((threadIdx.x & (G - 1)) == 0 && live)
 #pragma unroll
-        for (int r = 0; r < NR; r++) {
-            if (r >= nr) break;
-            float *yp = at.y + (at.yrow0 + r) * ys + at.o;
-            *yp = add ? FADD(*yp, acc[r]) : acc[r];
-        }
+            for (int r = 0; r < NR; r++) {
+                if (r >= nr) break;
+                float *yp = at.y + (at.yrow0 + r) * at.ys + at.o;
+                *yp = add ? FADD(*yp, acc[r]) : acc[r];
+            }
+    } else if (!sel) {
+        pdl_enter();
+    }
+    if (EX && tail.kind) {
+        const int64_t i0 = (int64_t)blockIdx.x * 4 * RW, i1 = i0 + 4 * RW < Mt ? i0 + 4 * RW : Mt;
+        tail_run<1u << HK_TAIL_NORM | 1u << HK_TAIL_COMBINE>(tail, y, gridDim.x * gridDim.y, blockIdx.x, gridDim.x, gridDim.y, i0, i1);
+    }
 }
 
 // gemv_kernel's one-row form (NR = 1: decode's products, the experts' pairs) with its rows
@@ -415,6 +437,8 @@ template <int T, int IT, int G, bool SW>
 __global__ void __launch_bounds__(128) gemv_staged_kernel(hk_w w, hk_w ws, hk_act a, const int32_t *sel, int64_t n_routed,
                                                           int in_div, int64_t sh_row0, float *y, int64_t ys, bool add,
                                                           hk_w w2, hk_w ws2, float *y2, gv_sw sw, int rounds) {
+    gv_more mo = {};
+    mo.ys2 = ys;
     constexpr int RW = 32 / G;
     extern __shared__ __align__(16) int8_t gs_mem[];
     const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
@@ -426,7 +450,7 @@ __global__ void __launch_bounds__(128) gemv_staged_kernel(hk_w w, hk_w ws, hk_ac
         const int64_t first = (((int64_t)blockIdx.x * rounds + r) * 4 + warp) * RW;
         if (first < Mt) {
             const int64_t nrow = Mt - first < RW ? Mt - first : RW;
-            const gv_at at = gv_locate(first, blockIdx.y, w, ws, w2, ws2, y, y2, sel, n_routed, in_div, sh_row0);
+            const gv_at at = gv_locate(first, blockIdx.y, w, ws, w2, ws2, y, ys, y2, mo, sel, n_routed, in_div, sh_row0);
             for (int64_t i = lane; i < nrow * rb / 16; i += 32) cp16(wst + (size_t)r * RW * rb + 16 * i, at.wrow + 16 * i);
             for (int64_t i = lane; i < nrow * db / 4; i += 32)
                 cp4(dst + (size_t)r * RW * db + 4 * i, (const uint8_t *)at.dd + 4 * i);
@@ -436,9 +460,9 @@ __global__ void __launch_bounds__(128) gemv_staged_kernel(hk_w w, hk_w ws, hk_ac
     if (!sel) pdl_enter(); /* the inputs are a kernel's output; the weights are not */
     int64_t ar[1] = {0};
     if (SW) {
-        a = sw_row<T>(sw, gv_locate(0, blockIdx.y, w, ws, w2, ws2, y, y2, sel, n_routed, in_div, sh_row0).ar0, gs_mem);
+        a = sw_row<T>(sw, gv_locate(0, blockIdx.y, w, ws, w2, ws2, y, ys, y2, mo, sel, n_routed, in_div, sh_row0).ar0, gs_mem);
     } else {
-        ar[0] = gv_locate(0, blockIdx.y, w, ws, w2, ws2, y, y2, sel, n_routed, in_div, sh_row0).ar0;
+        ar[0] = gv_locate(0, blockIdx.y, w, ws, w2, ws2, y, ys, y2, mo, sel, n_routed, in_div, sh_row0).ar0;
     }
     for (int r = 0; r < rounds; r++) {
         cp_wait_upto(rounds - 1 - r);
@@ -452,8 +476,8 @@ __global__ void __launch_bounds__(128) gemv_staged_kernel(hk_w w, hk_w ws, hk_ac
         gemv_row<T, 1, IT, G>(wst + (size_t)(r * RW + jj) * rb, db ? (const uint16_t *)(dst + (size_t)(r * RW + jj) * db) : NULL,
                               w.K, a, ar, 1, false, acc);
         if ((lane & (G - 1)) == 0 && live) {
-            const gv_at at = gv_locate(first + j, blockIdx.y, w, ws, w2, ws2, y, y2, sel, n_routed, in_div, sh_row0);
-            float *yp = at.y + at.yrow0 * ys + at.o;
+            const gv_at at = gv_locate(first + j, blockIdx.y, w, ws, w2, ws2, y, ys, y2, mo, sel, n_routed, in_div, sh_row0);
+            float *yp = at.y + at.yrow0 * at.ys + at.o;
             *yp = add ? FADD(*yp, acc[0]) : acc[0];
         }
     }
@@ -748,11 +772,12 @@ __device__ __forceinline__ void fm_rows(const uint8_t *wr, int64_t K, const floa
 }
 
 // a warp per output o (4 per block); dense: blockIdx.y is the tile of rows FM_TILE y ..; pairs
-// (sel set): blockIdx.y is pair p as in gemv_kernel
+// (sel set): blockIdx.y is pair p as in gemv_kernel. tail (dense): the launch's last block
+// then does its work (tail.cuh).
 template <int T>
-__global__ void __launch_bounds__(128) fmm_kernel(hk_w w, hk_w ws, const float *x, int64_t xs, int64_t n,
-                                                  const int32_t *sel, int64_t n_routed, int in_div, int64_t sh_row0,
-                                                  float *y, int64_t ys, bool add) {
+__device__ __forceinline__ void fmm_body(const hk_w &w, const hk_w &ws, const float *x, int64_t xs, int64_t n,
+                                         const int32_t *sel, int64_t n_routed, int in_div, int64_t sh_row0, float *y,
+                                         int64_t ys, bool add) {
     const int64_t o = (int64_t)blockIdx.x * 4 + threadIdx.x / 32;
     if (o >= w.M || sel) pdl_enter(); /* the dense rows enter after their first weights' loads (fm_rows) */
     if (o >= w.M) return;
@@ -781,6 +806,13 @@ __global__ void __launch_bounds__(128) fmm_kernel(hk_w w, hk_w ws, const float *
             float *yp = y + (pb + i) * ys + o;
             *yp = add ? FADD(*yp, acc[i]) : acc[i];
         }
+}
+template <int T>
+__global__ void __launch_bounds__(128) fmm_kernel(hk_w w, hk_w ws, const float *x, int64_t xs, int64_t n,
+                                                  const int32_t *sel, int64_t n_routed, int in_div, int64_t sh_row0,
+                                                  float *y, int64_t ys, bool add, hk_tail tail) {
+    fmm_body<T>(w, ws, x, xs, n, sel, n_routed, in_div, sh_row0, y, ys, add);
+    if (tail.kind) tail_run<1u << HK_TAIL_NORM | 1u << HK_TAIL_ROUTE>(tail, y, gridDim.x * gridDim.y, 0, 1, 1, 0, 0);
 }
 
 static bool is_float(uint32_t t) { return t == QT_F32 || t == QT_F16 || t == QT_BF16; }
@@ -812,10 +844,11 @@ static int gs_rounds(const hk_w &w, const hk_w &w2, const hk_w &ws, const hk_w &
 template <int T, int NR, int IT, int G, bool SW>
 static int gemv_go(void *st, const hk_w &w, const hk_w &ws, const hk_w &w2, const hk_w &ws2, const hk_act &a, int64_t n,
                    const int32_t *sel, int64_t n_routed, int64_t n_pairs, int in_div, int64_t sh_row0, float *y, int64_t ys,
-                   bool add, float *y2, const gv_sw &sw, herr *e) {
+                   bool add, float *y2, const gv_sw &sw, const gv_more &mo, const hk_tail &tail, herr *e) {
     const size_t swb = SW ? sw_bytes(sw.F) : 0;
     const unsigned py = sel ? (unsigned)n_pairs : 1u;
-    const int rounds = NR == 1 && gs_on ? gs_rounds(w, w2, ws, ws2, 32 / G, py, swb) : 0;
+    const bool plain = !mo.w3.M && !mo.w4.M && !tail.kind && mo.ys2 == ys; /* the staged form takes neither */
+    const int rounds = NR == 1 && gs_on && plain ? gs_rounds(w, w2, ws, ws2, 32 / G, py, swb) : 0;
     if (rounds > 0) {
         const size_t db = w.dd ? 2 * w.dd_row : 0,
                      smem = swb + 4 * (gs_up16((size_t)rounds * (32 / G) * w.row_bytes) + gs_up16((size_t)rounds * (32 / G) * db));
@@ -824,9 +857,13 @@ static int gemv_go(void *st, const hk_w &w, const hk_w &ws, const hk_w &w2, cons
                w2, ws2, y2, sw, rounds);
         return 0;
     }
-    dim3 g(blocks_of(w.M + w2.M, 4 * (32 / G)), py);
-    LAUNCH(e, (gemv_kernel<T, NR, IT, G, SW>), g, 128, swb, st, w, ws, a, n, sel, n_routed, in_div, sh_row0, y, ys, add,
-           w2, ws2, y2, sw);
+    dim3 g(blocks_of(w.M + w2.M + mo.w3.M + mo.w4.M, 4 * (32 / G)), py);
+    if (plain)
+        LAUNCH(e, (gemv_kernel<T, NR, IT, G, SW, false>), g, 128, swb, st, w, ws, a, n, sel, n_routed, in_div, sh_row0, y, ys,
+               add, w2, ws2, y2, sw, mo, tail);
+    else
+        LAUNCH(e, (gemv_kernel<T, NR, IT, G, SW, true>), g, 128, swb, st, w, ws, a, n, sel, n_routed, in_div, sh_row0, y, ys,
+               add, w2, ws2, y2, sw, mo, tail);
     return 0;
 }
 
@@ -836,14 +873,19 @@ static int gemv_go(void *st, const hk_w &w, const hk_w &ws, const hk_w &w2, cons
 template <int T> static int gemv_launch(void *st, const hk_w *w, const hk_w *ws, const hk_act *a, int64_t n,
                                         const int32_t *sel, int64_t n_routed, int64_t n_pairs, int in_div, int64_t sh_row0,
                                         float *y, int64_t ys, bool add, const hk_w *w2, const hk_w *ws2, float *y2,
-                                        const gv_sw *sw, herr *e) {
+                                        const gv_sw *sw, herr *e, const gv_more *mo = NULL, const hk_tail *tail = NULL) {
     const hk_w none = {0};
     const hk_w &wsv = ws ? *ws : none, &w2v = w2 ? *w2 : none, &ws2v = ws2 ? *ws2 : none;
     const gv_sw swv = sw ? *sw : gv_sw{NULL, NULL, 0};
+    gv_more mov = {};
+    if (mo) mov = *mo;
+    else mov.ys2 = ys;
+    const hk_tail tv = tail ? *tail : hk_tail{};
     constexpr int LPB = gv<T>::LPB;
     const int64_t nb = w->K / gv<T>::BLK;
 #define GV(NR, IT, G, SW) \
-    gemv_go<T, NR, IT, G, SW>(st, *w, wsv, w2v, ws2v, *a, n, sel, n_routed, n_pairs, in_div, sh_row0, y, ys, add, y2, swv, e)
+    gemv_go<T, NR, IT, G, SW>(st, *w, wsv, w2v, ws2v, *a, n, sel, n_routed, n_pairs, in_div, sh_row0, y, ys, add, y2, swv, mov, \
+                              tv, e)
 #define GV1(IT, G) (sw ? GV(1, IT, G, true) : GV(1, IT, G, false))
     if (sel || n == 1) {
         if (LPB * nb <= 8) return GV1(1, 8);
@@ -900,7 +942,8 @@ extern "C" int hk_matmul(void *st, const hk_w *w, const float *x, int64_t xs, co
         if (w->K % 8 || xs % 4) return herr_set(e, "hk_matmul: rows of %lld weights (stride %lld) are no groups of 8", (long long)w->K, (long long)xs);
         const hk_w none = {0};
         dim3 g(blocks_of(w->M, 4), blocks_of(n, FM_TILE));
-        DQ_DISPATCH(w->type, LAUNCH(e, fmm_kernel<T_>, g, 128, 0, st, *w, none, x, xs, n, (const int32_t *)NULL, 0, 1, 0, y, ys, add));
+        DQ_DISPATCH(w->type, LAUNCH(e, fmm_kernel<T_>, g, 128, 0, st, *w, none, x, xs, n, (const int32_t *)NULL, 0, 1, 0, y, ys, add,
+                                    hk_tail{}));
         return 0;
     }
     if (check_act(w, a, e) < 0) return -1;
@@ -911,6 +954,66 @@ extern "C" int hk_matmul(void *st, const hk_w *w, const float *x, int64_t xs, co
     case QT_Q8_0: return qmatmul<QT_Q8_0>(st, w, a, n, y, ys, add, e);
     default: return herr_set(e, "hk_matmul: weights of type %s", qtype_name(w->type));
     }
+}
+
+extern "C" int hk_tail_rows(void) { return GEMV_MAX_ROWS; }
+
+extern "C" int hk_matmul_tail(void *st, const hk_w *w, const float *x, int64_t xs, const hk_act *a, int64_t n, float *y,
+                              int64_t ys, bool add, const hk_tail *t, herr *e) {
+    if (n == 0) return 0;
+    if (is_float(w->type)) {
+        if (w->K % 8 || xs % 4) return herr_set(e, "hk_matmul_tail: rows of %lld weights (stride %lld) are no groups of 8", (long long)w->K, (long long)xs);
+        const hk_w none = {0};
+        dim3 g(blocks_of(w->M, 4), blocks_of(n, FM_TILE));
+        DQ_DISPATCH(w->type, LAUNCH(e, fmm_kernel<T_>, g, 128, 0, st, *w, none, x, xs, n, (const int32_t *)NULL, 0, 1, 0, y, ys, add, *t));
+        return 0;
+    }
+    if (check_act(w, a, e) < 0) return -1;
+    if (n > GEMV_MAX_ROWS) return herr_set(e, "hk_matmul_tail: %lld rows (a tail takes at most %d)", (long long)n, GEMV_MAX_ROWS);
+#define MT(TT) gemv_launch<TT>(st, w, NULL, a, n, NULL, 0, 0, 1, 0, y, ys, add, NULL, NULL, NULL, NULL, e, NULL, t)
+    switch (w->type) {
+    case QT_Q4_K: return MT(QT_Q4_K);
+    case QT_Q5_K: return MT(QT_Q5_K);
+    case QT_Q6_K: return MT(QT_Q6_K);
+    case QT_Q8_0: return MT(QT_Q8_0);
+    default: return herr_set(e, "hk_matmul_tail: weights of type %s", qtype_name(w->type));
+    }
+#undef MT
+}
+
+// up to 4 weights of one type over the same rows in one launch (gv_locate's segments)
+template <int T> static int qmatmul_n(void *st, const hk_out *o, int k, const hk_act *a, int64_t n, herr *e) {
+    gv_more mo = {};
+    mo.ys2 = k > 1 ? o[1].ys : o[0].ys;
+    if (k > 2) mo.w3 = *o[2].w, mo.y3 = o[2].y, mo.ys3 = o[2].ys;
+    if (k > 3) mo.w4 = *o[3].w, mo.y4 = o[3].y, mo.ys4 = o[3].ys;
+    return gemv_launch<T>(st, o[0].w, NULL, a, n, NULL, 0, 0, 1, 0, o[0].y, o[0].ys, false, k > 1 ? o[1].w : NULL, NULL,
+                          k > 1 ? o[1].y : NULL, NULL, e, &mo, NULL);
+}
+
+extern "C" int hk_matmul_n(void *st, const hk_out *out, int n_out, const hk_act *a, int64_t n, herr *e) {
+    for (int i = 0; i < n_out;) {
+        const hk_w *w = out[i].w;
+        int k = 1;
+        if (n > 0 && n <= GEMV_MAX_ROWS && !is_float(w->type))
+            while (k < 4 && i + k < n_out && out[i + k].w->type == w->type && out[i + k].w->K == w->K) k++;
+        if (k == 1) {
+            if (hk_matmul(st, w, NULL, 0, a, n, out[i].y, out[i].ys, false, e) < 0) return -1;
+        } else {
+            if (check_act(w, a, e) < 0) return -1;
+            int rc;
+            switch (w->type) {
+            case QT_Q4_K: rc = qmatmul_n<QT_Q4_K>(st, out + i, k, a, n, e); break;
+            case QT_Q5_K: rc = qmatmul_n<QT_Q5_K>(st, out + i, k, a, n, e); break;
+            case QT_Q6_K: rc = qmatmul_n<QT_Q6_K>(st, out + i, k, a, n, e); break;
+            case QT_Q8_0: rc = qmatmul_n<QT_Q8_0>(st, out + i, k, a, n, e); break;
+            default: rc = herr_set(e, "hk_matmul_n: weights of type %s", qtype_name(w->type));
+            }
+            if (rc < 0) return -1;
+        }
+        i += k;
+    }
+    return 0;
 }
 
 // the same rows from row r0 on
@@ -970,7 +1073,8 @@ extern "C" int hk_moe_matmul(void *st, const hk_w *w, const hk_w *ws, const int3
 }
 
 extern "C" int hk_moe_down_swiglu(void *st, const hk_w *w, const hk_w *ws, const int32_t *sel, int64_t n_routed,
-                                  int64_t n_pairs, const float *g, const float *u, float *y, int64_t ys, herr *e) {
+                                  int64_t n_pairs, const float *g, const float *u, float *y, int64_t ys, const hk_tail *t,
+                                  herr *e) {
     if (n_pairs == 0) return 0;
     const int64_t F = w->K;
     const hk_act none = {NULL, NULL, NULL, F, w->type == QT_Q8_0};
@@ -978,12 +1082,16 @@ extern "C" int hk_moe_down_swiglu(void *st, const hk_w *w, const hk_w *ws, const
         return herr_set(e, "hk_moe_down_swiglu: the shared expert (%s) and the experts (%s) differ in type or shape",
                         qtype_name(ws->type), qtype_name(w->type));
     if (F % 256) return herr_set(e, "hk_moe_down_swiglu: rows of %lld cannot be rounded in blocks of 256", (long long)F);
+    if (t && t->kind == HK_TAIL_COMBINE && (ys != t->E || w->M != t->E))
+        return herr_set(e, "hk_moe_down_swiglu: a combine of rows of %lld over outputs of %lld", (long long)t->E, (long long)w->M);
     const gv_sw sw = {g, u, F};
+#define DS(TT) gemv_launch<TT>(st, w, ws, &none, 1, sel, n_routed, n_pairs, 1, n_routed, y, ys, false, NULL, NULL, NULL, &sw, e, NULL, t)
     switch (w->type) {
-    case QT_Q4_K: return gemv_launch<QT_Q4_K>(st, w, ws, &none, 1, sel, n_routed, n_pairs, 1, n_routed, y, ys, false, NULL, NULL, NULL, &sw, e);
-    case QT_Q5_K: return gemv_launch<QT_Q5_K>(st, w, ws, &none, 1, sel, n_routed, n_pairs, 1, n_routed, y, ys, false, NULL, NULL, NULL, &sw, e);
-    case QT_Q6_K: return gemv_launch<QT_Q6_K>(st, w, ws, &none, 1, sel, n_routed, n_pairs, 1, n_routed, y, ys, false, NULL, NULL, NULL, &sw, e);
-    case QT_Q8_0: return gemv_launch<QT_Q8_0>(st, w, ws, &none, 1, sel, n_routed, n_pairs, 1, n_routed, y, ys, false, NULL, NULL, NULL, &sw, e);
+    case QT_Q4_K: return DS(QT_Q4_K);
+    case QT_Q5_K: return DS(QT_Q5_K);
+    case QT_Q6_K: return DS(QT_Q6_K);
+    case QT_Q8_0: return DS(QT_Q8_0);
+#undef DS
     default: return herr_set(e, "hk_moe_down_swiglu: experts of type %s", qtype_name(w->type));
     }
 }
@@ -998,6 +1106,6 @@ extern "C" int hk_moe_matmul_f32(void *st, const hk_w *w, const hk_w *ws, const 
     const hk_w none = {0};
     dim3 g(blocks_of(w->M, 4), (unsigned)n_pairs);
     DQ_DISPATCH(w->type, LAUNCH(e, fmm_kernel<T_>, g, 128, 0, st, *w, ws ? *ws : none, x, xs, n_pairs, sel, n_routed,
-                                in_div, sh_row0, y, ys, false));
+                                in_div, sh_row0, y, ys, false, hk_tail{}));
     return 0;
 }

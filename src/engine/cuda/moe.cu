@@ -6,62 +6,13 @@
 
 #include "engine/cuda/common.cuh"
 #include "engine/cuda/act.cuh"
+#include "engine/cuda/tail.cuh"
 
-#define ROUTE_MAX_X 512 /* experts a warp routes: 16 per lane, in registers */
-
-// A warp per row (logits at stride ls): p_x = softmax(logits)_x (max and sum by the warp's
-// fixed tree), kept in registers (lane l: x = l + 32u), then K rounds of the largest p not
-// taken (ties: the lower id), weights renormalised in slot order.
+// a warp per row: route_row (tail.cuh)
 __global__ void route_kernel(const float *logits, int64_t ls, int64_t n, int X, int K, int32_t *sel, float *wsel) {
     pdl_enter();
     const int64_t r = (int64_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
-    if (r >= n) return;
-    const int lane = threadIdx.x & 31, per = (X + 31) / 32;
-    const float *l = logits + r * ls;
-    float pv[ROUTE_MAX_X / 32];
-    float mx = -INFINITY;
-#pragma unroll
-    for (int u = 0; u < ROUTE_MAX_X / 32; u++) {
-        const int x = lane + 32 * u;
-        pv[u] = u < per && x < X ? l[x] : -INFINITY;
-        mx = fmaxf(mx, pv[u]);
-    }
-    mx = warp_max(mx);
-    float sum = 0.0f;
-#pragma unroll
-    for (int u = 0; u < ROUTE_MAX_X / 32; u++) {
-        const int x = lane + 32 * u;
-        if (u < per && x < X) sum += expf(pv[u] - mx);
-    }
-    sum = warp_sum(sum);
-#pragma unroll
-    for (int u = 0; u < ROUTE_MAX_X / 32; u++) {
-        const int x = lane + 32 * u;
-        pv[u] = u < per && x < X ? expf(pv[u] - mx) / sum : -1.0f; /* -1: not an expert */
-    }
-    float wsum = 0.0f, mine_w = 0.0f;
-    int mine_x = 0;
-    for (int k = 0; k < K; k++) {
-        float bp = -1.0f;
-        int bx = X;
-#pragma unroll
-        for (int u = 0; u < ROUTE_MAX_X / 32; u++)
-            if (pv[u] > bp) bp = pv[u], bx = lane + 32 * u; /* ascending x: the first of equals stays */
-        for (int off = 16; off; off >>= 1) {
-            const float op = __shfl_xor_sync(0xffffffffu, bp, off);
-            const int ox = __shfl_xor_sync(0xffffffffu, bx, off);
-            if (op > bp || (op == bp && ox < bx)) bp = op, bx = ox;
-        }
-#pragma unroll
-        for (int u = 0; u < ROUTE_MAX_X / 32; u++)
-            if (lane + 32 * u == bx) pv[u] = -2.0f; /* taken */
-        if (lane == k) mine_w = bp, mine_x = bx;
-        wsum += bp;
-    }
-    if (lane < K) {
-        sel[r * K + lane] = mine_x;
-        wsel[r * K + lane] = mine_w / wsum;
-    }
+    if (r < n) route_row(logits + r * ls, X, K, sel + r * K, wsel + r * K);
 }
 
 extern "C" int hk_moe_route(void *st, const float *logits, int64_t ls, int64_t n, int X, int K, int32_t *sel, float *wsel,
@@ -144,27 +95,20 @@ extern "C" int hk_swiglu_quant(void *st, const float *g, const float *u, int64_t
     return 0;
 }
 
-// block per row, 512 threads: x[r][i] += (sum_k wsel[r,k] eo[r K + k][i], slot order) +
-// sigmoid(gl[r * gls]) so[r][i], gl the shared expert's gate logit (h2 . gs); then, with nw,
-// the next layer's RMSNorm of the new row (thread t's sum over elements t, t + 512, ..., then
-// the block tree), into h and rounded into a and a2 as hk_rmsnorm rounds them
+// block per row, 512 threads: x[r][i] = combine_elem (tail.cuh); then, with nw, the next
+// layer's RMSNorm of the new row (rms_row, as hk_rmsnorm makes it) into h, rounded into a and a2
 __global__ void combine_kernel(float *x, const float *gl, int64_t gls, const float *eo, const float *so, const float *wsel,
                                int64_t E, int K, const float *nw, float *h, float eps, hk_act a, hk_act a2) {
     pdl_enter();
-    __shared__ float sh[32];
     const int64_t r = blockIdx.x;
     const float sg = sigm(gl[r * gls]);
-    float ss = 0;
     for (int64_t i = threadIdx.x; i < E; i += blockDim.x) {
-        float o = 0;
-        for (int k = 0; k < K; k++) o += wsel[r * K + k] * eo[(r * K + k) * E + i];
-        const float xv = x[r * E + i] + (o + sg * so[r * E + i]);
-        x[r * E + i] = xv;
-        ss += xv * xv;
+        x[r * E + i] = combine_elem(x, eo, so, wsel, sg, r, i, E, K);
     }
     if (!nw) return;
-    ss = block_sum(ss, sh); /* its barriers also make the new row visible to the block */
-    norm_row(x + r * E, nw, h + r * E, E, 1.0f / sqrtf(ss / (float)E + eps), r, a, a2);
+    __threadfence(); /* the new row in L2, where rms_row reads it (__ldcg) */
+    __syncthreads();
+    rms_row(x + r * E, nw, h + r * E, E, eps, r, a, a2);
 }
 
 extern "C" int hk_moe_combine(void *st, float *x, const float *gl, int64_t gls, const float *eo, const float *so,

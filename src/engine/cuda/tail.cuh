@@ -1,0 +1,154 @@
+// tail.cuh: decode's fusions by the last block. A launch whose blocks each write a share of
+// a row (a product's outputs) cannot normalise or route that row itself; its last block to
+// finish can (a ticket, as argmax.cuh takes one): it sees every block's writes and does the
+// work a separate kernel did after the launch, with that kernel's very arithmetic (the
+// device functions below are the ones those kernels call), so a pass's bits do not depend
+// on whether its launches were fused. Tickets are reset by the block that takes the last,
+// so a launch finds the zeros the one before it left.
+//
+// Kinds (hk_tail, kernels.h): HK_TAIL_NORM (hk_rmsnorm of the rows just written),
+// HK_TAIL_ROUTE (hk_moe_route of the logits just written), HK_TAIL_COMBINE (hk_moe_combine
+// of the experts' outputs just written: a row range's last block combines that range, and
+// the last of those makes the next layer's norm).
+#ifndef HEARTH_CUDA_TAIL_CUH
+#define HEARTH_CUDA_TAIL_CUH
+
+#include "engine/cuda/common.cuh"
+#include "engine/cuda/act.cuh"
+
+#define ROUTE_MAX_X 512 /* experts a warp routes: 16 per lane, in registers */
+
+// The sum of squares of a row of E, the same bits in any warp of any launch: lane l adds
+// x[i]^2 for i = l, l + 32, ... in order, then the warp's tree. Read through L2 (__ldcg): a
+// tail reads rows other blocks of its launch wrote.
+__device__ __forceinline__ float row_ss(const float *xr, int64_t E) {
+    float s = 0.0f;
+#pragma unroll 8
+    for (int64_t i = threadIdx.x & 31; i < E; i += 32) {
+        const float v = __ldcg(xr + i);
+        s += v * v;
+    }
+    return warp_sum(s);
+}
+
+// y = rmsnorm(x row) * w, rounded into a and a2 (row r): every warp of the block sums the row
+// itself (row_ss), then norm_row spreads the elements over the block's warps
+__device__ __forceinline__ void rms_row(const float *xr, const float *w, float *y, int64_t E, float eps, int64_t r,
+                                        const hk_act &a, const hk_act &a2) {
+    const float ss = row_ss(xr, E);
+    norm_row(xr, w, y, E, 1.0f / sqrtf(ss / (float)E + eps), r, a, a2);
+}
+
+// One warp routes one row (logits l): p = softmax(l) (max and sum by the warp's fixed tree),
+// kept in registers (lane l: x = l + 32u), then K rounds of the largest p not taken (ties:
+// the lower id), the weights renormalised in slot order.
+__device__ __forceinline__ void route_row(const float *l, int X, int K, int32_t *sel, float *wsel) {
+    const int lane = threadIdx.x & 31, per = (X + 31) / 32;
+    float pv[ROUTE_MAX_X / 32];
+    float mx = -INFINITY;
+#pragma unroll
+    for (int u = 0; u < ROUTE_MAX_X / 32; u++) {
+        const int x = lane + 32 * u;
+        pv[u] = u < per && x < X ? __ldcg(l + x) : -INFINITY;
+        mx = fmaxf(mx, pv[u]);
+    }
+    mx = warp_max(mx);
+    float sum = 0.0f;
+#pragma unroll
+    for (int u = 0; u < ROUTE_MAX_X / 32; u++) {
+        const int x = lane + 32 * u;
+        if (u < per && x < X) sum += expf(pv[u] - mx);
+    }
+    sum = warp_sum(sum);
+#pragma unroll
+    for (int u = 0; u < ROUTE_MAX_X / 32; u++) {
+        const int x = lane + 32 * u;
+        pv[u] = u < per && x < X ? expf(pv[u] - mx) / sum : -1.0f; /* -1: not an expert */
+    }
+    float wsum = 0.0f, mine_w = 0.0f;
+    int mine_x = 0;
+    for (int k = 0; k < K; k++) {
+        float bp = -1.0f;
+        int bx = X;
+#pragma unroll
+        for (int u = 0; u < ROUTE_MAX_X / 32; u++)
+            if (pv[u] > bp) bp = pv[u], bx = lane + 32 * u; /* ascending x: the first of equals stays */
+        for (int off = 16; off; off >>= 1) {
+            const float op = __shfl_xor_sync(0xffffffffu, bp, off);
+            const int ox = __shfl_xor_sync(0xffffffffu, bx, off);
+            if (op > bp || (op == bp && ox < bx)) bp = op, bx = ox;
+        }
+#pragma unroll
+        for (int u = 0; u < ROUTE_MAX_X / 32; u++)
+            if (lane + 32 * u == bx) pv[u] = -2.0f; /* taken */
+        if (lane == k) mine_w = bp, mine_x = bx;
+        wsum += bp;
+    }
+    if (lane < K) {
+        sel[lane] = mine_x;
+        wsel[lane] = mine_w / wsum;
+    }
+}
+
+// element i of row r after the MoE block: x + ((sum_k wsel[r,k] eo[rK + k][i], slot order)
+// + sg so[r][i]), sg = sigmoid of the shared expert's gate logit
+__device__ __forceinline__ float combine_elem(const float *x, const float *eo, const float *so, const float *wsel, float sg,
+                                              int64_t r, int64_t i, int64_t E, int K) {
+    float o = 0;
+    for (int k = 0; k < K; k++) o += __ldcg(wsel + r * K + k) * __ldcg(eo + (r * K + k) * E + i);
+    return __ldcg(x + r * E + i) + (o + sg * __ldcg(so + r * E + i));
+}
+
+// Ticket `t` of cnt: true in the block that takes the last of `total` (every block's writes
+// before its ticket are then visible to it); that block returns the ticket to zero. Every
+// thread of the block calls it.
+__device__ __forceinline__ bool tail_last(unsigned *cnt, unsigned total) {
+    __shared__ bool last;
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        last = atomicAdd(cnt, 1u) == total - 1;
+        if (last) *cnt = 0;
+    }
+    __syncthreads();
+    if (last) __threadfence();
+    return last;
+}
+
+// The kinds' work, each its own function, not inlined, so that a product ending with one
+// keeps its own registers (the route's 16 a lane would raise every product's count).
+static __device__ __noinline__ void tail_norm(const hk_tail &t) {
+    for (int64_t r = 0; r < t.n; r++) rms_row(t.x + r * t.E, t.nw, t.h + r * t.E, t.E, t.eps, r, t.a, t.a2);
+}
+static __device__ __noinline__ void tail_route(const hk_tail &t, const float *y) {
+    for (int64_t r = threadIdx.x / 32; r < t.n; r += blockDim.x / 32)
+        route_row(y + r * t.ls, t.X, t.K, t.sel + r * t.K, t.wsel + r * t.K);
+}
+static __device__ __noinline__ void tail_combine(const hk_tail &t, const float *y, int64_t i0, int64_t i1) {
+    for (int64_t j = threadIdx.x; j < t.n * (i1 - i0); j += blockDim.x) {
+        const int64_t r = j / (i1 - i0), i = i0 + j % (i1 - i0);
+        const float sg = sigm(__ldcg(t.gl + r * t.gls));
+        t.x[r * t.E + i] = combine_elem(t.x, y, t.so, t.wsel, sg, r, i, t.E, t.K);
+    }
+}
+
+// The tail of a launch of `blocks` blocks, of the kinds in KINDS (a mask of 1 << kind). y:
+// the rows the launch wrote (the logits; the experts' outputs). For the combine, `range` is
+// the block's slice of a row's outputs [i0, i1), `ranges` how many slices there are and
+// `per` how many blocks write each slice (a slice's tickets: cnt[range]; the slices' ticket:
+// cnt[ranges]).
+template <unsigned KINDS>
+__device__ __forceinline__ void tail_run(const hk_tail &t, const float *y, unsigned blocks, unsigned range, unsigned ranges,
+                                         unsigned per, int64_t i0, int64_t i1) {
+    if ((KINDS >> HK_TAIL_NORM & 1) && t.kind == HK_TAIL_NORM) {
+        if (tail_last(t.cnt, blocks)) tail_norm(t);
+    } else if ((KINDS >> HK_TAIL_ROUTE & 1) && t.kind == HK_TAIL_ROUTE) {
+        if (tail_last(t.cnt, blocks)) tail_route(t, y);
+    } else if ((KINDS >> HK_TAIL_COMBINE & 1) && t.kind == HK_TAIL_COMBINE) {
+        if (!tail_last(t.cnt + range, per)) return;
+        tail_combine(t, y, i0, i1);
+        if (t.nw && tail_last(t.cnt + ranges, ranges)) tail_norm(t);
+    }
+}
+
+#endif
