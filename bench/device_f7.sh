@@ -4,6 +4,8 @@
 #   build      hearth, the CUDA tests and the gates for sm_90a (llama.cpp's CUDA build starts
 #              in the background first: bench/device_peer_build.sh)
 #   unit       test_cuda, and test_gdn_chunk where it is built (the chunked delta rule on the GPU)
+#   plant      test_cuda built from a copy of the tree whose fused tails run in the first block
+#              to finish instead of the last (tail.cuh): fused_tails_match_apart must go red
 #   engine     test_engine --tiny on the cuda engine, as built (defaults) and with every switch
 #              named in FORMS (e.g. "HEARTH_CUDA_GDN_CHUNK=1")
 #   gates      `gates all tiny` on the cuda engine, the same forms
@@ -59,6 +61,11 @@ for s in $steps; do
            echo "== build: $(( $(date +%s) - t0 )) s" ;;
     unit) step unit 90 build/tests/test_cuda
           [ -x build/tests/test_gdn_chunk ] && step unit_chunk 120 build/tests/test_gdn_chunk ;;
+    plant) rm -rf /tmp/plant && mkdir -p /tmp/plant && git ls-files | tar cf - -T - | tar xf - -C /tmp/plant
+           ( cd /tmp/plant && sed -i 's/== total - 1;/== 0u;/' src/engine/cuda/tail.cuh && grep -q '== 0u;' src/engine/cuda/tail.cuh &&
+             make -j16 build/tests/test_cuda ) >"$out/plant_build.log" 2>&1 || { echo "== plant: build failed"; continue; }
+           step plant 120 /tmp/plant/build/tests/test_cuda
+           grep -E "fused|^FAIL" "$out/plant.log" | head -5 ;;
     engine) with_forms engine_tiny 120 build/tests/test_engine --tiny ;;
     gates) HEARTH_GATES_DEVICE=cuda with_forms gates_tiny 150 build/gates all tiny ;;
     gates_small) HEARTH_GATES_DEVICE=cuda step gates_small 150 build/gates all small ;;
