@@ -630,6 +630,76 @@ TEST(fused_tails_match_apart) {
 #endif
 }
 
+/* Decode's gated norm as the delta rule's tail (hk_gtail) against the delta rule then
+ * hk_gdn_gated_norm, bit for bit, at the model's 32 value heads on 16 key heads, 1, 3 and 8
+ * one-row pieces, both forms of the rule (chunked, row by row): outputs, the rounded rows and
+ * the lanes; the tickets end at zero. */
+TEST(gated_tail_matches_apart) {
+#ifndef HEARTH_CUDA
+    SKIP("built without CUDA (nvcc not found)");
+#else
+    if (!have_gpu()) return;
+    const int64_t Gk = 16, Gv = 32, S = 128, cd = 2 * Gk * S + Gv * S, Vd = Gv * S, lane = Gv * S * S, nps[] = {1, 3, 8};
+    herr e;
+    void *st, *tickets;
+    CHECK(hk_stream_new(&st, &e) == 0 && hk_malloc(&tickets, 4 * 256, &e) == 0);
+    hk_memset(tickets, 0, 4 * 256, &e);
+    float *nw = randf(S, 1600, 0.5f, 1.5f);
+    void *dnw = dev_f(nw, (size_t)S, &e);
+    for (size_t pi = 0; pi < sizeof nps / sizeof nps[0]; pi++) {
+        const int64_t np = nps[pi], n = np;
+        float *cv = randf(n * cd, 1610 + (uint64_t)np, -0.1f, 0.1f), *b = randf(n * Gv, 1620, 0.1f, 0.9f);
+        float *a = randf(n * Gv, 1630, -0.5f, -0.01f), *z = randf(n * Vd, 1640, -2.0f, 2.0f);
+        float *l0 = randf(np * lane, 1650 + (uint64_t)np, -0.2f, 0.2f);
+        hk_piece *pcs = xmalloc(sizeof(hk_piece) * (size_t)np);
+        hk_chunk *chs = xmalloc(sizeof(hk_chunk) * (size_t)np);
+        int32_t *pch = xmalloc(4 * (size_t)(np + 1));
+        for (int64_t p = 0; p < np; p++) {
+            pcs[p] = (hk_piece){.r0 = p, .n = 1, .pos0 = 5, .seq = (int32_t)p};
+            chs[p] = (hk_chunk){.piece = (int32_t)p, .c0 = 0, .n = 1};
+            pch[p] = (int32_t)p;
+        }
+        pch[np] = (int32_t)np;
+        void *dcv = dev_f(cv, (size_t)(n * cd), &e), *db = dev_f(b, (size_t)(n * Gv), &e), *da = dev_f(a, (size_t)(n * Gv), &e);
+        void *dz = dev_f(z, (size_t)(n * Vd), &e), *la = dev_f(l0, (size_t)(np * lane), &e), *lb = dev_f(l0, (size_t)(np * lane), &e);
+        void *dp, *dc, *dpc, *oa, *ob;
+        hk_malloc(&dp, sizeof(hk_piece) * (size_t)np, &e), hk_h2d(dp, pcs, sizeof(hk_piece) * (size_t)np, &e);
+        hk_malloc(&dc, sizeof(hk_chunk) * (size_t)np, &e), hk_h2d(dc, chs, sizeof(hk_chunk) * (size_t)np, &e);
+        hk_malloc(&dpc, 4 * (size_t)(np + 1), &e), hk_h2d(dpc, pch, 4 * (size_t)(np + 1), &e);
+        hk_malloc(&oa, 4 * (size_t)(n * Vd), &e), hk_malloc(&ob, 4 * (size_t)(n * Vd), &e);
+        hk_act aa, ab;
+        act8k_new(&aa, n, Vd, &e), act8k_new(&ab, n, Vd, &e);
+        for (int form = 0; form < 2; form++) {
+            hk_h2d(la, l0, 4 * (size_t)(np * lane), &e), hk_h2d(lb, l0, 4 * (size_t)(np * lane), &e);
+            const hk_gtail gt = {.z = dz, .nw = dnw, .eps = 1e-6f, .a = aa, .cnt = tickets};
+            int rc;
+            if (form == 0)
+                rc = hk_gdn_chunk(st, dcv, db, da, la, (size_t)lane, dp, (int)np, dc, dpc, n, NULL, NULL, 0, S, Gk, Gv, cd, NULL, &gt, oa, &e) |
+                     hk_gdn_chunk(st, dcv, db, da, lb, (size_t)lane, dp, (int)np, dc, dpc, n, NULL, NULL, 0, S, Gk, Gv, cd, NULL, NULL, ob, &e);
+            else
+                rc = hk_gdn_delta(st, dcv, db, da, la, (size_t)lane, dp, (int)np, NULL, NULL, 0, S, Gk, Gv, cd, &gt, oa, &e) |
+                     hk_gdn_delta(st, dcv, db, da, lb, (size_t)lane, dp, (int)np, NULL, NULL, 0, S, Gk, Gv, cd, NULL, ob, &e);
+            rc |= hk_gdn_gated_norm(st, ob, dz, dnw, n, S, Gv, 1e-6f, &ab, &e) | hk_stream_sync(st, &e);
+            CHECK_MSG(rc == 0, "%s", e.msg);
+            const int64_t bad = diff_f(oa, ob, (size_t)(n * Vd), &e) + diff_act(&aa, &ab, n, &e) + diff_f(la, lb, (size_t)(np * lane), &e);
+            CHECK_MSG(bad == 0, "%s rule, %lld pieces: %lld values differ from the delta rule then the gated norm",
+                      form ? "row" : "chunked", (long long)np, (long long)bad);
+        }
+        unsigned tk[256];
+        hk_d2h(tk, tickets, sizeof tk, &e);
+        int left = 0;
+        for (int i = 0; i < 256; i++) left += tk[i] != 0;
+        CHECK_MSG(left == 0, "%lld pieces: %d tickets left nonzero", (long long)np, left);
+        hk_free(dcv), hk_free(db), hk_free(da), hk_free(dz), hk_free(la), hk_free(lb), hk_free(dp), hk_free(dc), hk_free(dpc);
+        hk_free(oa), hk_free(ob), dev_act_free(&aa), dev_act_free(&ab);
+        free(cv), free(b), free(a), free(z), free(l0), free(pcs), free(chs), free(pch);
+    }
+    hk_free(dnw), hk_free(tickets), free(nw);
+    printf("  gated norm as the delta rule's tail (chunked and row forms, 32 heads, 1, 3, 8 pieces): the separate launches' bits\n");
+    hk_stream_free(st);
+#endif
+}
+
 /* Float weights (F32, F16, BF16: a warp per output over f32 inputs) against a double dot
  * product of the CPU's dequantized weights. Bound (Higham's, for recursive summation): a
  * lane sums K/32 products in order with fma, then 5 levels of the warp tree, so
@@ -915,7 +985,7 @@ static int gdn_pass(void *st, const gpiece *ps, int np, float *o, float *lanes, 
     hk_gdn_scratch sc = {.w = d[9], .u = d[10], .qk = d[11], .g = (float *)d[11] + n * Gv * 64};
     if (rc == 0)
         rc = hk_gdn_chunk(st, d[0], d[2], d[1], d[3], (size_t)lane, d[4], np, d[5], d[6], n, d[7], d[8], (size_t)lane, 128, Gk,
-                          Gv, cd, &sc, d[12], e);
+                          Gv, cd, &sc, NULL, d[12], e);
     if (rc == 0) rc = hk_stream_sync(st, e);
     if (rc == 0) rc = hk_d2h(o, d[12], bytes[12], e);
     if (rc == 0) rc = hk_d2h(lanes, d[3], bytes[3], e);
@@ -964,10 +1034,10 @@ static void gdn_time(int np, int64_t len) {
         for (int r = -1; r < 5 && rc == 0; r++) {
             rc |= hk_event_record(st, ev[0], &e);
             if (form == 0)
-                rc |= hk_gdn_delta(st, d[0], d[2], d[1], d[3], (size_t)lane, d[4], np, NULL, NULL, 0, 128, GK, GV, cd, d[9], &e);
+                rc |= hk_gdn_delta(st, d[0], d[2], d[1], d[3], (size_t)lane, d[4], np, NULL, NULL, 0, 128, GK, GV, cd, NULL, d[9], &e);
             else
                 rc |= hk_gdn_chunk(st, d[0], d[2], d[1], d[3], (size_t)lane, d[4], np, d[5], d[6], n, NULL, NULL, 0, 128, GK, GV, cd,
-                                   &sc, d[9], &e);
+                                   &sc, NULL, d[9], &e);
             rc |= hk_event_record(st, ev[1], &e) | hk_stream_sync(st, &e);
             if (r >= 0) ms[form][r] = hk_event_ms(ev[0], ev[1]);
         }
@@ -1169,6 +1239,7 @@ int main(void) {
     RUN(moe_matmul_matches_ref);
     RUN(down_swiglu_matches_apart);
     RUN(fused_tails_match_apart);
+    RUN(gated_tail_matches_apart);
     RUN(fmatmul_matches_cpu);
     RUN(route_matches_cpu);
     RUN(attn_matches_ref);

@@ -469,15 +469,19 @@ static int gdn_layer(cuda_engine *ce, const cuda_layer *C, const pass *p, herr *
                                          Gk, Gv, cd, dc, hp->rms_eps, e));
     if (!ring_too)
         OP("gdn ring", hk_gdn_ring(st, ce->qkv, ring0, rstride, pieces, p->n_pieces, marks, p->n_marks, sr, rstride, cd, dc, e));
+    /* decode, fused: the gated norm is the delta rule's tail */
+    hk_act aov, *ao = act_view(act_for(&C->ssm_out, &ce->ao8k, &ce->ao80), Vd, &aov);
+    const hk_act none = {0};
+    const hk_gtail gt = {.z = ce->z, .nw = F(C->ssm_norm), .eps = hp->rms_eps, .a = ao ? *ao : none, .cnt = ce->tickets};
+    const hk_gtail *gtp = ring_too && fuse_pass(ce, n) && Gv % 2 == 0 ? &gt : NULL;
     if (ce->gdn_chunk)
         OP("gdn delta", hk_gdn_chunk(st, ce->cv, ce->gb, ce->ga, lane0, lstride, pieces, p->n_pieces, IO(ce, chunks, hk_chunk),
-                                     IO(ce, pchunk, int32_t), n, marks, sl, lstride, S, Gk, Gv, cd, &ce->gsc, ce->o, e));
+                                     IO(ce, pchunk, int32_t), n, marks, sl, lstride, S, Gk, Gv, cd, &ce->gsc, gtp, ce->o, e));
     else
         OP("gdn delta", hk_gdn_delta(st, ce->cv, ce->gb, ce->ga, lane0, lstride, pieces, p->n_pieces, marks, sl, lstride, S, Gk,
-                                     Gv, cd, ce->o, e));
+                                     Gv, cd, gtp, ce->o, e));
     if (p->copy_lanes) TRY(lanes_out(ce, C->gi, p, e));
-    hk_act aov, *ao = act_view(act_for(&C->ssm_out, &ce->ao8k, &ce->ao80), Vd, &aov);
-    OP("gdn gated norm", hk_gdn_gated_norm(st, ce->o, ce->z, F(C->ssm_norm), n, S, Gv, hp->rms_eps, ao, e));
+    if (!gtp) OP("gdn gated norm", hk_gdn_gated_norm(st, ce->o, ce->z, F(C->ssm_norm), n, S, Gv, hp->rms_eps, ao, e));
     OP("gdn out", out_product(ce, C, &C->ssm_out, ce->o, Vd, ao, n, e));
     return 0;
 }

@@ -14,6 +14,7 @@
 // other bits, the same contract); HEARTH_CUDA_GDN_CHUNK=0 (backend.c) runs this row rule.
 #include "engine/cuda/common.cuh"
 #include "engine/cuda/act.cuh"
+#include "engine/cuda/tail.cuh"
 
 // Planted defects for the gates (src/engine/mutant.h): this file is compiled a second time
 // with -DHEARTH_MUTANTS into the gates' library only; there KMUT(bit) reads the defect named
@@ -51,6 +52,35 @@ static int mut_load(herr *e) {
 #define KMUT(bit) 0u
 static int mut_load(herr *) { return 0; }
 #endif
+
+// A warp's gated norm of block blk (256 values: value heads 2 blk, 2 blk + 1) of row r of o
+// (rows of Vd): a head's sum of squares over its 16 lanes (a fixed xor tree), x = x * scale *
+// nw * silu(z), written back and rounded into a (when set). o read through L2: the delta
+// rule's last block reads what its other blocks wrote (hk_gtail).
+#define GN_DS 128
+__device__ __forceinline__ void gated_blk(float *o, const float *z, const float *nw, int64_t r, int64_t blk, int64_t Vd,
+                                          float eps, const hk_act &a) {
+    const int lane = threadIdx.x & 31;
+    const int64_t i0 = r * Vd + blk * 256 + 8 * lane;
+    const int d0 = (8 * lane) % GN_DS;
+    float v[8], ss = 0;
+#pragma unroll
+    for (int i = 0; i < 8; i++) v[i] = __ldcg(o + i0 + i), ss += v[i] * v[i];
+    for (int off = 1; off < 16; off <<= 1) ss += __shfl_xor_sync(0xffffffffu, ss, off);
+    const float sc = 1.0f / sqrtf(ss / (float)GN_DS + eps);
+#pragma unroll
+    for (int i = 0; i < 8; i++) v[i] = v[i] * sc * nw[d0 + i] * silu(z[i0 + i]);
+#pragma unroll
+    for (int i = 0; i < 8; i++) o[i0 + i] = v[i];
+    if (a.q) round_into(a, r, blk, v);
+}
+
+// the gated-norm tail of a decode pass's delta rule (hk_gtail): block (h, piece) of a grid
+// (Gv * 4, n_pieces); the last of the 8 blocks of heads 2j, 2j + 1 makes block j of the row
+__device__ __forceinline__ void gated_tail(const hk_gtail &gt, float *o, int64_t r, int64_t h, int64_t Gv) {
+    if (tail_last(gt.cnt + blockIdx.y * (Gv / 2) + h / 2, 8) && threadIdx.x < 32)
+        gated_blk(o, gt.z, gt.nw, r, h / 2, Gv * GN_DS, gt.eps, gt.a);
+}
 
 #include "engine/cuda/gdn_chunk.cuh"
 
@@ -163,7 +193,7 @@ extern "C" int hk_gdn_ring(void *st, const float *qkv, float *ring0, size_t seq_
 __global__ void __launch_bounds__(128) delta_kernel(const float *cv, const float *b, const float *a, float *lane0,
                                                     size_t seq_stride, const hk_piece *pieces, const hk_mark *marks,
                                                     float *stage0, size_t stage_stride, int64_t Gk, int64_t Gv, int64_t cd,
-                                                    float *o) {
+                                                    hk_gtail gt, float *o) {
     pdl_enter();
     __shared__ __align__(16) float qs[DCH][DS], ks[DCH][DS], vs[DCH][DCOLS];
     __shared__ float bs[DCH], gs[DCH];
@@ -255,15 +285,19 @@ __global__ void __launch_bounds__(128) delta_kernel(const float *cv, const float
     }
 #pragma unroll
     for (int i = 0; i < 32; i++) lane_p[(32 * w + i) * DS + col] = st[i];
+    if (gt.z) gated_tail(gt, o, pc->r0, h, Gv);
 }
 
 extern "C" int hk_gdn_delta(void *st, const float *cv, const float *b, const float *a, float *lane0, size_t seq_stride,
                             const hk_piece *pieces, int n_pieces, const hk_mark *marks, float *stage0, size_t stage_stride,
-                            int64_t S, int64_t Gk, int64_t Gv, int64_t cd, float *o, herr *e) {
+                            int64_t S, int64_t Gk, int64_t Gv, int64_t cd, const hk_gtail *gt, float *o, herr *e) {
     if (S != DS) return herr_set(e, "the CUDA engine's delta rule takes ssm_d_state %d, not %lld", DS, (long long)S);
     if (n_pieces == 0) return 0;
+    if (gt && gt->z && Gv % 2) return herr_set(e, "hk_gdn_delta: a gated-norm tail over %lld value heads", (long long)Gv);
+    const hk_gtail none = {0};
     dim3 g((unsigned)(Gv * 4), (unsigned)n_pieces);
-    LAUNCH(e, delta_kernel, g, 128, 0, st, cv, b, a, lane0, seq_stride, pieces, marks, stage0, stage_stride, Gk, Gv, cd, o);
+    LAUNCH(e, delta_kernel, g, 128, 0, st, cv, b, a, lane0, seq_stride, pieces, marks, stage0, stage_stride, Gk, Gv, cd,
+           gt ? *gt : none, o);
     return 0;
 }
 
@@ -272,9 +306,13 @@ extern "C" int hk_gdn_delta(void *st, const float *cv, const float *b, const flo
 extern "C" int hk_gdn_chunk(void *st, const float *cv, const float *b, const float *a, float *lane0, size_t seq_stride,
                             const hk_piece *pieces, int n_pieces, const hk_chunk *chunks, const int32_t *pchunk, int64_t n,
                             const hk_mark *marks, float *stage0, size_t stage_stride, int64_t S, int64_t Gk, int64_t Gv,
-                            int64_t cd, const hk_gdn_scratch *sc, float *o, herr *e) {
+                            int64_t cd, const hk_gdn_scratch *sc, const hk_gtail *gt, float *o, herr *e) {
     if (S != GC_DS) return herr_set(e, "the CUDA engine's delta rule takes ssm_d_state %d, not %lld", GC_DS, (long long)S);
     if (n_pieces == 0) return 0;
+    if (gt && gt->z && (Gv % 2 || n != n_pieces))
+        return herr_set(e, "hk_gdn_chunk: a gated-norm tail over %lld value heads, %lld rows in %d pieces", (long long)Gv,
+                        (long long)n, n_pieces);
+    const hk_gtail none = {0};
     if (mut_load(e) < 0) return -1;
     static bool attrs_set;
     const size_t prep_smem = sizeof(float) * gc_prep_smem_floats(), state_smem = sizeof(float) * gc_state_smem_floats(GC_C);
@@ -288,7 +326,7 @@ extern "C" int hk_gdn_chunk(void *st, const float *cv, const float *b, const flo
     if (n == n_pieces) {
         LAUNCH(e, gdn_chunk_state_kernel<1>, gs, GC_THREADS, sizeof(float) * gc_state_smem_floats(1), st, cv, b, a, lane0, seq_stride,
                pieces, chunks, pchunk, marks, stage0, stage_stride, Gk, Gv, cd, (const float *)NULL, (const float *)NULL,
-               (const float *)NULL, (const float *)NULL, o);
+               (const float *)NULL, (const float *)NULL, gt ? *gt : none, o);
         return 0;
     }
     /* the chunks' count is read on the device (anchors add chunks): the grid depends only on
@@ -298,31 +336,14 @@ extern "C" int hk_gdn_chunk(void *st, const float *cv, const float *b, const flo
            sc->u, sc->qk, sc->g);
     LAUNCH(e, gdn_chunk_state_kernel<GC_C>, gs, GC_THREADS, state_smem, st, cv, b, a, lane0, seq_stride, pieces, chunks, pchunk,
            marks, stage0, stage_stride, Gk, Gv, cd, (const float *)sc->w, (const float *)sc->u, (const float *)sc->qk,
-           (const float *)sc->g, o);
+           (const float *)sc->g, none, o);
     return 0;
 }
 
-// block per row, 256 threads; warp w takes 256 values (two heads of 128) at a time: a head's
-// sum of squares over its 16 lanes (a fixed xor tree), x = x * scale * nw * silu(z), written
-// back and rounded into a (when set)
+// block per row, 256 threads; warp w takes 256 values (two heads of 128) at a time (gated_blk)
 __global__ void gated_norm_kernel(float *o, const float *z, const float *nw, int64_t Vd, float eps, hk_act a) {
     pdl_enter();
-    const int64_t r = blockIdx.x;
-    const int lane = threadIdx.x & 31;
-    for (int64_t blk = threadIdx.x / 32; blk < Vd / 256; blk += 8) {
-        const int64_t i0 = r * Vd + blk * 256 + 8 * lane;
-        const int d0 = (8 * lane) % DS;
-        float v[8], ss = 0;
-#pragma unroll
-        for (int i = 0; i < 8; i++) v[i] = o[i0 + i], ss += v[i] * v[i];
-        for (int off = 1; off < 16; off <<= 1) ss += __shfl_xor_sync(0xffffffffu, ss, off);
-        const float sc = 1.0f / sqrtf(ss / (float)DS + eps);
-#pragma unroll
-        for (int i = 0; i < 8; i++) v[i] = v[i] * sc * nw[d0 + i] * silu(z[i0 + i]);
-#pragma unroll
-        for (int i = 0; i < 8; i++) o[i0 + i] = v[i];
-        if (a.q) round_into(a, r, blk, v);
-    }
+    for (int64_t blk = threadIdx.x / 32; blk < Vd / 256; blk += 8) gated_blk(o, z, nw, blockIdx.x, blk, Vd, eps, a);
 }
 
 extern "C" int hk_gdn_gated_norm(void *st, float *o, const float *z, const float *nw, int64_t n, int64_t S, int64_t Gv,

@@ -248,7 +248,7 @@ __global__ void __launch_bounds__(GC_THREADS, CR == 1 ? 4 : 2)
     gdn_chunk_state_kernel(const float *cv, const float *b, const float *a, float *lane0, size_t seq_stride,
                            const hk_piece *pieces, const hk_chunk *chunks, const int32_t *pchunk, const hk_mark *marks,
                            float *stage0, size_t stage_stride, int64_t Gk, int64_t Gv, int64_t cd, const float *wsc,
-                           const float *usc, const float *qksc, const float *gsc, float *o) {
+                           const float *usc, const float *qksc, const float *gsc, hk_gtail gt, float *o) {
     pdl_enter();
     HK_DYN_SMEM(sm);
     float *xw = sm, *xq = sm + CR * GC_XP;  /* [CR][GC_XP] each */
@@ -431,6 +431,8 @@ __global__ void __launch_bounds__(GC_THREADS, CR == 1 ? 4 : 2)
     __syncthreads();
 #pragma unroll
     for (int a = 0; a < 4; a++) *(float4 *)(lane_p + (rg + 32 * a) * GC_DS) = *(const float4 *)(s0 + (rg + 32 * a) * GC_COLS + 4 * cg);
+    if constexpr (CR == 1)
+        if (gt.z) gated_tail(gt, o, pc->r0, h, Gv); /* decode: the gated norm of the row's two heads (gdn.cu) */
 }
 
 #endif

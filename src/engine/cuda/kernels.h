@@ -104,6 +104,16 @@ typedef struct hk_tail {
     hk_act a, a2;
 } hk_tail;
 
+/* decode's gated norm as the delta rule's tail (every piece of the pass one row): the last of a
+ * row's blocks over two value heads makes their 256 values as hk_gdn_gated_norm does (z, nw,
+ * eps; o written back, rounded into a); tickets cnt, n_pieces * Gv / 2. z NULL: none. */
+typedef struct hk_gtail {
+    const float *z, *nw;
+    float eps;
+    hk_act a;
+    unsigned *cnt;
+} hk_gtail;
+
 /* ---- base.cu ---- */
 int hk_malloc(void **p, size_t bytes, herr *e);
 void hk_free(void *p);
@@ -248,14 +258,14 @@ int hk_gdn_ring(void *st, const float *qkv, float *ring0, size_t seq_stride, con
  * stage_stride; o (n, Gv*S). S must be 128. */
 int hk_gdn_delta(void *st, const float *cv, const float *b, const float *a, float *lane0, size_t seq_stride,
                  const hk_piece *pieces, int n_pieces, const hk_mark *marks, float *stage0, size_t stage_stride,
-                 int64_t S, int64_t Gk, int64_t Gv, int64_t cd, float *o, herr *e);
+                 int64_t S, int64_t Gk, int64_t Gv, int64_t cd, const hk_gtail *gt, float *o, herr *e);
 /* the same rule in the chunked WY form (gdn_chunk.cuh): the same lanes, points and o, the
  * pass's chunks in chunks / pchunk (n_pieces + 1 entries); n rows in the pass. A pass whose
  * pieces are all one row (decode) is one launch; others a prep launch and a state launch. */
 int hk_gdn_chunk(void *st, const float *cv, const float *b, const float *a, float *lane0, size_t seq_stride,
                  const hk_piece *pieces, int n_pieces, const hk_chunk *chunks, const int32_t *pchunk, int64_t n,
                  const hk_mark *marks, float *stage0, size_t stage_stride, int64_t S, int64_t Gk, int64_t Gv, int64_t cd,
-                 const hk_gdn_scratch *sc, float *o, herr *e);
+                 const hk_gdn_scratch *sc, const hk_gtail *gt, float *o, herr *e);
 /* o (n, Gv*S) = rmsnorm per head (weight nw, S) * silu(z), then rounded into a */
 int hk_gdn_gated_norm(void *st, float *o, const float *z, const float *nw, int64_t n, int64_t S, int64_t Gv, float eps,
                       hk_act *a, herr *e);
