@@ -23,7 +23,8 @@ LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
 MUT_OBJ := $(filter-out $(ENG_SRC:%.c=$(BUILD)/obj/%.o),$(LIB_OBJ)) $(ENG_SRC:%.c=$(BUILD)/obj-mut/%.o)
 CLI_OBJ := $(CLI_SRC:%.c=$(BUILD)/obj/%.o)
 REF_OBJ := $(REF_SRC:%.c=$(BUILD)/obj/%.o)
-TEST_BIN := $(TEST_SRC:tests/unit/%.c=$(BUILD)/tests/%) $(BUILD)/tests/test_gdn_chunk $(BUILD)/tests/test_argmax_emu
+TEST_BIN := $(TEST_SRC:tests/unit/%.c=$(BUILD)/tests/%) $(BUILD)/tests/test_gdn_chunk $(BUILD)/tests/test_argmax_emu \
+            $(BUILD)/tests/test_fused_emu
 
 # `hearth --version` names the commit; main.o is rebuilt when the description changes (the
 # stamp file is rewritten only then). Outside a git checkout: "unknown".
@@ -100,8 +101,15 @@ $(BUILD)/mut/hearth: $(CLI_OBJ) $(BUILD)/libhearth-mut.a
 # execution model (tests/unit/cuda_emu.h): C++, no GPU, no nvcc; no sanitizer (fibers and
 # ASan's stack tracking do not mix), and no fused multiply-adds but the kernels' own
 CXX ?= c++
+EMU_CUH := src/engine/cuda/warp.cuh src/engine/cuda/act.cuh src/engine/cuda/tail.cuh src/engine/cuda/kernels.h
 $(BUILD)/tests/test_gdn_chunk: tests/unit/test_gdn_chunk.cc tests/unit/cuda_emu.h tests/unit/gdn_chunk_ref.h tests/unit/harness.h \
-                               src/engine/cuda/gdn_chunk.cuh src/engine/cuda/kernels.h
+                               src/engine/cuda/gdn_chunk.cuh $(EMU_CUH)
+	@mkdir -p $(@D)
+	$(CXX) -std=c++17 -O2 -g -Wall -Wextra -Werror -Wno-unused-parameter -Wno-unknown-pragmas -ffp-contract=off -fno-strict-aliasing \
+	    -D_GNU_SOURCE -Isrc -Itests/unit -o $@ $< -lm
+
+$(BUILD)/tests/test_fused_emu: tests/unit/test_fused_emu.cc tests/unit/cuda_emu.h tests/unit/harness.h src/engine/cuda/gemv.cuh \
+                               src/engine/cuda/gdn_chunk.cuh $(EMU_CUH)
 	@mkdir -p $(@D)
 	$(CXX) -std=c++17 -O2 -g -Wall -Wextra -Werror -Wno-unused-parameter -Wno-unknown-pragmas -ffp-contract=off -fno-strict-aliasing \
 	    -D_GNU_SOURCE -Isrc -Itests/unit -o $@ $< -lm

@@ -11,8 +11,11 @@
  * dynamic shared memory (HK_DYN_SMEM) is one buffer per block, filled with NaN so a read
  * before a write shows. The __fmaf_rn family is fmaf and plain float operations: compile
  * with -ffp-contract=off so no product and sum are fused behind the test's back, and
- * -fno-strict-aliasing (float4 loads of float arrays). Not emulated: votes, streams, PDL
- * (pdl_enter is a no-op). */
+ * -fno-strict-aliasing (float4 loads of float arrays). Also here, for the one-row products
+ * and their tails (tests/unit/test_fused_emu.cc): int4, uint4, uint2, __dp4a, __vsub4, the
+ * f16 conversions (round to nearest even), __float2int_rn, __ldcg (a plain load: blocks run
+ * one after another). Not emulated: votes, streams, PDL (pdl_wait, pdl_go, pdl_enter are
+ * no-ops), the memory model across blocks. */
 #ifndef HEARTH_CUDA_EMU_H
 #define HEARTH_CUDA_EMU_H
 
@@ -30,6 +33,7 @@
 #define __device__
 #define __host__
 #define __forceinline__ inline
+#define __noinline__
 #define __launch_bounds__(...)
 #define __align__(n) alignas(n)
 #define __shared__ static
@@ -42,6 +46,16 @@ struct alignas(16) float4 {
     float x, y, z, w;
 };
 inline float4 make_float4(float x, float y, float z, float w) { return float4{x, y, z, w}; }
+struct alignas(16) int4 {
+    int x, y, z, w;
+};
+struct alignas(16) uint4 {
+    unsigned x, y, z, w;
+};
+struct alignas(8) uint2 {
+    unsigned x, y;
+};
+inline uint2 make_uint2(unsigned x, unsigned y) { return uint2{x, y}; }
 struct emu_uint3 {
     unsigned x, y, z;
 };
@@ -183,6 +197,58 @@ template <typename T> inline T emu_shfl(T v, int src_lane) {
 template <typename T> inline T __shfl_sync(unsigned, T v, int src_lane) { return emu_shfl(v, src_lane); }
 template <typename T> inline T __shfl_xor_sync(unsigned, T v, int mask) { return emu_shfl(v, (emu::cur & 31) ^ mask); }
 inline void pdl_enter() {}
+inline void pdl_wait() {}
+inline void pdl_go() {}
+inline int min(int a, int b) { return a < b ? a : b; }
+inline int max(int a, int b) { return a > b ? a : b; }
+/* c + the four signed byte products of a and b */
+inline int __dp4a(int a, int b, int c) {
+    for (int i = 0; i < 4; i++) c += (int)(int8_t)(a >> (8 * i)) * (int)(int8_t)(b >> (8 * i));
+    return c;
+}
+/* a - b per byte, modulo 256 */
+inline unsigned __vsub4(unsigned a, unsigned b) {
+    unsigned r = 0;
+    for (int i = 0; i < 4; i++) r |= ((((a >> (8 * i)) & 0xffu) - ((b >> (8 * i)) & 0xffu)) & 0xffu) << (8 * i);
+    return r;
+}
+template <typename T> inline T __ldcg(const T *p) { return *p; }
+inline int __float2int_rn(float x) { return (int)nearbyintf(x); }
+inline float __fdiv_rn(float a, float b) { return a / b; }
+struct __half {
+    uint16_t x;
+};
+inline __half __ushort_as_half(uint16_t u) { return __half{u}; }
+inline float __half2float(__half h) {
+    const uint32_t s = (uint32_t)(h.x >> 15) << 31, ex = (h.x >> 10) & 31, m = h.x & 1023;
+    uint32_t u;
+    if (ex == 31) u = s | 0x7f800000u | (m << 13);
+    else if (ex) u = s | ((ex + 112) << 23) | (m << 13);
+    else if (!m) u = s;
+    else { /* subnormal: m 2^-24 */
+        const float f = ldexpf((float)m, -24);
+        memcpy(&u, &f, 4);
+        u |= s;
+    }
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+inline __half __float2half_rn(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    const uint16_t s = (uint16_t)((u >> 16) & 0x8000u);
+    const float a = fabsf(f);
+    if (a != a) return __half{(uint16_t)(s | 0x7e00u)};
+    if (a >= 65520.0f) return __half{(uint16_t)(s | 0x7c00u)}; /* rounds to infinity */
+    if (a < ldexpf(1.0f, -14)) /* subnormal (or zero): a multiple of 2^-24, to nearest even */
+        return __half{(uint16_t)(s | (uint16_t)nearbyintf(ldexpf(a, 24)))};
+    int e;
+    const float fr = frexpf(a, &e); /* a = fr 2^e, fr in [0.5, 1) */
+    uint32_t m = (uint32_t)nearbyintf(ldexpf(fr, 11)); /* 11 significant bits, to nearest even */
+    if (m == 2048) m = 1024, e++;
+    return __half{(uint16_t)(s | (uint16_t)((e + 14) << 10) | (uint16_t)(m - 1024))};
+}
 inline float __fmaf_rn(float a, float b, float c) { return fmaf(a, b, c); }
 inline float __fmul_rn(float a, float b) { return a * b; }
 inline float __fadd_rn(float a, float b) { return a + b; }

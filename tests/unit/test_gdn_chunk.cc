@@ -23,8 +23,7 @@ extern "C" {
 static unsigned emu_mut; /* the planted defect the kernels see (gdn.cu's M_ bits) */
 #define KMUT(bit) (emu_mut & (bit))
 enum { M_COPY_LATE = 1 << 3, M_COPY_EARLY = 1 << 4, M_POINT_INPLACE = 1 << 5, M_DECAY_SKIP = 1 << 6 };
-/* gdn.cu's gated-norm tail of a decode pass: these passes take none (test_cuda checks it) */
-static void gated_tail(const hk_gtail &, float *, int64_t, int64_t, int64_t) {}
+#include "engine/cuda/tail.cuh" /* the gated-norm tail of a decode pass (test_fused_emu checks it) */
 #include "engine/cuda/gdn_chunk.cuh"
 
 enum { DS = 128, GK = 2, GV = 4, NROWS = 130, LANE = GV * DS * DS };

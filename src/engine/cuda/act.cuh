@@ -4,8 +4,13 @@
 #ifndef HEARTH_CUDA_ACT_CUH
 #define HEARTH_CUDA_ACT_CUH
 
+#ifndef HEARTH_CUDA_EMU_H
 #include <cuda_fp16.h>
-#include "engine/cuda/common.cuh"
+#endif
+#include "engine/cuda/warp.cuh"
+extern "C" {
+#include "engine/cuda/kernels.h"
+}
 
 // A warp rounds a block of 256 values, lane l holding v[0..8) = values 8l..8l+7, into Q8_K:
 // the scale from the first value of the largest magnitude (quantize_q8_k's scan), q =

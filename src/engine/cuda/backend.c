@@ -112,9 +112,12 @@ typedef struct cuda_engine {
     bool gdn_chunk;
     hk_gdn_scratch gsc;
     /* decode's fused launches (passes of at most hk_tail_rows() rows): a layer's input
-     * products in one launch, the post-mixer norm as the output product's tail, the route as
-     * the router's, the combine and the next norm as the down product's (tail.cuh), with
-     * tickets in `tickets`; HEARTH_CUDA_FUSE=0: the separate launches (the same bits) */
+     * products in one launch, the gated norm as the delta rule's tail, the post-mixer norm as
+     * the output product's, the route as the router's, the combine and the next norm as the
+     * down product's (tail.cuh), with tickets in `tickets`. HEARTH_CUDA_FUSE=1 turns them on:
+     * off by default until a GPU run has checked them (test_cuda's fused_tails_match_apart,
+     * gated_tail_matches_apart; the gates under the form) and timed them (bench/device_f7.sh
+     * FORMS="HEARTH_CUDA_FUSE=1"); the emulation (test_fused_emu) already runs their logic */
     bool fuse;
     unsigned *tickets;
 } cuda_engine;
@@ -951,8 +954,8 @@ int engine_open_cuda(engine **out, const model *m, const engine_opts *o, herr *e
     hk_gemv_stage(gs && !strcmp(gs, "1"));
     const char *gc = getenv("HEARTH_CUDA_GDN_CHUNK");
     ce->gdn_chunk = !(gc && !strcmp(gc, "0"));
-    const char *fu = getenv("HEARTH_CUDA_FUSE");
-    ce->fuse = !(fu && !strcmp(fu, "0"));
+    const char *fu = getenv("HEARTH_CUDA_FUSE"); /* 1: decode's fused launches (not yet the default) */
+    ce->fuse = fu && !strcmp(fu, "1");
     if (pr && *pr && strcmp(pr, "0")) ce->prof = xcalloc(1, sizeof *ce->prof);
     ce->f16 = eng->opts.kv_f16;
     ce->R = CUDA_UBATCH + eng->opts.n_seq_max;

@@ -245,21 +245,11 @@ extern "C" int hk_embed(void *st, const hk_w *te, const int32_t *ids, int64_t n,
     return 0;
 }
 
-// block per row, 256 threads: rms_row (tail.cuh), whose sum of squares any warp of any launch
-// makes alike (decode's fused launches make the same rows in their last block)
-#define NORM_THREADS 256
-__global__ void rmsnorm_kernel(const float *x, const int32_t *rows, const float *w, float *y, int64_t E, float eps,
-                               hk_act a, hk_act a2) {
-    pdl_enter();
-    const int64_t r = blockIdx.x, src = rows ? rows[r] : r;
-    rms_row(x + src * E, w, y + r * E, E, eps, r, a, a2);
-}
-
 extern "C" int hk_rmsnorm(void *st, const float *x, const int32_t *rows, const float *w, float *y, int64_t n, int64_t E,
                           float eps, hk_act *a, hk_act *a2, herr *e) {
     if (n == 0) return 0;
     hk_act none = {0};
     if ((a || a2) && E % 256) return herr_set(e, "hk_rmsnorm: rows of %lld cannot be rounded in blocks of 256", (long long)E);
-    LAUNCH(e, rmsnorm_kernel, (unsigned)n, NORM_THREADS, 0, st, x, rows, w, y, E, eps, a ? *a : none, a2 ? *a2 : none);
+    LAUNCH(e, rmsnorm_kernel<>, (unsigned)n, NORM_THREADS, 0, st, x, rows, w, y, E, eps, a ? *a : none, a2 ? *a2 : none);
     return 0;
 }

@@ -53,35 +53,6 @@ static int mut_load(herr *e) {
 static int mut_load(herr *) { return 0; }
 #endif
 
-// A warp's gated norm of block blk (256 values: value heads 2 blk, 2 blk + 1) of row r of o
-// (rows of Vd): a head's sum of squares over its 16 lanes (a fixed xor tree), x = x * scale *
-// nw * silu(z), written back and rounded into a (when set). o read through L2: the delta
-// rule's last block reads what its other blocks wrote (hk_gtail).
-#define GN_DS 128
-__device__ __forceinline__ void gated_blk(float *o, const float *z, const float *nw, int64_t r, int64_t blk, int64_t Vd,
-                                          float eps, const hk_act &a) {
-    const int lane = threadIdx.x & 31;
-    const int64_t i0 = r * Vd + blk * 256 + 8 * lane;
-    const int d0 = (8 * lane) % GN_DS;
-    float v[8], ss = 0;
-#pragma unroll
-    for (int i = 0; i < 8; i++) v[i] = __ldcg(o + i0 + i), ss += v[i] * v[i];
-    for (int off = 1; off < 16; off <<= 1) ss += __shfl_xor_sync(0xffffffffu, ss, off);
-    const float sc = 1.0f / sqrtf(ss / (float)GN_DS + eps);
-#pragma unroll
-    for (int i = 0; i < 8; i++) v[i] = v[i] * sc * nw[d0 + i] * silu(z[i0 + i]);
-#pragma unroll
-    for (int i = 0; i < 8; i++) o[i0 + i] = v[i];
-    if (a.q) round_into(a, r, blk, v);
-}
-
-// the gated-norm tail of a decode pass's delta rule (hk_gtail): block (h, piece) of a grid
-// (Gv * 4, n_pieces); the last of the 8 blocks of heads 2j, 2j + 1 makes block j of the row
-__device__ __forceinline__ void gated_tail(const hk_gtail &gt, float *o, int64_t r, int64_t h, int64_t Gv) {
-    if (tail_last(gt.cnt + blockIdx.y * (Gv / 2) + h / 2, 8) && threadIdx.x < 32)
-        gated_blk(o, gt.z, gt.nw, r, h / 2, Gv * GN_DS, gt.eps, gt.a);
-}
-
 #include "engine/cuda/gdn_chunk.cuh"
 
 // row j (0..dc-1) of the concatenation [ring; piece rows] ending at pass row r, channel ch
@@ -340,17 +311,11 @@ extern "C" int hk_gdn_chunk(void *st, const float *cv, const float *b, const flo
     return 0;
 }
 
-// block per row, 256 threads; warp w takes 256 values (two heads of 128) at a time (gated_blk)
-__global__ void gated_norm_kernel(float *o, const float *z, const float *nw, int64_t Vd, float eps, hk_act a) {
-    pdl_enter();
-    for (int64_t blk = threadIdx.x / 32; blk < Vd / 256; blk += 8) gated_blk(o, z, nw, blockIdx.x, blk, Vd, eps, a);
-}
-
 extern "C" int hk_gdn_gated_norm(void *st, float *o, const float *z, const float *nw, int64_t n, int64_t S, int64_t Gv,
                                  float eps, hk_act *a, herr *e) {
     if (n == 0) return 0;
     if (S != DS || (Gv * S) % 256) return herr_set(e, "hk_gdn_gated_norm: %lld heads of %lld", (long long)Gv, (long long)S);
     hk_act none = {0};
-    LAUNCH(e, gated_norm_kernel, (unsigned)n, 256, 0, st, o, z, nw, Gv * S, eps, a ? *a : none);
+    LAUNCH(e, gated_norm_kernel<>, (unsigned)n, 256, 0, st, o, z, nw, Gv * S, eps, a ? *a : none);
     return 0;
 }

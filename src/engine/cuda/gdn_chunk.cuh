@@ -39,7 +39,6 @@
 #define HEARTH_CUDA_GDN_CHUNK_CUH
 
 #ifndef HK_DYN_SMEM
-#define HK_DYN_SMEM(name) extern __shared__ __align__(16) float name[]
 #endif
 
 #define GC_DS 128  /* the lane's side */

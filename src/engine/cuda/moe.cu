@@ -8,18 +8,11 @@
 #include "engine/cuda/act.cuh"
 #include "engine/cuda/tail.cuh"
 
-// a warp per row: route_row (tail.cuh)
-__global__ void route_kernel(const float *logits, int64_t ls, int64_t n, int X, int K, int32_t *sel, float *wsel) {
-    pdl_enter();
-    const int64_t r = (int64_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
-    if (r < n) route_row(logits + r * ls, X, K, sel + r * K, wsel + r * K);
-}
-
 extern "C" int hk_moe_route(void *st, const float *logits, int64_t ls, int64_t n, int X, int K, int32_t *sel, float *wsel,
                             herr *e) {
     if (n == 0) return 0;
     if (X > ROUTE_MAX_X || K > 32 || K > X) return herr_set(e, "hk_moe_route: %d of %d experts", K, X);
-    LAUNCH(e, route_kernel, blocks_of(n, 4), 128, 0, st, logits, ls, n, X, K, sel, wsel);
+    LAUNCH(e, route_kernel<>, blocks_of(n, 4), 128, 0, st, logits, ls, n, X, K, sel, wsel);
     return 0;
 }
 
@@ -95,28 +88,12 @@ extern "C" int hk_swiglu_quant(void *st, const float *g, const float *u, int64_t
     return 0;
 }
 
-// block per row, 512 threads: x[r][i] = combine_elem (tail.cuh); then, with nw, the next
-// layer's RMSNorm of the new row (rms_row, as hk_rmsnorm makes it) into h, rounded into a and a2
-__global__ void combine_kernel(float *x, const float *gl, int64_t gls, const float *eo, const float *so, const float *wsel,
-                               int64_t E, int K, const float *nw, float *h, float eps, hk_act a, hk_act a2) {
-    pdl_enter();
-    const int64_t r = blockIdx.x;
-    const float sg = sigm(gl[r * gls]);
-    for (int64_t i = threadIdx.x; i < E; i += blockDim.x) {
-        x[r * E + i] = combine_elem(x, eo, so, wsel, sg, r, i, E, K);
-    }
-    if (!nw) return;
-    __threadfence(); /* the new row in L2, where rms_row reads it (__ldcg) */
-    __syncthreads();
-    rms_row(x + r * E, nw, h + r * E, E, eps, r, a, a2);
-}
-
 extern "C" int hk_moe_combine(void *st, float *x, const float *gl, int64_t gls, const float *eo, const float *so,
                               const float *wsel, int64_t n, int64_t E, int K, const float *nw, float *h, float eps,
                               hk_act *a, hk_act *a2, herr *e) {
     if (n == 0) return 0;
     hk_act none = {0};
     if (nw && (a || a2) && E % 256) return herr_set(e, "hk_moe_combine: rows of %lld cannot be rounded in blocks of 256", (long long)E);
-    LAUNCH(e, combine_kernel, (unsigned)n, 512, 0, st, x, gl, gls, eo, so, wsel, E, K, nw, h, eps, a ? *a : none, a2 ? *a2 : none);
+    LAUNCH(e, combine_kernel<>, (unsigned)n, 512, 0, st, x, gl, gls, eo, so, wsel, E, K, nw, h, eps, a ? *a : none, a2 ? *a2 : none);
     return 0;
 }

@@ -9,11 +9,12 @@
 // Kinds (hk_tail, kernels.h): HK_TAIL_NORM (hk_rmsnorm of the rows just written),
 // HK_TAIL_ROUTE (hk_moe_route of the logits just written), HK_TAIL_COMBINE (hk_moe_combine
 // of the experts' outputs just written: a row range's last block combines that range, and
-// the last of those makes the next layer's norm).
+// the last of those makes the next layer's norm); and the delta rule's gated norm (hk_gtail:
+// gated_tail, which the delta-rule kernels of gdn.cu and gdn_chunk.cuh call).
 #ifndef HEARTH_CUDA_TAIL_CUH
 #define HEARTH_CUDA_TAIL_CUH
 
-#include "engine/cuda/common.cuh"
+#include "engine/cuda/warp.cuh"
 #include "engine/cuda/act.cuh"
 
 #define ROUTE_MAX_X 512 /* experts a warp routes: 16 per lane, in registers */
@@ -149,6 +150,82 @@ __device__ __forceinline__ void tail_run(const hk_tail &t, const float *y, unsig
         tail_combine(t, y, i0, i1);
         if (t.nw && tail_last(t.cnt + ranges, ranges)) tail_norm(t);
     }
+}
+
+// A warp's gated norm of block blk (256 values: value heads 2 blk, 2 blk + 1) of row r of o
+// (rows of Vd): a head's sum of squares over its 16 lanes (a fixed xor tree), x = x * scale *
+// nw * silu(z), written back and rounded into a (when set). o read through L2: the delta
+// rule's last block reads what its other blocks wrote (hk_gtail: gated_tail below).
+#define GN_DS 128
+__device__ __forceinline__ void gated_blk(float *o, const float *z, const float *nw, int64_t r, int64_t blk, int64_t Vd,
+                                          float eps, const hk_act &a) {
+    const int lane = threadIdx.x & 31;
+    const int64_t i0 = r * Vd + blk * 256 + 8 * lane;
+    const int d0 = (8 * lane) % GN_DS;
+    float v[8], ss = 0;
+#pragma unroll
+    for (int i = 0; i < 8; i++) v[i] = __ldcg(o + i0 + i), ss += v[i] * v[i];
+    for (int off = 1; off < 16; off <<= 1) ss += __shfl_xor_sync(0xffffffffu, ss, off);
+    const float sc = 1.0f / sqrtf(ss / (float)GN_DS + eps);
+#pragma unroll
+    for (int i = 0; i < 8; i++) v[i] = v[i] * sc * nw[d0 + i] * silu(z[i0 + i]);
+#pragma unroll
+    for (int i = 0; i < 8; i++) o[i0 + i] = v[i];
+    if (a.q) round_into(a, r, blk, v);
+}
+
+// the gated-norm tail of a decode pass's delta rule (hk_gtail: gated_tail below): block (h, piece) of a grid
+// (Gv * 4, n_pieces); the last of the 8 blocks of heads 2j, 2j + 1 makes block j of the row
+__device__ __forceinline__ void gated_tail(const hk_gtail &gt, float *o, int64_t r, int64_t h, int64_t Gv) {
+    if (tail_last(gt.cnt + blockIdx.y * (Gv / 2) + h / 2, 8) && threadIdx.x < 32)
+        gated_blk(o, gt.z, gt.nw, r, h / 2, Gv * GN_DS, gt.eps, gt.a);
+}
+
+// ---- the separate launches the tails stand for (prompt passes, and HEARTH_CUDA_FUSE=0):
+// each calls the device function its tail calls (templates only so that every file that
+// includes this header may hold them: one definition however many include it)
+
+// block per row, 256 threads: rms_row (tail.cuh), whose sum of squares any warp of any launch
+// makes alike (decode's fused launches make the same rows in their last block)
+#define NORM_THREADS 256
+template <int = 0>
+__global__ void rmsnorm_kernel(const float *x, const int32_t *rows, const float *w, float *y, int64_t E, float eps,
+                               hk_act a, hk_act a2) {
+    pdl_enter();
+    const int64_t r = blockIdx.x, src = rows ? rows[r] : r;
+    rms_row(x + src * E, w, y + r * E, E, eps, r, a, a2);
+}
+
+// a warp per row: route_row
+template <int = 0>
+__global__ void route_kernel(const float *logits, int64_t ls, int64_t n, int X, int K, int32_t *sel, float *wsel) {
+    pdl_enter();
+    const int64_t r = (int64_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    if (r < n) route_row(logits + r * ls, X, K, sel + r * K, wsel + r * K);
+}
+
+// block per row, 512 threads: x[r][i] = combine_elem; then, with nw, the next
+// layer's RMSNorm of the new row (rms_row, as hk_rmsnorm makes it) into h, rounded into a and a2
+template <int = 0>
+__global__ void combine_kernel(float *x, const float *gl, int64_t gls, const float *eo, const float *so, const float *wsel,
+                               int64_t E, int K, const float *nw, float *h, float eps, hk_act a, hk_act a2) {
+    pdl_enter();
+    const int64_t r = blockIdx.x;
+    const float sg = sigm(gl[r * gls]);
+    for (int64_t i = threadIdx.x; i < E; i += blockDim.x) {
+        x[r * E + i] = combine_elem(x, eo, so, wsel, sg, r, i, E, K);
+    }
+    if (!nw) return;
+    __threadfence(); /* the new row in L2, where rms_row reads it (__ldcg) */
+    __syncthreads();
+    rms_row(x + r * E, nw, h + r * E, E, eps, r, a, a2);
+}
+
+// block per row, 256 threads; warp w takes 256 values (two heads of 128) at a time (gated_blk)
+template <int = 0>
+__global__ void gated_norm_kernel(float *o, const float *z, const float *nw, int64_t Vd, float eps, hk_act a) {
+    pdl_enter();
+    for (int64_t blk = threadIdx.x / 32; blk < Vd / 256; blk += 8) gated_blk(o, z, nw, blockIdx.x, blk, Vd, eps, a);
 }
 
 #endif

@@ -1,0 +1,356 @@
+/* test_fused_emu.cc: decode's fused launches (src/engine/cuda/tail.cuh, gemv.cuh) run on the
+ * CPU under tests/unit/cuda_emu.h against the separate launches they stand for, bit for bit:
+ * several weights' products in one launch (gemv_kernel's EX segments); the output product
+ * with the norm as its tail; the experts' down product (SwiGLU made in the launch) with the
+ * combine and the next norm as its tail; a product's route as its tail; the delta rule's
+ * one-row pass with the gated norm as its tail. Every tail's tickets must end at zero, and a
+ * tail planted to fire early (its ticket primed: it runs before every block is in) must be
+ * red. The kernels are the GPU's own code; what the emulation cannot show is the GPU's
+ * memory model across blocks (its blocks run one after another here) and its bits for
+ * expf and the like: test_cuda.c's fused_tails_match_apart and gated_tail_matches_apart
+ * check those on a GPU, at the model's widths. The shapes here are smaller (the emulation
+ * switches fibers at every shuffle) but keep the model's per-row structure: K-quant rows of
+ * several 256-blocks, 16- and 32-lane groups, experts of 512, heads of 128. */
+#include "cuda_emu.h"
+
+extern "C" {
+#include "harness.h"
+#include "engine/cuda/kernels.h"
+}
+
+#include <vector>
+
+static unsigned emu_mut;
+#define KMUT(bit) (emu_mut & (bit))
+enum { M_COPY_LATE = 1 << 3, M_COPY_EARLY = 1 << 4, M_POINT_INPLACE = 1 << 5, M_DECAY_SKIP = 1 << 6 };
+#include "engine/cuda/gemv.cuh"
+#include "engine/cuda/gdn_chunk.cuh"
+
+static uint64_t seed = 77;
+static uint32_t rnd() { /* splitmix64's high half */
+    uint64_t z = (seed += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return (uint32_t)((z ^ (z >> 31)) >> 32);
+}
+static float rndf(float lo, float hi) { return lo + (hi - lo) * (float)(rnd() >> 8) / 16777216.0f; }
+static uint16_t f16_bits(float f) { return __float2half_rn(f).x; }
+
+/* M rows of K weights of type t in the GPU's layout (Q4_K as in the file; Q6_K repacked:
+ * 208 bytes a block, its f16 scale in dd), random, scales finite */
+struct wbuf {
+    std::vector<uint8_t> d;
+    std::vector<uint16_t> dd;
+    hk_w w;
+};
+static void make_w(wbuf &b, uint32_t t, int64_t K, int64_t M, int64_t slices = 1) {
+    const int64_t nb = K / 256, rows = M * slices;
+    const size_t bb = t == QT_Q4_K ? 144 : 208;
+    b.d.resize((size_t)rows * nb * bb);
+    for (auto &v : b.d) v = (uint8_t)rnd();
+    if (t == QT_Q4_K)
+        for (int64_t i = 0; i < rows * nb; i++) {
+            const uint16_t d = f16_bits(rndf(0.001f, 0.01f)), m = f16_bits(rndf(0.001f, 0.01f));
+            memcpy(&b.d[(size_t)i * bb], &d, 2), memcpy(&b.d[(size_t)i * bb + 2], &m, 2);
+        }
+    else {
+        b.dd.resize((size_t)(rows * nb));
+        for (auto &v : b.dd) v = f16_bits(rndf(0.001f, 0.01f));
+    }
+    b.w = hk_w{b.d.data(), t == QT_Q4_K ? nullptr : b.dd.data(), t, K, M, (size_t)nb * bb, (size_t)(nb * bb * M),
+               (size_t)(t == QT_Q4_K ? 0 : nb), (size_t)(t == QT_Q4_K ? 0 : nb * M)};
+}
+
+/* rows of K rounded to Q8_K blocks (act.cuh's round_into, a warp per block) */
+struct abuf {
+    std::vector<int8_t> q;
+    std::vector<float> d;
+    std::vector<int32_t> s;
+    hk_act a;
+    void init(int64_t n, int64_t K) {
+        q.assign((size_t)(n * K), 0), d.assign((size_t)(n * K / 256), 0.0f), s.assign((size_t)(n * K / 32), 0);
+        a = hk_act{q.data(), d.data(), s.data(), K, false};
+    }
+    bool operator==(const abuf &o) const {
+        return q == o.q && !memcmp(d.data(), o.d.data(), 4 * d.size()) && s == o.s;
+    }
+};
+static void round_kernel(const float *x, hk_act a) {
+    const int64_t r = blockIdx.x, blk = threadIdx.x / 32;
+    float v[8];
+    for (int i = 0; i < 8; i++) v[i] = x[r * a.K + blk * 256 + 8 * (threadIdx.x & 31) + i];
+    round_into(a, r, blk, v);
+}
+static void make_act(abuf &b, const std::vector<float> &x, int64_t n, int64_t K) {
+    b.init(n, K);
+    emu::launch(round_kernel, dim3((unsigned)n), dim3((unsigned)(32 * K / 256)), 0, x.data(), b.a);
+}
+static std::vector<float> randv(size_t n, float lo, float hi) {
+    std::vector<float> v(n);
+    for (auto &x : v) x = rndf(lo, hi);
+    return v;
+}
+/* equal bits, and every value finite (so two sides that both failed to write, NaN, or
+ * both overflowed cannot pass as equal) */
+static bool same(const std::vector<float> &a, const std::vector<float> &b) {
+    for (float v : b)
+        if (!isfinite(v)) return false;
+    return a.size() == b.size() && !memcmp(a.data(), b.data(), 4 * a.size());
+}
+static int nonzero(const std::vector<unsigned> &t) {
+    int k = 0;
+    for (unsigned v : t) k += v != 0;
+    return k;
+}
+
+static const hk_w W0 = {};
+static const gv_sw SW0 = {nullptr, nullptr, 0};
+
+/* Four weights of two types over the same rows in one launch (EX segments, each into its own
+ * output and stride) against each alone (the plain kernel), 1 and 3 rows */
+TEST(segments_match_alone) {
+    const int64_t K = 1024, Ms[4] = {96, 64, 32, 32};
+    for (int64_t n : {1, 3}) {
+        std::vector<float> x = randv((size_t)(n * K), -2.0f, 2.0f);
+        abuf a;
+        make_act(a, x, n, K);
+        for (uint32_t t : {(uint32_t)QT_Q4_K, (uint32_t)QT_Q6_K}) {
+            wbuf w[4];
+            for (int i = 0; i < 4; i++) make_w(w[i], t, K, Ms[i]);
+            std::vector<float> ya[4], yb[4];
+            for (int i = 0; i < 4; i++) ya[i].assign((size_t)(n * Ms[i]), NAN), yb[i].assign((size_t)(n * Ms[i]), NAN);
+            gv_more mo = {w[2].w, w[3].w, ya[2].data(), ya[3].data(), Ms[1], Ms[2], Ms[3]};
+            const hk_tail tn = {};
+            const unsigned g = (unsigned)((Ms[0] + Ms[1] + Ms[2] + Ms[3] + 3) / 4);
+            for (int i = 0; i < 4; i++) {
+                gv_more m1 = {};
+                m1.ys2 = Ms[i];
+                const unsigned gi = (unsigned)((Ms[i] + 3) / 4);
+                if (t == QT_Q4_K && n == 1)
+                    emu::launch(gemv_kernel<QT_Q4_K, 1, 1, 32, false, false>, dim3(gi), dim3(128), 0, w[i].w, W0, a.a, n,
+                                (const int32_t *)nullptr, (int64_t)0, 1, (int64_t)0, yb[i].data(), Ms[i], false, W0, W0,
+                                (float *)nullptr, SW0, m1, tn);
+                else if (t == QT_Q4_K)
+                    emu::launch(gemv_kernel<QT_Q4_K, 4, 4, 32, false, false>, dim3(gi), dim3(128), 0, w[i].w, W0, a.a, n,
+                                (const int32_t *)nullptr, (int64_t)0, 1, (int64_t)0, yb[i].data(), Ms[i], false, W0, W0,
+                                (float *)nullptr, SW0, m1, tn);
+                else if (n == 1)
+                    emu::launch(gemv_kernel<QT_Q6_K, 1, 1, 32, false, false>, dim3(gi), dim3(128), 0, w[i].w, W0, a.a, n,
+                                (const int32_t *)nullptr, (int64_t)0, 1, (int64_t)0, yb[i].data(), Ms[i], false, W0, W0,
+                                (float *)nullptr, SW0, m1, tn);
+                else
+                    emu::launch(gemv_kernel<QT_Q6_K, 4, 4, 32, false, false>, dim3(gi), dim3(128), 0, w[i].w, W0, a.a, n,
+                                (const int32_t *)nullptr, (int64_t)0, 1, (int64_t)0, yb[i].data(), Ms[i], false, W0, W0,
+                                (float *)nullptr, SW0, m1, tn);
+            }
+#define SEG(TT, NR, IT)                                                                                                   \
+    emu::launch(gemv_kernel<TT, NR, IT, 32, false, true>, dim3(g), dim3(128), 0, w[0].w, W0, a.a, n, (const int32_t *)nullptr, \
+                (int64_t)0, 1, (int64_t)0, ya[0].data(), Ms[0], false, w[1].w, W0, ya[1].data(), SW0, mo, tn)
+            if (t == QT_Q4_K) n == 1 ? SEG(QT_Q4_K, 1, 1) : SEG(QT_Q4_K, 4, 4);
+            else n == 1 ? SEG(QT_Q6_K, 1, 1) : SEG(QT_Q6_K, 4, 4);
+#undef SEG
+            for (int i = 0; i < 4; i++)
+                CHECK_MSG(same(ya[i], yb[i]), "%s rows=%lld: weight %d's outputs differ in the four-weight launch",
+                          t == QT_Q4_K ? "Q4_K" : "Q6_K", (long long)n, i);
+        }
+    }
+    printf("  four weights (Q4_K, Q6_K) in one launch: each one's bits alone, 1 and 3 rows\n");
+}
+
+/* The output product added to x with the norm as its tail, against the product then
+ * rmsnorm_kernel: x, h and the rounded rows; the tickets end at zero. Planted: the ticket
+ * primed so the tail fires three blocks early: h must differ. */
+TEST(norm_tail_matches_apart) {
+    const int64_t K = 1024, E = 512;
+    wbuf w;
+    make_w(w, QT_Q4_K, K, E);
+    std::vector<float> nw = randv((size_t)E, 0.5f, 1.5f);
+    for (int64_t n : {1, 3}) {
+        std::vector<float> xin = randv((size_t)(n * K), -1.0f, 1.0f), x0 = randv((size_t)(n * E), -3.0f, 3.0f);
+        abuf a, ra, rb;
+        make_act(a, xin, n, K);
+        for (int plant = 0; plant < 2; plant++) {
+            std::vector<float> xa = x0, xb = x0, ha((size_t)(n * E), NAN), hb((size_t)(n * E), NAN);
+            std::vector<unsigned> tk(4, 0);
+            ra.init(n, E), rb.init(n, E);
+            const unsigned g = (unsigned)(E / 4);
+            if (plant) tk[0] = 3; /* fires when g - 3 blocks are in */
+            const hk_tail t = {HK_TAIL_NORM, 0, 0, tk.data(), n, E, 0, 0, xa.data(), ha.data(), nullptr, nw.data(), nullptr,
+                               nullptr, nullptr, 1e-6f, ra.a, hk_act{}};
+            const hk_tail none = {};
+            gv_more m1 = {};
+            m1.ys2 = E;
+            if (n == 1) {
+                emu::launch(gemv_kernel<QT_Q4_K, 1, 1, 32, false, true>, dim3(g), dim3(128), 0, w.w, W0, a.a, n,
+                            (const int32_t *)nullptr, (int64_t)0, 1, (int64_t)0, xa.data(), E, true, W0, W0, (float *)nullptr, SW0, m1, t);
+                emu::launch(gemv_kernel<QT_Q4_K, 1, 1, 32, false, false>, dim3(g), dim3(128), 0, w.w, W0, a.a, n,
+                            (const int32_t *)nullptr, (int64_t)0, 1, (int64_t)0, xb.data(), E, true, W0, W0, (float *)nullptr, SW0, m1, none);
+            } else {
+                emu::launch(gemv_kernel<QT_Q4_K, 4, 4, 32, false, true>, dim3(g), dim3(128), 0, w.w, W0, a.a, n,
+                            (const int32_t *)nullptr, (int64_t)0, 1, (int64_t)0, xa.data(), E, true, W0, W0, (float *)nullptr, SW0, m1, t);
+                emu::launch(gemv_kernel<QT_Q4_K, 4, 4, 32, false, false>, dim3(g), dim3(128), 0, w.w, W0, a.a, n,
+                            (const int32_t *)nullptr, (int64_t)0, 1, (int64_t)0, xb.data(), E, true, W0, W0, (float *)nullptr, SW0, m1, none);
+            }
+            emu::launch(rmsnorm_kernel<>, dim3((unsigned)n), dim3(256), 0, (const float *)xb.data(), (const int32_t *)nullptr,
+                        (const float *)nw.data(), hb.data(), E, 1e-6f, rb.a, hk_act{});
+            const bool eq = same(xa, xb) && same(ha, hb) && ra == rb;
+            if (!plant) {
+                CHECK_MSG(eq, "rows=%lld: the product with its norm tail differs from the two launches", (long long)n);
+                CHECK_MSG(nonzero(tk) == 0, "rows=%lld: %d tickets left", (long long)n, nonzero(tk));
+            } else {
+                CHECK_MSG(!eq, "rows=%lld: a tail fired three blocks early went unseen", (long long)n);
+            }
+        }
+    }
+    printf("  output product + norm tail = the product then the norm (1, 3 rows); an early tail is red\n");
+}
+
+/* The experts' down product, its SwiGLU rows made in the launch, with the combine (and the
+ * next norm) as its tail, against the down product then combine_kernel: 16-lane rows of
+ * two 256-blocks (experts of 512), 1 and 3 rows of 4 experts and the shared one. */
+TEST(combine_tail_matches_apart) {
+    const int64_t F = 512, E = 512, X = 6, K = 4;
+    wbuf w, ws;
+    make_w(w, QT_Q4_K, F, E, X), make_w(ws, QT_Q4_K, F, E);
+    std::vector<float> nw = randv((size_t)E, 0.5f, 1.5f);
+    for (int64_t n : {1, 3}) {
+        const int64_t nr = n * K, np = nr + n;
+        std::vector<float> g = randv((size_t)(np * F), -4.0f, 4.0f), u = randv((size_t)(np * F), -2.0f, 2.0f);
+        std::vector<float> x0 = randv((size_t)(n * E), -3.0f, 3.0f), wsel = randv((size_t)nr, 0.0f, 0.3f);
+        std::vector<float> gl = randv((size_t)n, -3.0f, 3.0f);
+        std::vector<int32_t> sel((size_t)nr);
+        for (auto &s : sel) s = (int32_t)(rnd() % X);
+        const gv_sw sw = {g.data(), u.data(), F};
+        const unsigned gx = (unsigned)(E / 8); /* 16-lane groups: 2 rows a warp, 8 a block */
+        for (int with_norm = 0; with_norm < 2; with_norm++)
+            for (int plant = 0; plant < 2; plant++) {
+                std::vector<float> xa = x0, xb = x0, ha((size_t)(n * E), NAN), hb((size_t)(n * E), NAN);
+                std::vector<float> eoa((size_t)(np * E), NAN), eob((size_t)(np * E), NAN);
+                std::vector<unsigned> tk((size_t)gx + 1, 0);
+                if (plant) tk[5] = 2; /* slice 5 combined before its last two pairs are in */
+                abuf ra, rb;
+                ra.init(n, E), rb.init(n, E);
+                const hk_tail t = {HK_TAIL_COMBINE, 0, (int)K, tk.data(), n, E, 0, 1, xa.data(), ha.data(), wsel.data(),
+                                   with_norm ? nw.data() : nullptr, gl.data(), eoa.data() + nr * E, nullptr, 1e-6f, ra.a, hk_act{}};
+                const hk_tail none = {};
+                gv_more m1 = {};
+                m1.ys2 = E;
+                const hk_act a0 = {nullptr, nullptr, nullptr, F, false};
+                const size_t smem = sw_bytes(F);
+                emu::launch(gemv_kernel<QT_Q4_K, 1, 1, 16, true, true>, dim3(gx, (unsigned)np), dim3(128), smem, w.w, ws.w, a0,
+                            (int64_t)1, (const int32_t *)sel.data(), nr, 1, nr, eoa.data(), E, false, W0, W0, (float *)nullptr, sw,
+                            m1, t);
+                emu::launch(gemv_kernel<QT_Q4_K, 1, 1, 16, true, false>, dim3(gx, (unsigned)np), dim3(128), smem, w.w, ws.w, a0,
+                            (int64_t)1, (const int32_t *)sel.data(), nr, 1, nr, eob.data(), E, false, W0, W0, (float *)nullptr, sw,
+                            m1, none);
+                emu::launch(combine_kernel<>, dim3((unsigned)n), dim3(512), 0, xb.data(), (const float *)gl.data(), (int64_t)1,
+                            (const float *)eob.data(), (const float *)eob.data() + nr * E, (const float *)wsel.data(), E, (int)K,
+                            (const float *)(with_norm ? nw.data() : nullptr), hb.data(), 1e-6f, rb.a, hk_act{});
+                bool eq = same(eoa, eob) && same(xa, xb);
+                if (with_norm) eq = eq && same(ha, hb) && ra == rb;
+                if (!plant) {
+                    CHECK_MSG(eq, "rows=%lld%s: the down product with its combine tail differs from the two launches",
+                              (long long)n, with_norm ? " (and the norm)" : "");
+                    CHECK_MSG(nonzero(tk) == 0, "rows=%lld: %d tickets left", (long long)n, nonzero(tk));
+                } else {
+                    CHECK_MSG(!eq, "rows=%lld: a slice combined before its pairs were in went unseen", (long long)n);
+                }
+            }
+    }
+    printf("  down + combine (+ norm) tail = the down product then the combine (1, 3 rows); an early slice is red\n");
+}
+
+/* A product's route as its tail: each block writes 4 logits of every row, the last routes
+ * (tail_run as fmm_kernel calls it), against route_kernel over the same logits */
+static void logits_kernel(float *y, int64_t n, int64_t M, int64_t ls, uint32_t salt, hk_tail t) {
+    const int64_t o = (int64_t)blockIdx.x * 4 + threadIdx.x / 32;
+    if (o < M && (threadIdx.x & 31) == 0)
+        for (int64_t r = 0; r < n; r++) {
+            uint32_t h = (uint32_t)(o * 2654435761u) ^ (uint32_t)(r * 40503u) ^ salt;
+            h ^= h >> 13, h *= 0x5bd1e995u, h ^= h >> 15;
+            y[r * ls + o] = -4.0f + 8.0f * (float)(h >> 8) / 16777216.0f;
+        }
+    if (t.kind) tail_run<1u << HK_TAIL_ROUTE>(t, y, gridDim.x * gridDim.y, 0, 1, 1, 0, 0);
+}
+TEST(route_tail_matches_apart) {
+    const int64_t X = 256, K = 8, ls = X + 1;
+    for (int64_t n : {1, 3, 8})
+        for (int plant = 0; plant < 2; plant++) {
+            std::vector<float> y((size_t)(n * ls), NAN);
+            std::vector<int32_t> sa((size_t)(n * K), -1), sb((size_t)(n * K), -2);
+            std::vector<float> wa((size_t)(n * K), NAN), wb((size_t)(n * K), NAN);
+            std::vector<unsigned> tk(2, 0);
+            const unsigned g = (unsigned)((X + 1 + 3) / 4);
+            if (plant) tk[0] = 4;
+            const hk_tail t = {HK_TAIL_ROUTE, (int)X, (int)K, tk.data(), n, 0, ls, 0, nullptr, nullptr, wa.data(), nullptr,
+                               nullptr, nullptr, sa.data(), 0.0f, hk_act{}, hk_act{}};
+            emu::launch(logits_kernel, dim3(g), dim3(128), 0, y.data(), n, X + 1, ls, (uint32_t)(17 + n), t);
+            std::vector<float> y2 = y;
+            emu::launch(route_kernel<>, dim3((unsigned)((n + 3) / 4)), dim3(128), 0, (const float *)y2.data(), ls, n, (int)X,
+                        (int)K, sb.data(), wb.data());
+            const bool eq = sa == sb && same(wa, wb);
+            if (!plant) {
+                CHECK_MSG(eq, "rows=%lld: the route tail differs from route_kernel", (long long)n);
+                CHECK_MSG(nonzero(tk) == 0, "rows=%lld: %d tickets left", (long long)n, nonzero(tk));
+            } else {
+                CHECK_MSG(!eq, "rows=%lld: a route taken before the logits were in went unseen", (long long)n);
+            }
+        }
+    printf("  route tail = route_kernel over the launch's logits (1, 3, 8 rows); an early route is red\n");
+}
+
+/* The delta rule's one-row pass (decode) with the gated norm as its tail, against the pass
+ * then gated_norm_kernel: outputs, rounded rows, lanes; 4 value heads on 2 key heads, 1 and
+ * 3 one-row pieces */
+TEST(gated_tail_matches_apart) {
+    const int64_t Gk = 2, Gv = 4, S = 128, cd = 2 * Gk * S + Gv * S, Vd = Gv * S, lane = Gv * S * S;
+    std::vector<float> nw = randv((size_t)S, 0.5f, 1.5f);
+    for (int64_t np : {1, 3})
+        for (int plant = 0; plant < 2; plant++) {
+            const int64_t n = np;
+            std::vector<float> cv = randv((size_t)(n * cd), -0.1f, 0.1f), b = randv((size_t)(n * Gv), 0.1f, 0.9f);
+            std::vector<float> a = randv((size_t)(n * Gv), -0.5f, -0.01f), z = randv((size_t)(n * Vd), -2.0f, 2.0f);
+            std::vector<float> l0 = randv((size_t)(np * lane), -0.2f, 0.2f), la = l0, lb = l0;
+            std::vector<hk_piece> pcs((size_t)np);
+            std::vector<hk_chunk> chs((size_t)np);
+            std::vector<int32_t> pch((size_t)np + 1);
+            for (int64_t p = 0; p < np; p++) {
+                pcs[p] = hk_piece{p, 1, 5, (int32_t)p, 0, 0, 0};
+                chs[p] = hk_chunk{(int32_t)p, 0, 1, 0};
+                pch[p] = (int32_t)p;
+            }
+            pch[np] = (int32_t)np;
+            std::vector<float> oa((size_t)(n * Vd), NAN), ob((size_t)(n * Vd), NAN);
+            std::vector<unsigned> tk((size_t)(np * Gv / 2), 0);
+            if (plant) tk[0] = 1;
+            abuf ra, rb;
+            ra.init(n, Vd), rb.init(n, Vd);
+            const hk_gtail gt = {z.data(), nw.data(), 1e-6f, ra.a, tk.data()};
+            for (int side = 0; side < 2; side++)
+                emu::launch(gdn_chunk_state_kernel<1>, dim3((unsigned)(Gv * 4), (unsigned)np), dim3(GC_THREADS),
+                            sizeof(float) * gc_state_smem_floats(1), (const float *)cv.data(), (const float *)b.data(),
+                            (const float *)a.data(), side ? lb.data() : la.data(), (size_t)lane, (const hk_piece *)pcs.data(),
+                            (const hk_chunk *)chs.data(), (const int32_t *)pch.data(), (const hk_mark *)nullptr, (float *)nullptr,
+                            (size_t)0, Gk, Gv, cd, (const float *)nullptr, (const float *)nullptr, (const float *)nullptr,
+                            (const float *)nullptr, side ? hk_gtail{} : gt, side ? ob.data() : oa.data());
+            emu::launch(gated_norm_kernel<>, dim3((unsigned)n), dim3(256), 0, ob.data(), (const float *)z.data(),
+                        (const float *)nw.data(), Vd, 1e-6f, rb.a);
+            const bool eq = same(oa, ob) && ra == rb && same(la, lb);
+            if (!plant) {
+                CHECK_MSG(eq, "%lld pieces: the gated-norm tail differs from the pass then the gated norm", (long long)np);
+                CHECK_MSG(nonzero(tk) == 0, "%lld pieces: %d tickets left", (long long)np, nonzero(tk));
+            } else {
+                CHECK_MSG(!eq, "%lld pieces: a gated norm taken before its heads were in went unseen", (long long)np);
+            }
+        }
+    printf("  delta rule + gated-norm tail = the pass then the gated norm (1, 3 pieces); an early tail is red\n");
+}
+
+int main(void) {
+    RUN(segments_match_alone);
+    RUN(norm_tail_matches_apart);
+    RUN(combine_tail_matches_apart);
+    RUN(route_tail_matches_apart);
+    RUN(gated_tail_matches_apart);
+    return harness_done();
+}
