@@ -22,9 +22,11 @@ extern "C" {
 
 static unsigned emu_mut;
 #define KMUT(bit) (emu_mut & (bit))
-enum { M_COPY_LATE = 1 << 3, M_COPY_EARLY = 1 << 4, M_POINT_INPLACE = 1 << 5, M_DECAY_SKIP = 1 << 6 };
+enum { M_NEIGHBOUR = 1 << 0, M_RING_SKIP = 1 << 1, M_RING_REVERSE = 1 << 2, M_COPY_LATE = 1 << 3, M_COPY_EARLY = 1 << 4,
+       M_POINT_INPLACE = 1 << 5, M_DECAY_SKIP = 1 << 6 }; /* gdn.cu's bits */
 #include "engine/cuda/gemv.cuh"
 #include "engine/cuda/gdn_chunk.cuh"
+#include "engine/cuda/gdn_conv.cuh"
 
 static uint64_t seed = 77;
 static uint32_t rnd() { /* splitmix64's high half */
@@ -346,11 +348,56 @@ TEST(gated_tail_matches_apart) {
     printf("  delta rule + gated-norm tail = the pass then the gated norm (1, 3 pieces); an early tail is red\n");
 }
 
+/* Decode's conv with its windows loaded at once (conv_norm_kernel's ring_too form at the
+ * model's shape: heads of 128, 4 taps) against the prompt form (the loop, rings apart by
+ * ring_kernel) on one-row pieces, two of them with a point (m = 1): conv outputs, gates,
+ * rings and the points' rings, bit for bit. Planted: ring_reverse on the decode side only
+ * must be red. */
+TEST(conv_decode_matches_prompt_form) {
+    const int64_t Gk = 2, Gv = 4, S = 128, cd = 2 * Gk * S + Gv * S, dc = 4, np = 3, n = np;
+    const size_t rfl = (size_t)((dc - 1) * cd); /* a ring */
+    std::vector<float> qkv = randv((size_t)(n * cd), -2.0f, 2.0f), w = randv((size_t)(cd * dc), -0.5f, 0.5f);
+    std::vector<float> r0 = randv(rfl * np, -2.0f, 2.0f), b0 = randv((size_t)(n * Gv), -2.0f, 2.0f);
+    std::vector<float> a0 = randv((size_t)(n * Gv), -2.0f, 2.0f), ssm_a = randv((size_t)Gv, -1.0f, -0.1f);
+    std::vector<float> dt = randv((size_t)Gv, -0.5f, 0.5f);
+    std::vector<hk_piece> pcs((size_t)np);
+    std::vector<hk_mark> mks;
+    std::vector<int32_t> row_piece((size_t)n);
+    for (int64_t p = 0; p < np; p++) {
+        const int nm = p == 1 ? 0 : 1;
+        pcs[p] = hk_piece{p, 1, 9, (int32_t)p, (int32_t)mks.size(), nm, 0};
+        if (nm) mks.push_back(hk_mark{1, (int32_t)mks.size(), (int32_t)p});
+        row_piece[p] = (int32_t)p;
+    }
+    for (int plant = 0; plant < 2; plant++) {
+        std::vector<float> ra = r0, rb = r0, ba = b0, bb = b0, aa = a0, ab = a0;
+        std::vector<float> cva((size_t)(n * cd), NAN), cvb((size_t)(n * cd), NAN);
+        std::vector<float> sa(rfl * mks.size(), NAN), sb(rfl * mks.size(), NAN);
+        emu_mut = plant ? M_RING_REVERSE : 0;
+        emu::launch(conv_norm_kernel, dim3((unsigned)((cd / S + 7) / 8), (unsigned)n), dim3(256), 0, (const float *)qkv.data(),
+                    ra.data(), rfl, (const float *)w.data(), (const int32_t *)row_piece.data(), (const hk_piece *)pcs.data(),
+                    (const hk_mark *)mks.data(), sa.data(), rfl, 2, cva.data(), ba.data(), aa.data(),
+                    (const float *)ssm_a.data(), (const float *)dt.data(), S, Gk, Gv, cd, dc, 1e-6f);
+        emu_mut = 0;
+        emu::launch(conv_norm_kernel, dim3((unsigned)((cd / S + 7) / 8), (unsigned)n), dim3(256), 0, (const float *)qkv.data(),
+                    rb.data(), rfl, (const float *)w.data(), (const int32_t *)row_piece.data(), (const hk_piece *)pcs.data(),
+                    (const hk_mark *)mks.data(), sb.data(), rfl, 0, cvb.data(), bb.data(), ab.data(),
+                    (const float *)ssm_a.data(), (const float *)dt.data(), S, Gk, Gv, cd, dc, 1e-6f);
+        emu::launch(ring_kernel, dim3((unsigned)((cd + 255) / 256), (unsigned)np), dim3(256), 0, (const float *)qkv.data(),
+                    rb.data(), rfl, (const hk_piece *)pcs.data(), (const hk_mark *)mks.data(), sb.data(), rfl, cd, dc);
+        const bool eq = same(cva, cvb) && same(ba, bb) && same(aa, ab) && same(ra, rb) && same(sa, sb);
+        if (!plant) CHECK_MSG(eq, "decode's conv differs from the prompt form and the rings' kernel");
+        else CHECK_MSG(!eq, "ring_reverse planted in decode's conv went unseen");
+    }
+    printf("  decode's conv (windows at once) = the prompt form + the rings' kernel; ring_reverse planted is red\n");
+}
+
 int main(void) {
     RUN(segments_match_alone);
     RUN(norm_tail_matches_apart);
     RUN(combine_tail_matches_apart);
     RUN(route_tail_matches_apart);
     RUN(gated_tail_matches_apart);
+    RUN(conv_decode_matches_prompt_form);
     return harness_done();
 }

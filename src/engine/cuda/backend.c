@@ -468,7 +468,8 @@ static int gdn_layer(cuda_engine *ce, const cuda_layer *C, const pass *p, herr *
     }
     const bool ring_too = n == p->n_pieces; /* decode: every piece one row, its ring written by the conv's launch */
     OP("gdn conv norm", hk_gdn_conv_norm(st, ce->qkv, ring0, rstride, F(C->ssm_conv1d), IO(ce, row_piece, int32_t), pieces, n,
-                                         marks, sr, rstride, ring_too, ce->cv, ce->gb, ce->ga, F(C->ssm_a), F(C->ssm_dt), S,
+                                         marks, sr, rstride, ring_too ? (fuse_pass(ce, n) ? 2 : 1) : 0, ce->cv, ce->gb, ce->ga,
+                                         F(C->ssm_a), F(C->ssm_dt), S,
                                          Gk, Gv, cd, dc, hp->rms_eps, e));
     if (!ring_too)
         OP("gdn ring", hk_gdn_ring(st, ce->qkv, ring0, rstride, pieces, p->n_pieces, marks, p->n_marks, sr, rstride, cd, dc, e));

@@ -244,10 +244,11 @@ int hk_moe_combine(void *st, float *x, const float *gl, int64_t gls, const float
  * conv and norms: cv (n, cd) = silu(causal conv of [ring; qkv rows of the piece]), its q and
  * k heads (S channels) L2-normed (q also times 1/sqrt(S)); per row b = sigmoid(b), a = A *
  * softplus(a + dt). ring_too (every piece one row): each channel's ring written as
- * hk_gdn_ring writes it, in the same launch. */
+ * hk_gdn_ring writes it, in the same launch; 2: the same, a lane's channels' windows loaded
+ * at once where the heads are 128 and the taps 4 (the same bits). */
 int hk_gdn_conv_norm(void *st, const float *qkv, float *ring0, size_t seq_stride, const float *w, const int32_t *row_piece,
                      const hk_piece *pieces, int64_t n, const hk_mark *marks, float *stage0, size_t stage_stride,
-                     bool ring_too, float *cv, float *b, float *a, const float *ssm_a, const float *dt, int64_t S,
+                     int ring_too, float *cv, float *b, float *a, const float *ssm_a, const float *dt, int64_t S,
                      int64_t Gk, int64_t Gv, int64_t cd, int64_t dc, float eps, herr *e);
 /* ring points (into stage0 + slot * stage_stride) and each piece's new ring, written over the
  * old; after hk_gdn_conv_norm (which reads the old) */

@@ -1,0 +1,126 @@
+// gdn_conv.cuh: the GDN layer's causal conv with its L2 norms and gates (and, in decode, the
+// rings), and the rings' kernel; gdn.cu includes it (its KMUT and M_ defects defined first),
+// as does tests/unit/test_fused_emu.cc (the CPU emulation: decode's loaded-at-once form
+// against the prompt form and the rings' kernel, bit for bit).
+#ifndef HEARTH_CUDA_GDN_CONV_CUH
+#define HEARTH_CUDA_GDN_CONV_CUH
+
+// row j (0..dc-1) of the concatenation [ring; piece rows] ending at pass row r, channel ch
+__device__ __forceinline__ float conv_x(const float *qkv, const float *ring, const hk_piece *pc, int64_t r, int64_t j,
+                                        int64_t cd, int64_t dc, int64_t ch) {
+    const int64_t idx = r - pc->r0 - (dc - 1) + j;
+    return idx >= 0 || (KMUT(M_NEIGHBOUR) && pc->r0 + idx >= 0) ? qkv[(pc->r0 + idx) * cd + ch] : ring[(idx + dc - 1) * cd + ch];
+}
+
+// the rings of a piece's marks (the dc-1 rows up to each mark's end row, into the staging
+// area) and its new ring (up to its last row) for channel ch, written over the old in place:
+// the thread reads the channel's old ring before it writes it
+#define RING_MAX 8
+#define CONV_FAST 4 /* the taps of decode's loaded-at-once form (the model's ssm_d_conv) */
+__device__ __forceinline__ void ring_channel(const float *qkv, float *ring, const hk_piece *pc, const hk_mark *marks,
+                                             float *stage0, size_t stage_stride, int64_t cd, int64_t dc, int64_t ch) {
+    for (int k = 0; k < pc->n_marks && !KMUT(M_RING_SKIP); k++) {
+        const hk_mark *mk = &marks[pc->mark0 + k];
+        float *dst = stage0 + (size_t)mk->slot * stage_stride;
+        for (int64_t j = 0; j < dc - 1; j++) dst[j * cd + ch] = conv_x(qkv, ring, pc, pc->r0 + mk->m - 1, j + 1, cd, dc, ch);
+    }
+    float nr[RING_MAX];
+    for (int64_t j = 0; j < dc - 1; j++) nr[j] = conv_x(qkv, ring, pc, pc->r0 + pc->n - 1, j + 1, cd, dc, ch);
+    for (int64_t j = 0; j < dc - 1; j++) ring[j * cd + ch] = nr[KMUT(M_RING_REVERSE) ? dc - 2 - j : j];
+}
+
+// a one-row piece's marks' rings and its new ring for channel ch from its window win (rows
+// [ring; row] of the channel: what ring_channel reads through conv_x for such a piece, where
+// a mark can only be m = 1), written after every read
+__device__ __forceinline__ void ring_window(const float win[CONV_FAST], float *ring, const hk_piece *pc, const hk_mark *marks,
+                                            float *stage0, size_t stage_stride, int64_t cd, int64_t ch) {
+    for (int k = 0; k < pc->n_marks && !KMUT(M_RING_SKIP); k++) {
+        float *dst = stage0 + (size_t)marks[pc->mark0 + k].slot * stage_stride;
+#pragma unroll
+        for (int j = 0; j < CONV_FAST - 1; j++) dst[j * cd + ch] = win[j + 1];
+    }
+#pragma unroll
+    for (int j = 0; j < CONV_FAST - 1; j++) ring[j * cd + ch] = win[KMUT(M_RING_REVERSE) ? CONV_FAST - 1 - j : j + 1];
+}
+
+// grid (heads / 8, n), 256 threads: warp w takes head hh = 8 blockIdx.x + w of row r (heads
+// of S channels: the Gk q heads, the Gk k heads, the Gv v heads), lane l its channels l,
+// l + 32, ...: cv = silu(causal conv of [ring; qkv rows of the piece]), and for a q or k head
+// its L2 norm over the head (the sums in that channel order, then the warp tree; q also times
+// 1/sqrt(S)). Block 0 of a row makes the row's gates: b = sigmoid(b), a = A softplus(a + dt).
+// With ring_too (every piece of the pass one row: decode) the thread that made a channel
+// then writes that channel's ring (ring_channel) after its conv read the old one; ring_too
+// 2 (decode's fused form, HEARTH_CUDA_FUSE=1), at the model's shape (heads of 128, 4 taps):
+// a lane loads its 4 channels' windows at once (ring_window writes the rings from them),
+// with the loop's arithmetic (explicit fmas).
+__global__ void conv_norm_kernel(const float *qkv, float *ring0, size_t seq_stride, const float *w,
+                                 const int32_t *row_piece, const hk_piece *pieces, const hk_mark *marks, float *stage0,
+                                 size_t stage_stride, int ring_too, float *cv, float *b, float *a, const float *ssm_a,
+                                 const float *dt, int64_t S, int64_t Gk, int64_t Gv, int64_t cd, int64_t dc, float eps) {
+    pdl_enter();
+    const int64_t r = blockIdx.y, hh = (int64_t)blockIdx.x * 8 + threadIdx.x / 32;
+    const int lane = threadIdx.x & 31;
+    const hk_piece *pc = &pieces[row_piece[r]];
+    float *ring = ring0 + (size_t)pc->seq * seq_stride;
+    if (hh < cd / S) {
+        float ss = 0;
+        if (ring_too == 2 && S == 4 * 32 && dc == CONV_FAST) {
+            /* decode at the model's shape: a lane's 4 channels' windows and taps loaded at once,
+             * then the same arithmetic as the loop below, the rings written from the windows */
+            float win[4][CONV_FAST], wt[4][CONV_FAST];
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+#pragma unroll
+                for (int j = 0; j < CONV_FAST; j++) {
+                    const int64_t ch = hh * S + lane + 32 * i;
+                    wt[i][j] = w[ch * CONV_FAST + j];
+                    win[i][j] = conv_x(qkv, ring, pc, r, j, cd, CONV_FAST, ch);
+                }
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                const int64_t ch = hh * S + lane + 32 * i;
+                float s = 0;
+#pragma unroll
+                for (int j = 0; j < CONV_FAST; j++) s = __fmaf_rn(wt[i][j], win[i][j], s);
+                const float x = silu(s);
+                cv[r * cd + ch] = x;
+                ss = __fmaf_rn(x, x, ss);
+                ring_window(win[i], ring, pc, marks, stage0, stage_stride, cd, ch);
+            }
+        } else {
+            for (int64_t i = lane; i < S; i += 32) {
+                const int64_t ch = hh * S + i;
+                float s = 0;
+                for (int64_t j = 0; j < dc; j++) s = __fmaf_rn(w[ch * dc + j], conv_x(qkv, ring, pc, r, j, cd, dc, ch), s);
+                const float x = silu(s);
+                cv[r * cd + ch] = x;
+                ss = __fmaf_rn(x, x, ss);
+                if (ring_too) ring_channel(qkv, ring, pc, marks, stage0, stage_stride, cd, dc, ch);
+            }
+        }
+        if (hh < 2 * Gk) {
+            ss = warp_sum(ss);
+            float sc = 1.0f / sqrtf(ss + eps);
+            if (hh < Gk) sc *= 1.0f / sqrtf((float)S);
+            for (int64_t i = lane; i < S; i += 32) cv[r * cd + hh * S + i] *= sc;
+        }
+    }
+    if (blockIdx.x == 0)
+        for (int64_t h = threadIdx.x; h < Gv; h += blockDim.x) {
+            const float av = a[r * Gv + h] + dt[h];
+            b[r * Gv + h] = sigm(b[r * Gv + h]);
+            a[r * Gv + h] = ssm_a[h] * (av > 20.0f ? av : log1pf(expf(av)));
+        }
+}
+
+// grid (cd / 256, n_pieces): ring_channel for every channel of every piece
+__global__ void ring_kernel(const float *qkv, float *ring0, size_t seq_stride, const hk_piece *pieces, const hk_mark *marks,
+                            float *stage0, size_t stage_stride, int64_t cd, int64_t dc) {
+    pdl_enter();
+    const int64_t ch = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (ch >= cd) return;
+    const hk_piece *pc = &pieces[blockIdx.y];
+    ring_channel(qkv, ring0 + (size_t)pc->seq * seq_stride, pc, marks, stage0, stage_stride, cd, dc, ch);
+}
+
+#endif
