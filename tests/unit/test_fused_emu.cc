@@ -105,6 +105,18 @@ static int nonzero(const std::vector<unsigned> &t) {
     return k;
 }
 
+/* a fused form's verdict: its outputs equal the separate launches' and its tickets are back
+ * at zero; or, its tail primed to fire early (plant), its outputs differ */
+#define VERDICT(plant, eq, tk, fmt, ...)                                                              \
+    do {                                                                                              \
+        if (!(plant)) {                                                                               \
+            CHECK_MSG(eq, fmt ": the fused form differs from the separate launches", __VA_ARGS__);    \
+            CHECK_MSG(nonzero(tk) == 0, fmt ": %d tickets left", __VA_ARGS__, nonzero(tk));           \
+        } else {                                                                                      \
+            CHECK_MSG(!(eq), fmt ": its tail primed to fire early went unseen", __VA_ARGS__);         \
+        }                                                                                             \
+    } while (0)
+
 static const hk_w W0 = {};
 static const gv_sw SW0 = {nullptr, nullptr, 0};
 
@@ -196,12 +208,7 @@ TEST(norm_tail_matches_apart) {
             emu::launch(rmsnorm_kernel<>, dim3((unsigned)n), dim3(256), 0, (const float *)xb.data(), (const int32_t *)nullptr,
                         (const float *)nw.data(), hb.data(), E, 1e-6f, rb.a, hk_act{});
             const bool eq = same(xa, xb) && same(ha, hb) && ra == rb;
-            if (!plant) {
-                CHECK_MSG(eq, "rows=%lld: the product with its norm tail differs from the two launches", (long long)n);
-                CHECK_MSG(nonzero(tk) == 0, "rows=%lld: %d tickets left", (long long)n, nonzero(tk));
-            } else {
-                CHECK_MSG(!eq, "rows=%lld: a tail fired three blocks early went unseen", (long long)n);
-            }
+            VERDICT(plant, eq, tk, "rows=%lld", (long long)n);
         }
     }
     printf("  output product + norm tail = the product then the norm (1, 3 rows); an early tail is red\n");
@@ -250,13 +257,7 @@ TEST(combine_tail_matches_apart) {
                             (const float *)(with_norm ? nw.data() : nullptr), hb.data(), 1e-6f, rb.a, hk_act{});
                 bool eq = same(eoa, eob) && same(xa, xb);
                 if (with_norm) eq = eq && same(ha, hb) && ra == rb;
-                if (!plant) {
-                    CHECK_MSG(eq, "rows=%lld%s: the down product with its combine tail differs from the two launches",
-                              (long long)n, with_norm ? " (and the norm)" : "");
-                    CHECK_MSG(nonzero(tk) == 0, "rows=%lld: %d tickets left", (long long)n, nonzero(tk));
-                } else {
-                    CHECK_MSG(!eq, "rows=%lld: a slice combined before its pairs were in went unseen", (long long)n);
-                }
+                VERDICT(plant, eq, tk, "rows=%lld%s", (long long)n, with_norm ? " (and the norm)" : "");
             }
     }
     printf("  down + combine (+ norm) tail = the down product then the combine (1, 3 rows); an early slice is red\n");
@@ -291,12 +292,7 @@ TEST(route_tail_matches_apart) {
             emu::launch(route_kernel<>, dim3((unsigned)((n + 3) / 4)), dim3(128), 0, (const float *)y2.data(), ls, n, (int)X,
                         (int)K, sb.data(), wb.data());
             const bool eq = sa == sb && same(wa, wb);
-            if (!plant) {
-                CHECK_MSG(eq, "rows=%lld: the route tail differs from route_kernel", (long long)n);
-                CHECK_MSG(nonzero(tk) == 0, "rows=%lld: %d tickets left", (long long)n, nonzero(tk));
-            } else {
-                CHECK_MSG(!eq, "rows=%lld: a route taken before the logits were in went unseen", (long long)n);
-            }
+            VERDICT(plant, eq, tk, "rows=%lld", (long long)n);
         }
     printf("  route tail = route_kernel over the launch's logits (1, 3, 8 rows); an early route is red\n");
 }
@@ -338,12 +334,7 @@ TEST(gated_tail_matches_apart) {
             emu::launch(gated_norm_kernel<>, dim3((unsigned)n), dim3(256), 0, ob.data(), (const float *)z.data(),
                         (const float *)nw.data(), Vd, 1e-6f, rb.a);
             const bool eq = same(oa, ob) && ra == rb && same(la, lb);
-            if (!plant) {
-                CHECK_MSG(eq, "%lld pieces: the gated-norm tail differs from the pass then the gated norm", (long long)np);
-                CHECK_MSG(nonzero(tk) == 0, "%lld pieces: %d tickets left", (long long)np, nonzero(tk));
-            } else {
-                CHECK_MSG(!eq, "%lld pieces: a gated norm taken before its heads were in went unseen", (long long)np);
-            }
+            VERDICT(plant, eq, tk, "%lld pieces", (long long)np);
         }
     printf("  delta rule + gated-norm tail = the pass then the gated norm (1, 3 pieces); an early tail is red\n");
 }
