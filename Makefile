@@ -103,7 +103,7 @@ $(BUILD)/mut/hearth: $(CLI_OBJ) $(BUILD)/libhearth-mut.a
 CXX ?= c++
 EMU_CUH := src/engine/cuda/warp.cuh src/engine/cuda/act.cuh src/engine/cuda/tail.cuh src/engine/cuda/kernels.h
 $(BUILD)/tests/test_gdn_chunk: tests/unit/test_gdn_chunk.cc tests/unit/cuda_emu.h tests/unit/gdn_chunk_ref.h tests/unit/harness.h \
-                               src/engine/cuda/gdn_chunk.cuh $(EMU_CUH)
+                               src/engine/cuda/gdn_chunk.cuh src/engine/cuda/gdn_conv.cuh $(EMU_CUH)
 	@mkdir -p $(@D)
 	$(CXX) -std=c++17 -O2 -g -Wall -Wextra -Werror -Wno-unused-parameter -Wno-unknown-pragmas -ffp-contract=off -fno-strict-aliasing \
 	    -D_GNU_SOURCE -Isrc -Itests/unit -o $@ $< -lm

@@ -674,8 +674,8 @@ TEST(gated_tail_matches_apart) {
             const hk_gtail gt = {.z = dz, .nw = dnw, .eps = 1e-6f, .a = aa, .cnt = tickets};
             int rc;
             if (form == 0)
-                rc = hk_gdn_chunk(st, dcv, db, da, la, (size_t)lane, dp, (int)np, dc, dpc, n, NULL, NULL, 0, S, Gk, Gv, cd, NULL, &gt, oa, &e) |
-                     hk_gdn_chunk(st, dcv, db, da, lb, (size_t)lane, dp, (int)np, dc, dpc, n, NULL, NULL, 0, S, Gk, Gv, cd, NULL, NULL, ob, &e);
+                rc = hk_gdn_chunk(st, dcv, db, da, la, (size_t)lane, dp, (int)np, dc, dpc, n, NULL, NULL, 0, S, Gk, Gv, cd, NULL, NULL, &gt, oa, &e) |
+                     hk_gdn_chunk(st, dcv, db, da, lb, (size_t)lane, dp, (int)np, dc, dpc, n, NULL, NULL, 0, S, Gk, Gv, cd, NULL, NULL, NULL, ob, &e);
             else
                 rc = hk_gdn_delta(st, dcv, db, da, la, (size_t)lane, dp, (int)np, NULL, NULL, 0, S, Gk, Gv, cd, &gt, oa, &e) |
                      hk_gdn_delta(st, dcv, db, da, lb, (size_t)lane, dp, (int)np, NULL, NULL, 0, S, Gk, Gv, cd, NULL, ob, &e);
@@ -985,7 +985,7 @@ static int gdn_pass(void *st, const gpiece *ps, int np, float *o, float *lanes, 
     hk_gdn_scratch sc = {.w = d[9], .u = d[10], .qk = d[11], .g = (float *)d[11] + n * Gv * 64};
     if (rc == 0)
         rc = hk_gdn_chunk(st, d[0], d[2], d[1], d[3], (size_t)lane, d[4], np, d[5], d[6], n, d[7], d[8], (size_t)lane, 128, Gk,
-                          Gv, cd, &sc, NULL, d[12], e);
+                          Gv, cd, &sc, NULL, NULL, d[12], e);
     if (rc == 0) rc = hk_stream_sync(st, e);
     if (rc == 0) rc = hk_d2h(o, d[12], bytes[12], e);
     if (rc == 0) rc = hk_d2h(lanes, d[3], bytes[3], e);
@@ -1037,7 +1037,7 @@ static void gdn_time(int np, int64_t len) {
                 rc |= hk_gdn_delta(st, d[0], d[2], d[1], d[3], (size_t)lane, d[4], np, NULL, NULL, 0, 128, GK, GV, cd, NULL, d[9], &e);
             else
                 rc |= hk_gdn_chunk(st, d[0], d[2], d[1], d[3], (size_t)lane, d[4], np, d[5], d[6], n, NULL, NULL, 0, 128, GK, GV, cd,
-                                   &sc, NULL, d[9], &e);
+                                   &sc, NULL, NULL, d[9], &e);
             rc |= hk_event_record(st, ev[1], &e) | hk_stream_sync(st, &e);
             if (r >= 0) ms[form][r] = hk_event_ms(ev[0], ev[1]);
         }

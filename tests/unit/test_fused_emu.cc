@@ -25,8 +25,8 @@ static unsigned emu_mut;
 enum { M_NEIGHBOUR = 1 << 0, M_RING_SKIP = 1 << 1, M_RING_REVERSE = 1 << 2, M_COPY_LATE = 1 << 3, M_COPY_EARLY = 1 << 4,
        M_POINT_INPLACE = 1 << 5, M_DECAY_SKIP = 1 << 6 }; /* gdn.cu's bits */
 #include "engine/cuda/gemv.cuh"
-#include "engine/cuda/gdn_chunk.cuh"
 #include "engine/cuda/gdn_conv.cuh"
+#include "engine/cuda/gdn_chunk.cuh"
 
 static uint64_t seed = 77;
 static uint32_t rnd() { /* splitmix64's high half */
@@ -330,7 +330,7 @@ TEST(gated_tail_matches_apart) {
                             (const float *)a.data(), side ? lb.data() : la.data(), (size_t)lane, (const hk_piece *)pcs.data(),
                             (const hk_chunk *)chs.data(), (const int32_t *)pch.data(), (const hk_mark *)nullptr, (float *)nullptr,
                             (size_t)0, Gk, Gv, cd, (const float *)nullptr, (const float *)nullptr, (const float *)nullptr,
-                            (const float *)nullptr, side ? hk_gtail{} : gt, side ? ob.data() : oa.data());
+                            (const float *)nullptr, hk_gconv{}, side ? hk_gtail{} : gt, side ? ob.data() : oa.data());
             emu::launch(gated_norm_kernel<>, dim3((unsigned)n), dim3(256), 0, ob.data(), (const float *)z.data(),
                         (const float *)nw.data(), Vd, 1e-6f, rb.a);
             const bool eq = same(oa, ob) && ra == rb && same(la, lb);
@@ -383,6 +383,69 @@ TEST(conv_decode_matches_prompt_form) {
     printf("  decode's conv (windows at once) = the prompt form + the rings' kernel; ring_reverse planted is red\n");
 }
 
+/* Decode's conv inside the chunked delta rule's launch (hk_gconv: each block makes its q, k
+ * and value columns from the input products' row and the rings; the rings written by their
+ * readers, a key head's q and k rings by the last of its 8 blocks) against conv_norm_kernel
+ * then the same launch reading its outputs: outputs, lanes, rings, and the points' lanes and
+ * rings (pieces 0 and 2 with a point at m = 1). 4 value heads on 2 key heads, 3 one-row
+ * pieces. Planted: a key head's ticket primed (its rings written before all its readers read
+ * them) and ring_reverse on the fused side, each red. */
+TEST(conv_in_delta_matches_apart) {
+    const int64_t Gk = 2, Gv = 4, S = 128, cd = 2 * Gk * S + Gv * S, dc = 4, np = 3, n = np, Vd = Gv * S, lane = Gv * S * S;
+    const size_t rfl = (size_t)((dc - 1) * cd);
+    std::vector<float> qkv = randv((size_t)(n * cd), -2.0f, 2.0f), w = randv((size_t)(cd * dc), -0.5f, 0.5f);
+    std::vector<float> r0 = randv(rfl * np, -2.0f, 2.0f), b0 = randv((size_t)(n * Gv), -2.0f, 2.0f);
+    std::vector<float> a0 = randv((size_t)(n * Gv), -2.0f, 2.0f), ssm_a = randv((size_t)Gv, -1.0f, -0.1f);
+    std::vector<float> dt = randv((size_t)Gv, -0.5f, 0.5f), l0 = randv((size_t)(np * lane), -0.2f, 0.2f);
+    std::vector<hk_piece> pcs((size_t)np);
+    std::vector<hk_chunk> chs((size_t)np);
+    std::vector<int32_t> pch((size_t)np + 1), row_piece((size_t)n);
+    std::vector<hk_mark> mks;
+    for (int64_t p = 0; p < np; p++) {
+        const int nm = p == 1 ? 0 : 1;
+        pcs[p] = hk_piece{p, 1, 9, (int32_t)p, (int32_t)mks.size(), nm, 0};
+        if (nm) mks.push_back(hk_mark{1, (int32_t)mks.size(), (int32_t)p});
+        chs[p] = hk_chunk{(int32_t)p, 0, 1, 0};
+        pch[p] = (int32_t)p, row_piece[p] = (int32_t)p;
+    }
+    pch[np] = (int32_t)np;
+    const size_t nm = mks.size();
+    for (int plant = 0; plant < 3; plant++) {
+        std::vector<float> ra = r0, rb = r0, la = l0, lb = l0, bb = b0, ab = a0, cvb((size_t)(n * cd), NAN);
+        std::vector<float> oa((size_t)(n * Vd), NAN), ob((size_t)(n * Vd), NAN);
+        std::vector<float> sra(rfl * nm, NAN), srb(rfl * nm, NAN), sla((size_t)lane * nm, NAN), slb((size_t)lane * nm, NAN);
+        std::vector<unsigned> tk((size_t)(np * Gk), 0);
+        if (plant == 1) tk[1] = 1; /* piece 0, key head 1: its rings written by its 7th reader */
+        emu_mut = plant == 2 ? M_RING_REVERSE : 0;
+        const hk_gconv gv = {qkv.data(), w.data(), ssm_a.data(), dt.data(), b0.data(), a0.data(), ra.data(), sra.data(), rfl,
+                             rfl, 1e-6f, tk.data()};
+        const dim3 gs((unsigned)(Gv * 4), (unsigned)np);
+        emu::launch(gdn_chunk_state_kernel<1>, gs, dim3(GC_THREADS), sizeof(float) * gc_state_smem_floats(1), (const float *)nullptr,
+                    (const float *)nullptr, (const float *)nullptr, la.data(), (size_t)lane, (const hk_piece *)pcs.data(),
+                    (const hk_chunk *)chs.data(), (const int32_t *)pch.data(), (const hk_mark *)mks.data(), sla.data(), (size_t)lane,
+                    Gk, Gv, cd, (const float *)nullptr, (const float *)nullptr, (const float *)nullptr, (const float *)nullptr,
+                    gv, hk_gtail{}, oa.data());
+        emu_mut = 0;
+        emu::launch(conv_norm_kernel, dim3((unsigned)((cd / S + 7) / 8), (unsigned)n), dim3(256), 0, (const float *)qkv.data(),
+                    rb.data(), rfl, (const float *)w.data(), (const int32_t *)row_piece.data(), (const hk_piece *)pcs.data(),
+                    (const hk_mark *)mks.data(), srb.data(), rfl, 1, cvb.data(), bb.data(), ab.data(), (const float *)ssm_a.data(),
+                    (const float *)dt.data(), S, Gk, Gv, cd, dc, 1e-6f);
+        emu::launch(gdn_chunk_state_kernel<1>, gs, dim3(GC_THREADS), sizeof(float) * gc_state_smem_floats(1), (const float *)cvb.data(),
+                    (const float *)bb.data(), (const float *)ab.data(), lb.data(), (size_t)lane, (const hk_piece *)pcs.data(),
+                    (const hk_chunk *)chs.data(), (const int32_t *)pch.data(), (const hk_mark *)mks.data(), slb.data(), (size_t)lane,
+                    Gk, Gv, cd, (const float *)nullptr, (const float *)nullptr, (const float *)nullptr, (const float *)nullptr,
+                    hk_gconv{}, hk_gtail{}, ob.data());
+        const bool eq = same(oa, ob) && same(la, lb) && same(ra, rb) && same(sra, srb) && same(sla, slb);
+        if (plant == 0) {
+            CHECK_MSG(eq, "the conv in the delta rule's launch differs from conv_norm_kernel then the launch");
+            CHECK_MSG(nonzero(tk) == 0, "%d tickets left", nonzero(tk));
+        } else {
+            CHECK_MSG(!eq, "%s went unseen", plant == 1 ? "a key head's rings written before its last reader" : "ring_reverse");
+        }
+    }
+    printf("  conv in the delta rule's launch = conv_norm_kernel then the launch (3 pieces, 2 points); an early ring and ring_reverse red\n");
+}
+
 int main(void) {
     RUN(segments_match_alone);
     RUN(norm_tail_matches_apart);
@@ -390,5 +453,6 @@ int main(void) {
     RUN(route_tail_matches_apart);
     RUN(gated_tail_matches_apart);
     RUN(conv_decode_matches_prompt_form);
+    RUN(conv_in_delta_matches_apart);
     return harness_done();
 }

@@ -22,8 +22,10 @@ extern "C" {
 
 static unsigned emu_mut; /* the planted defect the kernels see (gdn.cu's M_ bits) */
 #define KMUT(bit) (emu_mut & (bit))
-enum { M_COPY_LATE = 1 << 3, M_COPY_EARLY = 1 << 4, M_POINT_INPLACE = 1 << 5, M_DECAY_SKIP = 1 << 6 };
-#include "engine/cuda/tail.cuh" /* the gated-norm tail of a decode pass (test_fused_emu checks it) */
+enum { M_NEIGHBOUR = 1 << 0, M_RING_SKIP = 1 << 1, M_RING_REVERSE = 1 << 2, M_COPY_LATE = 1 << 3, M_COPY_EARLY = 1 << 4,
+       M_POINT_INPLACE = 1 << 5, M_DECAY_SKIP = 1 << 6 }; /* gdn.cu's bits */
+#include "engine/cuda/tail.cuh"     /* the tails and the conv of a decode pass (test_fused_emu checks them) */
+#include "engine/cuda/gdn_conv.cuh"
 #include "engine/cuda/gdn_chunk.cuh"
 
 enum { DS = 128, GK = 2, GV = 4, NROWS = 130, LANE = GV * DS * DS };
@@ -82,7 +84,7 @@ static std::vector<piece_out> run_pass(const std::vector<piece_in> &ps) {
                     (const float *)b.data(), (const float *)a.data(), lanes.data(), ss, (const hk_piece *)pieces.data(),
                     (const hk_chunk *)chunks.data(), (const int32_t *)pchunk.data(), (const hk_mark *)marks.data(),
                     stage.data(), ss, (int64_t)GK, (int64_t)GV, (int64_t)CD, (const float *)nullptr, (const float *)nullptr,
-                    (const float *)nullptr, (const float *)nullptr, hk_gtail{}, o.data());
+                    (const float *)nullptr, (const float *)nullptr, hk_gconv{}, hk_gtail{}, o.data());
     } else {
         emu::launch(gdn_chunk_prep_kernel, dim3(GV, (unsigned)((n + GC_C - 1) / GC_C + np)), dim3(256),
                     sizeof(float) * gc_prep_smem_floats(), (const float *)cv.data(), (const float *)b.data(),
@@ -94,7 +96,7 @@ static std::vector<piece_out> run_pass(const std::vector<piece_in> &ps) {
                     (const hk_piece *)pieces.data(), (const hk_chunk *)chunks.data(), (const int32_t *)pchunk.data(),
                     (const hk_mark *)marks.data(), stage.data(), ss, (int64_t)GK, (int64_t)GV, (int64_t)CD,
                     (const float *)wsc.data(), (const float *)usc.data(), (const float *)qksc.data(),
-                    (const float *)gsc.data(), hk_gtail{}, o.data());
+                    (const float *)gsc.data(), hk_gconv{}, hk_gtail{}, o.data());
     }
     std::vector<piece_out> out(np);
     for (int p = 0; p < np; p++) {

@@ -29,7 +29,10 @@
 #define CUDA_UBATCH 2048  /* rows of a span per pass: each pass reads every expert's weights once */
 #define LOGITS_CAP 512    /* logits rows a pass returns (a span wanting all of them takes more passes) */
 #define GEMV_ROWS 8   /* rows up to which the experts run pair by pair (no sort) */
-#define TICKETS(E) ((size_t)(E) + 2) /* the combine's: one per slice of at least 1 output row, and one */
+/* tickets (tail.cuh): the combine's one per slice of at least 1 output row and one; the
+ * delta rule's launch takes the gated norm's from 0 and the conv's from TICKETS_CONV */
+#define TICKETS_CONV 512
+#define TICKETS(E) ((size_t)(E) + 2 > 2 * TICKETS_CONV ? (size_t)(E) + 2 : 2 * TICKETS_CONV)
 #define N_GRAPHS 8
 
 typedef struct cuda_layer {
@@ -467,10 +470,15 @@ static int gdn_layer(cuda_engine *ce, const cuda_layer *C, const pass *p, herr *
         }
     }
     const bool ring_too = n == p->n_pieces; /* decode: every piece one row, its ring written by the conv's launch */
-    OP("gdn conv norm", hk_gdn_conv_norm(st, ce->qkv, ring0, rstride, F(C->ssm_conv1d), IO(ce, row_piece, int32_t), pieces, n,
-                                         marks, sr, rstride, ring_too ? (fuse_pass(ce, n) ? 2 : 1) : 0, ce->cv, ce->gb, ce->ga,
-                                         F(C->ssm_a), F(C->ssm_dt), S,
-                                         Gk, Gv, cd, dc, hp->rms_eps, e));
+    /* decode, fused, chunked, the model's heads and taps: the conv is made in the delta rule's launch */
+    const bool conv_in = ring_too && fuse_pass(ce, n) && ce->gdn_chunk && S == 128 && dc == 4 && Gv % Gk == 0;
+    const hk_gconv gcv = {.qkv = ce->qkv, .w = F(C->ssm_conv1d), .ssm_a = F(C->ssm_a), .dt = F(C->ssm_dt), .braw = ce->gb,
+                          .araw = ce->ga, .ring0 = ring0, .stage0 = sr, .ring_stride = rstride, .stage_stride = rstride,
+                          .eps = hp->rms_eps, .cnt = ce->tickets + TICKETS_CONV};
+    if (!conv_in)
+        OP("gdn conv norm", hk_gdn_conv_norm(st, ce->qkv, ring0, rstride, F(C->ssm_conv1d), IO(ce, row_piece, int32_t), pieces, n,
+                                             marks, sr, rstride, ring_too ? (fuse_pass(ce, n) ? 2 : 1) : 0, ce->cv, ce->gb, ce->ga,
+                                             F(C->ssm_a), F(C->ssm_dt), S, Gk, Gv, cd, dc, hp->rms_eps, e));
     if (!ring_too)
         OP("gdn ring", hk_gdn_ring(st, ce->qkv, ring0, rstride, pieces, p->n_pieces, marks, p->n_marks, sr, rstride, cd, dc, e));
     /* decode, fused: the gated norm is the delta rule's tail */
@@ -480,7 +488,8 @@ static int gdn_layer(cuda_engine *ce, const cuda_layer *C, const pass *p, herr *
     const hk_gtail *gtp = ring_too && fuse_pass(ce, n) && Gv % 2 == 0 ? &gt : NULL;
     if (ce->gdn_chunk)
         OP("gdn delta", hk_gdn_chunk(st, ce->cv, ce->gb, ce->ga, lane0, lstride, pieces, p->n_pieces, IO(ce, chunks, hk_chunk),
-                                     IO(ce, pchunk, int32_t), n, marks, sl, lstride, S, Gk, Gv, cd, &ce->gsc, gtp, ce->o, e));
+                                     IO(ce, pchunk, int32_t), n, marks, sl, lstride, S, Gk, Gv, cd, &ce->gsc,
+                                     conv_in ? &gcv : NULL, gtp, ce->o, e));
     else
         OP("gdn delta", hk_gdn_delta(st, ce->cv, ce->gb, ce->ga, lane0, lstride, pieces, p->n_pieces, marks, sl, lstride, S, Gk,
                                      Gv, cd, gtp, ce->o, e));

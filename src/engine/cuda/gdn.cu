@@ -53,9 +53,9 @@ static int mut_load(herr *e) {
 static int mut_load(herr *) { return 0; }
 #endif
 
-#include "engine/cuda/gdn_chunk.cuh"
 
 #include "engine/cuda/gdn_conv.cuh"
+#include "engine/cuda/gdn_chunk.cuh"
 
 extern "C" int hk_gdn_conv_norm(void *st, const float *qkv, float *ring0, size_t seq_stride, const float *w,
                                 const int32_t *row_piece, const hk_piece *pieces, int64_t n, const hk_mark *marks,
@@ -204,9 +204,14 @@ extern "C" int hk_gdn_delta(void *st, const float *cv, const float *b, const flo
 extern "C" int hk_gdn_chunk(void *st, const float *cv, const float *b, const float *a, float *lane0, size_t seq_stride,
                             const hk_piece *pieces, int n_pieces, const hk_chunk *chunks, const int32_t *pchunk, int64_t n,
                             const hk_mark *marks, float *stage0, size_t stage_stride, int64_t S, int64_t Gk, int64_t Gv,
-                            int64_t cd, const hk_gdn_scratch *sc, const hk_gtail *gt, float *o, herr *e) {
+                            int64_t cd, const hk_gdn_scratch *sc, const hk_gconv *gc, const hk_gtail *gt, float *o,
+                            herr *e) {
     if (S != GC_DS) return herr_set(e, "the CUDA engine's delta rule takes ssm_d_state %d, not %lld", GC_DS, (long long)S);
     if (n_pieces == 0) return 0;
+    if (gc && gc->qkv && (n != n_pieces || Gv % Gk || cd != (2 * Gk + Gv) * S))
+        return herr_set(e, "hk_gdn_chunk: the conv in the launch over %lld rows in %d pieces, %lld value heads on %lld", (long long)n,
+                        n_pieces, (long long)Gv, (long long)Gk);
+    const hk_gconv gnone = {0};
     if (gt && gt->z && (Gv % 2 || n != n_pieces))
         return herr_set(e, "hk_gdn_chunk: a gated-norm tail over %lld value heads, %lld rows in %d pieces", (long long)Gv,
                         (long long)n, n_pieces);
@@ -224,7 +229,7 @@ extern "C" int hk_gdn_chunk(void *st, const float *cv, const float *b, const flo
     if (n == n_pieces) {
         LAUNCH(e, gdn_chunk_state_kernel<1>, gs, GC_THREADS, sizeof(float) * gc_state_smem_floats(1), st, cv, b, a, lane0, seq_stride,
                pieces, chunks, pchunk, marks, stage0, stage_stride, Gk, Gv, cd, (const float *)NULL, (const float *)NULL,
-               (const float *)NULL, (const float *)NULL, gt ? *gt : none, o);
+               (const float *)NULL, (const float *)NULL, gc ? *gc : gnone, gt ? *gt : none, o);
         return 0;
     }
     /* the chunks' count is read on the device (anchors add chunks): the grid depends only on
@@ -234,7 +239,7 @@ extern "C" int hk_gdn_chunk(void *st, const float *cv, const float *b, const flo
            sc->u, sc->qk, sc->g);
     LAUNCH(e, gdn_chunk_state_kernel<GC_C>, gs, GC_THREADS, state_smem, st, cv, b, a, lane0, seq_stride, pieces, chunks, pchunk,
            marks, stage0, stage_stride, Gk, Gv, cd, (const float *)sc->w, (const float *)sc->u, (const float *)sc->qk,
-           (const float *)sc->g, none, o);
+           (const float *)sc->g, gnone, none, o);
     return 0;
 }
 

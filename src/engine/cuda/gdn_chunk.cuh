@@ -247,7 +247,7 @@ __global__ void __launch_bounds__(GC_THREADS, CR == 1 ? 4 : 2)
     gdn_chunk_state_kernel(const float *cv, const float *b, const float *a, float *lane0, size_t seq_stride,
                            const hk_piece *pieces, const hk_chunk *chunks, const int32_t *pchunk, const hk_mark *marks,
                            float *stage0, size_t stage_stride, int64_t Gk, int64_t Gv, int64_t cd, const float *wsc,
-                           const float *usc, const float *qksc, const float *gsc, hk_gtail gt, float *o) {
+                           const float *usc, const float *qksc, const float *gsc, hk_gconv gv, hk_gtail gt, float *o) {
     pdl_enter();
     HK_DYN_SMEM(sm);
     float *xw = sm, *xq = sm + CR * GC_XP;  /* [CR][GC_XP] each */
@@ -261,16 +261,21 @@ __global__ void __launch_bounds__(GC_THREADS, CR == 1 ? 4 : 2)
     const int tid = threadIdx.x, lane = tid % 32, cg = lane % 8, rg = 4 * (tid / 32) + lane / 8;
     constexpr int NR = 2; /* chunk rows a thread makes P and O for (CR = 64): rg + 32a */
     float *lane_p = lane0 + (size_t)pc->seq * seq_stride + (size_t)(h * GC_DS * GC_DS) + c0 + 4 * cg;
-    /* CR = 1 (a piece is its one row): the row's values are loaded with S0, one wait for both */
+    /* CR = 1 (a piece is its one row): the row's values are loaded with S0, one wait for both;
+     * or, with gv (decode's conv in the launch: gdn_conv.cuh), made here from the input
+     * products' row and the rings while S0 loads */
     float r_beta = 0.0f, r_g0 = 0.0f, r_k = 0.0f, r_q = 0.0f, r_v = 0.0f;
-    if constexpr (CR == 1) {
-        const float *row = cv + pc->r0 * cd;
-        r_beta = b[pc->r0 * Gv + h], r_g0 = a[pc->r0 * Gv + h];
-        if (tid < GC_DS) r_k = row[Gk * GC_DS + hk * GC_DS + tid], r_q = row[hk * GC_DS + tid];
-        if (tid < GC_COLS) r_v = row[2 * Gk * GC_DS + h * GC_DS + c0 + tid];
-    }
+    if constexpr (CR == 1)
+        if (!gv.qkv) {
+            const float *row = cv + pc->r0 * cd;
+            r_beta = b[pc->r0 * Gv + h], r_g0 = a[pc->r0 * Gv + h];
+            if (tid < GC_DS) r_k = row[Gk * GC_DS + hk * GC_DS + tid], r_q = row[hk * GC_DS + tid];
+            if (tid < GC_COLS) r_v = row[2 * Gk * GC_DS + h * GC_DS + c0 + tid];
+        }
 #pragma unroll
     for (int a = 0; a < 4; a++) *(float4 *)(s0 + (rg + 32 * a) * GC_COLS + 4 * cg) = *(const float4 *)(lane_p + (rg + 32 * a) * GC_DS);
+    if constexpr (CR == 1)
+        if (gv.qkv) conv_in_block(gv, pc, marks, h, hk, c0, Gk, Gv, cd, sm, r_beta, r_g0, r_q, r_k, r_v);
     int mk = 0;
     for (int ci = pchunk[blockIdx.y]; ci < pchunk[blockIdx.y + 1]; ci++) {
         const hk_chunk ch = chunks[ci];

@@ -113,6 +113,58 @@ __global__ void conv_norm_kernel(const float *qkv, float *ring0, size_t seq_stri
         }
 }
 
+// Decode's conv inside the chunked delta rule's block (hk_gconv): value head h, columns c0..
+// c0 + 31, key head hk, the one-row piece pc. Thread t makes channel t of the q head (t <
+// 128) or of the k head; threads < 32 also value channel c0 + t; the windows loaded at once,
+// conv_norm_kernel's arithmetic (the same taps order, the head's sum of squares in its lane
+// order: lane l takes channels l, l + 32, l + 64, l + 96); gates as it makes them. sm: 258
+// floats of scratch. The value channels' rings are this block's alone to write; a key head's
+// q and k rings are written by the last of the 4 Gv / Gk blocks that read them (a ticket).
+__device__ __forceinline__ void conv_in_block(const hk_gconv &g, const hk_piece *pc, const hk_mark *marks, int64_t h,
+                                              int64_t hk, int64_t c0, int64_t Gk, int64_t Gv, int64_t cd, float *sm,
+                                              float &beta, float &g0, float &q, float &k, float &v) {
+    const int tid = threadIdx.x, lane = tid & 31;
+    constexpr int64_t S = 128;
+    const int64_t r = pc->r0, ch = tid < S ? hk * S + tid : Gk * S + hk * S + (tid - S), vch = 2 * Gk * S + h * S + c0 + tid;
+    float *ring = g.ring0 + (size_t)pc->seq * g.ring_stride;
+    float win[CONV_FAST], wt[CONV_FAST], vwin[CONV_FAST], vwt[CONV_FAST];
+#pragma unroll
+    for (int j = 0; j < CONV_FAST; j++) {
+        wt[j] = g.w[ch * CONV_FAST + j], win[j] = conv_x(g.qkv, ring, pc, r, j, cd, CONV_FAST, ch);
+        if (tid < 32) vwt[j] = g.w[vch * CONV_FAST + j], vwin[j] = conv_x(g.qkv, ring, pc, r, j, cd, CONV_FAST, vch);
+    }
+    const float braw = g.braw[r * Gv + h], araw = g.araw[r * Gv + h];
+    float s = 0;
+#pragma unroll
+    for (int j = 0; j < CONV_FAST; j++) s = __fmaf_rn(wt[j], win[j], s);
+    sm[tid] = silu(s);
+    if (tid < 32) {
+        float sv = 0;
+#pragma unroll
+        for (int j = 0; j < CONV_FAST; j++) sv = __fmaf_rn(vwt[j], vwin[j], sv);
+        v = silu(sv);
+        ring_window(vwin, ring, pc, marks, g.stage0, g.stage_stride, cd, vch);
+    }
+    __syncthreads();
+    if (tid < 64) { /* warp 0 the q head's L2 norm, warp 1 the k head's */
+        const float *x = sm + (tid / 32) * S;
+        float ss = 0;
+#pragma unroll
+        for (int i = 0; i < 4; i++) ss = __fmaf_rn(x[lane + 32 * i], x[lane + 32 * i], ss);
+        ss = warp_sum(ss);
+        float sc = 1.0f / sqrtf(ss + g.eps);
+        if (tid < 32) sc *= 1.0f / sqrtf((float)S);
+        if (lane == 0) sm[2 * S + tid / 32] = sc;
+    }
+    __syncthreads();
+    if (tid < S) q = sm[tid] * sm[2 * S], k = sm[S + tid] * sm[2 * S + 1];
+    beta = sigm(braw);
+    const float av = araw + g.dt[h];
+    g0 = g.ssm_a[h] * (av > 20.0f ? av : log1pf(expf(av)));
+    if (tail_last(g.cnt + blockIdx.y * Gk + hk, (unsigned)(4 * (Gv / Gk))))
+        ring_window(win, ring, pc, marks, g.stage0, g.stage_stride, cd, ch);
+}
+
 // grid (cd / 256, n_pieces): ring_channel for every channel of every piece
 __global__ void ring_kernel(const float *qkv, float *ring0, size_t seq_stride, const hk_piece *pieces, const hk_mark *marks,
                             float *stage0, size_t stage_stride, int64_t cd, int64_t dc) {

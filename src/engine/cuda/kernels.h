@@ -114,6 +114,20 @@ typedef struct hk_gtail {
     unsigned *cnt;
 } hk_gtail;
 
+/* decode's conv in the chunked delta rule's launch (every piece one row, heads of 128, 4
+ * taps): each block makes its key head's q and k and its value columns from the input
+ * products' row qkv and the rings, as hk_gdn_conv_norm makes them (taps w, gates from the raw
+ * products braw, araw with ssm_a, dt, eps), and the rings (points into stage0) are written
+ * by the blocks that read them, a key head's q and k rings by the last of its readers
+ * (tickets cnt, n_pieces * Gk). qkv NULL: none (cv, b, a are read as made by the conv). */
+typedef struct hk_gconv {
+    const float *qkv, *w, *ssm_a, *dt, *braw, *araw;
+    float *ring0, *stage0;
+    size_t ring_stride, stage_stride;
+    float eps;
+    unsigned *cnt;
+} hk_gconv;
+
 /* ---- base.cu ---- */
 int hk_malloc(void **p, size_t bytes, herr *e);
 void hk_free(void *p);
@@ -266,7 +280,7 @@ int hk_gdn_delta(void *st, const float *cv, const float *b, const float *a, floa
 int hk_gdn_chunk(void *st, const float *cv, const float *b, const float *a, float *lane0, size_t seq_stride,
                  const hk_piece *pieces, int n_pieces, const hk_chunk *chunks, const int32_t *pchunk, int64_t n,
                  const hk_mark *marks, float *stage0, size_t stage_stride, int64_t S, int64_t Gk, int64_t Gv, int64_t cd,
-                 const hk_gdn_scratch *sc, const hk_gtail *gt, float *o, herr *e);
+                 const hk_gdn_scratch *sc, const hk_gconv *gc, const hk_gtail *gt, float *o, herr *e);
 /* o (n, Gv*S) = rmsnorm per head (weight nw, S) * silu(z), then rounded into a */
 int hk_gdn_gated_norm(void *st, float *o, const float *z, const float *nw, int64_t n, int64_t S, int64_t Gv, float eps,
                       hk_act *a, herr *e);
