@@ -700,6 +700,77 @@ TEST(gated_tail_matches_apart) {
 #endif
 }
 
+/* Decode's conv inside the chunked delta rule's launch (hk_gconv) against hk_gdn_conv_norm
+ * then hk_gdn_chunk, bit for bit, at the model's 32 value heads on 16 key heads and 4 taps,
+ * 1, 3 and 8 one-row pieces, the first with a point: outputs, lanes, rings, the point's lanes
+ * and rings; the tickets end at zero. */
+TEST(conv_in_matches_apart) {
+#ifndef HEARTH_CUDA
+    SKIP("built without CUDA (nvcc not found)");
+#else
+    if (!have_gpu()) return;
+    const int64_t Gk = 16, Gv = 32, S = 128, dc = 4, cd = 2 * Gk * S + Gv * S, Vd = Gv * S, lane = Gv * S * S, nps[] = {1, 3, 8};
+    const int64_t rfl = (dc - 1) * cd;
+    herr e;
+    void *st, *tickets;
+    CHECK(hk_stream_new(&st, &e) == 0 && hk_malloc(&tickets, 4 * 256, &e) == 0);
+    hk_memset(tickets, 0, 4 * 256, &e);
+    float *w = randf(cd * dc, 1700, -0.5f, 0.5f), *sa = randf(Gv, 1701, -1.0f, -0.1f), *dt = randf(Gv, 1702, -0.5f, 0.5f);
+    void *dw = dev_f(w, (size_t)(cd * dc), &e), *dsa = dev_f(sa, (size_t)Gv, &e), *ddt = dev_f(dt, (size_t)Gv, &e);
+    for (size_t pi = 0; pi < sizeof nps / sizeof nps[0]; pi++) {
+        const int64_t np = nps[pi], n = np;
+        float *qkv = randf(n * cd, 1710 + (uint64_t)np, -2.0f, 2.0f), *r0 = randf(np * rfl, 1720, -2.0f, 2.0f);
+        float *b = randf(n * Gv, 1730, -2.0f, 2.0f), *a = randf(n * Gv, 1740, -2.0f, 2.0f), *l0 = randf(np * lane, 1750, -0.2f, 0.2f);
+        hk_piece *pcs = xmalloc(sizeof(hk_piece) * (size_t)np);
+        hk_chunk *chs = xmalloc(sizeof(hk_chunk) * (size_t)np);
+        int32_t *pch = xmalloc(4 * (size_t)(np + 1)), *rp = xmalloc(4 * (size_t)np);
+        for (int64_t p = 0; p < np; p++) {
+            pcs[p] = (hk_piece){.r0 = p, .n = 1, .pos0 = 7, .seq = (int32_t)p, .mark0 = 0, .n_marks = p == 0};
+            chs[p] = (hk_chunk){.piece = (int32_t)p, .c0 = 0, .n = 1};
+            pch[p] = (int32_t)p, rp[p] = (int32_t)p;
+        }
+        pch[np] = (int32_t)np;
+        const hk_mark mk = {.m = 1, .slot = 0, .piece = 0};
+        void *dqkv = dev_f(qkv, (size_t)(n * cd), &e), *ra = dev_f(r0, (size_t)(np * rfl), &e), *rb = dev_f(r0, (size_t)(np * rfl), &e);
+        void *db = dev_f(b, (size_t)(n * Gv), &e), *da = dev_f(a, (size_t)(n * Gv), &e), *db2 = dev_f(b, (size_t)(n * Gv), &e);
+        void *da2 = dev_f(a, (size_t)(n * Gv), &e), *la = dev_f(l0, (size_t)(np * lane), &e), *lb = dev_f(l0, (size_t)(np * lane), &e);
+        void *dp, *dc2, *dpc, *drp, *dmk, *cv, *oa, *ob, *sra, *srb, *sla, *slb;
+        hk_malloc(&dp, sizeof(hk_piece) * (size_t)np, &e), hk_h2d(dp, pcs, sizeof(hk_piece) * (size_t)np, &e);
+        hk_malloc(&dc2, sizeof(hk_chunk) * (size_t)np, &e), hk_h2d(dc2, chs, sizeof(hk_chunk) * (size_t)np, &e);
+        hk_malloc(&dpc, 4 * (size_t)(np + 1), &e), hk_h2d(dpc, pch, 4 * (size_t)(np + 1), &e);
+        hk_malloc(&drp, 4 * (size_t)np, &e), hk_h2d(drp, rp, 4 * (size_t)np, &e);
+        hk_malloc(&dmk, sizeof mk, &e), hk_h2d(dmk, &mk, sizeof mk, &e);
+        hk_malloc(&cv, 4 * (size_t)(n * cd), &e), hk_malloc(&oa, 4 * (size_t)(n * Vd), &e), hk_malloc(&ob, 4 * (size_t)(n * Vd), &e);
+        hk_malloc(&sra, 4 * (size_t)rfl, &e), hk_malloc(&srb, 4 * (size_t)rfl, &e);
+        hk_malloc(&sla, 4 * (size_t)lane, &e), hk_malloc(&slb, 4 * (size_t)lane, &e);
+        const hk_gconv gv = {.qkv = dqkv, .w = dw, .ssm_a = dsa, .dt = ddt, .braw = db, .araw = da, .ring0 = ra, .stage0 = sra,
+                             .ring_stride = (size_t)rfl, .stage_stride = (size_t)rfl, .eps = 1e-6f, .cnt = tickets};
+        int rc = hk_gdn_chunk(st, NULL, NULL, NULL, la, (size_t)lane, dp, (int)np, dc2, dpc, n, dmk, sla, (size_t)lane, S, Gk, Gv, cd,
+                              NULL, &gv, NULL, oa, &e);
+        rc |= hk_gdn_conv_norm(st, dqkv, rb, (size_t)rfl, dw, drp, dp, n, dmk, srb, (size_t)rfl, 1, cv, db2, da2, dsa, ddt, S, Gk,
+                               Gv, cd, dc, 1e-6f, &e);
+        rc |= hk_gdn_chunk(st, cv, db2, da2, lb, (size_t)lane, dp, (int)np, dc2, dpc, n, dmk, slb, (size_t)lane, S, Gk, Gv, cd, NULL,
+                           NULL, NULL, ob, &e);
+        rc |= hk_stream_sync(st, &e);
+        CHECK_MSG(rc == 0, "%s", e.msg);
+        const int64_t bad = diff_f(oa, ob, (size_t)(n * Vd), &e) + diff_f(la, lb, (size_t)(np * lane), &e) +
+                            diff_f(ra, rb, (size_t)(np * rfl), &e) + diff_f(sra, srb, (size_t)rfl, &e) + diff_f(sla, slb, (size_t)lane, &e);
+        CHECK_MSG(bad == 0, "%lld pieces: %lld values differ from the conv then the delta rule", (long long)np, (long long)bad);
+        unsigned tk[256];
+        hk_d2h(tk, tickets, sizeof tk, &e);
+        int left = 0;
+        for (int i = 0; i < 256; i++) left += tk[i] != 0;
+        CHECK_MSG(left == 0, "%lld pieces: %d tickets left nonzero", (long long)np, left);
+        void *fr[] = {dqkv, ra, rb, db, da, db2, da2, la, lb, dp, dc2, dpc, drp, dmk, cv, oa, ob, sra, srb, sla, slb};
+        for (size_t i = 0; i < sizeof fr / sizeof fr[0]; i++) hk_free(fr[i]);
+        free(qkv), free(r0), free(b), free(a), free(l0), free(pcs), free(chs), free(pch), free(rp);
+    }
+    hk_free(dw), hk_free(dsa), hk_free(ddt), hk_free(tickets), free(w), free(sa), free(dt);
+    printf("  conv in the chunked delta rule's launch (32 heads, 1, 3, 8 pieces, a point): the separate launches' bits\n");
+    hk_stream_free(st);
+#endif
+}
+
 /* Float weights (F32, F16, BF16: a warp per output over f32 inputs) against a double dot
  * product of the CPU's dequantized weights. Bound (Higham's, for recursive summation): a
  * lane sums K/32 products in order with fma, then 5 levels of the warp tree, so
@@ -1240,6 +1311,7 @@ int main(void) {
     RUN(down_swiglu_matches_apart);
     RUN(fused_tails_match_apart);
     RUN(gated_tail_matches_apart);
+    RUN(conv_in_matches_apart);
     RUN(fmatmul_matches_cpu);
     RUN(route_matches_cpu);
     RUN(attn_matches_ref);
