@@ -101,7 +101,8 @@ $(BUILD)/mut/hearth: $(CLI_OBJ) $(BUILD)/libhearth-mut.a
 # execution model (tests/unit/cuda_emu.h): C++, no GPU, no nvcc; no sanitizer (fibers and
 # ASan's stack tracking do not mix), and no fused multiply-adds but the kernels' own
 CXX ?= c++
-EMU_CUH := src/engine/cuda/warp.cuh src/engine/cuda/act.cuh src/engine/cuda/tail.cuh src/engine/cuda/kernels.h
+EMU_CUH := src/engine/cuda/warp.cuh src/engine/cuda/act.cuh src/engine/cuda/tail.cuh src/engine/cuda/kernels.h \
+           src/engine/cuda/attn_merge.cuh
 $(BUILD)/tests/test_gdn_chunk: tests/unit/test_gdn_chunk.cc tests/unit/cuda_emu.h tests/unit/gdn_chunk_ref.h tests/unit/harness.h \
                                src/engine/cuda/gdn_chunk.cuh src/engine/cuda/gdn_conv.cuh $(EMU_CUH)
 	@mkdir -p $(@D)

@@ -933,7 +933,7 @@ TEST(attn_matches_ref) {
         hk_h2d(dk, hk, kvb, &e), hk_h2d(dv, hv, kvb, &e), hk_h2d(dq, qf, 4 * (size_t)(n * 2 * H * D), &e);
         hk_h2d(dpos, pos, 8 * (size_t)n, &e), hk_h2d(dtiles, tiles, sizeof(hk_qtile) * (size_t)nt, &e);
         CHECK_MSG(hk_attn(st, dq, dtiles, nt, dpos, n, H, Hkv, D, dk, dv, (size_t)(n_ctx * Hkv * D), f16, seg, n_seg, dpart, dao,
-                          &e) == 0 && hk_stream_sync(st, &e) == 0,
+                          NULL, &e) == 0 && hk_stream_sync(st, &e) == 0,
                   "%s", e.msg);
         float *ao = xmalloc(4 * (size_t)(n * H * D));
         hk_d2h(ao, dao, 4 * (size_t)(n * H * D), &e);
@@ -982,13 +982,21 @@ TEST(attn_matches_ref) {
         hk_h2d(dtiles, one, sizeof one, &e);
         hk_h2d(dpos, one_pos, sizeof one_pos, &e);
         CHECK_MSG(hk_attn(st, dq, dtiles, 3, dpos, 3, H, Hkv, D, dk, dv, (size_t)(n_ctx * Hkv * D), f16, seg, n_seg, dpart, dao,
-                          &e) == 0 && hk_stream_sync(st, &e) == 0,
+                          NULL, &e) == 0 && hk_stream_sync(st, &e) == 0,
                   "%s", e.msg);
         float *one_ao = xmalloc(4 * (size_t)(3 * H * D));
         hk_d2h(one_ao, dao, 4 * (size_t)(3 * H * D), &e);
         for (int i = 0; i < 3; i++)
             CHECK_MSG(!memcmp(one_ao + i * H * D, ao + alone[i] * H * D, 4 * (size_t)(H * D)),
                       "%s KV: row %lld decoded alone differs from the row in a tile", f16 ? "f16" : "f32", (long long)alone[i]);
+        /* the rows rounded in the merge's launch (decode's fused form) = hk_quantize of them */
+        hk_act ra, rb;
+        act8k_new(&ra, 3, H * D, &e), act8k_new(&rb, 3, H * D, &e);
+        CHECK_MSG(hk_attn(st, dq, dtiles, 3, dpos, 3, H, Hkv, D, dk, dv, (size_t)(n_ctx * Hkv * D), f16, seg, n_seg, dpart, dao,
+                          &ra, &e) == 0 && hk_quantize(st, dao, H * D, 3, &rb, &e) == 0 && hk_stream_sync(st, &e) == 0,
+                  "%s", e.msg);
+        CHECK_MSG(diff_act(&ra, &rb, 3, &e) == 0, "%s KV: the merge's rounding differs from hk_quantize", f16 ? "f16" : "f32");
+        dev_act_free(&ra), dev_act_free(&rb);
         printf("  attention %s KV: %.2g from double (%.3f of the bound) at 300 rows over 1000 keys; 3 rows decoded "
                "alone = the rows in tiles, bit for bit\n", f16 ? "f16" : "f32", worst_abs, worst);
         hk_free(dk), hk_free(dv), hk_free(dq), hk_free(dpos), hk_free(dtiles), hk_free(dpart), hk_free(dao);

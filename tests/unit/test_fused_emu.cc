@@ -27,6 +27,7 @@ enum { M_NEIGHBOUR = 1 << 0, M_RING_SKIP = 1 << 1, M_RING_REVERSE = 1 << 2, M_CO
 #include "engine/cuda/gemv.cuh"
 #include "engine/cuda/gdn_conv.cuh"
 #include "engine/cuda/gdn_chunk.cuh"
+#include "engine/cuda/attn_merge.cuh"
 
 static uint64_t seed = 77;
 static uint32_t rnd() { /* splitmix64's high half */
@@ -446,6 +447,36 @@ TEST(conv_in_delta_matches_apart) {
     printf("  conv in the delta rule's launch = conv_norm_kernel then the launch (3 pieces, 2 points); an early ring and ring_reverse red\n");
 }
 
+/* The attention's merge with the rounding for the out product in its launch (heads of 256:
+ * a head's own Q8_K block) against the merge then quantize_kernel: 16 heads, 2 rows, 2 and 3
+ * segments. Planted: the rounded block of a head taken from its neighbour's values is red. */
+TEST(merge_round_matches_apart) {
+    const int64_t H = 16, D = 256, n = 2, seg = 64, n_seg = 3;
+    std::vector<float> qf = randv((size_t)(n * 2 * H * D), -2.0f, 2.0f);
+    std::vector<float> part = randv((size_t)(n * H * n_seg * PART(D)), -1.0f, 1.0f);
+    for (size_t i = 0; i < part.size(); i += PART(D)) part[i + D + 1] = rndf(0.5f, 2.0f); /* positive sums */
+    const int64_t pos[2] = {100, 150}; /* 2 and 3 segments */
+    std::vector<float> aoa((size_t)(n * H * D), NAN), aob((size_t)(n * H * D), NAN);
+    abuf ra, rb;
+    ra.init(n, H * D), rb.init(n, H * D);
+    emu::launch(attn_merge_kernel, dim3((unsigned)H, (unsigned)n), dim3((unsigned)D), 0, (const float *)qf.data(), pos, H, D, seg,
+                n_seg, (const float *)part.data(), aoa.data(), ra.a);
+    emu::launch(attn_merge_kernel, dim3((unsigned)H, (unsigned)n), dim3((unsigned)D), 0, (const float *)qf.data(), pos, H, D, seg,
+                n_seg, (const float *)part.data(), aob.data(), hk_act{});
+    emu::launch(quantize_kernel<>, dim3((unsigned)n, (unsigned)((H * D / 256 + 7) / 8)), dim3(256), 0, (const float *)aob.data(),
+                H * D, rb.a);
+    CHECK_MSG(same(aoa, aob) && ra == rb, "the merge's rounding differs from the merge then quantize_kernel");
+    /* planted: head 3's block rounded from head 4's values */
+    abuf rc;
+    rc.init(n, H * D);
+    std::vector<float> shifted = aob;
+    for (int64_t r = 0; r < n; r++) memcpy(&shifted[(size_t)(r * H * D + 3 * D)], &aob[(size_t)(r * H * D + 4 * D)], 4 * D);
+    emu::launch(quantize_kernel<>, dim3((unsigned)n, (unsigned)((H * D / 256 + 7) / 8)), dim3(256), 0, (const float *)shifted.data(),
+                H * D, rc.a);
+    CHECK_MSG(!(ra == rc), "a head's block rounded from its neighbour's values went unseen");
+    printf("  the merge's rounding = the merge then quantize_kernel (16 heads of 256, 2 rows); a shifted head red\n");
+}
+
 int main(void) {
     RUN(segments_match_alone);
     RUN(norm_tail_matches_apart);
@@ -454,5 +485,6 @@ int main(void) {
     RUN(gated_tail_matches_apart);
     RUN(conv_decode_matches_prompt_form);
     RUN(conv_in_delta_matches_apart);
+    RUN(merge_round_matches_apart);
     return harness_done();
 }

@@ -11,6 +11,7 @@
 #include <cuda_fp16.h>
 
 #include "engine/cuda/common.cuh"
+#include "engine/cuda/attn_merge.cuh"
 
 // one warp: RMSNorm x (D) by w in place, then NeoX RoPE on its first rope_dims dims
 __device__ void norm_rope(float *x, const float *w, int64_t D, int64_t rope_dims, int64_t pos, float theta, float eps) {
@@ -77,7 +78,6 @@ __device__ __forceinline__ void cp16(void *smem, const void *gmem) {
 #define ATTN_QV 32   /* query vectors per tile: rows x the G heads of a KV head */
 #define ATTN_KB 32   /* keys per block */
 #define ATTN_T 128   /* threads: 8 per pair of query vectors */
-#define PART(D) ((D) + 4) /* floats per (row, head, segment) partial: o, then max and sum; a multiple of 4 keeps o's float4s aligned */
 
 extern "C" int64_t hk_attn_part_floats(int64_t D) { return PART(D); }
 extern "C" int hk_attn_tile_rows(int64_t G) { return G > 0 && G <= ATTN_QV && ATTN_QV % G == 0 ? (int)(ATTN_QV / G) : 0; }
@@ -407,28 +407,6 @@ template <int D, typename T> static int attn_decode_launch(void *st, const float
     return 0;
 }
 
-// block per (row, head), D threads: the segments [0, pos / seg] merged in order, times
-// sigmoid(gate)
-__global__ void attn_merge_kernel(const float *qf, const int64_t *pos, int64_t H, int64_t D, int64_t seg, int64_t n_seg,
-                                  const float *part, float *ao) {
-    pdl_enter();
-    const int64_t h = blockIdx.x, r = blockIdx.y, d = threadIdx.x;
-    const int64_t ns = pos[r] / seg + 1;
-    const float *pp = part + ((r * H + h) * n_seg) * PART(D);
-    float mx = -INFINITY;
-#pragma unroll 8
-    for (int64_t s = 0; s < ns; s++) mx = fmaxf(mx, pp[s * PART(D) + D]);
-    float L = 0, O = 0;
-#pragma unroll 8
-    for (int64_t s = 0; s < ns; s++) {
-        const float f = expf(pp[s * PART(D) + D] - mx);
-        L += pp[s * PART(D) + D + 1] * f;
-        O += pp[s * PART(D) + d] * f;
-    }
-    const float gate = qf[r * 2 * H * D + h * 2 * D + D + d];
-    ao[r * H * D + h * D + d] = O / L * sigm(gate);
-}
-
 template <int D> static int attn_launch(void *st, const float *qf, const hk_qtile *tiles, int n_tiles, int64_t H,
                                         int64_t Hkv, const void *k0, const void *v0, size_t seq_stride, bool f16,
                                         int64_t seg, int64_t n_seg, float *part, herr *e) {
@@ -445,8 +423,11 @@ template <int D> static int attn_launch(void *st, const float *qf, const hk_qtil
 
 extern "C" int hk_attn(void *st, const float *qf, const hk_qtile *tiles, int n_tiles, const int64_t *pos, int64_t n,
                        int64_t H, int64_t Hkv, int64_t D, const void *k0, const void *v0, size_t seq_stride, bool f16,
-                       int64_t seg, int64_t n_seg, float *part, float *ao, herr *e) {
+                       int64_t seg, int64_t n_seg, float *part, float *ao, hk_act *a, herr *e) {
     if (n == 0) return 0;
+    if (a && (D % 256 || D > 1024 || a->K != H * D))
+        return herr_set(e, "hk_attn: heads of %lld rounded into rows of %lld", (long long)D, (long long)a->K);
+    const hk_act none = {0};
     if (!hk_attn_tile_rows(H / Hkv) || seg % ATTN_KB)
         return herr_set(e, "hk_attn: %lld query heads over %lld KV heads (segments of %lld)", (long long)H, (long long)Hkv,
                         (long long)seg);
@@ -464,6 +445,6 @@ extern "C" int hk_attn(void *st, const float *qf, const hk_qtile *tiles, int n_t
     }
     if (rc < 0) return -1;
     dim3 g((unsigned)H, (unsigned)n);
-    LAUNCH(e, attn_merge_kernel, g, (unsigned)D, 0, st, qf, pos, H, D, seg, n_seg, part, ao);
+    LAUNCH(e, attn_merge_kernel, g, (unsigned)D, 0, st, qf, pos, H, D, seg, n_seg, part, ao, a ? *a : none);
     return 0;
 }

@@ -515,10 +515,12 @@ static int attn_layer(cuda_engine *ce, const cuda_layer *C, const pass *p, herr 
     OP("attn prep", hk_attn_prep(st, ce->qf, ce->k, ce->v, F(C->attn_q_norm), F(C->attn_k_norm), IO(ce, row_seq, int32_t),
                      IO(ce, pos, int64_t), n, H, Hkv, D, hp->rope_dims, hp->rope_theta, hp->rms_eps, ce->kc[C->ai],
                      ce->vc[C->ai], sstride, ce->f16, e));
-    OP("attn", hk_attn(st, ce->qf, IO(ce, tiles, hk_qtile), p->n_tiles, IO(ce, pos, int64_t), n, H, Hkv, D, ce->kc[C->ai],
-                ce->vc[C->ai], sstride, ce->f16, ce->seg, ce->n_seg, ce->part, ce->ao, e));
+    /* fused: the rounding for the out product in the merge's launch (heads of whole 256-blocks) */
     hk_act aov, *ao = act_view(act_for(&C->attn_out, &ce->ao8k, &ce->ao80), H * D, &aov);
-    if (ao) OP("attn round", hk_quantize(st, ce->ao, H * D, n, ao, e));
+    const bool round_in = ao && ce->fuse && D % 256 == 0 && D <= 1024;
+    OP("attn", hk_attn(st, ce->qf, IO(ce, tiles, hk_qtile), p->n_tiles, IO(ce, pos, int64_t), n, H, Hkv, D, ce->kc[C->ai],
+                ce->vc[C->ai], sstride, ce->f16, ce->seg, ce->n_seg, ce->part, ce->ao, round_in ? ao : NULL, e));
+    if (ao && !round_in) OP("attn round", hk_quantize(st, ce->ao, H * D, n, ao, e));
     OP("attn out", out_product(ce, C, &C->attn_out, ce->ao, H * D, ao, n, e));
     return 0;
 }

@@ -208,23 +208,11 @@ extern "C" int hk_w_upload(hk_w *w, const void *src, int64_t rows, size_t src_ro
     return rc;
 }
 
-// grid (n, ceil(K/256 / 8)), 256 threads: warp w of block y rounds block 8y + w of row n
-__global__ void quantize_kernel(const float *x, int64_t xs, hk_act a) {
-    pdl_enter();
-    const int64_t r = blockIdx.x, blk = (int64_t)blockIdx.y * 8 + threadIdx.x / 32;
-    if (blk >= a.K / 256) return;
-    const int lane = threadIdx.x & 31;
-    const float4 *p = (const float4 *)(x + r * xs + blk * 256 + 8 * lane);
-    const float4 u = p[0], w = p[1];
-    const float v[8] = {u.x, u.y, u.z, u.w, w.x, w.y, w.z, w.w};
-    round_into(a, r, blk, v);
-}
-
 extern "C" int hk_quantize(void *st, const float *x, int64_t xs, int64_t n, hk_act *a, herr *e) {
     if (n == 0) return 0;
     if (a->K % 256 || xs % 4) return herr_set(e, "hk_quantize: rows of %lld are no blocks of 256", (long long)a->K);
     dim3 g((unsigned)n, blocks_of(a->K / 256, 8));
-    LAUNCH(e, quantize_kernel, g, 256, 0, st, x, xs, *a);
+    LAUNCH(e, quantize_kernel<>, g, 256, 0, st, x, xs, *a);
     return 0;
 }
 

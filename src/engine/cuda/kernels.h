@@ -296,10 +296,12 @@ int hk_attn_prep(void *st, float *qf, float *k, const float *v, const float *qn,
  * sigmoid(gate). Keys in segments of seg rows (fixed per engine), each over blocks of
  * ATTN_KB keys in order with a running max; then the segments merged in order. tiles:
  * n_tiles query tiles of at most hk_attn_tile_rows(H / Hkv) rows; part: scratch of
- * n * H * n_seg * hk_attn_part_floats(D) floats. Every row takes the same path whatever shares its tile. */
+ * n * H * n_seg * hk_attn_part_floats(D) floats. Every row takes the same path whatever shares its tile.
+ * a (or NULL; heads of whole 256-blocks): ao's rows also rounded into a in the merge's launch
+ * (hk_quantize's bytes). */
 int hk_attn(void *st, const float *qf, const hk_qtile *tiles, int n_tiles, const int64_t *pos, int64_t n, int64_t H,
             int64_t Hkv, int64_t D, const void *k0, const void *v0, size_t seq_stride, bool f16, int64_t seg,
-            int64_t n_seg, float *part, float *ao, herr *e);
+            int64_t n_seg, float *part, float *ao, hk_act *a, herr *e);
 int hk_attn_tile_rows(int64_t G);   /* query rows per tile: 32 query heads / G */
 int64_t hk_attn_part_floats(int64_t D);
 

@@ -188,6 +188,19 @@ __device__ __forceinline__ void gated_tail(const hk_gtail &gt, float *o, int64_t
 // block per row, 256 threads: rms_row (tail.cuh), whose sum of squares any warp of any launch
 // makes alike (decode's fused launches make the same rows in their last block)
 #define NORM_THREADS 256
+// grid (n, ceil(K/256 / 8)), 256 threads: warp w of block y rounds block 8y + w of row n
+template <int = 0>
+__global__ void quantize_kernel(const float *x, int64_t xs, hk_act a) {
+    pdl_enter();
+    const int64_t r = blockIdx.x, blk = (int64_t)blockIdx.y * 8 + threadIdx.x / 32;
+    if (blk >= a.K / 256) return;
+    const int lane = threadIdx.x & 31;
+    const float4 *p = (const float4 *)(x + r * xs + blk * 256 + 8 * lane);
+    const float4 u = p[0], w = p[1];
+    const float v[8] = {u.x, u.y, u.z, u.w, w.x, w.y, w.z, w.w};
+    round_into(a, r, blk, v);
+}
+
 template <int = 0>
 __global__ void rmsnorm_kernel(const float *x, const int32_t *rows, const float *w, float *y, int64_t E, float eps,
                                hk_act a, hk_act a2) {
