@@ -341,9 +341,11 @@ __host__ __device__ constexpr size_t sw_bytes(int64_t F) { return (size_t)(F + 8
 // memory by the block's warps (sw_row), and read from there. EX (extras, their own
 // instantiations so that the plain products keep their registers): mo's weights, and the
 // tail (tail.cuh): the launch's last block then does its work (a block's slice of a row's
-// outputs: its 4 warps' rows).
+// outputs: its 4 warps' rows). The down product with its combine tail (SW, EX, one step: the
+// experts' rows of 512) is held to 64 registers, 8 blocks an SM, as its plain form has them
+// (48 there; the tail's call took it to 72).
 template <int T, int NR, int IT, int G, bool SW, bool EX>
-__global__ void __launch_bounds__(128) gemv_kernel(hk_w w, hk_w ws, hk_act a, int64_t n, const int32_t *sel,
+__global__ void __launch_bounds__(128, SW && EX && IT == 1 ? 8 : 1) gemv_kernel(hk_w w, hk_w ws, hk_act a, int64_t n, const int32_t *sel,
                                                    int64_t n_routed, int in_div, int64_t sh_row0, float *y, int64_t ys,
                                                    bool add, hk_w w2, hk_w ws2, float *y2, gv_sw sw, gv_more mo,
                                                    hk_tail tail) {
