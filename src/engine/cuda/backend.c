@@ -115,12 +115,14 @@ typedef struct cuda_engine {
     bool gdn_chunk;
     hk_gdn_scratch gsc;
     /* decode's fused launches (passes of at most hk_tail_rows() rows): a layer's input
-     * products in one launch, the gated norm as the delta rule's tail, the post-mixer norm as
-     * the output product's, the route as the router's, the combine and the next norm as the
-     * down product's (tail.cuh), with tickets in `tickets`. HEARTH_CUDA_FUSE=1 turns them on:
-     * off by default until a GPU run has checked them (test_cuda's fused_tails_match_apart,
-     * gated_tail_matches_apart; the gates under the form) and timed them (bench/device_f7.sh
-     * FORMS="HEARTH_CUDA_FUSE=1"); the emulation (test_fused_emu) already runs their logic */
+     * products in one launch, the conv in the chunked delta rule's launch and the gated norm
+     * as its tail, the post-mixer norm as the output product's tail, the route as the
+     * router's, the combine and the next norm as the down product's (tail.cuh), with tickets
+     * in `tickets`; and, in every pass, the attention's rounding in its merge's launch.
+     * HEARTH_CUDA_FUSE=1 turns them on: off by default until a GPU run has checked them
+     * (test_cuda's fused_tails_match_apart, gated_tail_matches_apart, conv_in_matches_apart;
+     * the gates under the form) and timed them (bench/device_f7.sh FORMS="HEARTH_CUDA_FUSE=1");
+     * the CPU emulation (test_fused_emu) already runs each against the separate launches */
     bool fuse;
     unsigned *tickets;
 } cuda_engine;
@@ -524,7 +526,6 @@ static int attn_layer(cuda_engine *ce, const cuda_layer *C, const pass *p, herr 
     OP("attn out", out_product(ce, C, &C->attn_out, ce->ao, H * D, ao, n, e));
     return 0;
 }
-
 
 /* the MoE block of layer il; its combine also makes the next layer's normed input (next_norm) */
 static int moe_layer(cuda_engine *ce, int il, const cuda_layer *C, const float *next_norm, const pass *p, herr *e) {
