@@ -180,7 +180,7 @@ TEST(norm_tail_matches_apart) {
     wbuf w;
     make_w(w, QT_Q4_K, K, E);
     std::vector<float> nw = randv((size_t)E, 0.5f, 1.5f);
-    for (int64_t n : {1, 3}) {
+    for (int64_t n : {1, 3, 8}) {
         std::vector<float> xin = randv((size_t)(n * K), -1.0f, 1.0f), x0 = randv((size_t)(n * E), -3.0f, 3.0f);
         abuf a, ra, rb;
         make_act(a, xin, n, K);
@@ -200,10 +200,15 @@ TEST(norm_tail_matches_apart) {
                             (const int32_t *)nullptr, (int64_t)0, 1, (int64_t)0, xa.data(), E, true, W0, W0, (float *)nullptr, SW0, m1, t);
                 emu::launch(gemv_kernel<QT_Q4_K, 1, 1, 32, false, false>, dim3(g), dim3(128), 0, w.w, W0, a.a, n,
                             (const int32_t *)nullptr, (int64_t)0, 1, (int64_t)0, xb.data(), E, true, W0, W0, (float *)nullptr, SW0, m1, none);
-            } else {
+            } else if (n <= 4) {
                 emu::launch(gemv_kernel<QT_Q4_K, 4, 4, 32, false, true>, dim3(g), dim3(128), 0, w.w, W0, a.a, n,
                             (const int32_t *)nullptr, (int64_t)0, 1, (int64_t)0, xa.data(), E, true, W0, W0, (float *)nullptr, SW0, m1, t);
                 emu::launch(gemv_kernel<QT_Q4_K, 4, 4, 32, false, false>, dim3(g), dim3(128), 0, w.w, W0, a.a, n,
+                            (const int32_t *)nullptr, (int64_t)0, 1, (int64_t)0, xb.data(), E, true, W0, W0, (float *)nullptr, SW0, m1, none);
+            } else {
+                emu::launch(gemv_kernel<QT_Q4_K, 8, 4, 32, false, true>, dim3(g), dim3(128), 0, w.w, W0, a.a, n,
+                            (const int32_t *)nullptr, (int64_t)0, 1, (int64_t)0, xa.data(), E, true, W0, W0, (float *)nullptr, SW0, m1, t);
+                emu::launch(gemv_kernel<QT_Q4_K, 8, 4, 32, false, false>, dim3(g), dim3(128), 0, w.w, W0, a.a, n,
                             (const int32_t *)nullptr, (int64_t)0, 1, (int64_t)0, xb.data(), E, true, W0, W0, (float *)nullptr, SW0, m1, none);
             }
             emu::launch(rmsnorm_kernel<>, dim3((unsigned)n), dim3(256), 0, (const float *)xb.data(), (const int32_t *)nullptr,
@@ -212,7 +217,7 @@ TEST(norm_tail_matches_apart) {
             VERDICT(plant, eq, tk, "rows=%lld", (long long)n);
         }
     }
-    printf("  output product + norm tail = the product then the norm (1, 3 rows); an early tail is red\n");
+    printf("  output product + norm tail = the product then the norm (1, 3, 8 rows); an early tail is red\n");
 }
 
 /* The experts' down product, its SwiGLU rows made in the launch, with the combine (and the

@@ -529,7 +529,7 @@ template <int T> static int gemv_launch(void *st, const hk_w *w, const hk_w *ws,
 #undef GV
 }
 
-#define GEMV_MAX_ROWS 8
+#define GEMV_MAX_ROWS TAIL_ROWS
 
 template <int T> static int qmatmul(void *st, const hk_w *w, const hk_act *a, int64_t n, float *y, int64_t ys, bool add,
                                     herr *e) {

@@ -118,8 +118,35 @@ __device__ __forceinline__ bool tail_last(unsigned *cnt, unsigned total) {
 
 // The kinds' work, each its own function, not inlined, so that a product ending with one
 // keeps its own registers (the route's 16 a lane would raise every product's count).
+// The norm of the tail's rows, spread over the block's warps: warp w sums the squares of rows
+// w, w + nw, ... (row_ss: any warp's bits), then the (row, 256-block) pieces go round the
+// warps, each as norm_row makes it; rows not of whole 256-blocks: rms_row a row at a time.
+#define TAIL_ROWS 8 /* rows a tail takes (hk_tail_rows) */
 static __device__ __noinline__ void tail_norm(const hk_tail &t) {
-    for (int64_t r = 0; r < t.n; r++) rms_row(t.x + r * t.E, t.nw, t.h + r * t.E, t.E, t.eps, r, t.a, t.a2);
+    if (t.E % 256 || t.n > TAIL_ROWS) {
+        for (int64_t r = 0; r < t.n; r++) rms_row(t.x + r * t.E, t.nw, t.h + r * t.E, t.E, t.eps, r, t.a, t.a2);
+        return;
+    }
+    __shared__ float sc[TAIL_ROWS];
+    const int warp = threadIdx.x / 32, nw = blockDim.x / 32, lane = threadIdx.x & 31;
+    for (int64_t r = warp; r < t.n; r += nw) {
+        const float ss = row_ss(t.x + r * t.E, t.E);
+        if (lane == 0) sc[r] = 1.0f / sqrtf(ss / (float)t.E + t.eps);
+    }
+    __syncthreads();
+    const int64_t nb = t.E / 256;
+    for (int64_t j = warp; j < t.n * nb; j += nw) {
+        const int64_t r = j / nb, blk = j % nb, i0 = blk * 256 + 8 * lane;
+        const float *xr = t.x + r * t.E;
+        float v[8];
+#pragma unroll
+        for (int i = 0; i < 8; i++) v[i] = __ldcg(xr + i0 + i) * sc[r] * t.nw[i0 + i];
+        float4 *o = (float4 *)(t.h + r * t.E + i0);
+        o[0] = make_float4(v[0], v[1], v[2], v[3]);
+        o[1] = make_float4(v[4], v[5], v[6], v[7]);
+        if (t.a.q) round_into(t.a, r, blk, v);
+        if (t.a2.q) round_into(t.a2, r, blk, v);
+    }
 }
 static __device__ __noinline__ void tail_route(const hk_tail &t, const float *y) {
     for (int64_t r = threadIdx.x / 32; r < t.n; r += blockDim.x / 32)
