@@ -10,7 +10,8 @@
 // HK_TAIL_ROUTE (hk_moe_route of the logits just written), HK_TAIL_COMBINE (hk_moe_combine
 // of the experts' outputs just written: a row range's last block combines that range, and
 // the last of those makes the next layer's norm); and the delta rule's gated norm (hk_gtail:
-// gated_tail, which the delta-rule kernels of gdn.cu and gdn_chunk.cuh call).
+// gated_tail, which the delta-rule kernels of gdn.cu and gdn_chunk.cuh call). tail_last, the
+// ticket, also serves gdn_conv.cuh's conv in the delta rule (a key head's rings).
 #ifndef HEARTH_CUDA_TAIL_CUH
 #define HEARTH_CUDA_TAIL_CUH
 
@@ -118,6 +119,7 @@ __device__ __forceinline__ bool tail_last(unsigned *cnt, unsigned total) {
 
 // The kinds' work, each its own function, not inlined, so that a product ending with one
 // keeps its own registers (the route's 16 a lane would raise every product's count).
+//
 // The norm of the tail's rows, spread over the block's warps: warp w sums the squares of rows
 // w, w + nw, ... (row_ss: any warp's bits), then the (row, 256-block) pieces go round the
 // warps, each as norm_row makes it; rows not of whole 256-blocks: rms_row a row at a time.
@@ -212,9 +214,6 @@ __device__ __forceinline__ void gated_tail(const hk_gtail &gt, float *o, int64_t
 // each calls the device function its tail calls (templates only so that every file that
 // includes this header may hold them: one definition however many include it)
 
-// block per row, 256 threads: rms_row (tail.cuh), whose sum of squares any warp of any launch
-// makes alike (decode's fused launches make the same rows in their last block)
-#define NORM_THREADS 256
 // grid (n, ceil(K/256 / 8)), 256 threads: warp w of block y rounds block 8y + w of row n
 template <int = 0>
 __global__ void quantize_kernel(const float *x, int64_t xs, hk_act a) {
@@ -228,6 +227,9 @@ __global__ void quantize_kernel(const float *x, int64_t xs, hk_act a) {
     round_into(a, r, blk, v);
 }
 
+// block per row, NORM_THREADS threads: rms_row, whose sum of squares any warp of any launch
+// makes alike (decode's fused launches make the same rows in their last block)
+#define NORM_THREADS 256
 template <int = 0>
 __global__ void rmsnorm_kernel(const float *x, const int32_t *rows, const float *w, float *y, int64_t E, float eps,
                                hk_act a, hk_act a2) {
