@@ -472,14 +472,15 @@ static int gdn_layer(cuda_engine *ce, const cuda_layer *C, const pass *p, herr *
         }
     }
     const bool ring_too = n == p->n_pieces; /* decode: every piece one row, its ring written by the conv's launch */
+    const bool fused_step = ring_too && fuse_pass(ce, n);
     /* decode, fused, chunked, the model's heads and taps: the conv is made in the delta rule's launch */
-    const bool conv_in = ring_too && fuse_pass(ce, n) && ce->gdn_chunk && S == 128 && dc == 4 && Gv % Gk == 0;
+    const bool conv_in = fused_step && ce->gdn_chunk && S == 128 && dc == 4 && Gv % Gk == 0;
     const hk_gconv gcv = {.qkv = ce->qkv, .w = F(C->ssm_conv1d), .ssm_a = F(C->ssm_a), .dt = F(C->ssm_dt), .braw = ce->gb,
                           .araw = ce->ga, .ring0 = ring0, .stage0 = sr, .ring_stride = rstride, .stage_stride = rstride,
                           .eps = hp->rms_eps, .cnt = ce->tickets + TICKETS_CONV};
     if (!conv_in)
         OP("gdn conv norm", hk_gdn_conv_norm(st, ce->qkv, ring0, rstride, F(C->ssm_conv1d), IO(ce, row_piece, int32_t), pieces, n,
-                                             marks, sr, rstride, ring_too ? (fuse_pass(ce, n) ? 2 : 1) : 0, ce->cv, ce->gb, ce->ga,
+                                             marks, sr, rstride, fused_step ? 2 : ring_too ? 1 : 0, ce->cv, ce->gb, ce->ga,
                                              F(C->ssm_a), F(C->ssm_dt), S, Gk, Gv, cd, dc, hp->rms_eps, e));
     if (!ring_too)
         OP("gdn ring", hk_gdn_ring(st, ce->qkv, ring0, rstride, pieces, p->n_pieces, marks, p->n_marks, sr, rstride, cd, dc, e));
@@ -487,7 +488,7 @@ static int gdn_layer(cuda_engine *ce, const cuda_layer *C, const pass *p, herr *
     hk_act aov, *ao = act_view(act_for(&C->ssm_out, &ce->ao8k, &ce->ao80), Vd, &aov);
     const hk_act none = {0};
     const hk_gtail gt = {.z = ce->z, .nw = F(C->ssm_norm), .eps = hp->rms_eps, .a = ao ? *ao : none, .cnt = ce->tickets};
-    const hk_gtail *gtp = ring_too && fuse_pass(ce, n) && Gv % 2 == 0 ? &gt : NULL;
+    const hk_gtail *gtp = fused_step && Gv % 2 == 0 ? &gt : NULL;
     if (ce->gdn_chunk)
         OP("gdn delta", hk_gdn_chunk(st, ce->cv, ce->gb, ce->ga, lane0, lstride, pieces, p->n_pieces, IO(ce, chunks, hk_chunk),
                                      IO(ce, pchunk, int32_t), n, marks, sl, lstride, S, Gk, Gv, cd, &ce->gsc,

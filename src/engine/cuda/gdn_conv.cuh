@@ -43,6 +43,20 @@ __device__ __forceinline__ void ring_window(const float win[CONV_FAST], float *r
     for (int j = 0; j < CONV_FAST - 1; j++) ring[j * cd + ch] = win[KMUT(M_RING_REVERSE) ? CONV_FAST - 1 - j : j + 1];
 }
 
+// decode's loaded-at-once form of one channel: its window (rows [ring; row] up to pass row r)
+// and its taps, every load issued before any is used; then silu of the taps' sum, in order
+__device__ __forceinline__ void conv_load(const float *qkv, const float *ring, const hk_piece *pc, int64_t r, const float *w,
+                                          int64_t cd, int64_t ch, float win[CONV_FAST], float wt[CONV_FAST]) {
+#pragma unroll
+    for (int j = 0; j < CONV_FAST; j++) wt[j] = w[ch * CONV_FAST + j], win[j] = conv_x(qkv, ring, pc, r, j, cd, CONV_FAST, ch);
+}
+__device__ __forceinline__ float conv_out(const float win[CONV_FAST], const float wt[CONV_FAST]) {
+    float s = 0;
+#pragma unroll
+    for (int j = 0; j < CONV_FAST; j++) s = __fmaf_rn(wt[j], win[j], s);
+    return silu(s);
+}
+
 // grid (heads / 8, n), 256 threads: warp w takes head hh = 8 blockIdx.x + w of row r (heads
 // of S channels: the Gk q heads, the Gk k heads, the Gv v heads), lane l its channels l,
 // l + 32, ...: cv = silu(causal conv of [ring; qkv rows of the piece]), and for a q or k head
@@ -69,20 +83,11 @@ __global__ void conv_norm_kernel(const float *qkv, float *ring0, size_t seq_stri
              * then the same arithmetic as the loop below, the rings written from the windows */
             float win[4][CONV_FAST], wt[4][CONV_FAST];
 #pragma unroll
-            for (int i = 0; i < 4; i++)
-#pragma unroll
-                for (int j = 0; j < CONV_FAST; j++) {
-                    const int64_t ch = hh * S + lane + 32 * i;
-                    wt[i][j] = w[ch * CONV_FAST + j];
-                    win[i][j] = conv_x(qkv, ring, pc, r, j, cd, CONV_FAST, ch);
-                }
+            for (int i = 0; i < 4; i++) conv_load(qkv, ring, pc, r, w, cd, hh * S + lane + 32 * i, win[i], wt[i]);
 #pragma unroll
             for (int i = 0; i < 4; i++) {
                 const int64_t ch = hh * S + lane + 32 * i;
-                float s = 0;
-#pragma unroll
-                for (int j = 0; j < CONV_FAST; j++) s = __fmaf_rn(wt[i][j], win[i][j], s);
-                const float x = silu(s);
+                const float x = conv_out(win[i], wt[i]);
                 cv[r * cd + ch] = x;
                 ss = __fmaf_rn(x, x, ss);
                 ring_window(win[i], ring, pc, marks, stage0, stage_stride, cd, ch);
@@ -128,21 +133,12 @@ __device__ __forceinline__ void conv_in_block(const hk_gconv &g, const hk_piece 
     const int64_t r = pc->r0, ch = tid < S ? hk * S + tid : Gk * S + hk * S + (tid - S), vch = 2 * Gk * S + h * S + c0 + tid;
     float *ring = g.ring0 + (size_t)pc->seq * g.ring_stride;
     float win[CONV_FAST], wt[CONV_FAST], vwin[CONV_FAST], vwt[CONV_FAST];
-#pragma unroll
-    for (int j = 0; j < CONV_FAST; j++) {
-        wt[j] = g.w[ch * CONV_FAST + j], win[j] = conv_x(g.qkv, ring, pc, r, j, cd, CONV_FAST, ch);
-        if (tid < 32) vwt[j] = g.w[vch * CONV_FAST + j], vwin[j] = conv_x(g.qkv, ring, pc, r, j, cd, CONV_FAST, vch);
-    }
+    conv_load(g.qkv, ring, pc, r, g.w, cd, ch, win, wt);
+    if (tid < 32) conv_load(g.qkv, ring, pc, r, g.w, cd, vch, vwin, vwt);
     const float braw = g.braw[r * Gv + h], araw = g.araw[r * Gv + h];
-    float s = 0;
-#pragma unroll
-    for (int j = 0; j < CONV_FAST; j++) s = __fmaf_rn(wt[j], win[j], s);
-    sm[tid] = silu(s);
+    sm[tid] = conv_out(win, wt);
     if (tid < 32) {
-        float sv = 0;
-#pragma unroll
-        for (int j = 0; j < CONV_FAST; j++) sv = __fmaf_rn(vwt[j], vwin[j], sv);
-        v = silu(sv);
+        v = conv_out(vwin, vwt);
         ring_window(vwin, ring, pc, marks, g.stage0, g.stage_stride, cd, vch);
     }
     __syncthreads();
