@@ -122,7 +122,7 @@ __device__ __forceinline__ bool tail_last(unsigned *cnt, unsigned total) {
 //
 // The norm of the tail's rows, spread over the block's warps: warp w sums the squares of rows
 // w, w + nw, ... (row_ss: any warp's bits), then the (row, 256-block) pieces go round the
-// warps, each as norm_row makes it; rows not of whole 256-blocks: rms_row a row at a time.
+// warps (norm_blk, as norm_row makes them); rows not of whole 256-blocks: rms_row a row at a time.
 #define TAIL_ROWS 8 /* rows a tail takes (hk_tail_rows) */
 static __device__ __noinline__ void tail_norm(const hk_tail &t) {
     if (t.E % 256 || t.n > TAIL_ROWS) {
@@ -137,18 +137,8 @@ static __device__ __noinline__ void tail_norm(const hk_tail &t) {
     }
     __syncthreads();
     const int64_t nb = t.E / 256;
-    for (int64_t j = warp; j < t.n * nb; j += nw) {
-        const int64_t r = j / nb, blk = j % nb, i0 = blk * 256 + 8 * lane;
-        const float *xr = t.x + r * t.E;
-        float v[8];
-#pragma unroll
-        for (int i = 0; i < 8; i++) v[i] = __ldcg(xr + i0 + i) * sc[r] * t.nw[i0 + i];
-        float4 *o = (float4 *)(t.h + r * t.E + i0);
-        o[0] = make_float4(v[0], v[1], v[2], v[3]);
-        o[1] = make_float4(v[4], v[5], v[6], v[7]);
-        if (t.a.q) round_into(t.a, r, blk, v);
-        if (t.a2.q) round_into(t.a2, r, blk, v);
-    }
+    for (int64_t j = warp; j < t.n * nb; j += nw)
+        norm_blk(t.x + (j / nb) * t.E, t.nw, t.h + (j / nb) * t.E, sc[j / nb], j / nb, j % nb, t.a, t.a2);
 }
 static __device__ __noinline__ void tail_route(const hk_tail &t, const float *y) {
     for (int64_t r = threadIdx.x / 32; r < t.n; r += blockDim.x / 32)
