@@ -35,6 +35,7 @@
 #define __forceinline__ inline
 #define __noinline__
 #define __launch_bounds__(...)
+#define __grid_constant__
 #define __align__(n) alignas(n)
 #define __shared__ static
 

@@ -26,10 +26,10 @@ __device__ __forceinline__ void warp_q8k(const float v[8], int8_t *q, float *d, 
     for (int i = 7; i >= 0; i--)
         if (fabsf(v[i]) == amax) first = 8 * lane + i;
     for (int off = 16; off; off >>= 1) first = min(first, __shfl_xor_sync(0xffffffffu, first, off));
-    float mine = v[0];
-#pragma unroll
-    for (int i = 1; i < 8; i++)
-        if ((first & 7) == i) mine = v[i];
+    /* v[first & 7] by a tree of selects: an indexed read would put v in local memory */
+    const int f = first & 7;
+    const float m01 = f & 1 ? v[1] : v[0], m23 = f & 1 ? v[3] : v[2], m45 = f & 1 ? v[5] : v[4], m67 = f & 1 ? v[7] : v[6];
+    const float m03 = f & 2 ? m23 : m01, m47 = f & 2 ? m67 : m45, mine = f & 4 ? m47 : m03;
     const float mx = __shfl_sync(0xffffffffu, mine, first >> 3);
     int qv[8];
     if (amax == 0.0f) {

@@ -348,7 +348,7 @@ template <int T, int NR, int IT, int G, bool SW, bool EX>
 __global__ void __launch_bounds__(128, SW && EX && IT == 1 ? 8 : 1) gemv_kernel(hk_w w, hk_w ws, hk_act a, int64_t n, const int32_t *sel,
                                                    int64_t n_routed, int in_div, int64_t sh_row0, float *y, int64_t ys,
                                                    bool add, hk_w w2, hk_w ws2, float *y2, gv_sw sw, gv_more mo,
-                                                   hk_tail tail) {
+                                                   const __grid_constant__ hk_tail tail) {
     constexpr int RW = 32 / G;
     const int64_t Mt = w.M + w2.M + (EX ? mo.w3.M + mo.w4.M : 0), o0 = ((int64_t)blockIdx.x * 4 + threadIdx.x / 32) * RW;
     const bool dead = o0 >= Mt; /* a warp past the last row (with SW or a tail it stays for the block's barriers) */

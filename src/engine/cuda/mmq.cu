@@ -431,7 +431,9 @@ __device__ __forceinline__ void fmm_body(const hk_w &w, const hk_w &ws, const fl
     else if (nt <= 4) fm_rows<T, 4>(wr, w.K, xr, true, acc);
     else fm_rows<T, FM_TILE>(wr, w.K, xr, true, acc);
     if ((threadIdx.x & 31) == 0)
-        for (int i = 0; i < nt; i++) {
+#pragma unroll
+        for (int i = 0; i < FM_TILE; i++) { /* unrolled: acc indexed by a variable would live in local memory */
+            if (i >= nt) break;
             float *yp = y + (pb + i) * ys + o;
             *yp = add ? FADD(*yp, acc[i]) : acc[i];
         }
@@ -439,7 +441,7 @@ __device__ __forceinline__ void fmm_body(const hk_w &w, const hk_w &ws, const fl
 template <int T>
 __global__ void __launch_bounds__(128) fmm_kernel(hk_w w, hk_w ws, const float *x, int64_t xs, int64_t n,
                                                   const int32_t *sel, int64_t n_routed, int in_div, int64_t sh_row0,
-                                                  float *y, int64_t ys, bool add, hk_tail tail) {
+                                                  float *y, int64_t ys, bool add, const __grid_constant__ hk_tail tail) {
     fmm_body<T>(w, ws, x, xs, n, sel, n_routed, in_div, sh_row0, y, ys, add);
     if (tail.kind) tail_run<1u << HK_TAIL_NORM | 1u << HK_TAIL_ROUTE>(tail, y, gridDim.x * gridDim.y, 0, 1, 1, 0, 0);
 }
