@@ -119,11 +119,11 @@ typedef struct cuda_engine {
      * as its tail, the post-mixer norm as the output product's tail, the route as the
      * router's, the combine and the next norm as the down product's (tail.cuh), with tickets
      * in `tickets`; and, in every pass, the attention's rounding in its merge's launch.
-     * HEARTH_CUDA_FUSE=1 turns them on: off by default until a GPU run has checked them
-     * (test_cuda's fused_tails_match_apart, gated_tail_matches_apart, conv_in_matches_apart;
-     * the gates under the form) and timed them (bench/device_f7.sh FORMS="HEARTH_CUDA_FUSE=1");
-     * the CPU emulation (test_fused_emu) already runs each against the separate launches */
-    bool fuse;
+     * Each is a part (FU_*) that HEARTH_CUDA_FUSE turns on: "1" all, "0" none, or a list of
+     * names (fuse_parts); every part is checked on the GPU against its separate launches
+     * (test_cuda's fused_tails_match_apart, gated_tail_matches_apart, conv_in_matches_apart)
+     * and timed part by part (bench/RESULTS.md) */
+    unsigned fuse;
     unsigned *tickets;
 } cuda_engine;
 
@@ -424,15 +424,46 @@ static int lanes_out(cuda_engine *ce, int64_t gi, const pass *p, herr *e) {
 
 static bool is_float_w(const hk_w *w) { return w->type == QT_F32 || w->type == QT_F16 || w->type == QT_BF16; }
 
-/* whether a pass of n rows takes decode's fused launches */
-static bool fuse_pass(const cuda_engine *ce, int64_t n) { return ce->fuse && n <= hk_tail_rows(); }
+/* decode's fused launches, part by part (HEARTH_CUDA_FUSE's names in fuse_names) */
+enum {
+    FU_IN = 1 << 0,      /* a layer's input products in one launch */
+    FU_CONV = 1 << 1,    /* the conv loaded at once, in the chunked delta rule's launch where it can */
+    FU_GATED = 1 << 2,   /* the gated norm as the delta rule's tail */
+    FU_NORM = 1 << 3,    /* the post-mixer norm as the output product's tail */
+    FU_ROUTE = 1 << 4,   /* the route as the router's tail */
+    FU_COMBINE = 1 << 5, /* the combine and the next norm as the down product's tail */
+    FU_MERGE = 1 << 6,   /* the attention's rounding in its merge (every pass) */
+    FU_ALL = (1 << 7) - 1
+};
+static const char *const fuse_names[] = {"in", "conv", "gated", "norm", "route", "combine", "merge"};
+
+/* HEARTH_CUDA_FUSE's value as parts: "1" all, "0" none, else names joined by commas */
+static int fuse_parts(const char *v, unsigned *parts, herr *e) {
+    *parts = 0;
+    if (!strcmp(v, "1")) *parts = FU_ALL;
+    if (!strcmp(v, "0") || !strcmp(v, "1")) return 0;
+    for (const char *s = v; *s;) {
+        const size_t len = strcspn(s, ",");
+        size_t k = 0;
+        while (k < sizeof fuse_names / sizeof *fuse_names && (strlen(fuse_names[k]) != len || strncmp(s, fuse_names[k], len))) k++;
+        if (k == sizeof fuse_names / sizeof *fuse_names)
+            return herr_set(e, "HEARTH_CUDA_FUSE: no part named '%.*s' (1, 0, or a list of in, conv, gated, norm, route, combine, merge)",
+                            (int)len, s);
+        *parts |= 1u << k;
+        s += len + (s[len] == ',');
+    }
+    return 0;
+}
+
+/* whether a pass of n rows takes decode's fused launch `part` */
+static bool fuse_pass(const cuda_engine *ce, int64_t n, unsigned part) { return (ce->fuse & part) && n <= hk_tail_rows(); }
 
 /* the layer's mixer output product (ssm_out or attn_out) */
 static const hk_w *out_w(const cuda_layer *C) { return C->gi >= 0 ? &C->ssm_out : &C->attn_out; }
 
 /* the mixer's output product, added to the residual x; fused: the layer's post-mixer norm
  * (into h and the rounded rows) is its tail, else forward() launches it */
-static bool norm_in_tail(const cuda_engine *ce, const cuda_layer *C, int64_t n) { return fuse_pass(ce, n) && !is_float_w(out_w(C)); }
+static bool norm_in_tail(const cuda_engine *ce, const cuda_layer *C, int64_t n) { return fuse_pass(ce, n, FU_NORM) && !is_float_w(out_w(C)); }
 static int out_product(cuda_engine *ce, const cuda_layer *C, const hk_w *w, const float *in, int64_t K, const hk_act *a,
                        int64_t n, herr *e) {
     const model_hparams *hp = &ce->base.m->hp;
@@ -456,7 +487,7 @@ static int gdn_layer(cuda_engine *ce, const cuda_layer *C, const pass *p, herr *
     const hk_mark *marks = IO(ce, marks, hk_mark);
 #define AX(w) act_for(&(w), &ce->ax8k, &ce->ax80)
     const hk_act *ain = AX(C->attn_qkv);
-    if (fuse_pass(ce, n) && ain && ain == AX(C->attn_gate) && ain == AX(C->ssm_beta) && ain == AX(C->ssm_alpha)) {
+    if (fuse_pass(ce, n, FU_IN) && ain && ain == AX(C->attn_gate) && ain == AX(C->ssm_beta) && ain == AX(C->ssm_alpha)) {
         /* the four products of the layer's input, the runs of one type a launch each */
         const hk_out outs[] = {{&C->attn_qkv, ce->qkv, cd}, {&C->attn_gate, ce->z, Vd}, {&C->ssm_beta, ce->gb, Gv},
                                {&C->ssm_alpha, ce->ga, Gv}};
@@ -472,15 +503,15 @@ static int gdn_layer(cuda_engine *ce, const cuda_layer *C, const pass *p, herr *
         }
     }
     const bool ring_too = n == p->n_pieces; /* decode: every piece one row, its ring written by the conv's launch */
-    const bool fused_step = ring_too && fuse_pass(ce, n);
+    const bool conv_fast = ring_too && fuse_pass(ce, n, FU_CONV);
     /* decode, fused, chunked, the model's heads and taps: the conv is made in the delta rule's launch */
-    const bool conv_in = fused_step && ce->gdn_chunk && S == 128 && dc == 4 && Gv % Gk == 0;
+    const bool conv_in = conv_fast && ce->gdn_chunk && S == 128 && dc == 4 && Gv % Gk == 0;
     const hk_gconv gcv = {.qkv = ce->qkv, .w = F(C->ssm_conv1d), .ssm_a = F(C->ssm_a), .dt = F(C->ssm_dt), .braw = ce->gb,
                           .araw = ce->ga, .ring0 = ring0, .stage0 = sr, .ring_stride = rstride, .stage_stride = rstride,
                           .eps = hp->rms_eps, .cnt = ce->tickets + TICKETS_CONV};
     if (!conv_in)
         OP("gdn conv norm", hk_gdn_conv_norm(st, ce->qkv, ring0, rstride, F(C->ssm_conv1d), IO(ce, row_piece, int32_t), pieces, n,
-                                             marks, sr, rstride, fused_step ? 2 : ring_too ? 1 : 0, ce->cv, ce->gb, ce->ga,
+                                             marks, sr, rstride, conv_fast ? 2 : ring_too ? 1 : 0, ce->cv, ce->gb, ce->ga,
                                              F(C->ssm_a), F(C->ssm_dt), S, Gk, Gv, cd, dc, hp->rms_eps, e));
     if (!ring_too)
         OP("gdn ring", hk_gdn_ring(st, ce->qkv, ring0, rstride, pieces, p->n_pieces, marks, p->n_marks, sr, rstride, cd, dc, e));
@@ -488,7 +519,7 @@ static int gdn_layer(cuda_engine *ce, const cuda_layer *C, const pass *p, herr *
     hk_act aov, *ao = act_view(act_for(&C->ssm_out, &ce->ao8k, &ce->ao80), Vd, &aov);
     const hk_act none = {0};
     const hk_gtail gt = {.z = ce->z, .nw = F(C->ssm_norm), .eps = hp->rms_eps, .a = ao ? *ao : none, .cnt = ce->tickets};
-    const hk_gtail *gtp = fused_step && Gv % 2 == 0 ? &gt : NULL;
+    const hk_gtail *gtp = ring_too && fuse_pass(ce, n, FU_GATED) && Gv % 2 == 0 ? &gt : NULL;
     if (ce->gdn_chunk)
         OP("gdn delta", hk_gdn_chunk(st, ce->cv, ce->gb, ce->ga, lane0, lstride, pieces, p->n_pieces, IO(ce, chunks, hk_chunk),
                                      IO(ce, pchunk, int32_t), n, marks, sl, lstride, S, Gk, Gv, cd, &ce->gsc,
@@ -507,7 +538,7 @@ static int attn_layer(cuda_engine *ce, const cuda_layer *C, const pass *p, herr 
     void *st = ce->st;
     const int64_t n = p->n, E = hp->n_embd, H = hp->n_head, Hkv = hp->n_head_kv, D = hp->head_dim;
     const size_t sstride = ce->kv_row * (size_t)ce->base.opts.n_ctx;
-    if (fuse_pass(ce, n) && AX(C->attn_q) && AX(C->attn_q) == AX(C->attn_k) && AX(C->attn_q) == AX(C->attn_v)) {
+    if (fuse_pass(ce, n, FU_IN) && AX(C->attn_q) && AX(C->attn_q) == AX(C->attn_k) && AX(C->attn_q) == AX(C->attn_v)) {
         const hk_out outs[] = {{&C->attn_q, ce->qf, 2 * H * D}, {&C->attn_k, ce->k, Hkv * D}, {&C->attn_v, ce->v, Hkv * D}};
         OP("attn in", hk_matmul_n(st, outs, 3, AX(C->attn_q), n, e));
     } else {
@@ -520,7 +551,7 @@ static int attn_layer(cuda_engine *ce, const cuda_layer *C, const pass *p, herr 
                      ce->vc[C->ai], sstride, ce->f16, e));
     /* fused: the rounding for the out product in the merge's launch (heads of whole 256-blocks) */
     hk_act aov, *ao = act_view(act_for(&C->attn_out, &ce->ao8k, &ce->ao80), H * D, &aov);
-    const bool round_in = ao && ce->fuse && D % 256 == 0 && D <= 1024;
+    const bool round_in = ao && (ce->fuse & FU_MERGE) && D % 256 == 0 && D <= 1024;
     OP("attn", hk_attn(st, ce->qf, IO(ce, tiles, hk_qtile), p->n_tiles, IO(ce, pos, int64_t), n, H, Hkv, D, ce->kc[C->ai],
                 ce->vc[C->ai], sstride, ce->f16, ce->seg, ce->n_seg, ce->part, ce->ao, round_in ? ao : NULL, e));
     if (ao && !round_in) OP("attn round", hk_quantize(st, ce->ao, H * D, n, ao, e));
@@ -539,7 +570,7 @@ static int moe_layer(cuda_engine *ce, int il, const cuda_layer *C, const float *
     /* the routing logits and the shared expert's gate logit (gl, at stride gls) */
     const float *gl;
     int64_t ls, gls;
-    const bool route_tail = fuse_pass(ce, n) && C->router.d;
+    const bool route_tail = fuse_pass(ce, n, FU_ROUTE) && C->router.d;
     if (route_tail) { /* the route is the router's tail */
         const hk_tail t = {.kind = HK_TAIL_ROUTE, .cnt = ce->tickets, .n = n, .ls = X + 1, .X = (int)X, .K = (int)K,
                            .sel = ce->sel, .wsel = ce->wsel};
@@ -583,7 +614,7 @@ static int moe_layer(cuda_engine *ce, int il, const cuda_layer *C, const float *
     }
     hk_act *af = (hk_act *)act_for(&C->ffn_down_exps, &ce->af8k, &ce->af80);
     hk_act *x8k = ce->ax8k.q ? &ce->ax8k : NULL, *x80 = ce->ax80.q ? &ce->ax80 : NULL;
-    const bool combine_tail = fuse_pass(ce, n) && fused && !dn_f && !sp;
+    const bool combine_tail = fuse_pass(ce, n, FU_COMBINE) && fused && !dn_f && !sp;
     if (combine_tail) { /* the combine and the next layer's norm are the down product's tail */
         const hk_tail t = {.kind = HK_TAIL_COMBINE, .cnt = ce->tickets, .n = n, .E = E, .K = (int)K, .x = ce->x, .gl = gl,
                            .gls = gls, .so = ce->eo + nr * E, .wsel = ce->wsel, .nw = next_norm, .h = ce->h,
@@ -968,8 +999,11 @@ int engine_open_cuda(engine **out, const model *m, const engine_opts *o, herr *e
     hk_gemv_stage(gs && !strcmp(gs, "1"));
     const char *gc = getenv("HEARTH_CUDA_GDN_CHUNK");
     ce->gdn_chunk = !(gc && !strcmp(gc, "0"));
-    const char *fu = getenv("HEARTH_CUDA_FUSE"); /* 1: decode's fused launches (not yet the default) */
-    ce->fuse = fu && !strcmp(fu, "1");
+    const char *fu = getenv("HEARTH_CUDA_FUSE");
+    if (fu && fuse_parts(fu, &ce->fuse, e) < 0) {
+        cuda_free(eng);
+        return -1;
+    }
     if (pr && *pr && strcmp(pr, "0")) ce->prof = xcalloc(1, sizeof *ce->prof);
     ce->f16 = eng->opts.kv_f16;
     ce->R = CUDA_UBATCH + eng->opts.n_seq_max;
