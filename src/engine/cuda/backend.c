@@ -119,10 +119,10 @@ typedef struct cuda_engine {
      * as its tail, the post-mixer norm as the output product's tail, the route as the
      * router's, the combine and the next norm as the down product's (tail.cuh), with tickets
      * in `tickets`; and, in every pass, the attention's rounding in its merge's launch.
-     * Each is a part (FU_*) that HEARTH_CUDA_FUSE turns on: "1" all, "0" none, or a list of
-     * names (fuse_parts); every part is checked on the GPU against its separate launches
-     * (test_cuda's fused_tails_match_apart, gated_tail_matches_apart, conv_in_matches_apart)
-     * and timed part by part (bench/RESULTS.md) */
+     * Each is a part (FU_*); FU_DEFAULT are on unless HEARTH_CUDA_FUSE names others ("1"
+     * all, "0" none, or a list of names: fuse_parts). Every part gives its separate
+     * launches' bits (test_cuda's fused_tails_match_apart, gated_tail_matches_apart,
+     * conv_in_matches_apart) and was timed alone (bench/device_fuse_parts.sh) */
     unsigned fuse;
     unsigned *tickets;
 } cuda_engine;
@@ -433,7 +433,12 @@ enum {
     FU_ROUTE = 1 << 4,   /* the route as the router's tail */
     FU_COMBINE = 1 << 5, /* the combine and the next norm as the down product's tail */
     FU_MERGE = 1 << 6,   /* the attention's rounding in its merge (every pass) */
-    FU_ALL = (1 << 7) - 1
+    FU_ALL = (1 << 7) - 1,
+    /* on an H100 (bench/RESULTS.md, 2026-12-05) conv and gated together took decode from 297
+     * to 316-320 t/s; in and merge alone +1-2% but nothing on top of those two; the one-block
+     * tails lost (norm -3%, combine -6%: the separate kernel already waits, resident, at its
+     * PDL gate) and route was even */
+    FU_DEFAULT = FU_CONV | FU_GATED
 };
 static const char *const fuse_names[] = {"in", "conv", "gated", "norm", "route", "combine", "merge"};
 
@@ -1000,6 +1005,7 @@ int engine_open_cuda(engine **out, const model *m, const engine_opts *o, herr *e
     const char *gc = getenv("HEARTH_CUDA_GDN_CHUNK");
     ce->gdn_chunk = !(gc && !strcmp(gc, "0"));
     const char *fu = getenv("HEARTH_CUDA_FUSE");
+    ce->fuse = FU_DEFAULT;
     if (fu && fuse_parts(fu, &ce->fuse, e) < 0) {
         cuda_free(eng);
         return -1;

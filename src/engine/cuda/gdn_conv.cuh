@@ -64,7 +64,7 @@ __device__ __forceinline__ float conv_out(const float win[CONV_FAST], const floa
 // 1/sqrt(S)). Block 0 of a row makes the row's gates: b = sigmoid(b), a = A softplus(a + dt).
 // With ring_too (every piece of the pass one row: decode) the thread that made a channel
 // then writes that channel's ring (ring_channel) after its conv read the old one; ring_too
-// 2 (decode's fused form, HEARTH_CUDA_FUSE=1), at the model's shape (heads of 128, 4 taps):
+// 2 (decode's fused form, the part conv of HEARTH_CUDA_FUSE), at the model's shape (heads of 128, 4 taps):
 // a lane loads its 4 channels' windows at once (ring_window writes the rings from them),
 // with the loop's arithmetic (explicit fmas).
 __global__ void conv_norm_kernel(const float *qkv, float *ring0, size_t seq_stride, const float *w,

@@ -200,7 +200,7 @@ __device__ __forceinline__ void gated_tail(const hk_gtail &gt, float *o, int64_t
         gated_blk(o, gt.z, gt.nw, r, h / 2, Gv * GN_DS, gt.eps, gt.a);
 }
 
-// ---- the separate launches the tails stand for (prompt passes, and HEARTH_CUDA_FUSE=0):
+// ---- the separate launches the tails stand for (prompt passes, and decode without the part):
 // each calls the device function its tail calls (templates only so that every file that
 // includes this header may hold them: one definition however many include it)
 
