@@ -20,8 +20,8 @@
 #              with FORMS' switches exported when ROWS_FORMS=1
 #   mutants    tests/gates/mutants on the cuda engine (with the forms' switches when
 #              ROWS_FORMS=1)
-# STEPS picks (default "build unit engine gates points ab rows mutants"). Logs to $OUT, one line
-# a step to stdout. Run by the device tool with .peer carried.
+# STEPS picks (default "build unit engine gates points ab rows mutants"). Logs to $OUT (and all of
+# them in $OUT/logs.tgz), one line a step to stdout. Run by the device tool with .peer carried.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-/tmp/out}; mkdir -p "$out"
@@ -95,4 +95,6 @@ for s in $steps; do
              tail -30 "$out/mutants.log" | grep -E "\||passed|FAIL" | tail -25 ;;
     esac
 done
+# the device tool returns at most 8 files a call: every log in one archive as well
+tar czf /tmp/f7-logs.tgz -C "$out" . && mv /tmp/f7-logs.tgz "$out/logs.tgz"
 echo "done with $(left) s left"
