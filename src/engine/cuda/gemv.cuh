@@ -343,7 +343,9 @@ __host__ __device__ constexpr size_t sw_bytes(int64_t F) { return (size_t)(F + 8
 // tail (tail.cuh): the launch's last block then does its work (a block's slice of a row's
 // outputs: its 4 warps' rows). The down product with its combine tail (SW, EX, one step: the
 // experts' rows of 512) is held to 64 registers, 8 blocks an SM, as its plain form has them
-// (48 there; the tail's call took it to 72).
+// (56-64 there; the tail's call took it to 72; under the cap ptxas spills 16 bytes). The
+// tail is a __grid_constant__ parameter: passed by reference into the non-inlined tails, a
+// plain one is copied to local memory by every thread at entry.
 template <int T, int NR, int IT, int G, bool SW, bool EX>
 __global__ void __launch_bounds__(128, SW && EX && IT == 1 ? 8 : 1) gemv_kernel(hk_w w, hk_w ws, hk_act a, int64_t n, const int32_t *sel,
                                                    int64_t n_routed, int in_div, int64_t sh_row0, float *y, int64_t ys,
