@@ -451,9 +451,12 @@ static int fuse_parts(const char *v, unsigned *parts, herr *e) {
         const size_t len = strcspn(s, ",");
         size_t k = 0;
         while (k < sizeof fuse_names / sizeof *fuse_names && (strlen(fuse_names[k]) != len || strncmp(s, fuse_names[k], len))) k++;
-        if (k == sizeof fuse_names / sizeof *fuse_names)
-            return herr_set(e, "HEARTH_CUDA_FUSE: no part named '%.*s' (1, 0, or a list of in, conv, gated, norm, route, combine, merge)",
-                            (int)len, s);
+        if (k == sizeof fuse_names / sizeof *fuse_names) {
+            char all[64] = "";
+            for (size_t j = 0; j < sizeof fuse_names / sizeof *fuse_names; j++)
+                snprintf(all + strlen(all), sizeof all - strlen(all), "%s%s", j ? ", " : "", fuse_names[j]);
+            return herr_set(e, "HEARTH_CUDA_FUSE: no part named '%.*s' (1, 0, or a list of %s)", (int)len, s, all);
+        }
         *parts |= 1u << k;
         s += len + (s[len] == ',');
     }
