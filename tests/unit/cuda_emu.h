@@ -6,7 +6,8 @@
  * has published its value, then again until every one has read: the barriers are real,
  * and a thread parked at one kind while the rest of its block or warp waits at the other is
  * a deadlock the emulation reports (CUDA leaves that undefined). Blocks run one after
- * another, so atomics are plain read-modify-writes and __threadfence a no-op. Static
+ * another (in the order emu::order names: as listed, reversed or shuffled), so atomics are
+ * plain read-modify-writes and __threadfence a no-op. Static
  * __shared__ variables are function statics (one copy, shared by the block's threads);
  * dynamic shared memory (HK_DYN_SMEM) is one buffer per block, filled with NaN so a read
  * before a write shows. The __fmaf_rn family is fmaf and plain float operations: compile
@@ -14,7 +15,13 @@
  * -fno-strict-aliasing (float4 loads of float arrays). Also here, for the one-row products
  * and their tails (tests/unit/test_fused_emu.cc): int4, uint4, uint2, __dp4a, __vsub4, the
  * f16 conversions (round to nearest even), __float2int_rn, __ldcg (a plain load: blocks run
- * one after another). Not emulated: votes, streams, PDL (pdl_wait, pdl_go, pdl_enter are
+ * one after another). For the tensor-core attention (src/engine/cuda/attn_mma.cuh,
+ * tests/unit/test_attn_emu.cc): mma16816 (mma.sync m16n8k16, f16 operands, f32
+ * accumulators: each D element is C plus its 16 exact products summed in double, rounded
+ * once; the GPU's tensor cores round their own way, so only the kernels' structure and
+ * bounds carry over, not their bits), ldsm4 and ldsm4t (ldmatrix x4, plain and .trans,
+ * every lane's row address exchanged through the warp), cp16 (cp.async of 16 bytes: a plain
+ * copy; cp_commit and cp_wait are no-ops). Not emulated: votes, streams, PDL (pdl_wait, pdl_go, pdl_enter are
  * no-ops), the memory model across blocks. */
 #ifndef HEARTH_CUDA_EMU_H
 #define HEARTH_CUDA_EMU_H
@@ -27,6 +34,7 @@
 #include <ucontext.h>
 
 #include <functional>
+#include <utility>
 #include <vector>
 
 #define __global__
@@ -36,7 +44,7 @@
 #define __noinline__
 #define __launch_bounds__(...)
 #define __grid_constant__
-#define __align__(n) alignas(n)
+#define __align__(n) __attribute__((aligned(n))) /* GNU: may stand among the specifiers (__shared__ __align__(16) float) */
 #define __shared__ static
 
 struct dim3 {
@@ -78,6 +86,7 @@ inline std::vector<fiber> fibers;
 inline std::function<void()> body;
 inline int64_t n_barriers;         /* block barriers passed, summed over blocks (a test may report it) */
 inline std::vector<uint32_t> shfl; /* a shuffle's published values, one a thread */
+inline std::vector<const void *> wptr; /* a warp exchange's published pointers, one a thread */
 
 inline void trampoline() {
     body();
@@ -99,6 +108,7 @@ inline void run_block(unsigned nthreads) {
     fibers.resize(nthreads);
     thread_idx.resize(nthreads);
     shfl.assign(nthreads, 0);
+    wptr.assign(nthreads, nullptr);
     for (unsigned t = 0; t < nthreads; t++) {
         fiber &fb = fibers[t];
         fb.stack.resize(stack_bytes);
@@ -146,19 +156,38 @@ inline void run_block(unsigned nthreads) {
     }
 }
 
-/* kernel<<<grid, block, smem>>>(args...), blocks in order x fastest */
+/* The order a launch runs its blocks in (a GPU promises none): FORWARD, x fastest; REVERSE;
+ * SHUFFLED, a permutation drawn from order_seed (advanced at every launch). A last-block tail
+ * must give the same bits whichever block comes last; blocks still run one at a time, so
+ * what an order can show is a ticket or a tail that counts on a particular block being the
+ * last, not a write that another block sees late (the memory model is not emulated). */
+enum block_order { FORWARD, REVERSE, SHUFFLED };
+inline block_order order = FORWARD;
+inline uint64_t order_seed = 1;
+/* kernel<<<grid, block, smem>>>(args...), blocks in `order` */
 template <typename... P, typename... A>
 inline void launch(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem_bytes, A... args) {
     grid_dim = grid;
     block_dim = block;
     body = [&]() { kernel(args...); };
+    std::vector<emu_uint3> blocks;
     for (unsigned z = 0; z < grid.z; z++)
         for (unsigned y = 0; y < grid.y; y++)
-            for (unsigned x = 0; x < grid.x; x++) {
-                block_idx = {x, y, z};
-                dyn.assign(smem_bytes / sizeof(float) + 1, NAN);
-                run_block(block.x * block.y * block.z);
-            }
+            for (unsigned x = 0; x < grid.x; x++) blocks.push_back({x, y, z});
+    if (order == REVERSE)
+        for (size_t i = 0, j = blocks.size(); i + 1 < j; i++, j--) std::swap(blocks[i], blocks[j - 1]);
+    else if (order == SHUFFLED)
+        for (size_t i = blocks.size(); i > 1; i--) { /* Fisher-Yates, splitmix64 draws */
+            uint64_t r = (order_seed += 0x9e3779b97f4a7c15ull);
+            r = (r ^ (r >> 30)) * 0xbf58476d1ce4e5b9ull;
+            r = (r ^ (r >> 27)) * 0x94d049bb133111ebull;
+            std::swap(blocks[i - 1], blocks[(size_t)((r ^ (r >> 31)) % i)]);
+        }
+    for (const emu_uint3 &bi : blocks) {
+        block_idx = bi;
+        dyn.assign(smem_bytes / sizeof(float) + 1, NAN);
+        run_block(block.x * block.y * block.z);
+    }
 }
 } // namespace emu
 
@@ -202,6 +231,8 @@ inline void pdl_wait() {}
 inline void pdl_go() {}
 inline int min(int a, int b) { return a < b ? a : b; }
 inline int max(int a, int b) { return a > b ? a : b; }
+inline int64_t min(int64_t a, int64_t b) { return a < b ? a : b; }
+inline int64_t max(int64_t a, int64_t b) { return a > b ? a : b; }
 /* c + the four signed byte products of a and b */
 inline int __dp4a(int a, int b, int c) {
     for (int i = 0; i < 4; i++) c += (int)(int8_t)(a >> (8 * i)) * (int)(int8_t)(b >> (8 * i));
@@ -220,6 +251,7 @@ struct __half {
     uint16_t x;
 };
 inline __half __ushort_as_half(uint16_t u) { return __half{u}; }
+inline uint16_t __half_as_ushort(__half h) { return h.x; }
 inline float __half2float(__half h) {
     const uint32_t s = (uint32_t)(h.x >> 15) << 31, ex = (h.x >> 10) & 31, m = h.x & 1023;
     uint32_t u;
@@ -264,5 +296,69 @@ inline int __float_as_int(float f) {
     memcpy(&i, &f, sizeof i);
     return i;
 }
+
+/* every lane's p, in lane order (full warp): published, the warp waited for, copied, waited
+ * for again, so what they point at (a lane's registers: its fiber's stack) holds meanwhile */
+inline void emu_warp_ptrs(const void *p, const void *out[32]) {
+    const int t = emu::cur, base = t & ~31;
+    emu::wptr[t] = p;
+    emu::sync_warp();
+    for (int i = 0; i < 32; i++) out[i] = emu::wptr[base + i];
+}
+inline void emu_warp_done() { emu::sync_warp(); }
+inline float emu_h(uint32_t u, int hi) { return __half2float(__ushort_as_half((uint16_t)(hi ? u >> 16 : u & 0xffffu))); }
+/* d += a b: a 16x16 (row), b 16x8 (col), f16 pairs packed low element first, as the PTX
+ * fragments lay them: a[0] row lane/4, cols 2 (lane%4) + {0, 1}; a[1] row + 8; a[2] cols + 8;
+ * a[3] both; b[0] rows (k) 2 (lane%4) + {0, 1}, col lane/4; b[1] rows + 8; d[0..1] row lane/4,
+ * cols 2 (lane%4) + {0, 1}; d[2..3] row + 8 */
+inline void mma16816(float d[4], const uint32_t a[4], const uint32_t b[2]) {
+    struct ops {
+        const uint32_t *a, *b;
+    } mine = {a, b};
+    const void *all[32];
+    emu_warp_ptrs(&mine, all);
+    const int lane = emu::cur & 31;
+    float r[4];
+    for (int q = 0; q < 4; q++) {
+        const int row = lane / 4 + 8 * (q / 2), col = 2 * (lane % 4) + q % 2;
+        double acc = d[q];
+        for (int k = 0; k < 16; k++) {
+            const ops *pa = (const ops *)all[4 * (row % 8) + (k % 8) / 2], *pb = (const ops *)all[4 * col + (k % 8) / 2];
+            const float x = emu_h(pa->a[(row >= 8) + 2 * (k >= 8)], k % 2), y = emu_h(pb->b[k >= 8], k % 2);
+            acc += (double)x * (double)y;
+        }
+        r[q] = (float)acc;
+    }
+    emu_warp_done();
+    for (int q = 0; q < 4; q++) d[q] = r[q];
+}
+/* ldmatrix x4: lanes 8i..8i+7 give the row addresses of matrix i (8 halves each); r[i] of
+ * lane t is matrix i's row t/4, halves 2 (t%4) and + 1; transposed (tr): its column t/4,
+ * rows 2 (t%4) and + 1 */
+inline void emu_ldsm4(uint32_t r[4], const void *p, bool tr) {
+    const void *all[32];
+    emu_warp_ptrs(p, all);
+    const int t = emu::cur & 31;
+    uint32_t v[4];
+    for (int i = 0; i < 4; i++) {
+        uint16_t lo, hi;
+        if (!tr) {
+            const uint16_t *row = (const uint16_t *)all[8 * i + t / 4];
+            lo = row[2 * (t % 4)], hi = row[2 * (t % 4) + 1];
+        } else {
+            lo = ((const uint16_t *)all[8 * i + 2 * (t % 4)])[t / 4];
+            hi = ((const uint16_t *)all[8 * i + 2 * (t % 4) + 1])[t / 4];
+        }
+        v[i] = (uint32_t)lo | (uint32_t)hi << 16;
+    }
+    emu_warp_done();
+    for (int i = 0; i < 4; i++) r[i] = v[i];
+}
+inline void ldsm4(uint32_t r[4], const void *p) { emu_ldsm4(r, p, false); }
+inline void ldsm4t(uint32_t r[4], const void *p) { emu_ldsm4(r, p, true); }
+inline void cp16(void *smem, const void *gmem) { memcpy(smem, gmem, 16); }
+inline void cp_commit() {}
+template <int N> inline void cp_wait() {}
+inline uint4 make_uint4(unsigned x, unsigned y, unsigned z, unsigned w) { return uint4{x, y, z, w}; }
 
 #endif

@@ -491,6 +491,42 @@ static void *dev_f(const float *h, size_t n, herr *e) {
     return d;
 }
 
+/* hk_h2d is done when it returns, for every stream (kernels.h). cudaMemcpy from pageable
+ * memory alone is not: it may return with the DMA of its last piece still under way on the
+ * legacy stream, which the engine's non-blocking streams do not wait for; the tests below
+ * (and the engine's restore of a lane) launch on such a stream right after their copies.
+ * Rounds of 64 MiB from malloc'd memory, each a new pattern over the last; right after each
+ * copy the engine's stream reads d's last MiB into pinned memory: every byte the new one. */
+TEST(h2d_done_on_return) {
+#ifndef HEARTH_CUDA
+    SKIP("built without CUDA (nvcc not found)");
+#else
+    if (!have_gpu()) return;
+    const size_t n = (size_t)16 << 20, tail = (size_t)256 << 10; /* 4-byte words: 64 MiB, its last MiB */
+    herr e;
+    void *st, *d, *pin;
+    CHECK(hk_stream_new(&st, &e) == 0 && hk_malloc(&d, 4 * n, &e) == 0 && hk_host_alloc(&pin, 4 * tail, &e) == 0);
+    hk_memset(d, 0, 4 * n, &e);
+    uint32_t *h = xmalloc(4 * n);
+    const uint32_t *got = pin;
+    int64_t bad = 0;
+    int bad_rounds = 0;
+    for (uint32_t round = 1; round <= 16; round++) {
+        for (size_t i = 0; i < n; i++) h[i] = round * 0x9e3779b9u + (uint32_t)i;
+        CHECK_MSG(hk_h2d(d, h, 4 * n, &e) == 0 && hk_d2h_async(st, pin, (uint32_t *)d + (n - tail), 4 * tail, &e) == 0 &&
+                      hk_stream_sync(st, &e) == 0,
+                  "%s", e.msg);
+        int64_t r = 0;
+        for (size_t i = 0; i < tail; i++) r += got[i] != h[n - tail + i];
+        bad += r, bad_rounds += r != 0;
+    }
+    CHECK_MSG(bad == 0, "%d of 16 rounds: %lld words at d's end still old when hk_h2d had returned", bad_rounds, (long long)bad);
+    free(h), hk_free(d), hk_host_free(pin);
+    printf("  hk_h2d done on return: 16 copies of 64 MiB, each one's last MiB read at once on the engine's stream\n");
+    hk_stream_free(st);
+#endif
+}
+
 TEST(fused_tails_match_apart) {
 #ifndef HEARTH_CUDA
     SKIP("built without CUDA (nvcc not found)");
@@ -633,7 +669,9 @@ TEST(fused_tails_match_apart) {
 /* Decode's gated norm as the delta rule's tail (hk_gtail) against the delta rule then
  * hk_gdn_gated_norm, bit for bit, at the model's 32 value heads on 16 key heads, 1, 3 and 8
  * one-row pieces, both forms of the rule (chunked, row by row): outputs, the rounded rows and
- * the lanes; the tickets end at zero. */
+ * the lanes; the tickets end at zero. The row form runs second: the copies of l0 that start
+ * it go over the chunked pass's lanes, so a copy not done when hk_h2d returned shows there
+ * (h2d_done_on_return; at ee527d2 an H200 saw it: 2 blocks of the last head's lane stale). */
 TEST(gated_tail_matches_apart) {
 #ifndef HEARTH_CUDA
     SKIP("built without CUDA (nvcc not found)");
@@ -899,14 +937,15 @@ TEST(attn_matches_ref) {
     SKIP("built without CUDA (nvcc not found)");
 #else
     if (!have_gpu()) return;
-    const int64_t H = 16, Hkv = 2, D = 256, n_ctx = 1000, n = 300, p0 = 700, seg = 512, n_seg = 2;
-    const int64_t G = H / Hkv, qt = hk_attn_tile_rows(G);
+    const int64_t H = 16, Hkv = 2, D = 256, n_ctx = 1000, n = 300, p0 = 700, seg = 128, n_seg = 8;
+    const int64_t G = H / Hkv;
     herr e;
     void *st;
     CHECK(hk_stream_new(&st, &e) == 0);
     float *kc = randf(n_ctx * Hkv * D, 900, -1.0f, 1.0f), *vc = randf(n_ctx * Hkv * D, 901, -1.0f, 1.0f);
     float *qf = randf(n * 2 * H * D, 902, -0.15f, 0.15f);
     for (int f16 = 0; f16 < 2; f16++) {
+        const int64_t qt = hk_attn_tile_rows(G, f16); /* f16: the tensor-core form, 8 rows a tile */
         const size_t esz = f16 ? 2 : 4, kvb = esz * (size_t)(n_ctx * Hkv * D);
         uint8_t *hk = xmalloc(kvb), *hv = xmalloc(kvb);
         float *kr = xmalloc(4 * (size_t)(n_ctx * Hkv * D)), *vr = xmalloc(4 * (size_t)(n_ctx * Hkv * D));
@@ -932,7 +971,7 @@ TEST(attn_matches_ref) {
               hk_malloc(&dpart, 4 * (size_t)(n * H * n_seg * hk_attn_part_floats(D)), &e) == 0 && hk_malloc(&dao, 4 * (size_t)(n * H * D), &e) == 0);
         hk_h2d(dk, hk, kvb, &e), hk_h2d(dv, hv, kvb, &e), hk_h2d(dq, qf, 4 * (size_t)(n * 2 * H * D), &e);
         hk_h2d(dpos, pos, 8 * (size_t)n, &e), hk_h2d(dtiles, tiles, sizeof(hk_qtile) * (size_t)nt, &e);
-        CHECK_MSG(hk_attn(st, dq, dtiles, nt, dpos, n, H, Hkv, D, dk, dv, (size_t)(n_ctx * Hkv * D), f16, seg, n_seg, dpart, dao,
+        CHECK_MSG(hk_attn(st, dq, dtiles, nt, 0, dpos, n, H, Hkv, D, dk, dv, (size_t)(n_ctx * Hkv * D), f16, seg, n_seg, dpart, dao,
                           NULL, &e) == 0 && hk_stream_sync(st, &e) == 0,
                   "%s", e.msg);
         float *ao = xmalloc(4 * (size_t)(n * H * D));
@@ -955,8 +994,17 @@ TEST(attn_matches_ref) {
                     smax = fmax(smax, mag / sqrt((double)D));
                     mx = fmax(mx, s[j]);
                 }
-                const double gD = D * uu / (1 - D * uu), gN = (nk + 8) * uu / (1 - (nk + 8) * uu);
-                const double bound = (2 * gD * smax + gN) * vmax;
+                /* f32 (CUDA cores): each score D products summed in f32 (gD), the scores' errors
+                 * moving the softmax weights by at most twice theirs, the weighted sum of V
+                 * over nk keys and the merges in f32 (gN). f16 (tensor cores): q rounded to f16
+                 * (u16 of each product), the products exact and summed in the tensor core,
+                 * whose rounding is not documented (2 uu a step, as truncation), and the
+                 * scale (uu); p rounded to f16 (the weights p/sum p move by 2 u16 / (1 - u16)
+                 * in all, since the sum adds the rounded p); the P V sums likewise at 2 uu. */
+                const double u16 = ldexp(1.0, -11), t = f16 ? 2 * uu : uu;
+                const double gD = D * t / (1 - D * t), gN = (nk + 8) * t / (1 - (nk + 8) * t);
+                const double ds = f16 ? (u16 + gD + uu) * smax : gD * smax;
+                const double bound = (2 * ds + gN + (f16 ? 2 * u16 / (1 - u16) : 0)) * vmax;
                 for (int64_t j = 0; j < nk; j++) sum += (s[j] = exp(s[j] - mx));
                 for (int64_t i = 0; i < D; i++) {
                     double o = 0;
@@ -969,6 +1017,26 @@ TEST(attn_matches_ref) {
                 free(s);
             }
         CHECK_MSG(worst <= 1.0, "%s KV: attention %.3g times its bound from the double reference", f16 ? "f16" : "f32", worst);
+        /* the same rows cut otherwise in one launch: rows 0..4 one-row tiles (the decode form,
+         * beside the tiles in the same call), the rest in tiles from row 5 (every tile's rows
+         * moved): the same bits */
+        {
+            hk_qtile *cut = xmalloc(sizeof(hk_qtile) * (size_t)n);
+            int nc = 0;
+            for (int64_t r = 0; r < 5; r++) cut[nc++] = (hk_qtile){.r0 = (int32_t)r, .n = 1, .seq = 0, .pos0 = p0 + r};
+            for (int64_t t0 = 5; t0 < n; t0 += qt)
+                cut[nc++] = (hk_qtile){.r0 = (int32_t)t0, .n = (int32_t)(n - t0 < qt ? n - t0 : qt), .seq = 0, .pos0 = p0 + t0};
+            float *ao2 = xmalloc(4 * (size_t)(n * H * D));
+            hk_h2d(dtiles, cut, sizeof(hk_qtile) * (size_t)nc, &e);
+            CHECK_MSG(hk_attn(st, dq, dtiles, nc, 5, dpos, n, H, Hkv, D, dk, dv, (size_t)(n_ctx * Hkv * D), f16, seg, n_seg, dpart,
+                              dao, NULL, &e) == 0 && hk_stream_sync(st, &e) == 0,
+                      "%s", e.msg);
+            hk_d2h(ao2, dao, 4 * (size_t)(n * H * D), &e);
+            int64_t bad = 0;
+            for (int64_t i = 0; i < n * H * D; i++) bad += memcmp(&ao2[i], &ao[i], 4) != 0;
+            CHECK_MSG(bad == 0, "%s KV: %lld values differ when the rows are cut into other tiles", f16 ? "f16" : "f32", (long long)bad);
+            free(cut), free(ao2);
+        }
         /* rows 0, 150 and the last, each alone in one launch: the decode form (every tile one
          * row), which must give the tile kernel's bits */
         const int64_t alone[3] = {0, 150, n - 1};
@@ -981,7 +1049,7 @@ TEST(attn_matches_ref) {
         }
         hk_h2d(dtiles, one, sizeof one, &e);
         hk_h2d(dpos, one_pos, sizeof one_pos, &e);
-        CHECK_MSG(hk_attn(st, dq, dtiles, 3, dpos, 3, H, Hkv, D, dk, dv, (size_t)(n_ctx * Hkv * D), f16, seg, n_seg, dpart, dao,
+        CHECK_MSG(hk_attn(st, dq, dtiles, 3, 3, dpos, 3, H, Hkv, D, dk, dv, (size_t)(n_ctx * Hkv * D), f16, seg, n_seg, dpart, dao,
                           NULL, &e) == 0 && hk_stream_sync(st, &e) == 0,
                   "%s", e.msg);
         float *one_ao = xmalloc(4 * (size_t)(3 * H * D));
@@ -992,7 +1060,7 @@ TEST(attn_matches_ref) {
         /* the rows rounded in the merge's launch (decode's fused form) = hk_quantize of them */
         hk_act ra, rb;
         act8k_new(&ra, 3, H * D, &e), act8k_new(&rb, 3, H * D, &e);
-        CHECK_MSG(hk_attn(st, dq, dtiles, 3, dpos, 3, H, Hkv, D, dk, dv, (size_t)(n_ctx * Hkv * D), f16, seg, n_seg, dpart, dao,
+        CHECK_MSG(hk_attn(st, dq, dtiles, 3, 3, dpos, 3, H, Hkv, D, dk, dv, (size_t)(n_ctx * Hkv * D), f16, seg, n_seg, dpart, dao,
                           &ra, &e) == 0 && hk_quantize(st, dao, H * D, 3, &rb, &e) == 0 && hk_stream_sync(st, &e) == 0,
                   "%s", e.msg);
         CHECK_MSG(diff_act(&ra, &rb, 3, &e) == 0, "%s KV: the merge's rounding differs from hk_quantize", f16 ? "f16" : "f32");
@@ -1317,6 +1385,7 @@ int main(void) {
     RUN(qmatmul_matches_ref);
     RUN(moe_matmul_matches_ref);
     RUN(down_swiglu_matches_apart);
+    RUN(h2d_done_on_return);
     RUN(fused_tails_match_apart);
     RUN(gated_tail_matches_apart);
     RUN(conv_in_matches_apart);

@@ -12,6 +12,7 @@
 
 #include "engine/cuda/common.cuh"
 #include "engine/cuda/attn_merge.cuh"
+#include "engine/cuda/attn_mma.cuh"
 
 // one warp: RMSNorm x (D) by w in place, then NeoX RoPE on its first rope_dims dims
 __device__ void norm_rope(float *x, const float *w, int64_t D, int64_t rope_dims, int64_t pos, float theta, float eps) {
@@ -70,17 +71,17 @@ extern "C" int hk_attn_prep(void *st, float *qf, float *k, const float *v, const
     return 0;
 }
 
-__device__ __forceinline__ void cp16(void *smem, const void *gmem) {
-    const unsigned sa = (unsigned)__cvta_generic_to_shared(smem);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(sa), "l"(gmem));
-}
 
 #define ATTN_QV 32   /* query vectors per tile: rows x the G heads of a KV head */
 #define ATTN_KB 32   /* keys per block */
 #define ATTN_T 128   /* threads: 8 per pair of query vectors */
 
 extern "C" int64_t hk_attn_part_floats(int64_t D) { return PART(D); }
-extern "C" int hk_attn_tile_rows(int64_t G) { return G > 0 && G <= ATTN_QV && ATTN_QV % G == 0 ? (int)(ATTN_QV / G) : 0; }
+static bool mma_form(int64_t G, bool f16) { return f16 && G > 0 && G <= 16; }
+extern "C" int hk_attn_tile_rows(int64_t G, bool f16) {
+    if (mma_form(G, f16)) return (int)(AM_QV / G);
+    return G > 0 && G <= ATTN_QV && ATTN_QV % G == 0 ? (int)(ATTN_QV / G) : 0;
+}
 
 template <int D> struct at_smem {
     static constexpr int QS = D + 4, KS = D + 4; /* +4: key rows on distinct bank quads */
@@ -421,14 +422,45 @@ template <int D> static int attn_launch(void *st, const float *qf, const hk_qtil
     return 0;
 }
 
-extern "C" int hk_attn(void *st, const float *qf, const hk_qtile *tiles, int n_tiles, const int64_t *pos, int64_t n,
-                       int64_t H, int64_t Hkv, int64_t D, const void *k0, const void *v0, size_t seq_stride, bool f16,
-                       int64_t seg, int64_t n_seg, float *part, float *ao, hk_act *a, herr *e) {
+template <int D> static int mma_launch(void *st, const float *qf, const hk_qtile *tiles, int n_tiles, int n_one, int64_t n,
+                                       int64_t H, int64_t Hkv, const void *k0, const void *v0, size_t seq_stride, int64_t seg,
+                                       int64_t n_seg, float *part, float *ao, hk_act *a, herr *e) {
+    static bool ready = false;
+    using C = am_cfg<D>;
+    if (!ready) {
+        CUDA_TRY(cudaFuncSetAttribute(attn_mma_tile_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, C::PROMPT_BYTES), e);
+        CUDA_TRY(cudaFuncSetAttribute(attn_mma_split_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, C::DECODE_BYTES), e);
+        ready = true;
+    }
+    const uint16_t *K0 = (const uint16_t *)k0, *V0 = (const uint16_t *)v0;
+    const hk_act none = {0};
+    if (n_one > 0) {
+        dim3 g((unsigned)n_tiles, (unsigned)Hkv, (unsigned)n_seg);
+        LAUNCH(e, attn_mma_split_kernel<D>, g, AM_T, C::DECODE_BYTES, st, qf, tiles, H, Hkv, K0, V0, seq_stride, seg, n_seg, part);
+        const bool round_here = a && n_one == n_tiles;
+        LAUNCH(e, attn_fold_kernel, dim3((unsigned)H, (unsigned)n_tiles), (unsigned)D, 0, st, qf, tiles, H, (int64_t)D, seg, n_seg,
+               (const float *)part, ao, round_here ? *a : none);
+    }
+    if (n_one < n_tiles) {
+        dim3 g((unsigned)n_tiles, (unsigned)Hkv);
+        LAUNCH(e, attn_mma_tile_kernel<D>, g, AM_T, C::PROMPT_BYTES, st, qf, tiles, n_tiles, H, Hkv, K0, V0, seq_stride, seg, ao);
+        if (a && hk_quantize(st, ao, H * D, n, a, e) < 0) return -1; /* hk_quantize's bytes, as the merge's launch rounds */
+    }
+    return 0;
+}
+
+extern "C" int hk_attn(void *st, const float *qf, const hk_qtile *tiles, int n_tiles, int n_one, const int64_t *pos,
+                       int64_t n, int64_t H, int64_t Hkv, int64_t D, const void *k0, const void *v0, size_t seq_stride,
+                       bool f16, int64_t seg, int64_t n_seg, float *part, float *ao, hk_act *a, herr *e) {
     if (n == 0) return 0;
     if (a && (D % 256 || D > 1024 || a->K != H * D))
         return herr_set(e, "hk_attn: heads of %lld rounded into rows of %lld", (long long)D, (long long)a->K);
     const hk_act none = {0};
-    if (!hk_attn_tile_rows(H / Hkv) || seg % ATTN_KB)
+    if (mma_form(H / Hkv, f16) && seg % AM_KB == 0 && (D == 256 || D == 128)) {
+        if (D == 256) return mma_launch<256>(st, qf, tiles, n_tiles, n_one, n, H, Hkv, k0, v0, seq_stride, seg, n_seg, part, ao, a, e);
+        return mma_launch<128>(st, qf, tiles, n_tiles, n_one, n, H, Hkv, k0, v0, seq_stride, seg, n_seg, part, ao, a, e);
+    }
+    if (!hk_attn_tile_rows(H / Hkv, false) || seg % ATTN_KB)
         return herr_set(e, "hk_attn: %lld query heads over %lld KV heads (segments of %lld)", (long long)H, (long long)Hkv,
                         (long long)seg);
     if (D != 256 && D != 128) return herr_set(e, "hk_attn: head dim %lld (the CUDA engine takes 128 or 256)", (long long)D);

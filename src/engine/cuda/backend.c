@@ -54,7 +54,7 @@ typedef struct pass_io {
 
 typedef struct graph_entry {
     int64_t n, n_logits, n_argmax, use;
-    int n_pieces, n_marks, n_tiles;
+    int n_pieces, n_marks, n_tiles, n_one;
     void *exec;
 } graph_entry;
 
@@ -401,7 +401,7 @@ static int stage_reserve(cuda_engine *ce, int64_t n_points, herr *e) {
 typedef struct pass {
     int64_t n, n_logits;    /* logits rows: the first n_logits - n_argmax are copied out */
     int64_t n_argmax;       /* the last n_argmax are argmaxed on the GPU, only the ids copied */
-    int n_pieces, n_marks, n_tiles;
+    int n_pieces, n_marks, n_tiles, n_one; /* n_one: tiles of one row (attention's decode form) */
     const int64_t *row_call;
     float *const *logit_row;
     engine_point *const *mark_point;
@@ -560,7 +560,7 @@ static int attn_layer(cuda_engine *ce, const cuda_layer *C, const pass *p, herr 
     /* fused: the rounding for the out product in the merge's launch (heads of whole 256-blocks) */
     hk_act aov, *ao = act_view(act_for(&C->attn_out, &ce->ao8k, &ce->ao80), H * D, &aov);
     const bool round_in = ao && (ce->fuse & FU_MERGE) && D % 256 == 0 && D <= 1024;
-    OP("attn", hk_attn(st, ce->qf, IO(ce, tiles, hk_qtile), p->n_tiles, IO(ce, pos, int64_t), n, H, Hkv, D, ce->kc[C->ai],
+    OP("attn", hk_attn(st, ce->qf, IO(ce, tiles, hk_qtile), p->n_tiles, p->n_one, IO(ce, pos, int64_t), n, H, Hkv, D, ce->kc[C->ai],
                 ce->vc[C->ai], sstride, ce->f16, ce->seg, ce->n_seg, ce->part, ce->ao, round_in ? ao : NULL, e));
     if (ao && !round_in) OP("attn round", hk_quantize(st, ce->ao, H * D, n, ao, e));
     OP("attn out", out_product(ce, C, &C->attn_out, ce->ao, H * D, ao, n, e));
@@ -696,7 +696,7 @@ static int run_pass(cuda_engine *ce, const pass *p, herr *e) {
         graph_entry *g = &ce->graphs[i];
         if (g->use && g->n == p->n && g->n_logits == p->n_logits && g->n_argmax == p->n_argmax && g->n_pieces == p->n_pieces &&
             g->n_marks == p->n_marks &&
-            g->n_tiles == p->n_tiles)
+            g->n_tiles == p->n_tiles && g->n_one == p->n_one)
             hit = g;
         if (!g->use && !free_e) free_e = g;
         if (g->use < old->use) old = g;
@@ -710,7 +710,7 @@ static int run_pass(cuda_engine *ce, const pass *p, herr *e) {
         graph_entry *g = free_e ? free_e : old;
         hk_graph_free(g->exec);
         *g = (graph_entry){.n = p->n, .n_logits = p->n_logits, .n_argmax = p->n_argmax, .n_pieces = p->n_pieces, .n_marks = p->n_marks,
-                           .n_tiles = p->n_tiles, .use = ce->graph_clock};
+                           .n_tiles = p->n_tiles, .n_one = p->n_one, .use = ce->graph_clock};
         return forward(ce, p, e);
     }
     /* second sight: capture, then launch */
@@ -735,7 +735,7 @@ static int cuda_run(engine *eng, const engine_span *spans, int n_spans, herr *e)
     cuda_engine *ce = (cuda_engine *)eng;
     const model_hparams *hp = &eng->m->hp;
     const int64_t V = hp->n_vocab, R = ce->R;
-    const int qt = hk_attn_tile_rows(hp->n_head / hp->n_head_kv);
+    const int qt = hk_attn_tile_rows(hp->n_head / hp->n_head_kv, ce->f16);
     int64_t *done = xcalloc((size_t)n_spans, sizeof *done), *call0 = xcalloc((size_t)n_spans, sizeof *call0);
     int64_t *row_call = xmalloc(sizeof(int64_t) * (size_t)R);
     float **logit_row = xmalloc(sizeof(float *) * (size_t)R);
@@ -753,7 +753,7 @@ static int cuda_run(engine *eng, const engine_span *spans, int n_spans, herr *e)
     for (int i = 0; i < n_spans; i++) call0[i] = i ? call0[i - 1] + spans[i - 1].n : 0;
     for (;;) {
         int64_t n = 0, n_logits = 0, n_am = 0; /* rows copied out; rows argmaxed (ARGMAX spans' last) */
-        int np = 0, nm = 0, nt = 0, nc = 0;
+        int np = 0, nm = 0, nt = 0, nc = 0, n_one = 0;
         for (int i = 0; i < n_spans; i++) {
             const engine_span *sp = &spans[i];
             if (done[i] == sp->n) continue;
@@ -799,6 +799,7 @@ static int cuda_run(engine *eng, const engine_span *spans, int n_spans, herr *e)
             for (int64_t t0 = 0; t0 < len; t0 += qt)
                 tiles[nt++] = (hk_qtile){.r0 = (int32_t)(n + t0), .n = (int32_t)(len - t0 < qt ? len - t0 : qt),
                                          .seq = sp->seq, .pos0 = pos0 + t0};
+            for (int t = nt - (int)((len + qt - 1) / qt); t < nt; t++) n_one += tiles[t].n == 1;
             for (int64_t k = 0; k < len; k++) {
                 const int64_t at = done[i] + k, r = n + k;
                 ids[r] = sp->ids[at];
@@ -822,7 +823,7 @@ static int cuda_run(engine *eng, const engine_span *spans, int n_spans, herr *e)
             rc = -1;
             break;
         }
-        pass p = {.n = n, .n_logits = n_logits + n_am, .n_argmax = n_am, .n_pieces = np, .n_marks = nm, .n_tiles = nt, .row_call = row_call,
+        pass p = {.n = n, .n_logits = n_logits + n_am, .n_argmax = n_am, .n_pieces = np, .n_marks = nm, .n_tiles = nt, .n_one = n_one, .row_call = row_call,
                   .logit_row = logit_row, .mark_point = mark_point, .copy_lanes = nm > 0 && ce->pinned_points};
         /* the copy stream is waited for even when the pass failed: its copies read the staging
          * area and write the points, which must not move under it */
@@ -972,7 +973,7 @@ int cuda_takes_model(const model *m, herr *e) {
     const model_hparams *hp = &m->hp;
     if (hp->ssm_d_state != 128)
         return herr_set(e, "the CUDA engine takes ssm_d_state 128, this model has %lld", (long long)hp->ssm_d_state);
-    if (!hk_attn_tile_rows(hp->n_head / hp->n_head_kv) || (hp->head_dim != 128 && hp->head_dim != 256))
+    if (!hk_attn_tile_rows(hp->n_head / hp->n_head_kv, false) || (hp->head_dim != 128 && hp->head_dim != 256))
         return herr_set(e, "the CUDA engine takes head dims 128 or 256 and 1..32 query heads per KV head "
                         "(this model: %lld, %lld of %lld)", (long long)hp->head_dim, (long long)hp->n_head,
                         (long long)hp->n_head_kv);

@@ -138,7 +138,7 @@ int hk_stream_new(void **st, herr *e);
 void hk_pdl(bool on);
 void hk_gemv_stage(bool on); /* one-row products staged through shared memory (mmq.cu) */
 void hk_stream_free(void *st);
-int hk_h2d(void *d, const void *h, size_t n, herr *e);             /* synchronous */
+int hk_h2d(void *d, const void *h, size_t n, herr *e);             /* synchronous: done for every stream */
 int hk_d2h(void *h, const void *d, size_t n, herr *e);
 int hk_h2d_async(void *st, void *d, const void *h, size_t n, herr *e);
 int hk_d2h_async(void *st, void *h, const void *d, size_t n, herr *e);
@@ -295,14 +295,18 @@ int hk_attn_prep(void *st, float *qf, float *k, const float *v, const float *qn,
 /* ao (n, H*D) = softmax(q k^T / sqrt(D)) v over keys [0, pos] of the row's sequence, times
  * sigmoid(gate). Keys in segments of seg rows (fixed per engine), each over blocks of
  * ATTN_KB keys in order with a running max; then the segments merged in order. tiles:
- * n_tiles query tiles of at most hk_attn_tile_rows(H / Hkv) rows; part: scratch of
- * n * H * n_seg * hk_attn_part_floats(D) floats. Every row takes the same path whatever shares its tile.
- * a (or NULL; heads of whole 256-blocks): ao's rows also rounded into a in the merge's launch
- * (hk_quantize's bytes). */
-int hk_attn(void *st, const float *qf, const hk_qtile *tiles, int n_tiles, const int64_t *pos, int64_t n, int64_t H,
-            int64_t Hkv, int64_t D, const void *k0, const void *v0, size_t seq_stride, bool f16, int64_t seg,
+ * n_tiles query tiles of at most hk_attn_tile_rows(H / Hkv, f16) rows, n_one of them of one
+ * row (with f16 rows these take the decode form; the kernels launched depend on it); part:
+ * scratch of n * H * n_seg * hk_attn_part_floats(D) floats. Every row takes the same path
+ * whatever shares its tile. With f16 rows and G <= 16 on tensor cores (attn_mma.cuh), else
+ * in f32 on CUDA cores. a (or NULL; heads of whole 256-blocks): ao's rows also rounded into
+ * a (hk_quantize's bytes). */
+int hk_attn(void *st, const float *qf, const hk_qtile *tiles, int n_tiles, int n_one, const int64_t *pos, int64_t n,
+            int64_t H, int64_t Hkv, int64_t D, const void *k0, const void *v0, size_t seq_stride, bool f16, int64_t seg,
             int64_t n_seg, float *part, float *ao, hk_act *a, herr *e);
-int hk_attn_tile_rows(int64_t G);   /* query rows per tile: 32 query heads / G */
+/* query rows per tile: 64 query vectors / G with f16 KV rows and G <= 16 (the tensor-core
+ * form, attn_mma.cuh), else 32 / G (0: no kernel for G) */
+int hk_attn_tile_rows(int64_t G, bool f16);
 int64_t hk_attn_part_floats(int64_t D);
 
 #ifdef __cplusplus

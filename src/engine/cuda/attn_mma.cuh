@@ -1,0 +1,355 @@
+// attn_mma.cuh: attention over f16 KV rows on tensor cores (mma.sync m16n8k16, f16
+// operands, f32 accumulators), for prompt rows at any depth and for decode rows, with one
+// arithmetic for both. Device code only: also run on the CPU under tests/unit/cuda_emu.h
+// (tests/unit/test_attn_emu.cc), which emulates mma16816, ldsm4/ldsm4t and cp16.
+//
+// A row's path is fixed by positions alone, as in attn.cu's f32 kernels: its keys [0, pos]
+// are cut at absolute multiples of seg (segments) and of AM_KB inside them (blocks). A warp
+// holds 16 query vectors (a vector: one row's query head; the G heads of a KV head packed
+// together, so a K/V block is read once for all of them) and steps through a segment's
+// blocks in order (am_step): S = Q Kᵀ over D in 16-wide steps in order; per vector the
+// block's max, p = expf(s - m) rounded to f16 (the P operand, and what the sum adds, so the
+// weights sum to exactly what divides them), l and o rescaled, o += P V in two 16-key steps.
+// A vector with no key in a block leaves m, l and o as they were (its p are 0, its alpha 1).
+// Each segment starts from m = -inf, l = 0, o = 0; then the segments are folded in order
+// (am_fold: (M, L, O) with (m, l, o), explicit roundings). The prompt kernel folds in the
+// block as it goes and writes the row's output; the decode form (one-row tiles, every
+// segment a block of its own, for parallelism at depth) writes each segment's (o, m, l) and
+// attn_fold_kernel folds them with the same am_fold. So a row gives the same bits alone, in a
+// decode step, in any tile and in any cut of its prompt into passes (test_attn_emu checks
+// the structure under the emulation, test_cuda's attn_matches_ref the bits on a GPU).
+#ifndef HEARTH_CUDA_ATTN_MMA_CUH
+#define HEARTH_CUDA_ATTN_MMA_CUH
+
+#include <stdint.h>
+
+#include "engine/cuda/warp.cuh"
+#include "engine/cuda/attn_merge.cuh"
+
+#ifndef HEARTH_CUDA_EMU_H
+// d += a b (m16n8k16: a 16x16 row-major, b 16x8 column-major, f16 pairs; d f32)
+__device__ __forceinline__ void mma16816(float d[4], const uint32_t a[4], const uint32_t b[2]) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+// four 8x8 f16 matrices from shared memory, lanes 8i..8i+7 giving matrix i's row addresses
+__device__ __forceinline__ void ldsm4(uint32_t r[4], const void *p) {
+    const unsigned a = (unsigned)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(a));
+}
+__device__ __forceinline__ void ldsm4t(uint32_t r[4], const void *p) {
+    const unsigned a = (unsigned)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(a));
+}
+__device__ __forceinline__ void cp16(void *smem, const void *gmem) {
+    const unsigned sa = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(sa), "l"(gmem));
+}
+__device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;"); }
+template <int N> __device__ __forceinline__ void cp_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
+#endif
+
+// planted defects, only under tests/unit/test_attn_emu.cc: 1 every vector of a tile sees
+// the keys of its last row (causality broken inside a tile), 2 the tile kernel's segments
+// not restarted (one running softmax over all keys), 4 the decode form's warps all writing
+// the first quarter of the dims
+#ifndef AMUT
+#define AMUT(bit) 0
+#endif
+
+#define AM_KB 32          /* keys per block (attn.cu's ATTN_KB: a segment is whole blocks) */
+#define AM_W 4            /* warps of either kernel */
+#define AM_T (32 * AM_W)  /* their threads */
+#define AM_QV (16 * AM_W) /* query vectors of a prompt tile: 16 a warp */
+
+__device__ __forceinline__ uint16_t am_h(float x) { return __half_as_ushort(__float2half_rn(x)); }
+__device__ __forceinline__ uint32_t am_h2(float lo, float hi) { return (uint32_t)am_h(lo) | (uint32_t)am_h(hi) << 16; }
+
+// shared memory, in halves unless named: rows of D halves padded by 8 (16 bytes), so the 8
+// rows one ldmatrix reads fall on distinct banks
+template <int D> struct am_cfg {
+    static constexpr int RS = D + 8;
+    static constexpr int STAGE = 2 * AM_KB * RS;                   /* a block's K rows, then its V rows */
+    static constexpr int KV_BYTES = 2 * 2 * STAGE;                 /* two stages */
+    static constexpr int O_FLOATS = D / 2;                         /* a thread's folded outputs (prompt kernel) */
+    static constexpr int PROMPT_BYTES = 2 * AM_QV * RS + KV_BYTES + 4 * AM_T * O_FLOATS;
+    static constexpr int DECODE_BYTES = 2 * 16 * RS + KV_BYTES;
+};
+
+// all AM_T threads: keys [kb, kb + nk) of K and V (f16, key j at base + j Hkv D) into a stage
+// by cp.async, rows nk..AM_KB - 1 zeroed (a p of 0 times them must be 0, never NaN); commits
+template <int D>
+__device__ __forceinline__ void am_fetch(uint16_t *stg, const uint16_t *K0, const uint16_t *V0, size_t base, int64_t Hkv,
+                                         int64_t kb, int nk) {
+    constexpr int C = D / 8, RS = am_cfg<D>::RS; /* 16-byte pieces of a row */
+    for (int i = threadIdx.x; i < 2 * AM_KB * C; i += AM_T) {
+        const int isv = i >= AM_KB * C, ii = isv ? i - AM_KB * C : i, j = ii / C, c = ii % C;
+        uint16_t *d = stg + (isv ? AM_KB * RS : 0) + j * RS + 8 * c;
+        if (j < nk) cp16(d, (isv ? V0 : K0) + base + (size_t)((kb + j) * Hkv * D) + 8 * c);
+        else *(uint4 *)d = make_uint4(0u, 0u, 0u, 0u);
+    }
+    cp_commit();
+}
+
+// One warp's step over the block of keys [kb, kb + AM_KB): its 16 vectors' rows in Qw (f16,
+// stride RS), the block's K and V rows in Kb, Vb. The lane holds vectors lane/4 (i = 0) and
+// lane/4 + 8 (i = 1): kend[i] ends that vector's keys (exclusive, absolute; <= kb: none in
+// this block), m[i], l[i] its running max and sum, and o[t][2 i + e] its output at dim
+// d0 + 8 t + 2 (lane % 4) + e, t < NT. Every dim's sums run in one order whatever NT and d0,
+// so a warp holding a slice of the dims (the decode form) gets the bits of one holding all.
+template <int D, int NT>
+__device__ __forceinline__ void am_step(const uint16_t *Qw, const uint16_t *Kb, const uint16_t *Vb, int d0, int64_t kb,
+                                        const int64_t kend[2], float scale, float m[2], float l[2], float (*o)[4]) {
+    constexpr int RS = am_cfg<D>::RS;
+    const int lane = threadIdx.x & 31;
+    float S[4][4];
+#pragma unroll
+    for (int j = 0; j < 4; j++) S[j][0] = S[j][1] = S[j][2] = S[j][3] = 0.0f;
+#pragma unroll 4
+    for (int ks = 0; ks < D / 16; ks++) {
+        uint32_t a[4];
+        ldsm4(a, Qw + (lane & 15) * RS + 16 * ks + 8 * (lane >> 4));
+#pragma unroll
+        for (int np = 0; np < 2; np++) { /* keys 16 np .. 16 np + 15: two n-tiles of 8 */
+            uint32_t b[4];
+            ldsm4(b, Kb + (16 * np + (lane & 7) + 8 * (lane >> 4)) * RS + 16 * ks + 8 * ((lane >> 3) & 1));
+            mma16816(S[2 * np], a, b);
+            mma16816(S[2 * np + 1], a, b + 2);
+        }
+    }
+    float alpha[2];
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+        float bmax = -INFINITY;
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                const float s = __fmul_rn(S[j][2 * i + e], scale);
+                S[j][2 * i + e] = s;
+                if (kb + 8 * j + 2 * (lane & 3) + e < kend[i]) bmax = fmaxf(bmax, s);
+            }
+        bmax = fmaxf(bmax, __shfl_xor_sync(0xffffffffu, bmax, 1));
+        bmax = fmaxf(bmax, __shfl_xor_sync(0xffffffffu, bmax, 2));
+        const float mn = fmaxf(m[i], bmax);
+        alpha[i] = mn == -INFINITY ? 1.0f : expf(m[i] - mn);
+        float sum = 0.0f;
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                const bool in = kb + 8 * j + 2 * (lane & 3) + e < kend[i];
+                const float p = in ? __half2float(__float2half_rn(expf(S[j][2 * i + e] - mn))) : 0.0f;
+                S[j][2 * i + e] = p;
+                sum = __fadd_rn(sum, p);
+            }
+        sum = __fadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, 1));
+        sum = __fadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, 2));
+        l[i] = __fmaf_rn(l[i], alpha[i], sum);
+        m[i] = mn;
+    }
+#pragma unroll
+    for (int t = 0; t < NT; t++) {
+        o[t][0] = __fmul_rn(o[t][0], alpha[0]), o[t][1] = __fmul_rn(o[t][1], alpha[0]);
+        o[t][2] = __fmul_rn(o[t][2], alpha[1]), o[t][3] = __fmul_rn(o[t][3], alpha[1]);
+    }
+#pragma unroll
+    for (int ks = 0; ks < 2; ks++) { /* keys 16 ks .. 16 ks + 15 */
+        const uint32_t a[4] = {am_h2(S[2 * ks][0], S[2 * ks][1]), am_h2(S[2 * ks][2], S[2 * ks][3]),
+                               am_h2(S[2 * ks + 1][0], S[2 * ks + 1][1]), am_h2(S[2 * ks + 1][2], S[2 * ks + 1][3])};
+#pragma unroll
+        for (int np = 0; np < NT / 2; np++) { /* dims d0 + 16 np .. + 15: two n-tiles */
+            uint32_t b[4];
+            ldsm4t(b, Vb + (16 * ks + (lane & 7) + 8 * ((lane >> 3) & 1)) * RS + d0 + 16 * np + 8 * (lane >> 4));
+            mma16816(o[2 * np], a, b);
+            mma16816(o[2 * np + 1], a, b + 2);
+        }
+    }
+}
+
+// the fold of a segment's (m, l) into (M, L): the weights of the old and the new; M takes
+// the larger max. The first segment (M = -inf, L = O = 0) comes out as itself: a = 0, b = 1.
+__device__ __forceinline__ void am_fold_w(float &M, float &L, float m, float l, float &a, float &b) {
+    const float mn = fmaxf(M, m);
+    a = expf(M - mn), b = expf(m - mn);
+    L = __fadd_rn(__fmul_rn(L, a), __fmul_rn(l, b));
+    M = mn;
+}
+__device__ __forceinline__ float am_fold_o(float O, float o, float a, float b) {
+    return __fadd_rn(__fmul_rn(O, a), __fmul_rn(o, b));
+}
+// a head's output from its folded O and L, times the gate's sigmoid
+__device__ __forceinline__ float am_out(float O, float L, float gate) { return __fmul_rn(__fdiv_rn(O, L), sigm(gate)); }
+
+// the prompt kernel: grid (tiles, Hkv), AM_T threads; tiles taken last first (the longest
+// rows of a pass first). A tile of n > 1 rows packs its n G vectors (vector v: row v / G,
+// head kvh G + v % G) into the 4 warps; the block walks every key block up to the tile's last
+// row, segment by segment, folding each into O (shared memory, a thread its own floats) and
+// M, L (registers), and writes the rows' outputs to ao. One-row tiles are the decode form's.
+template <int D>
+__global__ void __launch_bounds__(AM_T) attn_mma_tile_kernel(const float *qf, const hk_qtile *tiles, int n_tiles, int64_t H,
+                                                             int64_t Hkv, const uint16_t *K0, const uint16_t *V0,
+                                                             size_t seq_stride, int64_t seg, float *ao) {
+    pdl_enter();
+    using C = am_cfg<D>;
+    constexpr int NT = D / 8, RS = C::RS;
+    HK_DYN_SMEM(sm);
+    uint16_t *Qs = (uint16_t *)sm, *stg = Qs + AM_QV * RS;
+    float *Of = (float *)(stg + 2 * C::STAGE);
+    const hk_qtile tile = tiles[n_tiles - 1 - (int)blockIdx.x];
+    if (tile.n == 1) return;
+    const int G = (int)(H / Hkv), nv = tile.n * G, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int64_t kvh = blockIdx.y, last = tile.pos0 + tile.n - 1;
+    for (int i = tid; i < AM_QV * (D / 4); i += AM_T) {
+        const int v = i / (D / 4), d4 = i % (D / 4);
+        float4 q = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        if (v < nv) q = ((const float4 *)(qf + (int64_t)(tile.r0 + v / G) * 2 * H * D + (kvh * G + v % G) * 2 * D))[d4];
+        uint16_t *d = Qs + v * RS + 4 * d4;
+        d[0] = am_h(q.x), d[1] = am_h(q.y), d[2] = am_h(q.z), d[3] = am_h(q.w);
+    }
+    int64_t kend[2];
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+        const int v = 16 * warp + (lane >> 2) + 8 * i;
+        kend[i] = v < nv ? (AMUT(1) ? last + 1 : tile.pos0 + v / G + 1) : 0;
+    }
+    const int vlast = min(nv, 16 * warp + 16) - 1; /* the warp's last live vector: its keys end the warp's */
+    const int64_t wend = 16 * warp < nv ? tile.pos0 + vlast / G + 1 : 0;
+    const float scale = 1.0f / sqrtf((float)D);
+    float M[2] = {-INFINITY, -INFINITY}, L[2] = {0.0f, 0.0f}, m[2], l[2], o[NT][4];
+    for (int i = 0; i < C::O_FLOATS; i++) Of[i * AM_T + tid] = 0.0f;
+    const size_t base = (size_t)tile.seq * seq_stride + (size_t)(kvh * D);
+    am_fetch<D>(stg, K0, V0, base, Hkv, 0, (int)min((int64_t)AM_KB, last + 1));
+    int buf = 0;
+    for (int64_t kb = 0; kb <= last; kb += AM_KB, buf ^= 1) {
+        if (kb % seg == 0 && !(AMUT(2) && kb > 0)) { /* a segment starts */
+#pragma unroll
+            for (int i = 0; i < 2; i++) m[i] = -INFINITY, l[i] = 0.0f;
+#pragma unroll
+            for (int t = 0; t < NT; t++) o[t][0] = o[t][1] = o[t][2] = o[t][3] = 0.0f;
+        }
+        if (kb + AM_KB <= last) am_fetch<D>(stg + (buf ^ 1) * C::STAGE, K0, V0, base, Hkv, kb + AM_KB, (int)min((int64_t)AM_KB, last + 1 - kb - AM_KB));
+        else cp_commit();
+        cp_wait<1>();
+        __syncthreads(); /* this block's K and V, every thread's copies (and Qs the first time) */
+        const uint16_t *Kb = stg + buf * C::STAGE;
+        if (kb < wend) am_step<D, NT>(Qs + 16 * warp * RS, Kb, Kb + AM_KB * RS, 0, kb, kend, scale, m, l, o);
+        __syncthreads(); /* the stage is free for the fetch two blocks on */
+        if ((kb + AM_KB) % seg == 0 || kb + AM_KB > last) { /* the segment ends: fold it */
+            const int64_t k_lo = kb - kb % seg;
+#pragma unroll
+            for (int i = 0; i < 2; i++) {
+                if (kend[i] <= k_lo) continue; /* no key of this vector in the segment */
+                float a, b;
+                am_fold_w(M[i], L[i], m[i], l[i], a, b);
+#pragma unroll
+                for (int t = 0; t < NT; t++)
+#pragma unroll
+                    for (int e = 0; e < 2; e++) {
+                        float *O = Of + (4 * t + 2 * i + e) * AM_T + tid;
+                        *O = am_fold_o(*O, o[t][2 * i + e], a, b);
+                    }
+            }
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+        const int v = 16 * warp + (lane >> 2) + 8 * i;
+        if (v >= nv) continue;
+        const int64_t r = tile.r0 + v / G, h = kvh * G + v % G;
+        const float *gate = qf + r * 2 * H * D + h * 2 * D + D;
+        float *out = ao + r * H * D + h * D;
+#pragma unroll
+        for (int t = 0; t < NT; t++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                const int d = 8 * t + 2 * (lane & 3) + e;
+                out[d] = am_out(Of[(4 * t + 2 * i + e) * AM_T + tid], L[i], gate[d]);
+            }
+    }
+}
+
+// the decode form: grid (tiles, Hkv, n_seg), AM_T threads, for the one-row tiles (others
+// return): segment blockIdx.z of the row's keys, its G vectors in one warp's 16 (the rest
+// zero); every warp makes the same scores and sums and the output dims [D/4 w, D/4 (w + 1)).
+// Writes (o, m, l) per (row, head, segment) into part as attn.cu's kernels lay it out.
+template <int D>
+__global__ void __launch_bounds__(AM_T) attn_mma_split_kernel(const float *qf, const hk_qtile *tiles, int64_t H, int64_t Hkv,
+                                                              const uint16_t *K0, const uint16_t *V0, size_t seq_stride,
+                                                              int64_t seg, int64_t n_seg, float *part) {
+    pdl_enter();
+    using C = am_cfg<D>;
+    constexpr int NT = D / 32, RS = C::RS;
+    HK_DYN_SMEM(sm);
+    uint16_t *Qs = (uint16_t *)sm, *stg = Qs + 16 * RS;
+    const hk_qtile tile = tiles[blockIdx.x];
+    const int64_t s = blockIdx.z, P = tile.pos0, k_lo = s * seg;
+    if (tile.n != 1 || k_lo > P) return;
+    const int64_t k_hi = min(k_lo + seg, P + 1), kvh = blockIdx.y;
+    const int G = (int)(H / Hkv), tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, d0 = AMUT(4) ? 0 : warp * (D / 4);
+    for (int i = tid; i < 16 * (D / 4); i += AM_T) {
+        const int v = i / (D / 4), d4 = i % (D / 4);
+        float4 q = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        if (v < G) q = ((const float4 *)(qf + (int64_t)tile.r0 * 2 * H * D + (kvh * G + v) * 2 * D))[d4];
+        uint16_t *d = Qs + v * RS + 4 * d4;
+        d[0] = am_h(q.x), d[1] = am_h(q.y), d[2] = am_h(q.z), d[3] = am_h(q.w);
+    }
+    int64_t kend[2];
+#pragma unroll
+    for (int i = 0; i < 2; i++) kend[i] = (lane >> 2) + 8 * i < G ? P + 1 : 0;
+    const float scale = 1.0f / sqrtf((float)D);
+    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f}, o[NT][4];
+#pragma unroll
+    for (int t = 0; t < NT; t++) o[t][0] = o[t][1] = o[t][2] = o[t][3] = 0.0f;
+    const size_t base = (size_t)tile.seq * seq_stride + (size_t)(kvh * D);
+    am_fetch<D>(stg, K0, V0, base, Hkv, k_lo, (int)min((int64_t)AM_KB, k_hi - k_lo));
+    int buf = 0;
+    for (int64_t kb = k_lo; kb < k_hi; kb += AM_KB, buf ^= 1) {
+        if (kb + AM_KB < k_hi) am_fetch<D>(stg + (buf ^ 1) * C::STAGE, K0, V0, base, Hkv, kb + AM_KB, (int)min((int64_t)AM_KB, k_hi - kb - AM_KB));
+        else cp_commit();
+        cp_wait<1>();
+        __syncthreads();
+        const uint16_t *Kb = stg + buf * C::STAGE;
+        am_step<D, NT>(Qs, Kb, Kb + AM_KB * RS, d0, kb, kend, scale, m, l, o);
+        __syncthreads();
+    }
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+        const int v = (lane >> 2) + 8 * i;
+        if (v >= G) continue;
+        float *pp = part + (((int64_t)tile.r0 * H + kvh * G + v) * n_seg + s) * PART(D);
+#pragma unroll
+        for (int t = 0; t < NT; t++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) pp[d0 + 8 * t + 2 * (lane & 3) + e] = o[t][2 * i + e];
+        if (warp == 0 && (lane & 3) == 0) pp[D] = m[i], pp[D + 1] = l[i];
+    }
+}
+
+// grid (H, tiles), D threads: a one-row tile's head, its segments [0, pos / seg] folded in
+// order with am_fold (the prompt kernel's arithmetic), the output as am_out; rounded into a
+// as attn_merge_kernel does where a is set
+__global__ void attn_fold_kernel(const float *qf, const hk_qtile *tiles, int64_t H, int64_t D, int64_t seg, int64_t n_seg,
+                                 const float *part, float *ao, hk_act a) {
+    pdl_enter();
+    const hk_qtile tile = tiles[blockIdx.y];
+    if (tile.n != 1) return;
+    const int64_t h = blockIdx.x, r = tile.r0, d = threadIdx.x, ns = tile.pos0 / seg + 1;
+    const float *pp = part + ((r * H + h) * n_seg) * PART(D);
+    float M = -INFINITY, L = 0.0f, O = 0.0f;
+    for (int64_t s = 0; s < ns; s++) {
+        float wa, wb;
+        am_fold_w(M, L, pp[s * PART(D) + D], pp[s * PART(D) + D + 1], wa, wb);
+        O = am_fold_o(O, pp[s * PART(D) + d], wa, wb);
+    }
+    const float val = am_out(O, L, qf[r * 2 * H * D + h * 2 * D + D + d]);
+    ao[r * H * D + h * D + d] = val;
+    if (a.q) merge_round(a, r, h, D, val);
+}
+
+#endif

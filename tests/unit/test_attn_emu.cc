@@ -1,0 +1,156 @@
+/* test_attn_emu.cc: the tensor-core attention (src/engine/cuda/attn_mma.cuh) run on the CPU
+ * under tests/unit/cuda_emu.h, which emulates mma.sync, ldmatrix and cp.async: the prompt
+ * kernel's tiles against a double reference within the bound derived beside it; the decode
+ * form (one-row tiles: a CTA a segment, then attn_fold_kernel) and other cuts of the same
+ * rows into tiles against the tiles, bit for bit; three planted defects red. The emulated
+ * tensor core rounds its own way (cuda_emu.h), so the bits carry over only as a structure:
+ * test_cuda.c's attn_matches_ref repeats the equalities on a GPU. Shapes: the model's 16
+ * query heads on 2 KV heads, heads of 128 and 256, segments of 64 keys (four blocks), rows
+ * across a segment's end. */
+#include "cuda_emu.h"
+
+extern "C" {
+#include "harness.h"
+#include "engine/cuda/kernels.h"
+}
+
+#include <vector>
+
+static unsigned emu_mut;
+#define AMUT(bit) (emu_mut & (bit))
+#include "engine/cuda/attn_mma.cuh"
+
+static uint64_t seed = 91;
+static uint32_t rnd() { /* splitmix64's high half */
+    uint64_t z = (seed += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return (uint32_t)((z ^ (z >> 31)) >> 32);
+}
+static float rndf(float lo, float hi) { return lo + (hi - lo) * (float)(rnd() >> 8) / 16777216.0f; }
+
+struct case_t {
+    int64_t H = 16, Hkv = 2, D, n_ctx = 160, n = 24, p0 = 110, seg = 64, n_seg;
+    std::vector<uint16_t> k, v;   /* (n_ctx, Hkv, D) f16 */
+    std::vector<float> qf;        /* (n, H, [q D | gate D]) */
+    std::vector<float> part;
+    explicit case_t(int64_t d) : D(d), n_seg((n_ctx + seg - 1) / seg) {
+        k.resize((size_t)(n_ctx * Hkv * D)), v.resize(k.size());
+        for (auto &x : k) x = __half_as_ushort(__float2half_rn(rndf(-1.0f, 1.0f)));
+        for (auto &x : v) x = __half_as_ushort(__float2half_rn(rndf(-1.0f, 1.0f)));
+        qf.resize((size_t)(n * 2 * H * D));
+        for (auto &x : qf) x = rndf(-0.3f, 0.3f);
+        part.assign((size_t)(n * H * n_seg * PART(D)), NAN);
+    }
+    /* tiles: rows 0..ones-1 one row each, then tiles of the prompt kernel's rows from there */
+    std::vector<hk_qtile> tiles(int64_t ones) const {
+        const int64_t qt = AM_QV / (H / Hkv);
+        std::vector<hk_qtile> t;
+        for (int64_t r = 0; r < ones; r++) t.push_back(hk_qtile{(int32_t)r, 1, 0, 0, p0 + r});
+        for (int64_t r = ones; r < n; r += qt) t.push_back(hk_qtile{(int32_t)r, (int32_t)(n - r < qt ? n - r : qt), 0, 0, p0 + r});
+        return t;
+    }
+    /* hk_attn's launches of the tensor-core form (attn.cu's mma_launch) */
+    template <int DD> std::vector<float> run(const std::vector<hk_qtile> &t) {
+        int n_one = 0;
+        for (const auto &x : t) n_one += x.n == 1;
+        std::vector<float> ao((size_t)(n * H * D), NAN);
+        const int nt = (int)t.size();
+        const size_t stride = (size_t)(n_ctx * Hkv * D);
+        if (n_one > 0) {
+            emu::launch(attn_mma_split_kernel<DD>, dim3((unsigned)nt, (unsigned)Hkv, (unsigned)n_seg), dim3(AM_T),
+                        am_cfg<DD>::DECODE_BYTES, qf.data(), t.data(), H, Hkv, (const uint16_t *)k.data(),
+                        (const uint16_t *)v.data(), stride, seg, n_seg, part.data());
+            emu::launch(attn_fold_kernel, dim3((unsigned)H, (unsigned)nt), dim3((unsigned)D), 0, (const float *)qf.data(),
+                        t.data(), H, D, seg, n_seg, (const float *)part.data(), ao.data(), hk_act{});
+        }
+        if (n_one < nt)
+            emu::launch(attn_mma_tile_kernel<DD>, dim3((unsigned)nt, (unsigned)Hkv), dim3(AM_T), am_cfg<DD>::PROMPT_BYTES,
+                        (const float *)qf.data(), t.data(), nt, H, Hkv, (const uint16_t *)k.data(), (const uint16_t *)v.data(),
+                        stride, seg, ao.data());
+        return ao;
+    }
+    /* the largest error over every (row, head, dim) in units of its bound (> 1: outside) */
+    double worst(const std::vector<float> &ao) const {
+        const double uu = ldexp(1.0, -24), u16 = ldexp(1.0, -11), t = 2 * uu, G = (double)(H / Hkv);
+        double w = 0;
+        for (int64_t r = 0; r < n; r++)
+            for (int64_t h = 0; h < H; h++) {
+                const float *q = &qf[(size_t)(r * 2 * H * D + h * 2 * D)];
+                const int64_t kh = (int64_t)(h / G), nk = p0 + r + 1;
+                std::vector<double> s((size_t)nk);
+                double mx = -1e300, sum = 0, smax = 0, vmax = 0;
+                for (int64_t j = 0; j < nk; j++) {
+                    double d = 0, mag = 0;
+                    for (int64_t i = 0; i < D; i++) {
+                        const double kk = __half2float(__ushort_as_half(k[(size_t)((j * Hkv + kh) * D + i)]));
+                        d += (double)q[i] * kk, mag += fabs((double)q[i] * kk);
+                        vmax = fmax(vmax, fabs((double)__half2float(__ushort_as_half(v[(size_t)((j * Hkv + kh) * D + i)]))));
+                    }
+                    s[(size_t)j] = d / sqrt((double)D), smax = fmax(smax, mag / sqrt((double)D)), mx = fmax(mx, s[(size_t)j]);
+                }
+                /* test_cuda.c's f16 bound: q rounded to f16 (u16 a product), the D products'
+                 * sum (2 uu a step: the tensor core's rounding is not documented) and the scale
+                 * (uu) move a score by ds, the weights by twice that; p rounded to f16 moves
+                 * them by 2 u16 / (1 - u16) in all; the P V sums over nk keys and the folds
+                 * add (nk + 8) steps of 2 uu */
+                const double gD = D * t / (1 - D * t), gN = (nk + 8) * t / (1 - (nk + 8) * t);
+                const double ds = (u16 + gD + uu) * smax, bound = (2 * ds + gN + 2 * u16 / (1 - u16)) * vmax;
+                for (int64_t j = 0; j < nk; j++) sum += (s[(size_t)j] = exp(s[(size_t)j] - mx));
+                for (int64_t i = 0; i < D; i++) {
+                    double o = 0;
+                    for (int64_t j = 0; j < nk; j++)
+                        o += s[(size_t)j] / sum * __half2float(__ushort_as_half(v[(size_t)((j * Hkv + kh) * D + i)]));
+                    o *= 1.0 / (1.0 + exp(-(double)q[D + i]));
+                    const double err = fabs(ao[(size_t)(r * H * D + h * D + i)] - o);
+                    w = fmax(w, err != err ? 1e300 : err / bound);
+                }
+            }
+        return w;
+    }
+};
+
+static bool same(const std::vector<float> &a, const std::vector<float> &b) {
+    return a.size() == b.size() && !memcmp(a.data(), b.data(), 4 * a.size());
+}
+
+/* the tiles within their bound; the decode form and a shifted cut (3 one-row tiles beside
+ * tiles from row 3) give the tiles' bits */
+template <int D> static void forms_agree(const char *what) {
+    case_t c(D);
+    const std::vector<float> tiled = c.run<D>(c.tiles(0)), decoded = c.run<D>(c.tiles(c.n)), cut = c.run<D>(c.tiles(3));
+    const double w = c.worst(tiled);
+    CHECK_MSG(w <= 1.0, "%s: the tiles %.3g times their bound from the double reference", what, w);
+    CHECK_MSG(same(decoded, tiled), "%s: rows decoded alone differ from the rows in tiles", what);
+    CHECK_MSG(same(cut, tiled), "%s: the rows cut into other tiles differ", what);
+    printf("  %s: %.3f of the bound; decoded alone and cut otherwise = the tiles, bit for bit\n", what, w);
+}
+
+TEST(heads_128) { forms_agree<128>("heads of 128"); }
+TEST(heads_256) { forms_agree<256>("heads of 256"); }
+
+/* each planted defect turns a check above red */
+TEST(planted_defects_red) {
+    const struct {
+        unsigned bit;
+        const char *name;
+    } muts[] = {{1, "a tile's rows see its last row's keys"}, {2, "segments not restarted"}, {4, "decode warps on one quarter of the dims"}};
+    for (const auto &m : muts) {
+        case_t c(128);
+        emu_mut = m.bit;
+        const std::vector<float> tiled = c.run<128>(c.tiles(0)), decoded = c.run<128>(c.tiles(c.n));
+        emu_mut = 0;
+        const std::vector<float> good = c.run<128>(c.tiles(0));
+        const bool red = !same(decoded, tiled) || c.worst(tiled) > 1.0 || c.worst(decoded) > 1.0;
+        CHECK_MSG(red, "planted defect '%s' passed every check", m.name);
+        CHECK_MSG(c.worst(good) <= 1.0, "the unplanted run after '%s' is out of its bound", m.name);
+        printf("  planted '%s': red\n", m.name);
+    }
+}
+
+int main(void) {
+    RUN(heads_128);
+    RUN(heads_256);
+    RUN(planted_defects_red);
+    return harness_done();
+}
