@@ -110,7 +110,7 @@ $(BUILD)/tests/test_gdn_chunk: tests/unit/test_gdn_chunk.cc tests/unit/cuda_emu.
 	    -D_GNU_SOURCE -Isrc -Itests/unit -o $@ $< -lm
 
 $(BUILD)/tests/test_fused_emu: tests/unit/test_fused_emu.cc tests/unit/cuda_emu.h tests/unit/harness.h src/engine/cuda/gemv.cuh \
-                               src/engine/cuda/gdn_chunk.cuh src/engine/cuda/gdn_conv.cuh $(EMU_CUH)
+                               src/engine/cuda/gdn_chunk.cuh src/engine/cuda/gdn_conv.cuh src/engine/cuda/gdn_row.cuh $(EMU_CUH)
 	@mkdir -p $(@D)
 	$(CXX) -std=c++17 -O2 -g -Wall -Wextra -Werror -Wno-unused-parameter -Wno-unknown-pragmas -ffp-contract=off -fno-strict-aliasing \
 	    -D_GNU_SOURCE -Isrc -Itests/unit -o $@ $< -lm

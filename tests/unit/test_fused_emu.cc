@@ -3,7 +3,8 @@
  * several weights' products in one launch (gemv_kernel's EX segments); the output product
  * with the norm as its tail; the experts' down product (SwiGLU made in the launch) with the
  * combine and the next norm as its tail; a product's route as its tail; the delta rule's
- * one-row pass with the gated norm as its tail. Every tail's tickets must end at zero, and a
+ * one-row pass (chunked and row by row) with the gated norm as its tail, its blocks in three
+ * orders (cuda_emu.h's emu::order). Every tail's tickets must end at zero, and a
  * tail planted to fire early (its ticket primed: it runs before every block is in) must be
  * red. The kernels are the GPU's own code; what the emulation cannot show is the GPU's
  * memory model across blocks (its blocks run one after another here) and its bits for
@@ -27,6 +28,7 @@ enum { M_NEIGHBOUR = 1 << 0, M_RING_SKIP = 1 << 1, M_RING_REVERSE = 1 << 2, M_CO
 #include "engine/cuda/gemv.cuh"
 #include "engine/cuda/gdn_conv.cuh"
 #include "engine/cuda/gdn_chunk.cuh"
+#include "engine/cuda/gdn_row.cuh"
 #include "engine/cuda/attn_merge.cuh"
 
 static uint64_t seed = 77;
@@ -305,44 +307,61 @@ TEST(route_tail_matches_apart) {
 
 /* The delta rule's one-row pass (decode) with the gated norm as its tail, against the pass
  * then gated_norm_kernel: outputs, rounded rows, lanes; 4 value heads on 2 key heads, 1 and
- * 3 one-row pieces */
+ * 3 one-row pieces; both forms (the chunked state kernel, gdn_chunk.cuh; the row rule,
+ * gdn_row.cuh), the fused launch's blocks in each order (emu::order: whichever block of a
+ * head pair comes last makes its 256 values) */
 TEST(gated_tail_matches_apart) {
     const int64_t Gk = 2, Gv = 4, S = 128, cd = 2 * Gk * S + Gv * S, Vd = Gv * S, lane = Gv * S * S;
     std::vector<float> nw = randv((size_t)S, 0.5f, 1.5f);
-    for (int64_t np : {1, 3})
-        for (int plant = 0; plant < 2; plant++) {
-            const int64_t n = np;
-            std::vector<float> cv = randv((size_t)(n * cd), -0.1f, 0.1f), b = randv((size_t)(n * Gv), 0.1f, 0.9f);
-            std::vector<float> a = randv((size_t)(n * Gv), -0.5f, -0.01f), z = randv((size_t)(n * Vd), -2.0f, 2.0f);
-            std::vector<float> l0 = randv((size_t)(np * lane), -0.2f, 0.2f), la = l0, lb = l0;
-            std::vector<hk_piece> pcs((size_t)np);
-            std::vector<hk_chunk> chs((size_t)np);
-            std::vector<int32_t> pch((size_t)np + 1);
-            for (int64_t p = 0; p < np; p++) {
-                pcs[p] = hk_piece{p, 1, 5, (int32_t)p, 0, 0, 0};
-                chs[p] = hk_chunk{(int32_t)p, 0, 1, 0};
-                pch[p] = (int32_t)p;
-            }
-            pch[np] = (int32_t)np;
-            std::vector<float> oa((size_t)(n * Vd), NAN), ob((size_t)(n * Vd), NAN);
-            std::vector<unsigned> tk((size_t)(np * Gv / 2), 0);
-            if (plant) tk[0] = 1;
-            abuf ra, rb;
-            ra.init(n, Vd), rb.init(n, Vd);
-            const hk_gtail gt = {z.data(), nw.data(), 1e-6f, ra.a, tk.data()};
-            for (int side = 0; side < 2; side++)
-                emu::launch(gdn_chunk_state_kernel<1>, dim3((unsigned)(Gv * 4), (unsigned)np), dim3(GC_THREADS),
-                            sizeof(float) * gc_state_smem_floats(1), (const float *)cv.data(), (const float *)b.data(),
-                            (const float *)a.data(), side ? lb.data() : la.data(), (size_t)lane, (const hk_piece *)pcs.data(),
-                            (const hk_chunk *)chs.data(), (const int32_t *)pch.data(), (const hk_mark *)nullptr, (float *)nullptr,
-                            (size_t)0, Gk, Gv, cd, (const float *)nullptr, (const float *)nullptr, (const float *)nullptr,
-                            (const float *)nullptr, hk_gconv{}, side ? hk_gtail{} : gt, side ? ob.data() : oa.data());
-            emu::launch(gated_norm_kernel<>, dim3((unsigned)n), dim3(256), 0, ob.data(), (const float *)z.data(),
-                        (const float *)nw.data(), Vd, 1e-6f, rb.a);
-            const bool eq = same(oa, ob) && ra == rb && same(la, lb);
-            VERDICT(plant, eq, tk, "%lld pieces", (long long)np);
-        }
-    printf("  delta rule + gated-norm tail = the pass then the gated norm (1, 3 pieces); an early tail is red\n");
+    static const char *const order_name[] = {"forward", "reverse", "shuffled"};
+    for (int form = 0; form < 2; form++)
+        for (int ord = 0; ord < 3; ord++)
+            for (int64_t np : {1, 3})
+                for (int plant = 0; plant < 2; plant++) {
+                    const int64_t n = np;
+                    std::vector<float> cv = randv((size_t)(n * cd), -0.1f, 0.1f), b = randv((size_t)(n * Gv), 0.1f, 0.9f);
+                    std::vector<float> a = randv((size_t)(n * Gv), -0.5f, -0.01f), z = randv((size_t)(n * Vd), -2.0f, 2.0f);
+                    std::vector<float> l0 = randv((size_t)(np * lane), -0.2f, 0.2f), la = l0, lb = l0;
+                    std::vector<hk_piece> pcs((size_t)np);
+                    std::vector<hk_chunk> chs((size_t)np);
+                    std::vector<int32_t> pch((size_t)np + 1);
+                    for (int64_t p = 0; p < np; p++) {
+                        pcs[p] = hk_piece{p, 1, 5, (int32_t)p, 0, 0, 0};
+                        chs[p] = hk_chunk{(int32_t)p, 0, 1, 0};
+                        pch[p] = (int32_t)p;
+                    }
+                    pch[np] = (int32_t)np;
+                    std::vector<float> oa((size_t)(n * Vd), NAN), ob((size_t)(n * Vd), NAN);
+                    std::vector<unsigned> tk((size_t)(np * Gv / 2), 0);
+                    if (plant) tk[0] = 1;
+                    abuf ra, rb;
+                    ra.init(n, Vd), rb.init(n, Vd);
+                    const hk_gtail gt = {z.data(), nw.data(), 1e-6f, ra.a, tk.data()};
+                    for (int side = 0; side < 2; side++) {
+                        emu::order = side ? emu::FORWARD : (emu::block_order)ord; /* the fused launch in each order */
+                        const dim3 g((unsigned)(Gv * 4), (unsigned)np);
+                        float *l = side ? lb.data() : la.data(), *o = side ? ob.data() : oa.data();
+                        if (form == 0)
+                            emu::launch(gdn_chunk_state_kernel<1>, g, dim3(GC_THREADS), sizeof(float) * gc_state_smem_floats(1),
+                                        (const float *)cv.data(), (const float *)b.data(), (const float *)a.data(), l, (size_t)lane,
+                                        (const hk_piece *)pcs.data(), (const hk_chunk *)chs.data(), (const int32_t *)pch.data(),
+                                        (const hk_mark *)nullptr, (float *)nullptr, (size_t)0, Gk, Gv, cd, (const float *)nullptr,
+                                        (const float *)nullptr, (const float *)nullptr, (const float *)nullptr, hk_gconv{},
+                                        side ? hk_gtail{} : gt, o);
+                        else
+                            emu::launch(delta_kernel, g, dim3(128), 0, (const float *)cv.data(), (const float *)b.data(),
+                                        (const float *)a.data(), l, (size_t)lane, (const hk_piece *)pcs.data(), (const hk_mark *)nullptr,
+                                        (float *)nullptr, (size_t)0, Gk, Gv, cd, side ? hk_gtail{} : gt, o);
+                    }
+                    emu::order = emu::FORWARD;
+                    emu::launch(gated_norm_kernel<>, dim3((unsigned)n), dim3(256), 0, ob.data(), (const float *)z.data(),
+                                (const float *)nw.data(), Vd, 1e-6f, rb.a);
+                    const bool eq = same(oa, ob) && ra == rb && same(la, lb);
+                    VERDICT(plant, eq, tk, "%s rule, blocks %s, %lld pieces", form ? "row" : "chunked", order_name[ord],
+                            (long long)np);
+                }
+    printf("  delta rule + gated-norm tail = the pass then the gated norm (chunked and row forms, blocks forward, reversed,\n"
+           "  shuffled; 1, 3 pieces); an early tail is red\n");
 }
 
 /* Decode's conv with its windows loaded at once (conv_norm_kernel's ring_too form at the

@@ -50,8 +50,17 @@ extern "C" int hk_stream_new(void **st, herr *e) {
 extern "C" void hk_stream_free(void *st) {
     if (st) cudaStreamDestroy(STREAM(st));
 }
+/* Done when it returns, as kernels.h promises. cudaMemcpy alone is not: from pageable host
+ * memory it returns once the bytes are in the driver's staging buffer, and the DMA of the
+ * last piece into d may still be under way (the runtime's "API synchronization behavior").
+ * That copy is queued on the legacy stream, which the engine's streams (non-blocking) do not
+ * wait for: a kernel launched on them just after could read the old bytes at d's end (a
+ * restored lane, a written KV row; test_cuda's gated_tail_matches_apart read a stale lane
+ * that way on an H200: the last head of the last piece). So wait for that stream here. */
 extern "C" int hk_h2d(void *d, const void *h, size_t n, herr *e) {
-    if (n) CUDA_TRY(cudaMemcpy(d, h, n, cudaMemcpyHostToDevice), e);
+    if (!n) return 0;
+    CUDA_TRY(cudaMemcpy(d, h, n, cudaMemcpyHostToDevice), e);
+    CUDA_TRY(cudaStreamSynchronize(0), e); /* 0: the stream cudaMemcpy used (this file's default) */
     return 0;
 }
 extern "C" int hk_d2h(void *h, const void *d, size_t n, herr *e) {
