@@ -55,10 +55,12 @@ static void fixture_open(fixture *f, const char *quant, int64_t n_ctx, int n_seq
     engine_opts eo = {.device = ENGINE_CPU, .n_threads = 2, .n_ctx = n_ctx, .n_seq_max = n_seq};
     const char *dev = getenv("HEARTH_GATES_DEVICE");
     if (dev && !strcmp(dev, "cuda")) eo.device = ENGINE_CUDA;
+    const char *kv = getenv("HEARTH_GATES_KV"); /* f16: KV rows in f16 (on the GPU, the tensor-core attention) */
+    eo.kv_f16 = kv && !strcmp(kv, "f16");
     SETUP(engine_open(&f->eng, f->m, &eo, &e) == 0, "%s", e.msg);
     f->V = f->m->hp.n_vocab;
     static bool said;
-    if (!said) printf("  (the gates run on the %s engine)\n", engine_get_info(f->eng).backend);
+    if (!said) printf("  (the gates run on the %s engine, KV rows %s)\n", engine_get_info(f->eng).backend, eo.kv_f16 ? "f16" : "f32");
     said = true;
 }
 
