@@ -7,6 +7,7 @@
 # rows; tg128 after 32768 rows. Rep 0 of each is dropped. KV f16 on both sides; llama-bench
 # -ngl 99 -fa 1, -ub 512 (-ub 2048 -b 2048 on pp4096, its best). hearth's pp4096 process also
 # runs the pass with marks at 2048 and 4096 (the time two points add).
+# Groups e, f, g (issue F11): pp2048 after 0, 8192 and 32768 rows (llama-bench -ub 2048 -b 2048).
 #   REPS (default 2) measured reps; SETS (default "a b c d") which groups of rows
 # Samples to $OUT/samples.tsv, the table to stdout.
 set -uo pipefail
@@ -28,14 +29,17 @@ lb=/tmp/llama-cuda/bin/llama-bench m=/dev/shm/q36.gguf
 hearth_rows() {
     local args
     case $1 in a) args="-p 512 -n 128" ;; b) args="-p 4096 -n 0 --marks 2048,4096" ;; c) args="-p 0 -n 128 -d 4096" ;;
-                d) args="-p 0 -n 128 -d 32768" ;; esac
+                d) args="-p 0 -n 128 -d 32768" ;; e) args="-p 2048 -n 0" ;; f) args="-p 2048 -n 0 -d 8192" ;;
+                g) args="-p 2048 -n 0 -d 32768" ;; esac
     build/hearth bench --device cuda -m "$m" $args -r 1 --kv f16 2>>"$out/err.log" |
         awk -F'|' 'NR > 2 {for (i = 2; i <= 8; i++) gsub(/^ +| +$/, "", $i); print $6 "\t" $7}'
 }
 llama_rows() {
     local args
     case $1 in a) args="-p 512 -n 128 -ub 512 -b 512" ;; b) args="-p 4096 -n 0 -ub 2048 -b 2048" ;;
-                c) args="-p 0 -n 128 -d 4096 -ub 512 -b 512" ;; d) args="-p 0 -n 128 -d 32768 -ub 2048 -b 2048" ;; esac
+                c) args="-p 0 -n 128 -d 4096 -ub 512 -b 512" ;; d) args="-p 0 -n 128 -d 32768 -ub 2048 -b 2048" ;;
+                e) args="-p 2048 -n 0 -ub 2048 -b 2048" ;; f) args="-p 2048 -n 0 -d 8192 -ub 2048 -b 2048" ;;
+                g) args="-p 2048 -n 0 -d 32768 -ub 2048 -b 2048" ;; esac
     "$lb" -m "$m" -ngl 99 -fa 1 $args -r 1 -ctk f16 -ctv f16 -o csv 2>>"$out/err.log" |
         awk -F'"?,"?' 'NR == 1 {for (i = 1; i <= NF; i++) {if ($i ~ /avg_ts/) c = i; if ($i == "n_prompt") p = i; if ($i == "n_gen") g = i; if ($i == "n_depth") d = i}; next}
                        {t = ($(p) > 0 ? "pp" $(p) : "tg" $(g)); if (d && $(d) > 0) t = t " @ d" $(d); gsub(/"/, "", $c); print t "\t" $c}'

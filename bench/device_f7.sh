@@ -1,15 +1,21 @@
 #!/usr/bin/env bash
-# bench/device_f7.sh: everything issue F7 needs from one GPU call, in order, each step
+# bench/device_f7.sh: everything issues F7 and F11 need from one GPU call, in order, each step
 # time-boxed, stopping before DEADLINE seconds (default 570) so the call returns its logs:
 #   build      hearth, the CUDA tests and the gates for sm_90a (llama.cpp's CUDA build starts
 #              in the background first: bench/device_peer_build.sh)
 #   unit       test_cuda, and test_gdn_chunk where it is built (the chunked delta rule on the GPU)
+#   loop       test_cuda LOOP times (default 50) or until LOOP_S seconds (default 240) have gone:
+#              the runs and the failures counted (a race shows as a run that fails)
 #   plant      test_cuda built from a copy of the tree whose fused tails run in the first block
 #              to finish instead of the last (tail.cuh): fused_tails_match_apart must go red
 #   engine     test_engine --tiny on the cuda engine, as built (defaults) and with every switch
 #              named in FORMS (e.g. "HEARTH_CUDA_GDN_CHUNK=1")
 #   gates      `gates all tiny` on the cuda engine, the same forms
 #   gates_small `gates all small` on the cuda engine, as built
+#   gates_f16  `gates all tiny` and `gates all small` on the cuda engine with f16 KV rows
+#              (HEARTH_GATES_KV=f16: the tensor-core attention)
+#   depth      hearth bench --kv f16 pp2048 after 0, 8192, 32768 rows and tg128 after 32768,
+#              one process each (hearth alone: a first look before the rows against llama.cpp)
 #   ncu        Nsight Compute on test_cuda's delta-rule timings (HEARTH_GDN_TIME_ONLY=1): the
 #              chunked rule's two kernels of the 4,096-row pass, every section, to ncu_gdn.log
 #   points     hearth bench -p 4096 --marks 2048,4096 with pinned points and without
@@ -19,7 +25,7 @@
 #   rows       bench/device_cuda_vs_llama.sh (REPS, SETS): the five rows against llama.cpp,
 #              with FORMS' switches exported when ROWS_FORMS=1
 #   mutants    tests/gates/mutants on the cuda engine (with the forms' switches when
-#              ROWS_FORMS=1)
+#              ROWS_FORMS=1; with f16 KV rows when MUT_KV=f16)
 # STEPS picks (default "build unit engine gates points ab rows mutants"). Logs to $OUT (and all of
 # them in $OUT/logs.tgz), one line a step to stdout. Run by the device tool with .peer carried.
 set -uo pipefail
@@ -51,7 +57,8 @@ with_forms() { # name, seconds, command...: once as built, then once per form in
         step "${name}_${f%%=*}" "$limit" env "$f" "$@"
     done
 }
-[ -f /tmp/llama-cuda/done ] || (setsid nohup bash bench/device_peer_build.sh >/tmp/peer-build.log 2>&1 &)
+# (NO_PEER=1: not now, so a call that times hearth alone has the machine to itself)
+[ -f /tmp/llama-cuda/done ] || [ "${NO_PEER:-0}" = 1 ] || (setsid nohup bash bench/device_peer_build.sh >/tmp/peer-build.log 2>&1 &)
 for s in $steps; do
     case $s in
     build) t0=$(date +%s)
@@ -61,6 +68,13 @@ for s in $steps; do
            echo "== build: $(( $(date +%s) - t0 )) s" ;;
     unit) step unit 90 build/tests/test_cuda
           [ -x build/tests/test_gdn_chunk ] && step unit_chunk 120 build/tests/test_gdn_chunk ;;
+    loop) t0=$(date +%s) runs=0 bad=0
+          while [ $runs -lt "${LOOP:-50}" ] && [ $(( $(date +%s) - t0 )) -lt "${LOOP_S:-240}" ] && [ "$(left)" -gt 60 ]; do
+              timeout 120 build/tests/test_cuda >"$out/loop_last.log" 2>&1 || { bad=$((bad + 1)); cp "$out/loop_last.log" "$out/loop_fail_$bad.log"; }
+              runs=$((runs + 1))
+          done
+          echo "== loop: test_cuda $runs runs, $bad failed, $(( $(date +%s) - t0 )) s"
+          grep -h "check failed\|^FAIL" "$out"/loop_fail_*.log 2>/dev/null | sort | uniq -c | head -5 ;;
     plant) rm -rf /tmp/plant && mkdir -p /tmp/plant && git ls-files | tar cf - -T - | tar xf - -C /tmp/plant
            ( cd /tmp/plant && sed -i 's/== total - 1;/== 0u;/' src/engine/cuda/tail.cuh && grep -q '== 0u;' src/engine/cuda/tail.cuh &&
              make -j16 build/tests/test_cuda ) >"$out/plant_build.log" 2>&1 || { echo "== plant: build failed"; continue; }
@@ -69,6 +83,14 @@ for s in $steps; do
     engine) with_forms engine_tiny 120 build/tests/test_engine --tiny ;;
     gates) HEARTH_GATES_DEVICE=cuda with_forms gates_tiny 150 build/gates all tiny ;;
     gates_small) HEARTH_GATES_DEVICE=cuda step gates_small 150 build/gates all small ;;
+    gates_f16) HEARTH_GATES_DEVICE=cuda HEARTH_GATES_KV=f16 step gates_tiny_f16 150 build/gates all tiny
+               HEARTH_GATES_DEVICE=cuda HEARTH_GATES_KV=f16 step gates_small_f16 150 build/gates all small ;;
+    depth) [ -f /dev/shm/q36.gguf ] || build/hearth gen --preset q36 --quant q4_k_m --seed 1 -o /dev/shm/q36.gguf >"$out/gen.log" 2>&1
+           for d in 0 8192 32768; do
+               step depth_$d 90 build/hearth bench --device cuda -m /dev/shm/q36.gguf -p 2048 -n 0 -d $d -r 1 --kv f16
+           done
+           step depth_tg 90 build/hearth bench --device cuda -m /dev/shm/q36.gguf -p 0 -n 128 -d 32768 -r 1 --kv f16
+           grep -h "pp2048\|tg128" "$out"/depth_*.log | sed 's/|[^|]*q36.gguf//' ;;
     ncu) HEARTH_GDN_TIME_ONLY=1 step ncu_gdn 120 ncu --kernel-name regex:gdn_chunk --launch-skip 2 --launch-count 2 --set full \
              build/tests/test_cuda
          grep -E "^  [a-z_ ]*gdn_chunk|Duration|Issue Slots Busy|Achieved Occupancy" "$out/ncu_gdn.log" | sed 's/(const.*//' ;;
@@ -91,6 +113,7 @@ for s in $steps; do
             timeout $(( l - 20 )) bash bench/device_cuda_vs_llama.sh ) >"$out/rows.log" 2>&1
           echo "== rows: rc $?"; grep -E "^\||llama.cpp |NVIDIA" "$out/rows.log" ;;
     mutants) ( [ "${ROWS_FORMS:-0}" = 1 ] && for f in $forms; do export "$f"; done
+               [ -n "${MUT_KV:-}" ] && export HEARTH_GATES_KV=$MUT_KV
                HEARTH_GATES_DEVICE=cuda step mutants 400 tests/gates/mutants )
              tail -30 "$out/mutants.log" | grep -E "\||passed|FAIL" | tail -25 ;;
     esac
