@@ -1,6 +1,11 @@
 /* cache.c: the prompt cache shared by the slots (cache.h), and its files in --cache-dir,
  * which several processes may share: each file is written under a temporary name of its own
- * and renamed into place, found by its name's prefix key, and checked again when read back. */
+ * and renamed into place, found by its name's prefix key, and checked again when read back.
+ *
+ * KV rows are held in spans (a run of rows after a parent's), shared by every entry and
+ * sequence along a common prefix and reference-counted: a prefix is held once, and the rows a
+ * sequence still holds live stay there, copied out only when it is about to lose them. A
+ * turn of a long conversation so copies the rows it goes back over, not the conversation. */
 #include "serve/cache.h"
 #include "base/util.h"
 
@@ -20,10 +25,32 @@
 #define TMP_STALE_S 3600 /* a temporary file this old was left by a writer that died */
 static const char MAGIC[8] = {'H', 'R', 'T', 'H', 'P', 'C', '0', '1'};
 
+/* KV rows [a, b) that follow rows [0, a) of the parent's chain (NULL when a == 0): the rows
+ * of a chain up to row e (a < e <= b) are its parent's chain up to a, then its own [a, e).
+ * They are a host copy (kv), or live in engine sequence seq (kv NULL): that sequence holds
+ * the chain's rows [0, b) as they were made, and every live span of a sequence lies on its
+ * spine, so pcache_seq_cut finds them before the sequence loses them. A child begins inside
+ * its parent (parent->a < a <= parent->b). refs: entries whose tail it is, child spans,
+ * spines whose tip it is; at 0 it is freed, and its parent loses a reference. */
+typedef struct span {
+    struct span *parent;
+    int64_t a, b;
+    engine_kv *kv;          /* rows [a, b) on the host, or NULL while live */
+    int seq;                /* live: the sequence holding them; else -1 */
+    int refs;
+    struct span *prev, *next; /* every span of the cache */
+} span;
+
+/* What a sequence holds that the cache knows: the chain of s up to row end (NULL, 0: none) */
+typedef struct spine {
+    span *s;
+    int64_t end;
+} spine;
+
 typedef struct entry {
     int32_t *ids;           /* [0, n): kept in RAM even when the rest is not */
     int64_t n;
-    engine_kv *kv;          /* rows [0, n); NULL when not in RAM */
+    span *tail;             /* rows [0, n): tail's chain up to n (one reference); NULL when not in RAM */
     engine_point **pts;     /* ascending pos */
     int n_pts;
     int64_t *pt_pos;        /* the points' positions, kept when they are not in RAM */
@@ -46,6 +73,10 @@ struct pcache {
     char *dir;
     entry *es;
     int n;
+    span *spans;            /* every span (a list) */
+    spine *spines;          /* per engine sequence */
+    int n_seq;
+    int pinned;             /* the entry a restore is reading (never evicted meanwhile), or -1 */
     pcache_stats st;
     seen_file *seen;        /* the folder's files no entry holds, as of the last listing */
     int n_seen;
@@ -106,9 +137,172 @@ static bool name_parse(const char *name, uint64_t *key, int64_t *p0) {
     return !strcmp(back, name) && *p0 >= 1 && n >= *p0;
 }
 
+/* ---------------------------------------------------------------- spans */
+
+/* a new span, unreferenced (the caller takes the first reference); it references its parent */
+static span *span_new(pcache *c, span *parent, int64_t a, int64_t b, engine_kv *kv, int seq) {
+    span *t = xcalloc(1, sizeof *t);
+    *t = (span){.parent = parent, .a = a, .b = b, .kv = kv, .seq = kv ? -1 : seq, .next = c->spans};
+    if (parent) parent->refs++;
+    if (c->spans) c->spans->prev = t;
+    c->spans = t;
+    return t;
+}
+
+static void span_unref(pcache *c, span *t) {
+    while (t && --t->refs == 0) {
+        span *up = t->parent;
+        if (t->prev) t->prev->next = t->next;
+        else c->spans = t->next;
+        if (t->next) t->next->prev = t->prev;
+        engine_kv_free(c->eng, t->kv);
+        free(t);
+        t = up;
+    }
+}
+
+/* sequence k's spine becomes the chain of t up to end (t referenced before the old tip is let
+ * go: t is often its ancestor) */
+static void spine_set(pcache *c, int k, span *t, int64_t end) {
+    if (t) t->refs++;
+    span_unref(c, c->spines[k].s);
+    c->spines[k] = (spine){.s = t, .end = t ? end : 0};
+}
+
+/* the spans of t's chain up to row e, root first, with the row each is used up to; the
+ * arrays are the caller's to free */
+static int chain_list(span *t, int64_t e, span ***out, int64_t **ends) {
+    int n = 0;
+    for (const span *u = t; u; u = u->parent) n++;
+    *out = xmalloc(sizeof **out * (size_t)(n ? n : 1));
+    *ends = xmalloc(sizeof **ends * (size_t)(n ? n : 1));
+    for (int i = n - 1; i >= 0; i--, e = t->a, t = t->parent) {
+        (*out)[i] = t;
+        (*ends)[i] = e;
+    }
+    return n;
+}
+
+static bool chain_has(const span *t, const span *x) {
+    for (; t; t = t->parent)
+        if (t == x) return true;
+    return false;
+}
+
+/* Live span t (of sequence t->seq) becomes two at row x (t->a < x < t->b): a new live span
+ * [t->a, x) and t, now [x, b) after it. Whatever used t only up to a row <= x (entries,
+ * child spans, spines) now uses the new one. No row moves. */
+static void span_split(pcache *c, span *t, int64_t x) {
+    span *u = span_new(c, t->parent, t->a, x, NULL, t->seq);
+    span_unref(c, t->parent); /* u holds it now (never the last reference) */
+    t->parent = u;
+    u->refs++;
+    t->a = x;
+    for (int i = 0; i < c->n; i++) {
+        entry *en = &c->es[i];
+        if (en->tail == t && en->n <= x) { en->tail = u; u->refs++; t->refs--; }
+    }
+    for (span *v = c->spans; v; v = v->next)
+        if (v->parent == t && v->a <= x) { v->parent = u; u->refs++; t->refs--; }
+    for (int k = 0; k < c->n_seq; k++)
+        if (c->spines[k].s == t && c->spines[k].end <= x) { c->spines[k].s = u; u->refs++; t->refs--; }
+}
+
+static void entry_drop_ram(pcache *c, entry *en);
+
+/* Host spans on sequence k's spine that nothing but the spine uses any more (their entries
+ * went) give up their copy: the sequence holds those rows, so they become live again. */
+static void spine_trim(pcache *c, int k) {
+    int64_t e = c->spines[k].end;
+    for (span *t = c->spines[k].s; t && t->refs == 1; e = t->a, t = t->parent) {
+        if (!t->kv) continue;
+        engine_kv_free(c->eng, t->kv);
+        t->kv = NULL;
+        t->seq = k;
+        t->b = e;
+    }
+}
+
+/* Span t's rows cannot be kept (no room to copy them out of the sequence about to lose them):
+ * every entry whose rows pass through t leaves RAM, and every spine through t ends below it. */
+static void span_lose(pcache *c, span *t) {
+    t->refs++; /* alive until the end here */
+    for (int i = 0; i < c->n; i++)
+        if (c->es[i].tail && chain_has(c->es[i].tail, t)) {
+            entry_drop_ram(c, &c->es[i]);
+            c->st.n_evicted++;
+            if (!c->es[i].path) c->es[i].gone = true;
+        }
+    for (int k = 0; k < c->n_seq; k++)
+        if (chain_has(c->spines[k].s, t)) spine_set(c, k, t->parent, t->a);
+    span_unref(c, t);
+    for (int k = 0; k < c->n_seq; k++) spine_trim(c, k);
+}
+
+/* Live span t's rows from row `from` on (all of them when from <= t->a) copied to the host,
+ * before its sequence loses them: t becomes a host span (split at from first). Dropping the
+ * least recently used entries while the budget is short; false when nothing more can go. */
+static bool span_copy_out(pcache *c, span *t, int64_t from) {
+    const int64_t a = t->a > from ? t->a : from;
+    engine_kv *kv = NULL;
+    herr e;
+    while (engine_kv_read(c->eng, t->seq, a, t->b, &kv, &e) < 0)
+        if (!pcache_evict_older(c, INFINITY)) return false;
+    if (a > t->a) span_split(c, t, a);
+    t->kv = kv;
+    t->seq = -1;
+    c->st.rows_copied += t->b - t->a;
+    return true;
+}
+
+/* Sequence k's rows [0, n) (n at most what it holds) as a span chain: the spine, extended by a
+ * live span when n passes its end. Returns the chain's tail, referenced for the caller. */
+static span *seq_tail(pcache *c, int k, int64_t n) {
+    spine *sp = &c->spines[k];
+    span *t = sp->s;
+    if (n > sp->end) {
+        t = span_new(c, sp->s, sp->end, n, NULL, k);
+        spine_set(c, k, t, n);
+    } else {
+        while (t->a >= n) t = t->parent;
+    }
+    t->refs++;
+    return t;
+}
+
+void pcache_seq_cut(pcache *c, int k, int64_t from) {
+    spine *sp = &c->spines[k];
+    /* tip first: k's live spans used at or past from by anything besides this spine (a
+     * reference other than the one each span of the chain has from the next, or the tip from
+     * the spine; here or further up) are copied out; the one that straddles from is split
+     * there, so the spine keeps the rows below from live */
+again:
+    if (!sp->s || sp->end <= from) return;
+    bool needed = false;
+    int64_t e = sp->end;
+    for (span *t = sp->s; t && e > from;) {
+        needed = needed || t->refs > 1;
+        const int64_t a0 = t->a;
+        span *up = t->parent;
+        if (t->seq == k) {
+            if (needed && !span_copy_out(c, t, from)) {
+                span_lose(c, t); /* the spine ends below t now */
+                goto again;
+            }
+            if (!needed && a0 < from) span_split(c, t, from);
+        }
+        if (a0 < from) break;
+        e = a0;
+        t = up;
+    }
+    span *t = sp->s; /* the spine ends at from */
+    while (t && t->a >= from) t = t->parent;
+    spine_set(c, k, t, from);
+}
+
 static void entry_drop_ram(pcache *c, entry *en) {
-    engine_kv_free(c->eng, en->kv);
-    en->kv = NULL;
+    span_unref(c, en->tail);
+    en->tail = NULL;
     for (int i = 0; en->pts && i < en->n_pts; i++) engine_point_free(c->eng, en->pts[i]);
     free(en->pts);
     en->pts = NULL;
@@ -135,7 +329,7 @@ static int64_t entry_gone_bytes(const entry *en) {
 double pcache_oldest(const pcache *c) {
     double t = INFINITY;
     for (int i = 0; i < c->n; i++)
-        if (c->es[i].kv && c->es[i].t_used < t) t = c->es[i].t_used;
+        if (c->es[i].tail && c->es[i].t_used < t) t = c->es[i].t_used;
     return t;
 }
 
@@ -160,9 +354,11 @@ static void trim_gone(pcache *c) {
 bool pcache_evict_older(pcache *c, double t) {
     int k = -1;
     for (int i = 0; i < c->n; i++)
-        if (c->es[i].kv && c->es[i].t_used < t && (k < 0 || c->es[i].t_used < c->es[k].t_used)) k = i;
+        if (c->es[i].tail && i != c->pinned && c->es[i].t_used < t && (k < 0 || c->es[i].t_used < c->es[k].t_used))
+            k = i;
     if (k < 0) return false;
     entry_drop_ram(c, &c->es[k]);
+    for (int q = 0; q < c->n_seq; q++) spine_trim(c, q);
     c->st.n_evicted++;
     if (!c->es[k].path) { /* entries never move: the slot is free for another */
         c->es[k].gone = true;
@@ -178,11 +374,11 @@ static bool wr(FILE *f, const void *p, size_t n, uint64_t *h) {
     return fwrite(p, 1, n, f) == n;
 }
 
-/* en as a file: at want (NULL: its name in the cache's directory, if it has one). It is
+/* en (its KV rows [0, n) in kv) as a file: at want (NULL: its name in the cache's directory, if it has one). It is
  * written under a temporary name of its own in the same folder (mkstemp: unique across
  * processes and hosts sharing the folder) and renamed into place, so a reader sees the whole
  * file or none, and two writers of one entry never write into one file. */
-static int entry_write(pcache *c, entry *en, const char *want, herr *e) {
+static int entry_write(pcache *c, entry *en, const engine_kv *kv, const char *want, herr *e) {
     if (!want && !c->dir) return 0;
     const engine_point *p0 = en->pts[0];
     char path[4096], tmp[4200];
@@ -198,13 +394,13 @@ static int entry_write(pcache *c, entry *en, const char *want, herr *e) {
         unlink(tmp);
         return herr_set(e, "cannot write %s: %s (the entry stays in RAM only)", tmp, strerror(errno));
     }
-    file_head h = {.model_id = en->kv->model_id, .n = en->n, .n_pts = en->n_pts, .kv_bytes = en->kv->bytes,
+    file_head h = {.model_id = kv->model_id, .n = en->n, .n_pts = en->n_pts, .kv_bytes = kv->bytes,
                    .n_gdn = (uint64_t)p0->n_gdn, .lane_floats = p0->lane_floats, .ring_floats = p0->ring_floats};
     memcpy(h.magic, MAGIC, 8);
     bool ok = fwrite(&h, sizeof h, 1, f) == 1;
     uint64_t sum = 0xcbf29ce484222325ull;
-    ok = ok && wr(f, en->ids, sizeof(int32_t) * (size_t)en->n, &sum) && wr(f, &en->kv->hash_a, 8, &sum) &&
-         wr(f, en->kv->hash, sizeof(uint64_t) * (size_t)en->n, &sum) && wr(f, en->kv->data, en->kv->bytes, &sum);
+    ok = ok && wr(f, en->ids, sizeof(int32_t) * (size_t)en->n, &sum) && wr(f, &kv->hash_a, 8, &sum) &&
+         wr(f, kv->hash, sizeof(uint64_t) * (size_t)en->n, &sum) && wr(f, kv->data, kv->bytes, &sum);
     for (int i = 0; ok && i < en->n_pts; i++) {
         const engine_point *p = en->pts[i];
         ok = wr(f, &p->pos, 8, &sum) && wr(f, &p->hash, 8, &sum) &&
@@ -340,7 +536,9 @@ static int entry_read(pcache *c, entry *en, const char *path, rd_mode mode, stru
     ids = NULL;
     pos = NULL;
     if (full) {
-        en->kv = kv;
+        span_unref(c, en->tail);
+        en->tail = span_new(c, NULL, 0, h.n, kv, -1);
+        en->tail->refs++;
         en->pts = pts;
         kv = NULL;
         pts = NULL;
@@ -499,6 +697,9 @@ int pcache_open(pcache **out, engine *eng, const char *dir, herr *e) {
     pcache *c = xcalloc(1, sizeof *c);
     c->eng = eng;
     c->es = xcalloc(MAX_ENTRIES, sizeof *c->es);
+    c->n_seq = engine_get_info(eng).n_seq_max;
+    c->spines = xcalloc((size_t)c->n_seq, sizeof *c->spines);
+    c->pinned = -1;
     if (dir) {
         /* a folder this process can write in, or a clear error at start (not one per entry
          * later): made if missing, then a file created in it and removed */
@@ -512,6 +713,7 @@ int pcache_open(pcache **out, engine *eng, const char *dir, herr *e) {
         else if (stat(dir, &sb) < 0 || !S_ISDIR(sb.st_mode)) why = "it is not a directory";
         else if (!(pf = fopen(probe, "wb"))) why = "cannot write in it", err = errno;
         if (why) {
+            free(c->spines);
             free(c->es);
             free(c);
             return herr_set(e, "--cache-dir %s: %s%s%s", dir, why, err ? ": " : "", err ? strerror(err) : "");
@@ -532,8 +734,15 @@ int pcache_open(pcache **out, engine *eng, const char *dir, herr *e) {
 void pcache_free(pcache *c) {
     if (!c) return;
     for (int i = 0; i < c->n; i++) entry_free(c, &c->es[i]);
+    for (int k = 0; k < c->n_seq; k++) spine_set(c, k, NULL, 0);
+    if (c->spans) { /* every span is an entry's or a spine's: none is left */
+        fprintf(stderr, "%s:%d: pcache_free: a span [%lld, %lld) is still referenced\n", __FILE__, __LINE__,
+                (long long)c->spans->a, (long long)c->spans->b);
+        abort();
+    }
     seen_clear(c);
     free(c->seen);
+    free(c->spines);
     free(c->es);
     free(c->dir);
     free(c);
@@ -614,20 +823,18 @@ static int put(pcache *c, int seq, const int32_t *ids, int64_t n_held, engine_po
         for (int k = 0; k < n_pts; k++) engine_point_free(c->eng, pts[k]);
         return 0;
     }
-    engine_kv *kv = NULL;
-    while (engine_kv_read(c->eng, seq, 0, n, &kv, e) < 0)
-        if (!pcache_evict_older(c, INFINITY)) break;
-    const int slot = kv ? free_slot(c) : -1;
-    if (!kv || slot < 0 || n > n_held) {
-        if (kv && slot < 0) herr_set(e, "the cache has %d entries already", MAX_ENTRIES);
-        engine_kv_free(c->eng, kv);
+    const int slot = n <= n_held ? free_slot(c) : -1;
+    if (slot < 0) {
+        if (n > n_held) herr_set(e, "a point at %lld past the %lld rows held", (long long)n, (long long)n_held);
+        else herr_set(e, "the cache has %d entries already", MAX_ENTRIES);
         for (int k = 0; k < n_pts; k++) engine_point_free(c->eng, pts[k]);
         return -1;
     }
     if (slot == c->n) c->n++;
     entry *en = &c->es[slot];
     entry_free(c, en); /* an evicted entry's leftovers */
-    *en = (entry){.n = n, .kv = kv, .n_pts = n_pts, .t_used = time_now()};
+    /* the rows stay where they are (shared with the sequence's spine): no row is copied */
+    *en = (entry){.n = n, .tail = seq_tail(c, seq, n), .n_pts = n_pts, .t_used = time_now()};
     en->ids = xmalloc(sizeof(int32_t) * (size_t)n);
     memcpy(en->ids, ids, sizeof(int32_t) * (size_t)n);
     en->pts = xmalloc(sizeof *en->pts * (size_t)n_pts);
@@ -636,7 +843,14 @@ static int put(pcache *c, int seq, const int32_t *ids, int64_t n_held, engine_po
         en->pts[k] = pts[k];
         en->pt_pos[k] = pts[k]->pos;
     }
-    return entry_write(c, en, path, e);
+    if (!path && !c->dir) return 0;
+    /* a file holds its rows [0, n) whole: read from the sequence for the write alone */
+    engine_kv *kv = NULL;
+    while (engine_kv_read(c->eng, seq, 0, n, &kv, e) < 0)
+        if (!pcache_evict_older(c, en->t_used)) return -1;
+    const int rc = entry_write(c, en, kv, path, e);
+    engine_kv_free(c->eng, kv);
+    return rc;
 }
 
 void pcache_put(pcache *c, int seq, const int32_t *ids, int64_t n_held, engine_point **pts, int n_pts) {
@@ -664,8 +878,8 @@ void pcache_write_through(pcache *c, int seq, const int32_t *ids, int64_t n_held
     int64_t *pos = xmalloc(sizeof *pos * (size_t)n_pts);
     for (int k = 0; k < n_pts; k++) pos[k] = pts[k]->pos;
     /* written from the slot's own points, which it keeps: the entry holds only the file */
-    entry en = {.ids = (int32_t *)ids, .n = n, .kv = kv, .pts = (engine_point **)pts, .n_pts = n_pts, .pt_pos = pos};
-    const int rc = entry_write(c, &en, NULL, &e);
+    entry en = {.ids = (int32_t *)ids, .n = n, .pts = (engine_point **)pts, .n_pts = n_pts, .pt_pos = pos};
+    const int rc = entry_write(c, &en, kv, NULL, &e);
     engine_kv_free(c->eng, kv);
     if (rc < 0) {
         fprintf(stderr, "hearth serve: --cache-dir: %s\n", e.msg);
@@ -719,7 +933,7 @@ int pcache_load(pcache *c, const char *path, int64_t *n_rows, herr *e) {
 int pcache_restore(pcache *c, int i, int k, int seq, const int32_t **ids, int64_t *pos, herr *e) {
     entry *en = &c->es[i];
     const int64_t want = en->pt_pos[k];
-    if (!en->kv) { /* back from its file, which another process may have removed or replaced */
+    if (!en->tail) { /* back from its file, which another process may have removed or replaced */
         herr fe;
         struct stat sb;
         const int rc = entry_read_evicting(c, en, en->path, &sb, &fe);
@@ -740,14 +954,56 @@ int pcache_restore(pcache *c, int i, int k, int seq, const int32_t **ids, int64_
             return herr_set(e, "the cache file %s no longer holds a point at %" PRId64, en->path, want);
         }
     }
-    engine_seq_clear(c->eng, seq);
-    if (engine_kv_write(c->eng, seq, en->kv, e) < 0 || engine_restore(c->eng, seq, en->pts[k], e) < 0) {
+    en->t_used = time_now(); /* the most recent: what eviction below leaves to the last */
+    const engine_point *pt = en->pts[k];
+    const int64_t p = pt->pos;
+    /* the rows the sequence holds already, the same spans (the same bits): the chains'
+     * common start */
+    span **ch, **sc;
+    int64_t *ends, *sends;
+    int nc = chain_list(en->tail, en->n, &ch, &ends);
+    const int ns = chain_list(c->spines[seq].s, c->spines[seq].end, &sc, &sends);
+    int j = 0;
+    while (j < nc && j < ns && ch[j] == sc[j]) j++;
+    int64_t have = j ? (ends[j - 1] < sends[j - 1] ? ends[j - 1] : sends[j - 1]) : 0;
+    if (have > p) have = p;
+    free(sc);
+    free(sends);
+    c->pinned = i;
+    pcache_seq_cut(c, seq, have); /* what the sequence alone holds past have is copied out */
+    if (have == 0) engine_seq_clear(c->eng, seq);
+    free(ch);
+    free(ends);
+    nc = chain_list(en->tail, en->n, &ch, &ends); /* the cut may have split a span */
+    int rc = 0, top = 0;
+    for (int m = 0; m < nc && rc == 0 && ch[m]->a < p; m++) {
+        const span *t = ch[m];
+        top = m;
+        if (ends[m] <= have) continue;
+        if (t->kv) {
+            rc = engine_kv_write(c->eng, seq, t->kv, e);
+        } else { /* live in another sequence: through a copy */
+            const int64_t a = t->a > have ? t->a : have;
+            engine_kv *kv = NULL;
+            while ((rc = engine_kv_read(c->eng, t->seq, a, ends[m], &kv, e)) < 0)
+                if (!pcache_evict_older(c, INFINITY)) break;
+            if (rc == 0) rc = engine_kv_write(c->eng, seq, kv, e);
+            engine_kv_free(c->eng, kv);
+        }
+        c->st.rows_written += t->kv ? t->b - t->a : ends[m] - (t->a > have ? t->a : have);
+    }
+    if (rc == 0) rc = engine_restore(c->eng, seq, pt, e);
+    if (rc == 0) spine_set(c, seq, ch[top], p); /* it holds the entry's rows [0, p) now */
+    c->pinned = -1;
+    free(ch);
+    free(ends);
+    if (rc < 0) {
+        pcache_seq_cut(c, seq, 0);
         engine_seq_clear(c->eng, seq);
         return -1;
     }
-    en->t_used = time_now();
     *ids = en->ids;
-    *pos = en->pts[k]->pos;
+    *pos = p;
     return 0;
 }
 
@@ -757,9 +1013,13 @@ pcache_stats pcache_get_stats(const pcache *c) {
     st.n_in_ram = 0;
     st.n_entries = 0;
     for (int i = 0; i < c->n; i++) {
-        st.n_in_ram += c->es[i].kv != NULL;
+        st.n_in_ram += c->es[i].tail != NULL;
         st.n_entries += c->es[i].ids != NULL && !c->es[i].gone;
         if (c->es[i].gone) st.gone_bytes += entry_gone_bytes(&c->es[i]);
+    }
+    for (const span *t = c->spans; t; t = t->next) {
+        st.n_spans++;
+        if (t->kv) st.host_rows += t->b - t->a;
     }
     return st;
 }

@@ -1,7 +1,16 @@
 /* cache.h: the prompt cache all slots share. An entry is a prefix of ids [0, n), its KV rows
- * [0, n) (an engine_kv range) and points at positions <= n: whatever a slot held when it
- * went on to another conversation. Any slot can resume from an entry: its KV rows are
- * written into the slot's sequence and a point restored (the engine checks both by hash).
+ * [0, n) and points at positions <= n: whatever a slot held when it went on to another
+ * conversation. Any slot can resume from an entry: its KV rows are written into the slot's
+ * sequence (those it does not hold already) and a point restored (the engine checks both by
+ * hash).
+ *
+ * KV rows are shared, not copied per entry: entries along one conversation hold its prefix
+ * once (reference-counted spans of rows), and rows a sequence still holds stay in it: putting
+ * a slot's points copies no row. The cache must hear of a sequence about to lose rows
+ * (pcache_seq_cut, before an engine_restore to an earlier row or an engine_seq_clear): it
+ * copies out then, once, the rows past the cut that an entry or another sequence still uses.
+ * So an append-only conversation copies per turn the rows its resume goes back over, not its
+ * history; a slot moving to another conversation copies the old one's rows once.
  *
  * Entries live in host RAM under the engine's cache budget (--cache-ram), shared with the
  * slots' own points; the least recently used goes first. With a directory (--cache-dir)
@@ -29,6 +38,9 @@ typedef struct pcache pcache;
 typedef struct pcache_stats {
     int64_t n_entries, n_in_ram, n_saved, n_loaded, n_refused, n_evicted;
     int64_t disk_bytes;
+    int64_t n_spans, host_rows; /* spans of KV rows, and the rows of those held on the host */
+    int64_t rows_copied;    /* rows copied out of sequences into spans (pcache_seq_cut), in all */
+    int64_t rows_written;   /* rows written into sequences by restores, in all */
     int64_t gone_bytes;     /* ids and positions kept of entries evicted with no file (a miss's
                              * reason), outside the budget: at most PCACHE_GONE_MAX */
 } pcache_stats;
@@ -50,7 +62,8 @@ int64_t pcache_best(pcache *c, const int32_t *ids, int64_t n, bool (*ok)(const v
 int64_t pcache_evicted_best(const pcache *c, const int32_t *ids, int64_t n, bool (*ok)(const void *, int64_t),
                             const void *cls);
 /* Puts sequence seq's state into the cache: its ids [0, n_held) and the points (taken over:
- * freed here if they cannot be kept); the KV rows up to the last point are copied. */
+ * freed here if they cannot be kept); the KV rows up to the last point stay in the sequence,
+ * shared (with --cache-dir they are read once for the file). */
 void pcache_put(pcache *c, int seq, const int32_t *ids, int64_t n_held, engine_point **pts, int n_pts);
 /* With a directory: points pts (the slot's, which it keeps) with the KV rows up to the last
  * as a file, and an entry naming it, unless an entry holds them already. Written by the
@@ -62,6 +75,11 @@ int pcache_save(pcache *c, int seq, const int32_t *ids, int64_t n_held, engine_p
                 const char *path, int64_t *n_rows, herr *e);
 /* /slots restore: the file at path (checked as at start) as an entry any slot resumes from. */
 int pcache_load(pcache *c, const char *path, int64_t *n_rows, herr *e);
+/* Sequence seq is about to lose its rows from `from` on (a restore to an earlier row, a clear):
+ * the rows at or past from that the cache shares with it and still uses are copied to the
+ * host first (those rows alone). Every caller that changes a sequence's rows below its end
+ * calls it first; appending rows needs nothing. */
+void pcache_seq_cut(pcache *c, int seq, int64_t from);
 /* Resumes sequence seq from entry's point: afterwards it holds ids [0, pos) of the entry. An
  * entry whose file cannot be read back is forgotten (and the file removed if it is bad). */
 int pcache_restore(pcache *c, int entry, int point, int seq, const int32_t **ids, int64_t *pos, herr *e);

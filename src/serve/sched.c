@@ -268,7 +268,8 @@ static int64_t slot_resume(const slot *sl, const sched_req *r, int *pt) {
 }
 
 /* The slot's points past row keep, with their KV rows, into the shared cache (before its
- * sequence changes); the slot keeps the rest. */
+ * sequence changes; the rows stay shared with it until pcache_seq_cut); the slot keeps the
+ * rest. */
 static void slot_spill(sched *s, slot *sl, int64_t keep) {
     int first = sl->n_pts;
     while (first > 0 && sl->pts[first - 1].p->pos > keep) first--;
@@ -299,6 +300,9 @@ static void slot_start(sched *s, slot *sl, sched_req *r, bool from_cache, int ei
     herr e;
     int64_t gone;
     slot_spill(s, sl, from_cache ? 0 : at);
+    /* the rows past the resume row that the cache still uses are copied out before they go
+     * (a shared entry's restore does this itself) */
+    if (!from_cache) pcache_seq_cut(s->pc, sl->id, at);
     if (from_cache) {
         const int32_t *ids;
         if (pcache_restore(s->pc, ei, pi, sl->id, &ids, &at, &e) < 0) {
@@ -332,6 +336,7 @@ static void slot_start(sched *s, slot *sl, sched_req *r, bool from_cache, int ei
                  sl->id);
     }
     if (at == 0) {
+        pcache_seq_cut(s->pc, sl->id, 0);
         engine_seq_clear(s->eng, sl->id);
         while (sl->n_pts) slot_drop_point(s, sl, sl->n_pts - 1);
     } else {
@@ -656,6 +661,7 @@ static void run_job(sched *s) {
     if (s->job.kind != JOB_RESTORE && sl->state != SLOT_IDLE) {
         s->job.rc = herr_set(&s->job.e, "slot %d is running a request", sl->id);
     } else if (s->job.kind == JOB_ERASE) {
+        pcache_seq_cut(s->pc, sl->id, 0);
         engine_seq_clear(s->eng, sl->id);
         while (sl->n_pts) slot_drop_point(s, sl, sl->n_pts - 1);
         sl->n = 0;

@@ -13,7 +13,10 @@
  * shared prefix (engine_restore, which checks the prefix by hash), or from the slot's live
  * state when the prompt extends everything the slot holds. What a slot held and is about to
  * lose (its points past the new request's resume row, with their KV rows) goes into the
- * shared cache (cache.h), where any slot finds it again.
+ * shared cache (cache.h), where any slot finds it again. The rows are not copied for that:
+ * the cache shares them with the slot's sequence and copies out only the rows past the
+ * resume row (pcache_seq_cut), so a turn's work outside the engine pass does not grow with
+ * the conversation.
  *
  * Exact requests (chat): bits depend on where the GDN chunk grid restarts (each span's start
  * and anchor), so a chat prompt's grid restarts at every message start (the span's anchors:

@@ -1,8 +1,12 @@
-/* test_cache.c: src/serve/cache.c's bounds, on a micro model (1 GDN + 1 attention layer): the
- * entries a small budget pushes out of RAM with no file keep only their ids (to say why a
+/* test_cache.c: src/serve/cache.c on a micro model (1 GDN + 1 attention layer). Its bounds:
+ * the entries a small budget pushes out of RAM with no file keep only their ids (to say why a
  * request missed), and those stay under PCACHE_GONE_MAX however many conversations pass
  * (the soak's RSS crept by them: 4096 such entries, each a prompt's ids, outside --cache-ram);
- * the latest evicted one still answers pcache_evicted_best. */
+ * the latest evicted one still answers pcache_evicted_best. Its shared rows: the turns of an
+ * append-only conversation put their points with no row copied, a cut copies the rows past it
+ * alone, entries along a conversation hold its prefix once, eviction frees shared rows with
+ * their last user, and every entry, restored on its own sequence or another, from rows live in
+ * a sequence or copied out, continues with the bits it had when it was made. */
 #include "harness.h"
 #include "make/gen.h"
 #include "engine/engine.h"
@@ -23,7 +27,7 @@ static engine *micro_engine(model **m, int64_t n_ctx, int64_t budget) {
     snprintf(path, sizeof path, "%s/test-cache-micro-%d.gguf", getenv("HEARTH_TMP") ? getenv("HEARTH_TMP") : "/tmp",
              (int)getpid());
     gen_opts go = {.preset = "tiny", .quant = GEN_F32, .seed = 1, .n_threads = 1, .out_path = path, .hparams = &hp};
-    engine_opts eo = {.device = ENGINE_CPU, .n_threads = 1, .n_ctx = n_ctx, .n_seq_max = 1, .cache_budget = budget};
+    engine_opts eo = {.device = ENGINE_CPU, .n_threads = 1, .n_ctx = n_ctx, .n_seq_max = 2, .cache_budget = budget};
     engine *eng = NULL;
     if (gen_write(&go, NULL, &e) < 0 || model_load(m, path, &e) < 0 || engine_open(&eng, *m, &eo, &e) < 0) {
         fprintf(stderr, "    %s\n", e.msg);
@@ -52,6 +56,7 @@ TEST(evicted_ids_bounded) {
             CHECK_MSG(engine_point_new(eng, &pt, &e) == 0, "%s", e.msg);
         }
         const int64_t mark = N;
+        pcache_seq_cut(c, 0, 0);
         engine_seq_clear(eng, 0);
         engine_span sp = {.seq = 0, .ids = ids, .n = N, .marks = &mark, .n_marks = 1, .points = &pt};
         CHECK_MSG(engine_run(eng, &sp, 1, &e) == 0, "%s", e.msg);
@@ -79,7 +84,188 @@ TEST(evicted_ids_bounded) {
     model_free(m);
 }
 
+/* Turns of an append-only conversation on sequence 0, as the scheduler runs them: turn k
+ * prefills rows [a(k-1), n(k)) from the point at a(k-1), taking points at a(k) = n(k) - 3 (the
+ * next turn resumes there, as a chat resumes at its reply's message start) and at n(k) (put
+ * into the cache, as slot_spill does), and runs one more row, whose logits the entry must
+ * give back bit for bit once restored. */
+#define TURNS 6
+#define BACK 3
+typedef struct convo {
+    int32_t ids[1200];
+    int64_t n[TURNS], a[TURNS];
+    float want[TURNS][1024];    /* logits of row n(k) after the entry's rows [0, n(k)) */
+    float want_a[TURNS][1024];  /* of row a(k) after [0, a(k)): an entry put inside a span */
+    int V;
+} convo;
+
+static int64_t copied(const pcache *c) { return pcache_get_stats(c).rows_copied; }
+
+static void run_turns(engine *eng, pcache *c, convo *cv) {
+    herr e;
+    int64_t at = 0;
+    for (int k = 0; k < TURNS; k++) {
+        cv->n[k] = 150 * (k + 1) + 7 * k;
+        cv->a[k] = cv->n[k] - BACK;
+        engine_point *pa = NULL, *pn = NULL;
+        CHECK(engine_point_new(eng, &pa, &e) == 0 && engine_point_new(eng, &pn, &e) == 0);
+        const int64_t marks[2] = {cv->a[k] - at, cv->n[k] - at};
+        engine_point *pts[2] = {pa, pn};
+        engine_span sp = {.seq = 0, .ids = cv->ids + at, .n = cv->n[k] - at, .marks = marks, .n_marks = 2, .points = pts};
+        CHECK_MSG(engine_run(eng, &sp, 1, &e) == 0, "%s", e.msg);
+        engine_span one = {.seq = 0, .ids = cv->ids + cv->n[k], .n = 1, .want = ENGINE_LOGITS_LAST, .logits = cv->want[k]};
+        CHECK_MSG(engine_run(eng, &one, 1, &e) == 0, "%s", e.msg);
+        const int64_t before = copied(c);
+        pcache_put(c, 0, cv->ids, cv->n[k] + 1, &pn, 1);
+        CHECK_MSG(copied(c) == before, "turn %d: putting a point copied %lld rows", k, (long long)(copied(c) - before));
+        /* and a copy of the point at a(k), as an entry of its own inside the rows just put */
+        engine_point *pc = NULL;
+        CHECK(engine_point_new(eng, &pc, &e) == 0);
+        engine_point_copy(pc, pa);
+        pcache_put(c, 0, cv->ids, cv->n[k] + 1, &pc, 1);
+        pcache_seq_cut(c, 0, cv->a[k]);
+        CHECK_MSG(copied(c) - before == BACK, "turn %d: the cut at %lld copied %lld rows, not the %d past it", k,
+                  (long long)cv->a[k], (long long)(copied(c) - before), BACK);
+        CHECK_MSG(engine_restore(eng, 0, pa, &e) == 0, "%s", e.msg);
+        engine_span row = {.seq = 0, .ids = cv->ids + cv->a[k], .n = 1, .want = ENGINE_LOGITS_LAST, .logits = cv->want_a[k]};
+        CHECK_MSG(engine_run(eng, &row, 1, &e) == 0, "%s", e.msg);
+        CHECK_MSG(engine_restore(eng, 0, pa, &e) == 0, "%s", e.msg);
+        engine_point_free(eng, pa);
+        at = cv->a[k];
+    }
+}
+
+/* the entry at row r restored on sequence seq gives the logits it had, bit for bit; then
+ * the sequence is cut (the next restore may be on it) unless keep */
+static void check_row(engine *eng, pcache *c, convo *cv, int64_t r, const float *want, int seq, bool keep) {
+    herr e;
+    int ei, pi;
+    const int64_t best = pcache_best(c, cv->ids, r + 1, NULL, NULL, &ei, &pi);
+    CHECK_MSG(best == r, "row %lld: best resume %lld", (long long)r, (long long)best);
+    if (best != r) return;
+    const int32_t *ids;
+    int64_t pos;
+    CHECK_MSG(pcache_restore(c, ei, pi, seq, &ids, &pos, &e) == 0, "row %lld: %s", (long long)r, e.msg);
+    CHECK(pos == r);
+    float got[1024];
+    engine_span one = {.seq = seq, .ids = cv->ids + r, .n = 1, .want = ENGINE_LOGITS_LAST, .logits = got};
+    CHECK_MSG(engine_run(eng, &one, 1, &e) == 0, "%s", e.msg);
+    CHECK_MSG(!memcmp(got, want, sizeof(float) * (size_t)cv->V), "row %lld on sequence %d: other logits", (long long)r, seq);
+    if (!keep) pcache_seq_cut(c, seq, 0);
+}
+
+/* turn k's two entries (at n(k) and a(k)) */
+static void check_restore(engine *eng, pcache *c, convo *cv, int k, int seq) {
+    check_row(eng, c, cv, cv->a[k], cv->want_a[k], seq, false);
+    check_row(eng, c, cv, cv->n[k], cv->want[k], seq, false);
+}
+
+TEST(turns_share_rows) {
+    model *m = NULL;
+    engine *eng = micro_engine(&m, 1200, 64 << 20);
+    if (!eng) { CHECK(0); return; }
+    herr e;
+    pcache *c;
+    CHECK(pcache_open(&c, eng, NULL, &e) == 0);
+    static convo cv;
+    cv.V = (int)m->hp.n_vocab;
+    for (int i = 0; i < 1200; i++) cv.ids[i] = (int32_t)((i * 37 + 11) % 997);
+    run_turns(eng, c, &cv);
+    pcache_stats st = pcache_get_stats(c);
+    /* each entry's rows: the conversation's rows live in sequence 0 up to the last resume,
+     * and three rows of its own, copied when the next turn went back over them */
+    CHECK_MSG(st.host_rows == TURNS * BACK, "%lld rows on the host, not %d", (long long)st.host_rows, TURNS * BACK);
+    /* every entry from sequence 1, through copies of sequence 0's live rows */
+    for (int k = 0; k < TURNS; k++) check_restore(eng, c, &cv, k, 1);
+    CHECK(copied(c) == TURNS * BACK);
+    /* sequence 0 goes on to another conversation: the rows it alone held are copied once */
+    pcache_seq_cut(c, 0, 0);
+    engine_seq_clear(eng, 0);
+    st = pcache_get_stats(c);
+    const int64_t once = cv.a[TURNS - 1] + TURNS * BACK; /* the prefix once, each turn's own rows */
+    CHECK_MSG(st.host_rows == once, "%lld rows on the host, not %lld (each held once)", (long long)st.host_rows,
+              (long long)once);
+    CHECK_MSG(copied(c) == once, "%lld rows copied in all, not %lld", (long long)copied(c), (long long)once);
+    /* every entry again, now from the host, on either sequence (the last, turn 0's at n(0),
+     * stays on sequence 0) */
+    for (int k = TURNS - 1; k >= 0; k--) check_restore(eng, c, &cv, k, k % 2);
+    check_row(eng, c, &cv, cv.n[0], cv.want[0], 0, true);
+    CHECK(copied(c) == once);
+    /* eviction, least recently used first (turn 5's entries first: restored first above): a
+     * shared row goes with its last entry; rows only a sequence's spine uses (turn 0's, held
+     * by sequence 0) leave the host, the sequence holding them */
+    for (int k = TURNS - 1; k >= 0; k--) {
+        CHECK(pcache_evict_older(c, 1e300) && pcache_evict_older(c, 1e300));
+        st = pcache_get_stats(c);
+        const int64_t left = k ? cv.a[k - 1] + k * BACK : 0;
+        CHECK_MSG(st.host_rows == left, "%d turns left: %lld rows on the host, not %lld", k, (long long)st.host_rows,
+                  (long long)left);
+    }
+    CHECK(!pcache_evict_older(c, 1e300));
+    pcache_seq_cut(c, 0, 0);
+    st = pcache_get_stats(c);
+    CHECK_MSG(st.n_spans == 0, "%lld spans left with no entry", (long long)st.n_spans);
+    pcache_free(c);
+    engine_free(eng);
+    model_free(m);
+}
+
+/* The same turns, restored while the rows are still live in sequence 0 (the shared prefix
+ * is not written again: the restore writes only the rows the sequence lacks), and a
+ * conversation moved to another sequence and back. */
+TEST(restore_in_place) {
+    model *m = NULL;
+    engine *eng = micro_engine(&m, 1200, 64 << 20);
+    if (!eng) { CHECK(0); return; }
+    herr e;
+    pcache *c;
+    CHECK(pcache_open(&c, eng, NULL, &e) == 0);
+    static convo cv;
+    cv.V = (int)m->hp.n_vocab;
+    for (int i = 0; i < 1200; i++) cv.ids[i] = (int32_t)((i * 53 + 5) % 991);
+    run_turns(eng, c, &cv);
+    /* the last entry on sequence 0 itself: its prefix is the sequence's own; the restore
+     * writes its own three rows alone */
+    const int64_t w0 = pcache_get_stats(c).rows_written;
+    int ei, pi;
+    const int32_t *ids;
+    int64_t pos;
+    const int K = TURNS - 1;
+    CHECK(pcache_best(c, cv.ids, cv.n[K] + 1, NULL, NULL, &ei, &pi) == cv.n[K]);
+    CHECK_MSG(pcache_restore(c, ei, pi, 0, &ids, &pos, &e) == 0, "%s", e.msg);
+    CHECK_MSG(pcache_get_stats(c).rows_written - w0 == BACK, "%lld rows written, not %d",
+              (long long)(pcache_get_stats(c).rows_written - w0), BACK);
+    float got[1024];
+    engine_span one = {.seq = 0, .ids = cv.ids + cv.n[K], .n = 1, .want = ENGINE_LOGITS_LAST, .logits = got};
+    CHECK_MSG(engine_run(eng, &one, 1, &e) == 0, "%s", e.msg);
+    CHECK(!memcmp(got, cv.want[K], sizeof(float) * (size_t)cv.V));
+    /* sequence 1 takes entry 2 (from sequence 0's live rows), then sequence 0 moves on: the
+     * rows both use are copied out once, and sequence 1 gives entry 2's bits */
+    check_restore(eng, c, &cv, 2, 1);
+    pcache_seq_cut(c, 0, 0);
+    engine_seq_clear(eng, 0);
+    for (int k = 0; k < TURNS; k++) check_restore(eng, c, &cv, k, (k + 1) % 2);
+    /* the conversation goes on on sequence 1, restored from the host: its next point shares
+     * the restored rows, so moving on copies out the new rows alone */
+    check_row(eng, c, &cv, cv.n[K], cv.want[K], 1, true);
+    engine_point *q = NULL;
+    CHECK(engine_point_new(eng, &q, &e) == 0);
+    const int64_t more = 20, mark = more;
+    engine_span sp = {.seq = 1, .ids = cv.ids + cv.n[K] + 1, .n = more, .marks = &mark, .n_marks = 1, .points = &q};
+    CHECK_MSG(engine_run(eng, &sp, 1, &e) == 0, "%s", e.msg);
+    pcache_put(c, 1, cv.ids, cv.n[K] + 1 + more, &q, 1);
+    const int64_t before = copied(c);
+    pcache_seq_cut(c, 1, 0);
+    CHECK_MSG(copied(c) - before == more + 1, "%lld rows copied, not the %lld past the restored entry",
+              (long long)(copied(c) - before), (long long)more + 1);
+    pcache_free(c);
+    engine_free(eng);
+    model_free(m);
+}
+
 int main(void) {
     RUN(evicted_ids_bounded);
+    RUN(turns_share_rows);
+    RUN(restore_in_place);
     return harness_done();
 }
