@@ -91,11 +91,12 @@ struct case_t {
                 }
                 /* test_cuda.c's f16 bound: q rounded to f16 (u16 a product), the D products'
                  * sum (2 uu a step: the tensor core's rounding is not documented) and the scale
-                 * (uu) move a score by ds, the weights by twice that; p rounded to f16 moves
+                 * (log2(e) / sqrt(D), two roundings: 2 uu) move a score by ds, the weights by
+                 * twice that; p rounded to f16 moves
                  * them by 2 u16 / (1 - u16) in all; the P V sums over nk keys and the folds
                  * add (nk + 8) steps of 2 uu */
                 const double gD = D * t / (1 - D * t), gN = (nk + 8) * t / (1 - (nk + 8) * t);
-                const double ds = (u16 + gD + uu) * smax, bound = (2 * ds + gN + 2 * u16 / (1 - u16)) * vmax;
+                const double ds = (u16 + gD + 2 * uu) * smax, bound = (2 * ds + gN + 2 * u16 / (1 - u16)) * vmax;
                 for (int64_t j = 0; j < nk; j++) sum += (s[(size_t)j] = exp(s[(size_t)j] - mx));
                 for (int64_t i = 0; i < D; i++) {
                     double o = 0;

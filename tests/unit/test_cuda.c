@@ -999,11 +999,11 @@ TEST(attn_matches_ref) {
                  * over nk keys and the merges in f32 (gN). f16 (tensor cores): q rounded to f16
                  * (u16 of each product), the products exact and summed in the tensor core,
                  * whose rounding is not documented (2 uu a step, as truncation), and the
-                 * scale (uu); p rounded to f16 (the weights p/sum p move by 2 u16 / (1 - u16)
+                 * scale (log2(e) / sqrt(D): 2 uu); p rounded to f16 (the weights p/sum p move by 2 u16 / (1 - u16)
                  * in all, since the sum adds the rounded p); the P V sums likewise at 2 uu. */
                 const double u16 = ldexp(1.0, -11), t = f16 ? 2 * uu : uu;
                 const double gD = D * t / (1 - D * t), gN = (nk + 8) * t / (1 - (nk + 8) * t);
-                const double ds = f16 ? (u16 + gD + uu) * smax : gD * smax;
+                const double ds = f16 ? (u16 + gD + 2 * uu) * smax : gD * smax;
                 const double bound = (2 * ds + gN + (f16 ? 2 * u16 / (1 - u16) : 0)) * vmax;
                 for (int64_t j = 0; j < nk; j++) sum += (s[j] = exp(s[j] - mx));
                 for (int64_t i = 0; i < D; i++) {

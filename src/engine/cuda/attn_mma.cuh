@@ -7,9 +7,10 @@
 // are cut at absolute multiples of seg (segments) and of AM_KB inside them (blocks). A warp
 // holds 16 query vectors (a vector: one row's query head; the G heads of a KV head packed
 // together, so a K/V block is read once for all of them) and steps through a segment's
-// blocks in order (am_step): S = Q Kᵀ over D in 16-wide steps in order; per vector the
-// block's max, p = expf(s - m) rounded to f16 (the P operand, and what the sum adds, so the
-// weights sum to exactly what divides them), l and o rescaled, o += P V in two 16-key steps.
+// blocks in order (am_step): S = Q Kᵀ over D in 16-wide steps in order; scores in base-2
+// units (times log2(e) / sqrt(D), so every exponential is one exp2f); per vector the block's
+// max, p = exp2f(s - m) rounded to f16 (the P operand, and what the sum adds, so the weights
+// sum to exactly what divides them), l and o rescaled, o += P V in two 16-key steps.
 // A vector with no key in a block leaves m, l and o as they were (its p are 0, its alpha 1).
 // Each segment starts from m = -inf, l = 0, o = 0; then the segments are folded in order
 // (am_fold: (M, L, O) with (m, l, o), explicit roundings). The prompt kernel folds in the
@@ -102,6 +103,7 @@ __device__ __forceinline__ void am_fetch(uint16_t *stg, const uint16_t *K0, cons
 // this block), m[i], l[i] its running max and sum, and o[t][2 i + e] its output at dim
 // d0 + 8 t + 2 (lane % 4) + e, t < NT. Every dim's sums run in one order whatever NT and d0,
 // so a warp holding a slice of the dims (the decode form) gets the bits of one holding all.
+// scale: am_scale(D).
 template <int D, int NT>
 __device__ __forceinline__ void am_step(const uint16_t *Qw, const uint16_t *Kb, const uint16_t *Vb, int d0, int64_t kb,
                                         const int64_t kend[2], float scale, float m[2], float l[2], float (*o)[4]) {
@@ -137,14 +139,14 @@ __device__ __forceinline__ void am_step(const uint16_t *Qw, const uint16_t *Kb, 
         bmax = fmaxf(bmax, __shfl_xor_sync(0xffffffffu, bmax, 1));
         bmax = fmaxf(bmax, __shfl_xor_sync(0xffffffffu, bmax, 2));
         const float mn = fmaxf(m[i], bmax);
-        alpha[i] = mn == -INFINITY ? 1.0f : expf(m[i] - mn);
+        alpha[i] = mn == -INFINITY ? 1.0f : exp2f(m[i] - mn);
         float sum = 0.0f;
 #pragma unroll
         for (int j = 0; j < 4; j++)
 #pragma unroll
             for (int e = 0; e < 2; e++) {
                 const bool in = kb + 8 * j + 2 * (lane & 3) + e < kend[i];
-                const float p = in ? __half2float(__float2half_rn(expf(S[j][2 * i + e] - mn))) : 0.0f;
+                const float p = in ? __half2float(__float2half_rn(exp2f(S[j][2 * i + e] - mn))) : 0.0f;
                 S[j][2 * i + e] = p;
                 sum = __fadd_rn(sum, p);
             }
@@ -153,11 +155,12 @@ __device__ __forceinline__ void am_step(const uint16_t *Qw, const uint16_t *Kb, 
         l[i] = __fmaf_rn(l[i], alpha[i], sum);
         m[i] = mn;
     }
+    if (alpha[0] != 1.0f) /* o times 1 is o: once a vector's max settles, nothing to do */
 #pragma unroll
-    for (int t = 0; t < NT; t++) {
-        o[t][0] = __fmul_rn(o[t][0], alpha[0]), o[t][1] = __fmul_rn(o[t][1], alpha[0]);
-        o[t][2] = __fmul_rn(o[t][2], alpha[1]), o[t][3] = __fmul_rn(o[t][3], alpha[1]);
-    }
+        for (int t = 0; t < NT; t++) o[t][0] = __fmul_rn(o[t][0], alpha[0]), o[t][1] = __fmul_rn(o[t][1], alpha[0]);
+    if (alpha[1] != 1.0f)
+#pragma unroll
+        for (int t = 0; t < NT; t++) o[t][2] = __fmul_rn(o[t][2], alpha[1]), o[t][3] = __fmul_rn(o[t][3], alpha[1]);
 #pragma unroll
     for (int ks = 0; ks < 2; ks++) { /* keys 16 ks .. 16 ks + 15 */
         const uint32_t a[4] = {am_h2(S[2 * ks][0], S[2 * ks][1]), am_h2(S[2 * ks][2], S[2 * ks][3]),
@@ -176,13 +179,15 @@ __device__ __forceinline__ void am_step(const uint16_t *Qw, const uint16_t *Kb, 
 // the larger max. The first segment (M = -inf, L = O = 0) comes out as itself: a = 0, b = 1.
 __device__ __forceinline__ void am_fold_w(float &M, float &L, float m, float l, float &a, float &b) {
     const float mn = fmaxf(M, m);
-    a = expf(M - mn), b = expf(m - mn);
+    a = exp2f(M - mn), b = exp2f(m - mn);
     L = __fadd_rn(__fmul_rn(L, a), __fmul_rn(l, b));
     M = mn;
 }
 __device__ __forceinline__ float am_fold_o(float O, float o, float a, float b) {
     return __fadd_rn(__fmul_rn(O, a), __fmul_rn(o, b));
 }
+// the scores' factor: 1/sqrt(D) in base-2 units (two roundings)
+__device__ __forceinline__ float am_scale(int D) { return __fmul_rn(1.0f / sqrtf((float)D), 1.4426950408889634f); }
 // a head's output from its folded O and L, times the gate's sigmoid
 __device__ __forceinline__ float am_out(float O, float L, float gate) { return __fmul_rn(__fdiv_rn(O, L), sigm(gate)); }
 
@@ -220,7 +225,7 @@ __global__ void __launch_bounds__(AM_T) attn_mma_tile_kernel(const float *qf, co
     }
     const int vlast = min(nv, 16 * warp + 16) - 1; /* the warp's last live vector: its keys end the warp's */
     const int64_t wend = 16 * warp < nv ? tile.pos0 + vlast / G + 1 : 0;
-    const float scale = 1.0f / sqrtf((float)D);
+    const float scale = am_scale(D);
     float M[2] = {-INFINITY, -INFINITY}, L[2] = {0.0f, 0.0f}, m[2], l[2], o[NT][4];
     for (int i = 0; i < C::O_FLOATS; i++) Of[i * AM_T + tid] = 0.0f;
     const size_t base = (size_t)tile.seq * seq_stride + (size_t)(kvh * D);
@@ -302,7 +307,7 @@ __global__ void __launch_bounds__(AM_T) attn_mma_split_kernel(const float *qf, c
     int64_t kend[2];
 #pragma unroll
     for (int i = 0; i < 2; i++) kend[i] = (lane >> 2) + 8 * i < G ? P + 1 : 0;
-    const float scale = 1.0f / sqrtf((float)D);
+    const float scale = am_scale(D);
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f}, o[NT][4];
 #pragma unroll
     for (int t = 0; t < NT; t++) o[t][0] = o[t][1] = o[t][2] = o[t][3] = 0.0f;
