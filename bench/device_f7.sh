@@ -16,6 +16,8 @@
 #              (HEARTH_GATES_KV=f16: the tensor-core attention)
 #   depth      hearth bench --kv f16 pp2048 after 0, 8192, 32768 rows and tg128 after 32768,
 #              one process each (hearth alone: a first look before the rows against llama.cpp)
+#   prof       HEARTH_CUDA_PROFILE=1 over pp2048 after 32768 rows (the fill's passes included):
+#              the GPU time by op
 #   ncu        Nsight Compute on test_cuda's delta-rule timings (HEARTH_GDN_TIME_ONLY=1): the
 #              chunked rule's two kernels of the 4,096-row pass, every section, to ncu_gdn.log
 #   points     hearth bench -p 4096 --marks 2048,4096 with pinned points and without
@@ -91,6 +93,9 @@ for s in $steps; do
            done
            step depth_tg 90 build/hearth bench --device cuda -m /dev/shm/q36.gguf -p 0 -n 128 -d 32768 -r 1 --kv f16
            grep -h "pp2048\|tg128" "$out"/depth_*.log | sed 's/|[^|]*q36.gguf//' ;;
+    prof) [ -f /dev/shm/q36.gguf ] || build/hearth gen --preset q36 --quant q4_k_m --seed 1 -o /dev/shm/q36.gguf >"$out/gen.log" 2>&1
+          HEARTH_CUDA_PROFILE=1 step prof_d32k 120 build/hearth bench --device cuda -m /dev/shm/q36.gguf -p 2048 -n 0 -d 32768 -r 1 --kv f16
+          grep -A14 "cuda profile" "$out/prof_d32k.log" | head -16 ;;
     ncu) HEARTH_GDN_TIME_ONLY=1 step ncu_gdn 120 ncu --kernel-name regex:gdn_chunk --launch-skip 2 --launch-count 2 --set full \
              build/tests/test_cuda
          grep -E "^  [a-z_ ]*gdn_chunk|Duration|Issue Slots Busy|Achieved Occupancy" "$out/ncu_gdn.log" | sed 's/(const.*//' ;;
