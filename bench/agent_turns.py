@@ -434,7 +434,7 @@ def template_check(servers, msgs, tools):
 # tables
 
 COLS = ["trace", "rep", "server", "turn", "messages", "prompt_tokens", "prompt_n", "cache_n", "cached_tokens",
-        "prompt_ms", "wall_ms", "predicted_n", "cache_info"]
+        "prompt_ms", "wall_ms", "predicted_n", "load1", "cache_info"]
 
 
 def num(v):
@@ -594,6 +594,7 @@ def main():
     tsv = open(tsv_path, "w")
     tsv.write("\t".join(COLS) + "\n")
     checks = {}
+    loads = []
     stopped_early = ""
     try:
         if a.fresh == "conversation":
@@ -621,9 +622,12 @@ def main():
                         if a.fresh == "server":
                             servers[1].stop()
                     t0 = time.time()
+                    load1 = round(os.getloadavg()[0], 2)  # the box's load as this conversation starts
+                    loads.append(load1)
                     for t, (msgs, tools) in enumerate(reqs):
                         res = one_turn(s, msgs, tools, f"{tr}-{session}")
-                        row = {"trace": tr, "rep": rep, "server": s.name, "turn": t, "messages": len(msgs), **res}
+                        row = {"trace": tr, "rep": rep, "server": s.name, "turn": t, "messages": len(msgs), **res,
+                               "load1": load1}
                         samples.append(row)
                         tsv.write("\t".join(str(row[c]) for c in COLS) + "\n")
                         tsv.flush()
@@ -632,7 +636,7 @@ def main():
                     last = [x for x in samples if x["trace"] == tr and x["rep"] == rep and x["server"] == s.name]
                     print(f"{tr} rep {rep} {s.name}: {len(last)} turns, {last[-1]['prompt_tokens']} tokens at the end, "
                           f"prefilled {sum(num(x['prompt_n']) or 0 for x in last):.0f} rows, "
-                          f"wall {sum(x['wall_ms'] for x in last) / 1000:.2f} s (this rep {time.time() - t0:.1f} s)",
+                          f"wall {sum(x['wall_ms'] for x in last) / 1000:.2f} s (load {load1} at its start)",
                           flush=True)
     except Stopped:
         stopped_early = "stopped by SIGTERM"
@@ -648,7 +652,8 @@ def main():
 
     md = [f"conditions: {a.label}" if a.label else "",
           f"hearth commit {git_head()}; seed {a.seed}; reps measured {a.reps} (rep 0 dropped); fresh {a.fresh}; "
-          f"started {time.strftime('%Y-%m-%d %H:%M', time.gmtime(t_start))} UTC, {time.time() - t_start:.0f} s",
+          f"started {time.strftime('%Y-%m-%d %H:%M', time.gmtime(t_start))} UTC, {time.time() - t_start:.0f} s"
+          + (f"; load average {min(loads):.2f}..{max(loads):.2f} at the conversations' starts" if loads else ""),
           ""]
     for s in servers:
         md.append(f"- {s.name}: `{s.cmd or 'at ' + s.host + ':' + str(s.port)}`" + (f" ({versions[s.name]})" if versions.get(s.name) else ""))
