@@ -1211,7 +1211,7 @@ int serve_main(const serve_opts *o) {
     if (engine_open(&a.eng, a.m, &eo, &e) < 0) { fprintf(stderr, "hearth serve: %s\n", e.msg); goto out; }
     a.info = engine_get_info(a.eng);
     a.rx = (req_ctx){.tok = a.tok, .tmpl = a.tmpl, .n_ctx = a.info.n_ctx, .n_predict = o->n_predict,
-                     .bos_text = a.bos_text, .eos_text = a.eos_text};
+                     .bos_text = a.bos_text, .eos_text = a.eos_text, .memo = req_memo_new()};
     sched_opts so = {.n_slots = o->n_slots, .queue_max = o->queue_max, .cache_dir = o->cache_dir,
                      .model_path = o->model_path};
     const char *script = getenv("HEARTH_TEST_REPLY"); /* sched.h's test seam: a file of the reply's text */
@@ -1251,6 +1251,7 @@ out:
     sched_free(a.sc);
     if (a.eng) engine_free(a.eng);
     chat_template_free(a.tmpl);
+    req_memo_free(a.rx.memo);
     free(a.script);
     free(a.bos_text);
     free(a.eos_text);

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <pthread.h>
 
 void buf_add(buf *b, const char *s, size_t n) {
     if (b->len + n + 1 > b->cap) {
@@ -229,6 +230,99 @@ bool req_tool_choice_none(const cJSON *j) {
     return cJSON_IsString(ty) && !strcmp(ty->valuestring, "none");
 }
 
+/* ---------------------------------------------------------------- the chat prompts' ids */
+
+#define MEMO_N 16                       /* prompts kept */
+#define MEMO_BYTES ((size_t)64 << 20)   /* their text and ids, at most */
+
+typedef struct memo_item {
+    char *text;
+    size_t len;
+    int32_t *ids;
+    int64_t n;
+    uint64_t used;          /* the memo's clock at its last use */
+    int refs;               /* 1 while in the memo, +1 per encode reading it */
+} memo_item;
+
+struct req_memo {
+    pthread_mutex_t mu;
+    memo_item *it[MEMO_N];
+    int n;
+    size_t bytes;
+    uint64_t clock;
+};
+
+req_memo *req_memo_new(void) {
+    req_memo *m = xcalloc(1, sizeof *m);
+    pthread_mutex_init(&m->mu, NULL);
+    return m;
+}
+
+static size_t item_bytes(const memo_item *it) { return it->len + sizeof(int32_t) * (size_t)it->n; }
+
+static void item_unref(memo_item *it) {
+    if (--it->refs > 0) return;
+    free(it->text);
+    free(it->ids);
+    free(it);
+}
+
+void req_memo_free(req_memo *m) {
+    if (!m) return;
+    for (int i = 0; i < m->n; i++) item_unref(m->it[i]);
+    pthread_mutex_destroy(&m->mu);
+    free(m);
+}
+
+/* bytes a and b share from the start (memcmp a block at a time, then bytes) */
+static size_t common_bytes(const char *a, size_t na, const char *b, size_t nb) {
+    const size_t most = na < nb ? na : nb;
+    size_t i = 0;
+    while (i + 4096 <= most && !memcmp(a + i, b + i, 4096)) i += 4096;
+    while (i < most && a[i] == b[i]) i++;
+    return i;
+}
+
+/* A chat prompt's ids: from the memo's prompt that shares the most with it, when there is
+ * one, the rest encoded; then it is kept (the least recently used going past MEMO_N or
+ * MEMO_BYTES). */
+static int32_t *chat_encode(const req_ctx *x, const char *text, size_t len, int64_t *n) {
+    req_memo *m = x->memo;
+    if (!m) return tokenizer_encode_alloc(x->tok, text, len, true, n);
+    pthread_mutex_lock(&m->mu);
+    memo_item *best = NULL;
+    size_t best_c = 0;
+    for (int i = 0; i < m->n; i++) {
+        const size_t c = common_bytes(m->it[i]->text, m->it[i]->len, text, len);
+        if (c > best_c) { best = m->it[i]; best_c = c; }
+    }
+    if (best) best->refs++, best->used = ++m->clock;
+    pthread_mutex_unlock(&m->mu);
+    int64_t reused;
+    int32_t *ids = best ? tokenizer_encode_after(x->tok, text, len, true, best->text, best->len, best->ids, best->n, n, &reused)
+                        : tokenizer_encode_alloc(x->tok, text, len, true, n);
+    memo_item *it = xcalloc(1, sizeof *it);
+    *it = (memo_item){.text = xmalloc(len + 1), .len = len, .ids = xmalloc(sizeof(int32_t) * (size_t)(*n + 1)), .n = *n,
+                      .refs = 1};
+    memcpy(it->text, text, len);
+    memcpy(it->ids, ids, sizeof(int32_t) * (size_t)*n);
+    pthread_mutex_lock(&m->mu);
+    if (best) item_unref(best);
+    it->used = ++m->clock;
+    m->it[m->n++] = it;
+    m->bytes += item_bytes(it);
+    while (m->n > 1 && (m->n > MEMO_N - 1 || m->bytes > MEMO_BYTES)) { /* room for the next */
+        int k = 0;
+        for (int i = 1; i < m->n; i++)
+            if (m->it[i]->used < m->it[k]->used) k = i;
+        m->bytes -= item_bytes(m->it[k]);
+        item_unref(m->it[k]);
+        m->it[k] = m->it[--m->n];
+    }
+    pthread_mutex_unlock(&m->mu);
+    return ids;
+}
+
 int req_chat_prompt(const req_ctx *x, const cJSON *j, bool gen_prompt, char **text, int32_t **ids, int64_t *n_ids,
                     int64_t **starts, int *n_starts, herr *e) {
     const cJSON *msgs = cJSON_GetObjectItemCaseSensitive(j, "messages");
@@ -296,7 +390,7 @@ int req_chat_prompt(const req_ctx *x, const cJSON *j, bool gen_prompt, char **te
     size_t len;
     int rc = chat_render(x->tmpl, &in, text, &len, e);
     if (rc == 0 && ids) {
-        *ids = tokenizer_encode_alloc(x->tok, *text, len, true, n_ids);
+        *ids = chat_encode(x, *text, len, n_ids);
         *starts = xmalloc(sizeof(int64_t) * (size_t)(*n_ids + 1));
         int64_t ns = chat_message_starts(x->tmpl, &in, x->tok, *text, len, *ids, *n_ids, *starts, *n_ids + 1, e);
         if (ns < 0) { /* no starts is no error for generation: the last row is still marked */

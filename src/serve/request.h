@@ -30,6 +30,12 @@ void buf_str(buf *b, const char *s);
 
 typedef enum api_kind { API_CHAT, API_COMPLETION, API_OAI_COMPLETION, API_MESSAGES } api_kind;
 
+/* The chat prompts lately tokenized, text and ids, shared by the HTTP threads: a
+ * conversation's next turn encodes its new messages only (tokenizer_encode_after). */
+typedef struct req_memo req_memo;
+req_memo *req_memo_new(void);
+void req_memo_free(req_memo *m);
+
 /* What a request's fields are read against: the server's model and flags. */
 typedef struct req_ctx {
     const tokenizer *tok;
@@ -37,6 +43,7 @@ typedef struct req_ctx {
     int64_t n_ctx;          /* per slot: the bound of the length fields */
     int64_t n_predict;      /* the length when a request names none (-n) */
     const char *bos_text, *eos_text; /* the template's bos_token and eos_token (NULL: undefined) */
+    req_memo *memo;         /* chat prompts lately tokenized (NULL: each encoded whole) */
 } req_ctx;
 
 typedef struct gen_params {

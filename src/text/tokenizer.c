@@ -709,6 +709,51 @@ int32_t *tokenizer_encode_alloc(const tokenizer *t, const char *text, size_t len
     return ids;
 }
 
+/* whether special token k (an index into t->special) is cut out of text under parse_special */
+static bool special_cut(const tokenizer *t, int32_t k, bool parse_special) {
+    return parse_special || !(t->attr[t->special[k]] & (TOK_ATTR_CONTROL | TOK_ATTR_UNKNOWN));
+}
+
+int32_t *tokenizer_encode_after(const tokenizer *t, const char *text, size_t len, bool parse_special,
+                                const char *prev, size_t prev_len, const int32_t *prev_ids, int64_t n_prev,
+                                int64_t *n, int64_t *reused) {
+    *reused = 0;
+    size_t common = 0;
+    const size_t most = len < prev_len ? len : prev_len;
+    while (common < most && text[common] == prev[common]) common++;
+    const size_t maxlen = t->n_special ? t->str_len[t->special[0]] : 0;
+    /* the last cut (the end of a special token of prev's ids) with the bytes of any special
+     * token that could touch it inside the common prefix; the pieces must spell prev */
+    int64_t cut_i = 0;
+    size_t cut_b = 0, b = 0;
+    for (int64_t i = 0; i < n_prev && maxlen; i++) {
+        size_t pl;
+        const char *pc = tokenizer_piece(t, prev_ids[i], true, &pl);
+        if (b + pl > common || memcmp(pc, prev + b, pl)) break;
+        b += pl;
+        if (t->attr[prev_ids[i]] & (TOK_ATTR_CONTROL | TOK_ATTR_USER_DEFINED | TOK_ATTR_UNKNOWN)) cut_i = i + 1, cut_b = b;
+    }
+    /* and no special token's text crosses it (then the text's cut-out tokens on either side
+     * are decided apart, here as in prev, and the spans between them are encoded apart) */
+    for (size_t i = cut_b > maxlen ? cut_b - maxlen : 0; cut_i && i < cut_b; i++)
+        for (int32_t k = 0; k < t->n_special && cut_i; k++) {
+            const int32_t id = t->special[k];
+            const size_t sl = t->str_len[id];
+            if (i + sl > cut_b && i + sl <= len && special_cut(t, k, parse_special) && !memcmp(str_ptr(t, id), text + i, sl))
+                cut_i = 0;
+        }
+    if (cut_i == 0) return tokenizer_encode_alloc(t, text, len, parse_special, n);
+    int64_t nr;
+    int32_t *rest = tokenizer_encode_alloc(t, text + cut_b, len - cut_b, parse_special, &nr);
+    int32_t *ids = xmalloc(sizeof *ids * (size_t)(cut_i + nr + 1));
+    memcpy(ids, prev_ids, sizeof *ids * (size_t)cut_i);
+    memcpy(ids + cut_i, rest, sizeof *ids * (size_t)nr);
+    free(rest);
+    *n = cut_i + nr;
+    *reused = cut_i;
+    return ids;
+}
+
 int32_t tokenizer_prompt_bos(const tokenizer *t) { return t->add_bos && t->bos >= 0 ? t->bos : -1; }
 
 int32_t *tokenizer_encode_prompt(const tokenizer *t, const char *text, size_t len, bool parse_special, bool add_bos,

@@ -58,6 +58,15 @@ int64_t tokenizer_encode(const tokenizer *t, const char *text, size_t len, bool 
 /* The same into a new array (free() it); *n gets the count. */
 int32_t *tokenizer_encode_alloc(const tokenizer *t, const char *text, size_t len, bool parse_special,
                                 int64_t *n);
+/* tokenizer_encode_alloc's ids of text, reusing those of an earlier text (prev_ids: prev's
+ * ids under the same parse_special) up to the last special token of prev that ends well
+ * inside the bytes both texts share and that no special token's text crosses: special tokens
+ * are cut out first and the spans between them encoded apart, so the ids before such a cut
+ * are the same whatever follows it. A chat's next turn so encodes its new messages, not its
+ * history (the byte comparison aside). *reused: the ids taken from prev (0: encoded whole). */
+int32_t *tokenizer_encode_after(const tokenizer *t, const char *text, size_t len, bool parse_special,
+                                const char *prev, size_t prev_len, const int32_t *prev_ids, int64_t n_prev,
+                                int64_t *n, int64_t *reused);
 /* The BOS a prompt starts with: the vocabulary's BOS id where it adds one (as llama.cpp does:
  * tokenizer_add_bos and a BOS id), else -1. */
 int32_t tokenizer_prompt_bos(const tokenizer *t);

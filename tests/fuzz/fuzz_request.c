@@ -29,7 +29,8 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
         exit(1);
     }
     free(src);
-    rx = (req_ctx){.tok = t, .tmpl = tm, .n_ctx = 4096, .n_predict = -1, .bos_text = NULL, .eos_text = "<|im_end|>"};
+    rx = (req_ctx){.tok = t, .tmpl = tm, .n_ctx = 4096, .n_predict = -1, .bos_text = NULL, .eos_text = "<|im_end|>",
+                   .memo = req_memo_new()};
     return 0;
 }
 

@@ -321,6 +321,103 @@ TEST(random_bytes) {
     }
 }
 
+/* tokenizer_encode_after gives tokenizer_encode's ids for a text that shares a prefix with an
+ * earlier one (cut anywhere, special tokens, their pieces and overlaps around the cut), and
+ * reuses the earlier ids on a chat's next turn. */
+TEST(encode_after) {
+    if (!tok_q35 || !tok_q2) SKIP("vocab not loaded");
+    static const char *const parts[] = {"<|im_start|>", "<|im_end|>", "<|im_start|>user\n", "<|im_start|>assistant\n",
+                                        "<think>", "</think>", "<tool_call>", "</tool_call>", "<|im_", "end|>", "<", "|>",
+                                        " hello", " world", "'s", "\n\n", "  ", "\xe4\xb8\x80\xe4\xba\x8c", "123", "ab", "\n"};
+    const int np = (int)(sizeof parts / sizeof *parts);
+    uint64_t key = rng_key(2, "tok-after");
+    static char a[4096], b[4096];
+    int64_t reused_any = 0;
+    for (int it = 0; it < 2000; it++) {
+        uint64_t r = (uint64_t)it * 10000;
+        size_t na = 0, nb;
+        for (int k = 0; k < 60 && na + 64 < sizeof a; k++) {
+            const char *p = parts[rng_at(key, r++) % (uint64_t)np];
+            memcpy(a + na, p, strlen(p));
+            na += strlen(p);
+        }
+        nb = rng_at(key, r++) % (na + 1); /* b: a cut anywhere, then parts of its own */
+        memcpy(b, a, nb);
+        for (int k = 0; k < 20 && nb + 64 < sizeof b; k++) {
+            const char *p = parts[rng_at(key, r++) % (uint64_t)np];
+            memcpy(b + nb, p, strlen(p));
+            nb += strlen(p);
+        }
+        for (int mode = 0; mode < 4; mode++) {
+            tokenizer *t = mode & 1 ? tok_q35 : tok_q2;
+            const bool ps = mode & 2;
+            int64_t n_a, n_want, n_got, reused;
+            int32_t *ids_a = tokenizer_encode_alloc(t, a, na, ps, &n_a);
+            int32_t *want = tokenizer_encode_alloc(t, b, nb, ps, &n_want);
+            int32_t *got = tokenizer_encode_after(t, b, nb, ps, a, na, ids_a, n_a, &n_got, &reused);
+            CHECK_MSG(n_got == n_want && !memcmp(got, want, sizeof *got * (size_t)n_want),
+                      "case %d mode %d: %lld ids, not %lld (%lld reused)", it, mode, (long long)n_got, (long long)n_want,
+                      (long long)reused);
+            reused_any += reused;
+            free(ids_a);
+            free(want);
+            free(got);
+        }
+    }
+    CHECK(reused_any > 0);
+    /* special tokens whose texts overlap (none of Qwen's do): "yzz" (longer, taken first)
+     * crosses the end of "xy" in the new text, so the earlier ids stop before "xy" */
+    {
+        char path[300];
+        snprintf(path, sizeof path, "%s/overlap.gguf", tmpdir);
+        gguf_writer *w = gguf_writer_new();
+        gguf_set_str(w, "tokenizer.ggml.model", "gpt2");
+        gguf_set_str(w, "tokenizer.ggml.pre", "qwen2");
+        const char *toks[] = {"a", "x", "y", "z", "xy", "yzz", "\xc4\xa0"};
+        const int32_t types[] = {1, 1, 1, 1, 4, 4, 1};
+        gguf_set_arr_str(w, "tokenizer.ggml.tokens", toks, 7);
+        gguf_set_arr_data(w, "tokenizer.ggml.token_type", GGUF_TYPE_INT32, types, 7);
+        const char *merges[] = {"x y"};
+        gguf_set_arr_str(w, "tokenizer.ggml.merges", merges, 1);
+        herr e;
+        const bool bad = gguf_writer_open(w, path, &e) || gguf_writer_close(w, &e);
+        gguf_writer_free(w);
+        gguf_file *g = NULL;
+        tokenizer *t = NULL;
+        if (bad || gguf_open(&g, path, &e) || tokenizer_load(&t, g, &e)) {
+            CHECK_MSG(0, "%s", e.msg);
+        } else {
+            const char *pa = "aaxyaaaaaaaaaaaaaaaaaaaaaa", *pb = "aaxyzzaaaaaaaaaaaaaaaaaaaa";
+            int64_t na, nw, ng, re;
+            int32_t *ia = tokenizer_encode_alloc(t, pa, strlen(pa), true, &na);
+            int32_t *want = tokenizer_encode_alloc(t, pb, strlen(pb), true, &nw);
+            int32_t *got = tokenizer_encode_after(t, pb, strlen(pb), true, pa, strlen(pa), ia, na, &ng, &re);
+            CHECK_MSG(ng == nw && !memcmp(got, want, sizeof *got * (size_t)nw), "overlapping specials: %lld ids, not %lld",
+                      (long long)ng, (long long)nw);
+            free(ia);
+            free(want);
+            free(got);
+            tokenizer_free(t);
+        }
+        if (g) gguf_close(g);
+    }
+    /* a chat's next turn: the history's ids up to its last message start but one */
+    const char *h = "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nhello world<|im_end|>\n"
+                    "<|im_start|>assistant\n";
+    const char *h2 = "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nhello world<|im_end|>\n"
+                     "<|im_start|>assistant\nhello<|im_end|>\n<|im_start|>user\nand the world's<|im_end|>\n"
+                     "<|im_start|>assistant\n";
+    int64_t n1, n2, nw, reused;
+    int32_t *i1 = tokenizer_encode_alloc(tok_q35, h, strlen(h), true, &n1);
+    int32_t *w2 = tokenizer_encode_alloc(tok_q35, h2, strlen(h2), true, &nw);
+    int32_t *i2 = tokenizer_encode_after(tok_q35, h2, strlen(h2), true, h, strlen(h), i1, n1, &n2, &reused);
+    CHECK(n2 == nw && !memcmp(i2, w2, sizeof *i2 * (size_t)nw));
+    CHECK_MSG(reused > 0 && reused < n1, "%lld of %lld ids reused", (long long)reused, (long long)n1);
+    free(i1);
+    free(w2);
+    free(i2);
+}
+
 /* Writes a vocab-only file with the given model and pre names (NULL: key left out); bos:
  * tokenizer.ggml.add_bos_token (0 or 1, -1: key left out) with bos_token_id 1 when bos_id. */
 static int write_vocab_bos(const char *path, const char *model, const char *pre, bool merges, int bos, bool bos_id) {
@@ -415,6 +512,7 @@ int main(void) {
     RUN(stream_holds_partial_utf8);
     RUN(api);
     RUN(random_bytes);
+    RUN(encode_after);
     RUN(refuses_bad_files);
     RUN(prompt_bos);
     tokenizer_free(tok_q2);
