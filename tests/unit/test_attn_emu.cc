@@ -65,7 +65,7 @@ struct case_t {
                         t.data(), H, D, seg, n_seg, (const float *)part.data(), ao.data(), hk_act{});
         }
         if (n_one < nt)
-            emu::launch(attn_mma_tile_kernel<DD>, dim3((unsigned)nt, (unsigned)Hkv), dim3(AM_T), am_cfg<DD>::PROMPT_BYTES,
+            emu::launch(attn_mma_tile_kernel<DD>, dim3((unsigned)nt, (unsigned)Hkv), dim3(AM_TP), am_cfg<DD>::PROMPT_BYTES,
                         (const float *)qf.data(), t.data(), nt, H, Hkv, (const uint16_t *)k.data(), (const uint16_t *)v.data(),
                         stride, seg, ao.data());
         return ao;

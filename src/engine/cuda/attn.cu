@@ -443,7 +443,7 @@ template <int D> static int mma_launch(void *st, const float *qf, const hk_qtile
     }
     if (n_one < n_tiles) {
         dim3 g((unsigned)n_tiles, (unsigned)Hkv);
-        LAUNCH(e, attn_mma_tile_kernel<D>, g, AM_T, C::PROMPT_BYTES, st, qf, tiles, n_tiles, H, Hkv, K0, V0, seq_stride, seg, ao);
+        LAUNCH(e, attn_mma_tile_kernel<D>, g, AM_TP, C::PROMPT_BYTES, st, qf, tiles, n_tiles, H, Hkv, K0, V0, seq_stride, seg, ao);
         if (a && hk_quantize(st, ao, H * D, n, a, e) < 0) return -1; /* hk_quantize's bytes, as the merge's launch rounds */
     }
     return 0;

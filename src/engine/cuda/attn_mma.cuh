@@ -7,7 +7,8 @@
 // are cut at absolute multiples of seg (segments) and of AM_KB inside them (blocks). A warp
 // holds 16 query vectors (a vector: one row's query head; the G heads of a KV head packed
 // together, so a K/V block is read once for all of them) and steps through a segment's
-// blocks in order (am_step): S = Q Kᵀ over D in 16-wide steps in order; scores in base-2
+// blocks in order (am_qk, am_step): S = Q Kᵀ as two chains over the low and the high half of
+// D in 16-wide steps, added once (a prompt tile's pair of warps makes a half each); scores in base-2
 // units (times log2(e) / sqrt(D), so every exponential is one exp2f); per vector the block's
 // max, p = exp2f(s - m) rounded to f16 (the P operand, and what the sum adds, so the weights
 // sum to exactly what divides them), l and o rescaled, o += P V in two 16-key steps.
@@ -63,10 +64,10 @@ template <int N> __device__ __forceinline__ void cp_wait() { asm volatile("cp.as
 #define AMUT(bit) 0
 #endif
 
-#define AM_KB 32          /* keys per block (attn.cu's ATTN_KB: a segment is whole blocks) */
-#define AM_W 4            /* warps of either kernel */
-#define AM_T (32 * AM_W)  /* their threads */
-#define AM_QV (16 * AM_W) /* query vectors of a prompt tile: 16 a warp */
+#define AM_KB 32           /* keys per block (attn.cu's ATTN_KB: a segment is whole blocks) */
+#define AM_T 128           /* threads of the decode form: 4 warps */
+#define AM_TP 256          /* threads of the prompt kernel: 8 warps, 4 pairs */
+#define AM_QV 64           /* query vectors of a prompt tile: 16 a pair of warps */
 
 __device__ __forceinline__ uint16_t am_h(float x) { return __half_as_ushort(__float2half_rn(x)); }
 __device__ __forceinline__ uint32_t am_h2(float lo, float hi) { return (uint32_t)am_h(lo) | (uint32_t)am_h(hi) << 16; }
@@ -77,18 +78,19 @@ template <int D> struct am_cfg {
     static constexpr int RS = D + 8;
     static constexpr int STAGE = 2 * AM_KB * RS;                   /* a block's K rows, then its V rows */
     static constexpr int KV_BYTES = 2 * 2 * STAGE;                 /* two stages */
-    static constexpr int O_FLOATS = D / 2;                         /* a thread's folded outputs (prompt kernel) */
-    static constexpr int PROMPT_BYTES = 2 * AM_QV * RS + KV_BYTES + 4 * AM_T * O_FLOATS;
+    static constexpr int O_FLOATS = D / 4;                         /* a prompt thread's folded outputs: 2 vectors, D/2 dims */
+    static constexpr int SX_FLOATS = 16;                           /* a lane's half-scores, exchanged in a pair */
+    static constexpr int PROMPT_BYTES = 2 * AM_QV * RS + KV_BYTES + 4 * AM_TP * (O_FLOATS + SX_FLOATS);
     static constexpr int DECODE_BYTES = 2 * 16 * RS + KV_BYTES;
 };
 
-// all AM_T threads: keys [kb, kb + nk) of K and V (f16, key j at base + j Hkv D) into a stage
+// all NTH threads: keys [kb, kb + nk) of K and V (f16, key j at base + j Hkv D) into a stage
 // by cp.async, rows nk..AM_KB - 1 zeroed (a p of 0 times them must be 0, never NaN); commits
-template <int D>
+template <int D, int NTH>
 __device__ __forceinline__ void am_fetch(uint16_t *stg, const uint16_t *K0, const uint16_t *V0, size_t base, int64_t Hkv,
                                          int64_t kb, int nk) {
     constexpr int C = D / 8, RS = am_cfg<D>::RS; /* 16-byte pieces of a row */
-    for (int i = threadIdx.x; i < 2 * AM_KB * C; i += AM_T) {
+    for (int i = threadIdx.x; i < 2 * AM_KB * C; i += NTH) {
         const int isv = i >= AM_KB * C, ii = isv ? i - AM_KB * C : i, j = ii / C, c = ii % C;
         uint16_t *d = stg + (isv ? AM_KB * RS : 0) + j * RS + 8 * c;
         if (j < nk) cp16(d, (isv ? V0 : K0) + base + (size_t)((kb + j) * Hkv * D) + 8 * c);
@@ -97,23 +99,19 @@ __device__ __forceinline__ void am_fetch(uint16_t *stg, const uint16_t *K0, cons
     cp_commit();
 }
 
-// One warp's step over the block of keys [kb, kb + AM_KB): its 16 vectors' rows in Qw (f16,
-// stride RS), the block's K and V rows in Kb, Vb. The lane holds vectors lane/4 (i = 0) and
-// lane/4 + 8 (i = 1): kend[i] ends that vector's keys (exclusive, absolute; <= kb: none in
-// this block), m[i], l[i] its running max and sum, and o[t][2 i + e] its output at dim
-// d0 + 8 t + 2 (lane % 4) + e, t < NT. Every dim's sums run in one order whatever NT and d0,
-// so a warp holding a slice of the dims (the decode form) gets the bits of one holding all.
-// scale: am_scale(D).
-template <int D, int NT>
-__device__ __forceinline__ void am_step(const uint16_t *Qw, const uint16_t *Kb, const uint16_t *Vb, int d0, int64_t kb,
-                                        const int64_t kend[2], float scale, float m[2], float l[2], float (*o)[4]) {
+// One warp's half of a block's scores: S (16 vectors x AM_KB keys, C fragments: S[j] keys
+// 8 j .. 8 j + 7) = the warp's rows of Qw (f16, stride RS) times the block's K rows, over the
+// dims of 16-wide steps [ks0, ks0 + D/32), in order. A score is its low half (dims < D/2)
+// plus its high half, added once (am_sum): the prompt kernel's two warps of a pair make a
+// half each, the decode form's warps both; so every form adds the same two chains.
+template <int D>
+__device__ __forceinline__ void am_qk(const uint16_t *Qw, const uint16_t *Kb, int ks0, float (*S)[4]) {
     constexpr int RS = am_cfg<D>::RS;
     const int lane = threadIdx.x & 31;
-    float S[4][4];
 #pragma unroll
     for (int j = 0; j < 4; j++) S[j][0] = S[j][1] = S[j][2] = S[j][3] = 0.0f;
 #pragma unroll 4
-    for (int ks = 0; ks < D / 16; ks++) {
+    for (int ks = ks0; ks < ks0 + D / 32; ks++) {
         uint32_t a[4];
         ldsm4(a, Qw + (lane & 15) * RS + 16 * ks + 8 * (lane >> 4));
 #pragma unroll
@@ -124,9 +122,30 @@ __device__ __forceinline__ void am_step(const uint16_t *Qw, const uint16_t *Kb, 
             mma16816(S[2 * np + 1], a, b + 2);
         }
     }
+}
+__device__ __forceinline__ void am_sum(float (*S)[4], float (*lo)[4], float (*hi)[4]) {
+#pragma unroll
+    for (int j = 0; j < 4; j++)
+#pragma unroll
+        for (int c = 0; c < 4; c++) S[j][c] = __fadd_rn(lo[j][c], hi[j][c]);
+}
+
+// One warp's step over the block of keys [kb, kb + AM_KB) from its 16 vectors' scores S
+// (am_qk's halves added): the lane holds vectors lane/4 (i = 0) and lane/4 + 8 (i = 1):
+// kend[i] ends that vector's keys (exclusive, absolute; <= kb: none in this block), m[i],
+// l[i] its running max (base-2 units) and sum, and o[t][2 i + e] its output at dim
+// d0 + 8 t + 2 (lane % 4) + e, t < NT, from the block's V rows Vb. Every dim's sums run in one
+// order whatever NT and d0, so a warp holding a slice of the dims gets the bits of any other.
+// scale: am_scale(D).
+template <int D, int NT>
+__device__ __forceinline__ void am_step(float (*S)[4], const uint16_t *Vb, int d0, int64_t kb, const int64_t kend[2],
+                                        float scale, float m[2], float l[2], float (*o)[4]) {
+    constexpr int RS = am_cfg<D>::RS;
+    const int lane = threadIdx.x & 31;
     float alpha[2];
 #pragma unroll
     for (int i = 0; i < 2; i++) {
+        const int lim = (int)max((int64_t)0, min((int64_t)AM_KB, kend[i] - kb)); /* the vector's keys in the block */
         float bmax = -INFINITY;
 #pragma unroll
         for (int j = 0; j < 4; j++)
@@ -134,7 +153,7 @@ __device__ __forceinline__ void am_step(const uint16_t *Qw, const uint16_t *Kb, 
             for (int e = 0; e < 2; e++) {
                 const float s = __fmul_rn(S[j][2 * i + e], scale);
                 S[j][2 * i + e] = s;
-                if (kb + 8 * j + 2 * (lane & 3) + e < kend[i]) bmax = fmaxf(bmax, s);
+                if (8 * j + 2 * (lane & 3) + e < lim) bmax = fmaxf(bmax, s);
             }
         bmax = fmaxf(bmax, __shfl_xor_sync(0xffffffffu, bmax, 1));
         bmax = fmaxf(bmax, __shfl_xor_sync(0xffffffffu, bmax, 2));
@@ -145,7 +164,7 @@ __device__ __forceinline__ void am_step(const uint16_t *Qw, const uint16_t *Kb, 
         for (int j = 0; j < 4; j++)
 #pragma unroll
             for (int e = 0; e < 2; e++) {
-                const bool in = kb + 8 * j + 2 * (lane & 3) + e < kend[i];
+                const bool in = 8 * j + 2 * (lane & 3) + e < lim;
                 const float p = in ? __half2float(__float2half_rn(exp2f(S[j][2 * i + e] - mn))) : 0.0f;
                 S[j][2 * i + e] = p;
                 sum = __fadd_rn(sum, p);
@@ -191,26 +210,29 @@ __device__ __forceinline__ float am_scale(int D) { return __fmul_rn(1.0f / sqrtf
 // a head's output from its folded O and L, times the gate's sigmoid
 __device__ __forceinline__ float am_out(float O, float L, float gate) { return __fmul_rn(__fdiv_rn(O, L), sigm(gate)); }
 
-// the prompt kernel: grid (tiles, Hkv), AM_T threads; tiles taken last first (the longest
+// the prompt kernel: grid (tiles, Hkv), AM_TP threads; tiles taken last first (the longest
 // rows of a pass first). A tile of n > 1 rows packs its n G vectors (vector v: row v / G,
-// head kvh G + v % G) into the 4 warps; the block walks every key block up to the tile's last
-// row, segment by segment, folding each into O (shared memory, a thread its own floats) and
-// M, L (registers), and writes the rows' outputs to ao. One-row tiles are the decode form's.
+// head kvh G + v % G) into 4 pairs of warps, 16 vectors a pair; a pair's warps make the low
+// and the high half of its scores, swap them through shared memory, run the same softmax and
+// each its half of the output dims. The block walks every key block up to the tile's last row,
+// segment by segment, folding each into O (shared memory, a thread its own floats) and M, L
+// (registers), and writes the rows' outputs to ao. One-row tiles are the decode form's.
 template <int D>
-__global__ void __launch_bounds__(AM_T) attn_mma_tile_kernel(const float *qf, const hk_qtile *tiles, int n_tiles, int64_t H,
-                                                             int64_t Hkv, const uint16_t *K0, const uint16_t *V0,
-                                                             size_t seq_stride, int64_t seg, float *ao) {
+__global__ void __launch_bounds__(AM_TP) attn_mma_tile_kernel(const float *qf, const hk_qtile *tiles, int n_tiles, int64_t H,
+                                                              int64_t Hkv, const uint16_t *K0, const uint16_t *V0,
+                                                              size_t seq_stride, int64_t seg, float *ao) {
     pdl_enter();
     using C = am_cfg<D>;
-    constexpr int NT = D / 8, RS = C::RS;
+    constexpr int NT = D / 16, RS = C::RS; /* n-tiles of a warp's half of the dims */
     HK_DYN_SMEM(sm);
     uint16_t *Qs = (uint16_t *)sm, *stg = Qs + AM_QV * RS;
-    float *Of = (float *)(stg + 2 * C::STAGE);
+    float *Of = (float *)(stg + 2 * C::STAGE), *Sx = Of + C::O_FLOATS * AM_TP;
     const hk_qtile tile = tiles[n_tiles - 1 - (int)blockIdx.x];
     if (tile.n == 1) return;
     const int G = (int)(H / Hkv), nv = tile.n * G, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int pr = warp >> 1, half = warp & 1, mate = tid ^ 32; /* the pair, the half, the other warp's lane */
     const int64_t kvh = blockIdx.y, last = tile.pos0 + tile.n - 1;
-    for (int i = tid; i < AM_QV * (D / 4); i += AM_T) {
+    for (int i = tid; i < AM_QV * (D / 4); i += AM_TP) {
         const int v = i / (D / 4), d4 = i % (D / 4);
         float4 q = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
         if (v < nv) q = ((const float4 *)(qf + (int64_t)(tile.r0 + v / G) * 2 * H * D + (kvh * G + v % G) * 2 * D))[d4];
@@ -220,16 +242,16 @@ __global__ void __launch_bounds__(AM_T) attn_mma_tile_kernel(const float *qf, co
     int64_t kend[2];
 #pragma unroll
     for (int i = 0; i < 2; i++) {
-        const int v = 16 * warp + (lane >> 2) + 8 * i;
+        const int v = 16 * pr + (lane >> 2) + 8 * i;
         kend[i] = v < nv ? (AMUT(1) ? last + 1 : tile.pos0 + v / G + 1) : 0;
     }
-    const int vlast = min(nv, 16 * warp + 16) - 1; /* the warp's last live vector: its keys end the warp's */
-    const int64_t wend = 16 * warp < nv ? tile.pos0 + vlast / G + 1 : 0;
+    const int vlast = min(nv, 16 * pr + 16) - 1; /* the pair's last live vector: its keys end the pair's */
+    const int64_t wend = 16 * pr < nv ? tile.pos0 + vlast / G + 1 : 0;
     const float scale = am_scale(D);
     float M[2] = {-INFINITY, -INFINITY}, L[2] = {0.0f, 0.0f}, m[2], l[2], o[NT][4];
-    for (int i = 0; i < C::O_FLOATS; i++) Of[i * AM_T + tid] = 0.0f;
+    for (int i = 0; i < C::O_FLOATS; i++) Of[i * AM_TP + tid] = 0.0f;
     const size_t base = (size_t)tile.seq * seq_stride + (size_t)(kvh * D);
-    am_fetch<D>(stg, K0, V0, base, Hkv, 0, (int)min((int64_t)AM_KB, last + 1));
+    am_fetch<D, AM_TP>(stg, K0, V0, base, Hkv, 0, (int)min((int64_t)AM_KB, last + 1));
     int buf = 0;
     for (int64_t kb = 0; kb <= last; kb += AM_KB, buf ^= 1) {
         if (kb % seg == 0 && !(AMUT(2) && kb > 0)) { /* a segment starts */
@@ -238,13 +260,33 @@ __global__ void __launch_bounds__(AM_T) attn_mma_tile_kernel(const float *qf, co
 #pragma unroll
             for (int t = 0; t < NT; t++) o[t][0] = o[t][1] = o[t][2] = o[t][3] = 0.0f;
         }
-        if (kb + AM_KB <= last) am_fetch<D>(stg + (buf ^ 1) * C::STAGE, K0, V0, base, Hkv, kb + AM_KB, (int)min((int64_t)AM_KB, last + 1 - kb - AM_KB));
+        if (kb + AM_KB <= last)
+            am_fetch<D, AM_TP>(stg + (buf ^ 1) * C::STAGE, K0, V0, base, Hkv, kb + AM_KB, (int)min((int64_t)AM_KB, last + 1 - kb - AM_KB));
         else cp_commit();
         cp_wait<1>();
         __syncthreads(); /* this block's K and V, every thread's copies (and Qs the first time) */
         const uint16_t *Kb = stg + buf * C::STAGE;
-        if (kb < wend) am_step<D, NT>(Qs + 16 * warp * RS, Kb, Kb + AM_KB * RS, 0, kb, kend, scale, m, l, o);
-        __syncthreads(); /* the stage is free for the fetch two blocks on */
+        const bool live = kb < wend; /* the same for both warps of a pair */
+        float mine[4][4];
+        if (live) {
+            am_qk<D>(Qs + 16 * pr * RS, Kb, half * (D / 32), mine);
+#pragma unroll
+            for (int j = 0; j < 4; j++)
+#pragma unroll
+                for (int c = 0; c < 4; c++) Sx[(4 * j + c) * AM_TP + tid] = mine[j][c];
+        }
+        __syncthreads(); /* the pairs' half-scores */
+        if (live) {
+            float other[4][4], S[4][4];
+#pragma unroll
+            for (int j = 0; j < 4; j++)
+#pragma unroll
+                for (int c = 0; c < 4; c++) other[j][c] = Sx[(4 * j + c) * AM_TP + mate];
+            if (half == 0) am_sum(S, mine, other);
+            else am_sum(S, other, mine);
+            am_step<D, NT>(S, Kb + AM_KB * RS, half * (D / 2), kb, kend, scale, m, l, o);
+        }
+        __syncthreads(); /* the stage and Sx are free for the next block */
         if ((kb + AM_KB) % seg == 0 || kb + AM_KB > last) { /* the segment ends: fold it */
             const int64_t k_lo = kb - kb % seg;
 #pragma unroll
@@ -256,7 +298,7 @@ __global__ void __launch_bounds__(AM_T) attn_mma_tile_kernel(const float *qf, co
                 for (int t = 0; t < NT; t++)
 #pragma unroll
                     for (int e = 0; e < 2; e++) {
-                        float *O = Of + (4 * t + 2 * i + e) * AM_T + tid;
+                        float *O = Of + (4 * t + 2 * i + e) * AM_TP + tid;
                         *O = am_fold_o(*O, o[t][2 * i + e], a, b);
                     }
             }
@@ -264,7 +306,7 @@ __global__ void __launch_bounds__(AM_T) attn_mma_tile_kernel(const float *qf, co
     }
 #pragma unroll
     for (int i = 0; i < 2; i++) {
-        const int v = 16 * warp + (lane >> 2) + 8 * i;
+        const int v = 16 * pr + (lane >> 2) + 8 * i;
         if (v >= nv) continue;
         const int64_t r = tile.r0 + v / G, h = kvh * G + v % G;
         const float *gate = qf + r * 2 * H * D + h * 2 * D + D;
@@ -273,16 +315,17 @@ __global__ void __launch_bounds__(AM_T) attn_mma_tile_kernel(const float *qf, co
         for (int t = 0; t < NT; t++)
 #pragma unroll
             for (int e = 0; e < 2; e++) {
-                const int d = 8 * t + 2 * (lane & 3) + e;
-                out[d] = am_out(Of[(4 * t + 2 * i + e) * AM_T + tid], L[i], gate[d]);
+                const int d = half * (D / 2) + 8 * t + 2 * (lane & 3) + e;
+                out[d] = am_out(Of[(4 * t + 2 * i + e) * AM_TP + tid], L[i], gate[d]);
             }
     }
 }
 
 // the decode form: grid (tiles, Hkv, n_seg), AM_T threads, for the one-row tiles (others
 // return): segment blockIdx.z of the row's keys, its G vectors in one warp's 16 (the rest
-// zero); every warp makes the same scores and sums and the output dims [D/4 w, D/4 (w + 1)).
-// Writes (o, m, l) per (row, head, segment) into part as attn.cu's kernels lay it out.
+// zero); every warp makes both halves of the scores, the same sums, and the output dims
+// [D/4 w, D/4 (w + 1)). Writes (o, m, l) per (row, head, segment) into part as attn.cu's
+// kernels lay it out.
 template <int D>
 __global__ void __launch_bounds__(AM_T) attn_mma_split_kernel(const float *qf, const hk_qtile *tiles, int64_t H, int64_t Hkv,
                                                               const uint16_t *K0, const uint16_t *V0, size_t seq_stride,
@@ -312,15 +355,19 @@ __global__ void __launch_bounds__(AM_T) attn_mma_split_kernel(const float *qf, c
 #pragma unroll
     for (int t = 0; t < NT; t++) o[t][0] = o[t][1] = o[t][2] = o[t][3] = 0.0f;
     const size_t base = (size_t)tile.seq * seq_stride + (size_t)(kvh * D);
-    am_fetch<D>(stg, K0, V0, base, Hkv, k_lo, (int)min((int64_t)AM_KB, k_hi - k_lo));
+    am_fetch<D, AM_T>(stg, K0, V0, base, Hkv, k_lo, (int)min((int64_t)AM_KB, k_hi - k_lo));
     int buf = 0;
     for (int64_t kb = k_lo; kb < k_hi; kb += AM_KB, buf ^= 1) {
-        if (kb + AM_KB < k_hi) am_fetch<D>(stg + (buf ^ 1) * C::STAGE, K0, V0, base, Hkv, kb + AM_KB, (int)min((int64_t)AM_KB, k_hi - kb - AM_KB));
+        if (kb + AM_KB < k_hi) am_fetch<D, AM_T>(stg + (buf ^ 1) * C::STAGE, K0, V0, base, Hkv, kb + AM_KB, (int)min((int64_t)AM_KB, k_hi - kb - AM_KB));
         else cp_commit();
         cp_wait<1>();
         __syncthreads();
         const uint16_t *Kb = stg + buf * C::STAGE;
-        am_step<D, NT>(Qs, Kb, Kb + AM_KB * RS, d0, kb, kend, scale, m, l, o);
+        float lo[4][4], hi[4][4], S[4][4];
+        am_qk<D>(Qs, Kb, 0, lo);
+        am_qk<D>(Qs, Kb, D / 32, hi);
+        am_sum(S, lo, hi);
+        am_step<D, NT>(S, Kb + AM_KB * RS, d0, kb, kend, scale, m, l, o);
         __syncthreads();
     }
 #pragma unroll
