@@ -5,7 +5,8 @@
 #              in the background first: bench/device_peer_build.sh)
 #   unit       test_cuda, and test_gdn_chunk where it is built (the chunked delta rule on the GPU)
 #   loop       test_cuda LOOP times (default 50) or until LOOP_S seconds (default 240) have gone:
-#              the runs and the failures counted (a race shows as a run that fails)
+#              the runs and the failures counted (a race shows as a run that fails); with
+#              LOOP_UNTIL_PEER=1 also no longer than llama.cpp's build (the rows come next)
 #   plant      test_cuda built from a copy of the tree whose fused tails run in the first block
 #              to finish instead of the last (tail.cuh): fused_tails_match_apart must go red
 #   engine     test_engine --tiny on the cuda engine, as built (defaults) and with every switch
@@ -71,7 +72,8 @@ for s in $steps; do
     unit) step unit 90 build/tests/test_cuda
           [ -x build/tests/test_gdn_chunk ] && step unit_chunk 120 build/tests/test_gdn_chunk ;;
     loop) t0=$(date +%s) runs=0 bad=0
-          while [ $runs -lt "${LOOP:-50}" ] && [ $(( $(date +%s) - t0 )) -lt "${LOOP_S:-240}" ] && [ "$(left)" -gt 60 ]; do
+          while [ $runs -lt "${LOOP:-50}" ] && [ $(( $(date +%s) - t0 )) -lt "${LOOP_S:-240}" ] && [ "$(left)" -gt 60 ] &&
+                { [ "${LOOP_UNTIL_PEER:-0}" = 0 ] || [ ! -f /tmp/llama-cuda/done ]; }; do
               timeout 120 build/tests/test_cuda >"$out/loop_last.log" 2>&1 || { bad=$((bad + 1)); cp "$out/loop_last.log" "$out/loop_fail_$bad.log"; }
               runs=$((runs + 1))
           done
@@ -95,7 +97,7 @@ for s in $steps; do
            grep -h "pp2048\|tg128" "$out"/depth_*.log | sed 's/|[^|]*q36.gguf//' ;;
     prof) [ -f /dev/shm/q36.gguf ] || build/hearth gen --preset q36 --quant q4_k_m --seed 1 -o /dev/shm/q36.gguf >"$out/gen.log" 2>&1
           HEARTH_CUDA_PROFILE=1 step prof_d32k 120 build/hearth bench --device cuda -m /dev/shm/q36.gguf -p 2048 -n 0 -d 32768 -r 1 --kv f16
-          grep -A14 "cuda profile" "$out/prof_d32k.log" | head -16 ;;
+          grep -A32 "cuda profile" "$out/prof_d32k.log" | grep -v "^|---" | head -34 ;;
     ncu) HEARTH_GDN_TIME_ONLY=1 step ncu_gdn 120 ncu --kernel-name regex:gdn_chunk --launch-skip 2 --launch-count 2 --set full \
              build/tests/test_cuda
          grep -E "^  [a-z_ ]*gdn_chunk|Duration|Issue Slots Busy|Achieved Occupancy" "$out/ncu_gdn.log" | sed 's/(const.*//' ;;
@@ -123,6 +125,7 @@ for s in $steps; do
              tail -30 "$out/mutants.log" | grep -E "\||passed|FAIL" | tail -25 ;;
     esac
 done
-# the device tool returns at most 8 files a call: every log in one archive as well
-tar czf /tmp/f7-logs.tgz -C "$out" . && mv /tmp/f7-logs.tgz "$out/logs.tgz"
+# the device tool returns at most 8 files a call: every log in one archive, and only the
+# archive and the host line left in $OUT (so the archive is among what comes back)
+tar czf /tmp/f7-logs.tgz -C "$out" . && find "$out" -mindepth 1 ! -name host.txt -delete && mv /tmp/f7-logs.tgz "$out/logs.tgz"
 echo "done with $(left) s left"
