@@ -11,6 +11,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
@@ -23,7 +24,8 @@
 #define MAX_ENTRIES 4096
 #define MAX_SEEN 65536  /* files of the folder not yet indexed that a lookup checks by name */
 #define TMP_STALE_S 3600 /* a temporary file this old was left by a writer that died */
-static const char MAGIC[8] = {'H', 'R', 'T', 'H', 'P', 'C', '0', '1'};
+static const char MAGIC[8] = {'H', 'R', 'T', 'H', 'P', 'C', '0', '1'};   /* rows [0, n) */
+static const char MAGIC_2[8] = {'H', 'R', 'T', 'H', 'P', 'C', '0', '2'}; /* rows [a, n) after a parent file */
 
 /* KV rows [a, b) that follow rows [0, a) of the parent's chain (NULL when a == 0): the rows
  * of a chain up to row e (a < e <= b) are its parent's chain up to a, then its own [a, e).
@@ -41,10 +43,16 @@ typedef struct span {
     struct span *prev, *next; /* every span of the cache */
 } span;
 
-/* What a sequence holds that the cache knows: the chain of s up to row end (NULL, 0: none) */
+/* What a sequence holds that the cache knows: the chain of s up to row end (NULL, 0: none);
+ * and a file of the folder whose rows [0, file_a) it holds as they are (NULL: none), the
+ * parent of the next file written from it, which then holds the rows past file_a alone */
 typedef struct spine {
     span *s;
     int64_t end;
+    char *file;
+    uint64_t file_sum;
+    uint32_t file_depth;
+    int64_t file_a;
 } spine;
 
 typedef struct entry {
@@ -56,6 +64,8 @@ typedef struct entry {
     int64_t *pt_pos;        /* the points' positions, kept when they are not in RAM */
     double t_used;
     char *path;             /* its file, or NULL */
+    uint64_t sum;           /* its file's checksum (path set) */
+    uint32_t depth;         /* its file's parents (0: a whole file) */
     bool gone;              /* evicted with no file: only its ids and positions are left, to
                              * tell a request that misses why (a free slot for a new entry) */
 } entry;
@@ -91,6 +101,20 @@ enum { RD_OK = 0, RD_GONE = -1, RD_BAD = -2, RD_ROOM = -3 };
  * is checked when it is read in full); all of it, checksum verified, keeping the ids; all
  * of it into RAM */
 typedef enum rd_mode { RD_INDEX, RD_CHECK, RD_FULL } rd_mode;
+
+/* A child file's parent (after the header, MAGIC_2): its rows [0, a) are the parent file's
+ * chain's, the file holds rows [a, n). The parent is a file of the same folder, by name. */
+typedef struct file_parent {
+    int64_t a;
+    uint64_t sum;           /* the parent's checksum: a parent rewritten since is not this one */
+    uint32_t depth;         /* files back to a whole one: the parent's plus 1, at most CHAIN_MAX */
+    uint32_t pad;
+    char name[128];
+} file_parent;
+
+/* A chain of files is read parent first (a recursion this deep at most): a file written
+ * after this many is written whole. */
+#define CHAIN_MAX 1024
 
 /* the file's fixed header */
 typedef struct file_head {
@@ -166,7 +190,24 @@ static void span_unref(pcache *c, span *t) {
 static void spine_set(pcache *c, int k, span *t, int64_t end) {
     if (t) t->refs++;
     span_unref(c, c->spines[k].s);
-    c->spines[k] = (spine){.s = t, .end = t ? end : 0};
+    c->spines[k].s = t;
+    c->spines[k].end = t ? end : 0;
+}
+
+/* sequence k holds rows [0, a) of the file at path (a file of the folder) as they are: the
+ * next file written from it is written after it (NULL or a <= 0: none) */
+static void spine_file(pcache *c, int k, const char *path, uint64_t sum, uint32_t depth, int64_t a) {
+    spine *sp = &c->spines[k];
+    free(sp->file);
+    sp->file = NULL;
+    sp->file_a = 0;
+    if (!path || a <= 0 || !c->dir) return;
+    const size_t dl = strlen(c->dir);
+    if (strncmp(path, c->dir, dl) || path[dl] != '/' || strchr(path + dl + 1, '/') || strlen(path + dl + 1) >= 128) return;
+    sp->file = xstrdup(path);
+    sp->file_sum = sum;
+    sp->file_depth = depth;
+    sp->file_a = a;
 }
 
 /* the spans of t's chain up to row e, root first, with the row each is used up to; the
@@ -272,6 +313,10 @@ static span *seq_tail(pcache *c, int k, int64_t n) {
 
 void pcache_seq_cut(pcache *c, int k, int64_t from) {
     spine *sp = &c->spines[k];
+    if (sp->file_a > from) { /* the rows of its file it still holds */
+        if (from > 0) sp->file_a = from;
+        else spine_file(c, k, NULL, 0, 0, 0);
+    }
     /* tip first: k's live spans used at or past from by anything besides this spine (a
      * reference other than the one each span of the chain has from the next, or the tip from
      * the spine; here or further up) are copied out; the one that straddles from is split
@@ -374,11 +419,12 @@ static bool wr(FILE *f, const void *p, size_t n, uint64_t *h) {
     return fwrite(p, 1, n, f) == n;
 }
 
-/* en (its KV rows [0, n) in kv) as a file: at want (NULL: its name in the cache's directory, if it has one). It is
+/* en as a file: its KV rows [0, n) in kv, or with par its rows [par->a, n) in kv after the
+ * parent file's. At want (NULL: its name in the cache's directory, if it has one). It is
  * written under a temporary name of its own in the same folder (mkstemp: unique across
  * processes and hosts sharing the folder) and renamed into place, so a reader sees the whole
  * file or none, and two writers of one entry never write into one file. */
-static int entry_write(pcache *c, entry *en, const engine_kv *kv, const char *want, herr *e) {
+static int entry_write(pcache *c, entry *en, const engine_kv *kv, const file_parent *par, const char *want, herr *e) {
     if (!want && !c->dir) return 0;
     const engine_point *p0 = en->pts[0];
     char path[4096], tmp[4200];
@@ -396,11 +442,12 @@ static int entry_write(pcache *c, entry *en, const engine_kv *kv, const char *wa
     }
     file_head h = {.model_id = kv->model_id, .n = en->n, .n_pts = en->n_pts, .kv_bytes = kv->bytes,
                    .n_gdn = (uint64_t)p0->n_gdn, .lane_floats = p0->lane_floats, .ring_floats = p0->ring_floats};
-    memcpy(h.magic, MAGIC, 8);
+    memcpy(h.magic, par ? MAGIC_2 : MAGIC, 8);
     bool ok = fwrite(&h, sizeof h, 1, f) == 1;
     uint64_t sum = 0xcbf29ce484222325ull;
+    if (par) ok = ok && wr(f, par, sizeof *par, &sum);
     ok = ok && wr(f, en->ids, sizeof(int32_t) * (size_t)en->n, &sum) && wr(f, &kv->hash_a, 8, &sum) &&
-         wr(f, kv->hash, sizeof(uint64_t) * (size_t)en->n, &sum) && wr(f, kv->data, kv->bytes, &sum);
+         wr(f, kv->hash, sizeof(uint64_t) * (size_t)(kv->b - kv->a), &sum) && wr(f, kv->data, kv->bytes, &sum);
     for (int i = 0; ok && i < en->n_pts; i++) {
         const engine_point *p = en->pts[i];
         ok = wr(f, &p->pos, 8, &sum) && wr(f, &p->hash, 8, &sum) &&
@@ -420,6 +467,7 @@ static int entry_write(pcache *c, entry *en, const engine_kv *kv, const char *wa
     if (!stat(path, &sb)) c->st.disk_bytes += sb.st_size;
     free(en->path);
     en->path = xstrdup(path);
+    en->sum = sum;
     c->st.n_saved++;
     return 0;
 }
@@ -469,16 +517,32 @@ static int entry_read(pcache *c, entry *en, const char *path, rd_mode mode, stru
     const bool full = mode == RD_FULL;
     if (fstat(fileno(f), &sb)) { herr_set(e, "cannot stat: %s", strerror(errno)); goto out; }
     if (seen) *seen = sb;
-    if (fread(&h, sizeof h, 1, f) != 1 || memcmp(h.magic, MAGIC, 8)) { herr_set(e, "not a hearth cache file"); goto out; }
+    if (fread(&h, sizeof h, 1, f) != 1 || (memcmp(h.magic, MAGIC, 8) && memcmp(h.magic, MAGIC_2, 8))) {
+        herr_set(e, "not a hearth cache file");
+        goto out;
+    }
+    const bool child = !memcmp(h.magic, MAGIC_2, 8);
+    file_parent par = {0};
+    if (child && fread(&par, sizeof par, 1, f) != 1) { herr_set(e, "truncated (its parent)"); goto out; }
+    sum = fnv(sum, &par, child ? sizeof par : 0);
+    uint64_t pk;
+    int64_t pp0;
+    if (child && (par.a < 1 || par.a >= h.n || par.depth < 1 || par.depth > CHAIN_MAX ||
+                  strnlen(par.name, sizeof par.name) == sizeof par.name || !name_parse(par.name, &pk, &pp0))) {
+        herr_set(e, "its parent is not a cache file's name");
+        goto out;
+    }
+    const int64_t a = par.a; /* rows [a, n) in the file */
     if (h.model_id != info.model_id) { herr_set(e, "made by another model"); goto out; }
     if (engine_point_new(c->eng, &shape, e) < 0) { rc = RD_ROOM; goto out; }
-    if (h.n < 1 || h.n > info.n_ctx || h.n_pts < 1 || h.n_pts > 4096 || h.kv_bytes != info.kv_bytes_per_token * (uint64_t)h.n ||
+    if (h.n < 1 || h.n > info.n_ctx || h.n_pts < 1 || h.n_pts > 4096 || h.kv_bytes != info.kv_bytes_per_token * (uint64_t)(h.n - a) ||
         h.n_gdn != (uint64_t)shape->n_gdn || h.lane_floats != shape->lane_floats || h.ring_floats != shape->ring_floats) {
         herr_set(e, "its shapes are not this engine's (%" PRId64 " rows, context %" PRId64 ")", h.n, info.n_ctx);
         goto out;
     }
     const uint64_t state = sizeof(float) * h.n_gdn * (h.lane_floats + h.ring_floats);
-    const uint64_t want = sizeof h + 4 * (uint64_t)h.n + 8 + 8 * (uint64_t)h.n + h.kv_bytes + (uint64_t)h.n_pts * (16 + state);
+    const uint64_t want = sizeof h + (child ? sizeof par : 0) + 4 * (uint64_t)h.n + 8 + 8 * (uint64_t)(h.n - a) + h.kv_bytes +
+                          (uint64_t)h.n_pts * (16 + state);
     if ((uint64_t)sb.st_size != want) {
         herr_set(e, "%lld bytes where its header says %llu (truncated?)", (long long)sb.st_size, (unsigned long long)want);
         goto out;
@@ -487,12 +551,12 @@ static int entry_read(pcache *c, entry *en, const char *path, rd_mode mode, stru
     pos = xmalloc(sizeof(int64_t) * (size_t)h.n_pts);
     if (!rd(f, ids, 4 * (size_t)h.n, &sum)) { herr_set(e, "read error"); goto out; }
     if (full) {
-        if (engine_kv_new(c->eng, 0, h.n, &kv, e) < 0) { rc = RD_ROOM; goto out; }
+        if (engine_kv_new(c->eng, a, h.n, &kv, e) < 0) { rc = RD_ROOM; goto out; }
         pts = xcalloc((size_t)h.n_pts, sizeof *pts);
     }
     uint64_t hash_a;
-    uint64_t *hash = kv ? kv->hash : xmalloc(8 * (size_t)h.n);
-    bool ok = rd(f, &hash_a, 8, &sum) && rd(f, hash, 8 * (size_t)h.n, &sum);
+    uint64_t *hash = kv ? kv->hash : xmalloc(8 * (size_t)(h.n - a));
+    bool ok = rd(f, &hash_a, 8, &sum) && rd(f, hash, 8 * (size_t)(h.n - a), &sum);
     ok = ok && (kv ? rd(f, kv->data, h.kv_bytes, &sum) : rd_skip(f, h.kv_bytes, &sum, mode));
     for (int i = 0; ok && i < h.n_pts; i++) {
         int64_t p;
@@ -521,12 +585,36 @@ static int entry_read(pcache *c, entry *en, const char *path, rd_mode mode, stru
             ok = rd_skip(f, state, &sum, mode);
         }
     }
-    const bool rows_ok = ok && hash_a == engine_ids_hash(c->eng, ids, 0) && hash[h.n - 1] == engine_ids_hash(c->eng, ids, h.n);
+    const bool rows_ok = ok && hash_a == engine_ids_hash(c->eng, ids, a) && hash[h.n - a - 1] == engine_ids_hash(c->eng, ids, h.n);
     if (!kv) free(hash);
     if (!ok) { herr_set(e, "read error"); goto out; }
     if (mode != RD_INDEX && sum != h.checksum) { herr_set(e, "its checksum does not match (corrupt)"); goto out; }
     if (!rows_ok) { herr_set(e, "its KV rows' hashes do not match its ids"); goto out; }
     if (kv) kv->hash_a = hash_a;
+    span *up = NULL; /* a child's rows [0, a): its parent file's chain, read first */
+    if (full && child) {
+        char *ppath = xmalloc(strlen(c->dir ? c->dir : ".") + sizeof par.name + 2);
+        sprintf(ppath, "%s/%s", c->dir ? c->dir : ".", par.name);
+        entry pe = {0};
+        herr pe_e;
+        const int prc = entry_read(c, &pe, ppath, RD_FULL, NULL, &pe_e);
+        free(ppath);
+        const bool same = prc == RD_OK && pe.sum == par.sum && pe.depth + 1 == par.depth && pe.n >= a &&
+                          ids_common_prefix(pe.ids, pe.n, ids, a) >= a;
+        if (prc == RD_OK && !same) herr_set(&pe_e, "it is not the file this one was written after");
+        if (same) {
+            up = pe.tail;
+            up->refs++;
+        }
+        entry_free(c, &pe);
+        if (!up) {
+            rc = prc == RD_ROOM ? RD_ROOM : RD_BAD;
+            herr_set(e, "its parent file %s: %s", par.name, pe_e.msg);
+            goto out;
+        }
+    }
+    en->sum = h.checksum;
+    en->depth = child ? par.depth : 0;
     free(en->ids);
     free(en->pt_pos);
     en->ids = ids;
@@ -537,8 +625,9 @@ static int entry_read(pcache *c, entry *en, const char *path, rd_mode mode, stru
     pos = NULL;
     if (full) {
         span_unref(c, en->tail);
-        en->tail = span_new(c, NULL, 0, h.n, kv, -1);
+        en->tail = span_new(c, up, a, h.n, kv, -1);
         en->tail->refs++;
+        span_unref(c, up); /* the span holds it now */
         en->pts = pts;
         kv = NULL;
         pts = NULL;
@@ -734,7 +823,7 @@ int pcache_open(pcache **out, engine *eng, const char *dir, herr *e) {
 void pcache_free(pcache *c) {
     if (!c) return;
     for (int i = 0; i < c->n; i++) entry_free(c, &c->es[i]);
-    for (int k = 0; k < c->n_seq; k++) spine_set(c, k, NULL, 0);
+    for (int k = 0; k < c->n_seq; k++) spine_set(c, k, NULL, 0), spine_file(c, k, NULL, 0, 0, 0);
     if (c->spans) { /* every span is an entry's or a spine's: none is left */
         fprintf(stderr, "%s:%d: pcache_free: a span [%lld, %lld) is still referenced\n", __FILE__, __LINE__,
                 (long long)c->spans->a, (long long)c->spans->b);
@@ -848,7 +937,7 @@ static int put(pcache *c, int seq, const int32_t *ids, int64_t n_held, engine_po
     engine_kv *kv = NULL;
     while (engine_kv_read(c->eng, seq, 0, n, &kv, e) < 0)
         if (!pcache_evict_older(c, en->t_used)) return -1;
-    const int rc = entry_write(c, en, kv, path, e);
+    const int rc = entry_write(c, en, kv, NULL, path, e);
     engine_kv_free(c->eng, kv);
     return rc;
 }
@@ -870,7 +959,17 @@ void pcache_write_through(pcache *c, int seq, const int32_t *ids, int64_t n_held
         fprintf(stderr, "hearth serve: --cache-dir: not written: the cache has %d entries already\n", MAX_ENTRIES);
         return;
     }
-    while (engine_kv_read(c->eng, seq, 0, n, &kv, &e) < 0)
+    /* after the file whose rows the sequence holds, when there is one (touched first: a file
+     * is never older than one written after it, so pruning by age keeps chains whole): the
+     * rows past it alone, so a conversation's turn writes its own rows, not its history */
+    const spine *sp = &c->spines[seq];
+    file_parent par = {0};
+    const bool chained = sp->file && sp->file_a < n && sp->file_depth < CHAIN_MAX && !utimensat(AT_FDCWD, sp->file, NULL, 0);
+    if (chained) {
+        par = (file_parent){.a = sp->file_a, .sum = sp->file_sum, .depth = sp->file_depth + 1};
+        snprintf(par.name, sizeof par.name, "%s", strrchr(sp->file, '/') + 1);
+    }
+    while (engine_kv_read(c->eng, seq, par.a, n, &kv, &e) < 0)
         if (!pcache_evict_older(c, INFINITY)) {
             fprintf(stderr, "hearth serve: --cache-dir: not written: %s\n", e.msg);
             return;
@@ -878,9 +977,11 @@ void pcache_write_through(pcache *c, int seq, const int32_t *ids, int64_t n_held
     int64_t *pos = xmalloc(sizeof *pos * (size_t)n_pts);
     for (int k = 0; k < n_pts; k++) pos[k] = pts[k]->pos;
     /* written from the slot's own points, which it keeps: the entry holds only the file */
-    entry en = {.ids = (int32_t *)ids, .n = n, .pts = (engine_point **)pts, .n_pts = n_pts, .pt_pos = pos};
-    const int rc = entry_write(c, &en, kv, NULL, &e);
+    entry en = {.ids = (int32_t *)ids, .n = n, .pts = (engine_point **)pts, .n_pts = n_pts, .pt_pos = pos,
+                .depth = par.depth};
+    const int rc = entry_write(c, &en, kv, chained ? &par : NULL, NULL, &e);
     engine_kv_free(c->eng, kv);
+    if (rc == 0) spine_file(c, seq, en.path, en.sum, en.depth, n);
     if (rc < 0) {
         fprintf(stderr, "hearth serve: --cache-dir: %s\n", e.msg);
         free(pos);
@@ -888,7 +989,8 @@ void pcache_write_through(pcache *c, int seq, const int32_t *ids, int64_t n_held
     }
     if (slot == c->n) c->n++;
     entry_free(c, &c->es[slot]); /* an evicted entry's leftovers */
-    c->es[slot] = (entry){.n = n, .n_pts = n_pts, .pt_pos = pos, .path = en.path, .t_used = time_now()};
+    c->es[slot] = (entry){.n = n, .n_pts = n_pts, .pt_pos = pos, .path = en.path, .sum = en.sum, .depth = en.depth,
+                          .t_used = time_now()};
     c->es[slot].ids = xmalloc(sizeof(int32_t) * (size_t)n);
     memcpy(c->es[slot].ids, ids, sizeof(int32_t) * (size_t)n);
 }
@@ -993,7 +1095,10 @@ int pcache_restore(pcache *c, int i, int k, int seq, const int32_t **ids, int64_
         c->st.rows_written += t->kv ? t->b - t->a : ends[m] - (t->a > have ? t->a : have);
     }
     if (rc == 0) rc = engine_restore(c->eng, seq, pt, e);
-    if (rc == 0) spine_set(c, seq, ch[top], p); /* it holds the entry's rows [0, p) now */
+    if (rc == 0) { /* it holds the entry's rows [0, p) now, and its file's */
+        spine_set(c, seq, ch[top], p);
+        spine_file(c, seq, en->path, en->sum, en->depth, p);
+    }
     c->pinned = -1;
     free(ch);
     free(ends);

@@ -15,9 +15,12 @@
  * Entries live in host RAM under the engine's cache budget (--cache-ram), shared with the
  * slots' own points; the least recently used goes first. With a directory (--cache-dir)
  * every entry is also a file, and so are the points each request made (written through when
- * it ends, kept as a file only), found again after a restart or a crash: a file that is
+ * it ends, kept as a file only), found again after a restart or a crash. A write-through from
+ * a sequence that holds an earlier file's rows as they are writes only the rows past them,
+ * naming that file (its parent, read first, touched when a child is written); a file that is
  * corrupt (its checksum), truncated, of another model, or inconsistent (a point's or row's
- * hash against its ids) is refused and removed, with a line on stderr. An entry evicted from
+ * hash against its ids), or whose parent is gone or not the file it followed, is refused and
+ * removed, with a line on stderr. An entry evicted from
  * RAM keeps its file and its ids, and is read back when a request matches it.
  *
  * Several processes (replicas) may share the directory: a file is written under a temporary

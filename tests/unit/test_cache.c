@@ -13,6 +13,7 @@
 #include "serve/cache.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -263,9 +264,87 @@ TEST(restore_in_place) {
     model_free(m);
 }
 
+/* With a folder: each turn's points written through (as a request's end does) after the
+ * file of the turn before, so a turn's file holds its own rows, not the conversation's; after
+ * a restart every turn's entry is read back through its chain of files with the bits it had;
+ * a chain whose first file is gone is refused, not half read. */
+TEST(files_chain) {
+    model *m = NULL;
+    engine *eng = micro_engine(&m, 1200, 64 << 20);
+    if (!eng) { CHECK(0); return; }
+    herr e;
+    char dir[] = "/tmp/hearth-cache-chain-XXXXXX";
+    if (!mkdtemp(dir)) { CHECK(0); return; }
+    pcache *c;
+    CHECK(pcache_open(&c, eng, dir, &e) == 0);
+    static convo cv;
+    cv.V = (int)m->hp.n_vocab;
+    for (int i = 0; i < 1200; i++) cv.ids[i] = (int32_t)((i * 29 + 3) % 983);
+    const size_t row = engine_get_info(eng).kv_bytes_per_token;
+    int64_t at = 0, disk = 0;
+    for (int k = 0; k < TURNS; k++) {
+        cv.n[k] = 150 * (k + 1) + 7 * k;
+        cv.a[k] = cv.n[k] - BACK;
+        engine_point *pa = NULL, *pn = NULL;
+        CHECK(engine_point_new(eng, &pa, &e) == 0 && engine_point_new(eng, &pn, &e) == 0);
+        const int64_t marks[2] = {cv.a[k] - at, cv.n[k] - at};
+        engine_point *pts[2] = {pa, pn};
+        engine_span sp = {.seq = 0, .ids = cv.ids + at, .n = cv.n[k] - at, .marks = marks, .n_marks = 2, .points = pts};
+        CHECK_MSG(engine_run(eng, &sp, 1, &e) == 0, "%s", e.msg);
+        engine_span one = {.seq = 0, .ids = cv.ids + cv.n[k], .n = 1, .want = ENGINE_LOGITS_LAST, .logits = cv.want[k]};
+        CHECK_MSG(engine_run(eng, &one, 1, &e) == 0, "%s", e.msg);
+        pcache_write_through(c, 0, cv.ids, cv.n[k] + 1, &pn, 1);
+        const int64_t d = pcache_get_stats(c).disk_bytes - disk;
+        disk += d;
+        /* the first file holds rows [0, n(0)); each after it the rows since the last resume */
+        const int64_t rows = cv.n[k] - at;
+        CHECK_MSG(d > (int64_t)row * rows && d < (int64_t)row * (rows + 40) + 4 * cv.n[k] + 4096 + (int64_t)engine_point_size(pn),
+                  "turn %d: a file of %lld bytes for %lld new rows of %zu bytes", k, (long long)d, (long long)rows, row);
+        engine_point_free(eng, pn);
+        pcache_seq_cut(c, 0, cv.a[k]);
+        CHECK_MSG(engine_restore(eng, 0, pa, &e) == 0, "%s", e.msg);
+        engine_point_free(eng, pa);
+        at = cv.a[k];
+    }
+    pcache_free(c);
+    /* a restart: every turn's entry from its files, on either sequence */
+    engine_seq_clear(eng, 0);
+    CHECK(pcache_open(&c, eng, dir, &e) == 0);
+    CHECK_MSG(pcache_get_stats(c).n_entries == TURNS, "%lld entries found", (long long)pcache_get_stats(c).n_entries);
+    for (int k = TURNS - 1; k >= 0; k--) check_row(eng, c, &cv, cv.n[k], cv.want[k], k % 2, false);
+    CHECK(pcache_get_stats(c).n_refused == 0);
+    pcache_free(c);
+    /* the first file gone: the later ones are refused (and removed), the entries missed */
+    char cmd[200];
+    snprintf(cmd, sizeof cmd, "ls %s | grep -- '-%lld.hcache$'", dir, (long long)cv.n[0]);
+    FILE *ls = popen(cmd, "r");
+    char first[200] = "";
+    if (ls && fgets(first, sizeof first, ls)) first[strcspn(first, "\n")] = 0;
+    if (ls) pclose(ls);
+    char path[400];
+    snprintf(path, sizeof path, "%s/%s", dir, first);
+    CHECK_MSG(first[0] && unlink(path) == 0, "remove %s", path);
+    engine_seq_clear(eng, 0);
+    engine_seq_clear(eng, 1);
+    CHECK(pcache_open(&c, eng, dir, &e) == 0);
+    int ei, pi;
+    const int K = TURNS - 1;
+    CHECK(pcache_best(c, cv.ids, cv.n[K] + 1, NULL, NULL, &ei, &pi) == cv.n[K]);
+    const int32_t *ids;
+    int64_t pos;
+    CHECK_MSG(pcache_restore(c, ei, pi, 0, &ids, &pos, &e) < 0, "a file read back without its parent");
+    CHECK(pcache_get_stats(c).n_refused >= 1);
+    pcache_free(c);
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    CHECK(system(cmd) == 0);
+    engine_free(eng);
+    model_free(m);
+}
+
 int main(void) {
     RUN(evicted_ids_bounded);
     RUN(turns_share_rows);
     RUN(restore_in_place);
+    RUN(files_chain);
     return harness_done();
 }
