@@ -354,6 +354,8 @@ inline void emu_ldsm4(uint32_t r[4], const void *p, bool tr) {
     emu_warp_done();
     for (int i = 0; i < 4; i++) r[i] = v[i];
 }
+/* a named barrier of a pair of warps: the whole block's here (every thread calls it) */
+inline void pair_sync(int) { __syncthreads(); }
 inline void ldsm4(uint32_t r[4], const void *p) { emu_ldsm4(r, p, false); }
 inline void ldsm4t(uint32_t r[4], const void *p) { emu_ldsm4(r, p, true); }
 inline void cp16(void *smem, const void *gmem) { memcpy(smem, gmem, 16); }

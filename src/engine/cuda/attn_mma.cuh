@@ -29,6 +29,8 @@
 #include "engine/cuda/attn_merge.cuh"
 
 #ifndef HEARTH_CUDA_EMU_H
+// the 64 threads of warps 2 pr and 2 pr + 1 meet (named barrier 1 + pr; 0 is __syncthreads')
+__device__ __forceinline__ void pair_sync(int pr) { asm volatile("bar.sync %0, 64;" ::"r"(1 + pr) : "memory"); }
 // d += a b (m16n8k16: a 16x16 row-major, b 16x8 column-major, f16 pairs; d f32)
 __device__ __forceinline__ void mma16816(float d[4], const uint32_t a[4], const uint32_t b[2]) {
     asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
@@ -77,10 +79,10 @@ __device__ __forceinline__ uint32_t am_h2(float lo, float hi) { return (uint32_t
 template <int D> struct am_cfg {
     static constexpr int RS = D + 8;
     static constexpr int STAGE = 2 * AM_KB * RS;                   /* a block's K rows, then its V rows */
-    static constexpr int KV_BYTES = 2 * 2 * STAGE;                 /* two stages */
+    static constexpr int KV_BYTES = 2 * 2 * STAGE;                 /* two stages (decode) */
     static constexpr int O_FLOATS = D / 4;                         /* a prompt thread's folded outputs: 2 vectors, D/2 dims */
     static constexpr int SX_FLOATS = 16;                           /* a lane's half-scores, exchanged in a pair */
-    static constexpr int PROMPT_BYTES = 2 * AM_QV * RS + KV_BYTES + 4 * AM_TP * (O_FLOATS + SX_FLOATS);
+    static constexpr int PROMPT_BYTES = 2 * AM_QV * RS + 3 * 2 * STAGE + 4 * AM_TP * (O_FLOATS + SX_FLOATS); /* three stages */
     static constexpr int DECODE_BYTES = 2 * 16 * RS + KV_BYTES;
 };
 
@@ -226,7 +228,7 @@ __global__ void __launch_bounds__(AM_TP) attn_mma_tile_kernel(const float *qf, c
     constexpr int NT = D / 16, RS = C::RS; /* n-tiles of a warp's half of the dims */
     HK_DYN_SMEM(sm);
     uint16_t *Qs = (uint16_t *)sm, *stg = Qs + AM_QV * RS;
-    float *Of = (float *)(stg + 2 * C::STAGE), *Sx = Of + C::O_FLOATS * AM_TP;
+    float *Of = (float *)(stg + 3 * C::STAGE), *Sx = Of + C::O_FLOATS * AM_TP;
     const hk_qtile tile = tiles[n_tiles - 1 - (int)blockIdx.x];
     if (tile.n == 1) return;
     const int G = (int)(H / Hkv), nv = tile.n * G, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -251,20 +253,26 @@ __global__ void __launch_bounds__(AM_TP) attn_mma_tile_kernel(const float *qf, c
     float M[2] = {-INFINITY, -INFINITY}, L[2] = {0.0f, 0.0f}, m[2], l[2], o[NT][4];
     for (int i = 0; i < C::O_FLOATS; i++) Of[i * AM_TP + tid] = 0.0f;
     const size_t base = (size_t)tile.seq * seq_stride + (size_t)(kvh * D);
+    /* three stages: block kb's, the next one's in flight, and the one fetched into the stage
+     * block kb - AM_KB left, which every warp is done with once it passes this block's first
+     * barrier: one block barrier a block, and the pair's own for the half-scores */
     am_fetch<D, AM_TP>(stg, K0, V0, base, Hkv, 0, (int)min((int64_t)AM_KB, last + 1));
+    if (AM_KB <= last) am_fetch<D, AM_TP>(stg + C::STAGE, K0, V0, base, Hkv, AM_KB, (int)min((int64_t)AM_KB, last + 1 - AM_KB));
+    else cp_commit();
     int buf = 0;
-    for (int64_t kb = 0; kb <= last; kb += AM_KB, buf ^= 1) {
+    for (int64_t kb = 0; kb <= last; kb += AM_KB, buf = buf == 2 ? 0 : buf + 1) {
         if (kb % seg == 0 && !(AMUT(2) && kb > 0)) { /* a segment starts */
 #pragma unroll
             for (int i = 0; i < 2; i++) m[i] = -INFINITY, l[i] = 0.0f;
 #pragma unroll
             for (int t = 0; t < NT; t++) o[t][0] = o[t][1] = o[t][2] = o[t][3] = 0.0f;
         }
-        if (kb + AM_KB <= last)
-            am_fetch<D, AM_TP>(stg + (buf ^ 1) * C::STAGE, K0, V0, base, Hkv, kb + AM_KB, (int)min((int64_t)AM_KB, last + 1 - kb - AM_KB));
-        else cp_commit();
         cp_wait<1>();
-        __syncthreads(); /* this block's K and V, every thread's copies (and Qs the first time) */
+        __syncthreads(); /* this block's K and V, every thread's copies (and Qs the first time); the last block's stage and Sx read */
+        if (kb + 2 * AM_KB <= last)
+            am_fetch<D, AM_TP>(stg + (buf == 0 ? 2 : buf - 1) * C::STAGE, K0, V0, base, Hkv, kb + 2 * AM_KB,
+                               (int)min((int64_t)AM_KB, last + 1 - kb - 2 * AM_KB));
+        else cp_commit();
         const uint16_t *Kb = stg + buf * C::STAGE;
         const bool live = kb < wend; /* the same for both warps of a pair */
         float mine[4][4];
@@ -275,7 +283,7 @@ __global__ void __launch_bounds__(AM_TP) attn_mma_tile_kernel(const float *qf, c
 #pragma unroll
                 for (int c = 0; c < 4; c++) Sx[(4 * j + c) * AM_TP + tid] = mine[j][c];
         }
-        __syncthreads(); /* the pairs' half-scores */
+        pair_sync(pr); /* the pair's half-scores */
         if (live) {
             float other[4][4], S[4][4];
 #pragma unroll
@@ -286,7 +294,6 @@ __global__ void __launch_bounds__(AM_TP) attn_mma_tile_kernel(const float *qf, c
             else am_sum(S, other, mine);
             am_step<D, NT>(S, Kb + AM_KB * RS, half * (D / 2), kb, kend, scale, m, l, o);
         }
-        __syncthreads(); /* the stage and Sx are free for the next block */
         if ((kb + AM_KB) % seg == 0 || kb + AM_KB > last) { /* the segment ends: fold it */
             const int64_t k_lo = kb - kb % seg;
 #pragma unroll
