@@ -527,6 +527,10 @@ static int entry_read(pcache *c, entry *en, const char *path, rd_mode mode, stru
     sum = fnv(sum, &par, child ? sizeof par : 0);
     uint64_t pk;
     int64_t pp0;
+    if (child && !c->dir) { /* its parent is a file of the folder */
+        herr_set(e, "it follows another file of a --cache-dir");
+        goto out;
+    }
     if (child && (par.a < 1 || par.a >= h.n || par.depth < 1 || par.depth > CHAIN_MAX ||
                   strnlen(par.name, sizeof par.name) == sizeof par.name || !name_parse(par.name, &pk, &pp0))) {
         herr_set(e, "its parent is not a cache file's name");
@@ -593,8 +597,8 @@ static int entry_read(pcache *c, entry *en, const char *path, rd_mode mode, stru
     if (kv) kv->hash_a = hash_a;
     span *up = NULL; /* a child's rows [0, a): its parent file's chain, read first */
     if (full && child) {
-        char *ppath = xmalloc(strlen(c->dir ? c->dir : ".") + sizeof par.name + 2);
-        sprintf(ppath, "%s/%s", c->dir ? c->dir : ".", par.name);
+        char *ppath = xmalloc(strlen(c->dir) + sizeof par.name + 2);
+        sprintf(ppath, "%s/%s", c->dir, par.name);
         entry pe = {0};
         herr pe_e;
         const int prc = entry_read(c, &pe, ppath, RD_FULL, NULL, &pe_e);
