@@ -651,7 +651,7 @@ def main():
         tsv.close()
 
     md = [f"conditions: {a.label}" if a.label else "",
-          f"hearth commit {git_head()}; seed {a.seed}; reps measured {a.reps} (rep 0 dropped); fresh {a.fresh}; "
+          f"checkout at {git_head()} (the binaries' own versions below); seed {a.seed}; reps measured {a.reps} (rep 0 dropped); fresh {a.fresh}; "
           f"started {time.strftime('%Y-%m-%d %H:%M', time.gmtime(t_start))} UTC, {time.time() - t_start:.0f} s"
           + (f"; load average {min(loads):.2f}..{max(loads):.2f} at the conversations' starts" if loads else ""),
           ""]
