@@ -8,7 +8,8 @@ prompt's), temperature 0, the same chat template on both servers.
          run_shell, search; JSON-schema parameters), a system prompt, one user task, then per
          turn an assistant message (reasoning_content and one call in tool_calls) and a `tool`
          message carrying a long result (about 1.5-3k tokens of code, logs or search hits),
-         until the prompt reaches --target-tokens (default 40000: 15-16 turns)
+         until the prompt reaches about --target-tokens (default 40000: 16 tool turns, 17 requests, 41.7k tokens
+         with Qwen3's tokenizer; 15000: 6 tool turns, 7 requests, 14.9k)
   chat   a chat with thinking: user and assistant turns, the assistant's carrying
          reasoning_content (Qwen's template drops the <think> blocks before the last user
          message), about 12 turns to --chat-tokens (default 6000)
@@ -27,9 +28,9 @@ SIGTERM; or --hearth-url / --llama-url for servers already running (then --fresh
 possible). Either side may be left out (then only the other is measured). Example:
 
   bench/agent_turns.py --trace both --reps 2 --target-tokens 15000 --out /tmp/at \\
-    --hearth-cmd "build/hearth serve -m /tmp/small.gguf -c 65536 -np 1 -t 2 --device cpu \\
+    --hearth-cmd "build/hearth serve -m /tmp/small.gguf -c 32768 -np 1 -t 2 --device cpu \\
                   --chat-template-file tests/fixtures/templates/Qwen3.5-4B.jinja --port {port}" \\
-    --llama-cmd "$(tools/peer/path.sh)/llama-server -m /tmp/small.gguf -c 65536 -np 1 -t 2 --jinja \\
+    --llama-cmd "$(tools/peer/path.sh)/llama-server -m /tmp/small.gguf -c 32768 -np 1 -t 2 --jinja \\
                   --chat-template-file tests/fixtures/templates/Qwen3.5-4B.jinja --port {port}"
 
 Writes to --out: samples.tsv (one row per request), results.md (the tables and the
