@@ -537,6 +537,53 @@ TEST(attend_avx2) {
     attend_suite(true);
 }
 
+/* cpu_attend_rows_avx2: 1..4 consecutive rows (row r sees n0 + r keys) of 1..4 heads against
+ * one KV head, key blocks shared: each row's heads give cpu_attend_heads_avx2's bits for that
+ * row alone. Key and value rows past the tile's last key are NaN (a read of one shows), and
+ * the tile's lengths cross a 32-key block's end and end odd and even. */
+TEST(attend_rows_avx2) {
+    if (!quant_simd_active()) SKIP(no_simd_why());
+    const int64_t D = 256, Hkv = 2, kv_stride = Hkv * D, nmax = 140, H = 8;
+    const int64_t n0s[] = {1, 30, 31, 63, 100, 136};
+    float *qf = xmalloc(sizeof(float) * 4 * H * 2 * D), *kf = xmalloc(sizeof(float) * nmax * kv_stride),
+          *vf = xmalloc(sizeof(float) * nmax * kv_stride);
+    f16_t *k16 = xmalloc(sizeof(f16_t) * nmax * kv_stride), *v16 = xmalloc(sizeof(f16_t) * nmax * kv_stride);
+    float *o = xmalloc(sizeof(float) * 4 * H * D), *o1 = xmalloc(sizeof(float) * 4 * D), *sc = xmalloc(sizeof(float) * 4 * 4 * nmax),
+          *acc = xmalloc(sizeof(float) * 4 * 4 * D), *sc1 = xmalloc(sizeof(float) * 4 * nmax);
+    int64_t checked = 0;
+    for (size_t ni = 0; ni < sizeof n0s / sizeof n0s[0]; ni++)
+        for (int f16 = 0; f16 < 2; f16++)
+            for (int nr = 1; nr <= 4; nr++)
+                for (int ng = 1; ng <= 4; ng++) {
+                    const int64_t n0 = n0s[ni], last = n0 + nr - 1;
+                    const uint64_t key = rng_at(rng_key(SEEDS[0], "rows"), (uint64_t)((ni * 2 + (size_t)f16) * 16 + (size_t)((nr - 1) * 4 + ng - 1)));
+                    for (int64_t i = 0; i < 4 * H * 2 * D; i++) qf[i] = 0.3f * rng_normal(key, (uint64_t)i);
+                    for (int64_t e = 0; e < nmax * kv_stride; e++) {
+                        const bool past = e / kv_stride >= last;
+                        const float kx = past ? NAN : rng_normal(key ^ 0x4b, (uint64_t)e), vx = past ? NAN : rng_normal(key ^ 0x56, (uint64_t)e);
+                        k16[e] = f32_to_f16(kx), v16[e] = f32_to_f16(vx), kf[e] = kx, vf[e] = vx;
+                    }
+                    const void *kb = f16 ? (const void *)(k16 + D) : (const void *)(kf + D); /* KV head 1 */
+                    const void *vb = f16 ? (const void *)(v16 + D) : (const void *)(vf + D);
+                    const float *q = qf + 4 * 2 * D; /* heads 4.. of each row: KV head 1's group */
+                    int64_t nk[4];
+                    for (int r = 0; r < nr; r++) nk[r] = n0 + r;
+                    for (int64_t i = 0; i < 4 * H * D; i++) o[i] = NAN;
+                    cpu_attend_rows_avx2(nr, ng, q, H * 2 * D, 2 * D, kb, vb, f16, kv_stride, nk, D, 1.0f / 16.0f, sc, last, acc, o,
+                                         H * D, D);
+                    for (int r = 0; r < nr; r++) {
+                        cpu_attend_heads_avx2(ng, q + r * H * 2 * D, 2 * D, kb, vb, f16, kv_stride, nk[r], D, 1.0f / 16.0f, sc1, o1, D);
+                        CHECK_MSG(!memcmp(o + r * H * D, o1, sizeof(float) * (size_t)(ng * D)),
+                                  "rows: row %d of %d (%lld keys, %d heads, %s) differs from the row alone", r, nr,
+                                  (long long)nk[r], ng, f16 ? "f16" : "f32");
+                        checked++;
+                    }
+                }
+    printf("  %lld rows of tiles (1..4 rows, 1..4 heads, f16 and f32, 1..139 keys) = each row alone, bit for bit\n",
+           (long long)checked);
+    free(qf), free(kf), free(vf), free(k16), free(v16), free(o), free(o1), free(sc), free(acc), free(sc1);
+}
+
 int main(void) {
     RUN(gdn_dot_twin);
     RUN(gdn_dot_avx2);
@@ -544,5 +591,6 @@ int main(void) {
     RUN(gdn_rows_acc_avx2);
     RUN(attend_twin);
     RUN(attend_avx2);
+    RUN(attend_rows_avx2);
     return harness_done();
 }

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #define ATTN_HEADS 4 /* query heads per SIMD call (they share each key and value row) */
+#define ATTN_ROWS 4  /* consecutive rows of a sequence per SIMD call (they share them too) */
 
 typedef struct attn_ctx {
     const model_hparams *hp;
@@ -24,7 +25,9 @@ typedef struct attn_ctx {
     float *ao;   /* (n, H*D) */
     float *thread_scores; /* (nth, thread_floats) */
     int64_t n_ctx, thread_floats;
-    int64_t heads_per_task, chunks; /* query heads of a GQA group per task, tasks per (row, KV head) */
+    int64_t heads_per_task, chunks; /* query heads of a GQA group per task, tasks per (tile, KV head) */
+    int64_t n_tiles, *tile0;        /* tiles of up to ATTN_ROWS rows of one sequence at consecutive
+                                     * positions (the SIMD path; else a row each): rows [tile0[t], tile0[t + 1]) */
     bool simd;
 } attn_ctx;
 
@@ -112,35 +115,61 @@ static void attend_head_c(const attn_ctx *c, const cpu_seq *s, int64_t hk, const
     }
 }
 
-/* task: (row, KV head, chunk of up to ATTN_HEADS query heads of its group). The SIMD kernel
- * gives each head the same bits however many heads share a call. */
+/* task: (tile, KV head, chunk of up to ATTN_HEADS query heads of its group). The SIMD
+ * kernels give each head the same bits however many heads and rows share a call. */
 static void attend_task(void *arg, int64_t t, int thread) {
     attn_ctx *c = arg;
     const model_hparams *hp = c->hp;
     const int64_t H = hp->n_head, Hkv = hp->n_head_kv, D = hp->head_dim, group = H / Hkv;
-    const int64_t r = t / (Hkv * c->chunks), hk = t / c->chunks % Hkv, h0 = hk * group + t % c->chunks * c->heads_per_task;
+    const int64_t ti = t / (Hkv * c->chunks), hk = t / c->chunks % Hkv, h0 = hk * group + t % c->chunks * c->heads_per_task;
     const int64_t nh = group - (h0 - hk * group) < c->heads_per_task ? group - (h0 - hk * group) : c->heads_per_task;
-    const int64_t n_keys = c->pos[r] + 1;
-    const cpu_seq *s = c->seqs[r];
+    const int64_t r0 = c->tile0[ti], nr = c->tile0[ti + 1] - r0;
+    const cpu_seq *s = c->seqs[r0];
     float *sc = c->thread_scores + (size_t)thread * (size_t)c->thread_floats;
-    const float *q = c->qf + r * 2 * H * D + h0 * 2 * D;
-    float *o = c->ao + r * H * D + h0 * D;
+    const float *q = c->qf + r0 * 2 * H * D + h0 * 2 * D;
+    float *o = c->ao + r0 * H * D + h0 * D;
     if (c->simd) {
         const size_t esz = c->kv_f16 ? 2 : 4;
         const uint8_t *kb = (const uint8_t *)s->k[c->il] + (size_t)(hk * D) * esz;
         const uint8_t *vb = (const uint8_t *)s->v[c->il] + (size_t)(hk * D) * esz;
-        cpu_attend_heads_avx2((int)nh, q, 2 * D, kb, vb, c->kv_f16, Hkv * D, n_keys, D, 1.0f / sqrtf((float)D), sc, o, D);
+        const float scale = 1.0f / sqrtf((float)D);
+        if (nr == 1) {
+            cpu_attend_heads_avx2((int)nh, q, 2 * D, kb, vb, c->kv_f16, Hkv * D, c->pos[r0] + 1, D, scale, sc, o, D);
+        } else {
+            int64_t n_keys[ATTN_ROWS];
+            for (int64_t r = 0; r < nr; r++) n_keys[r] = c->pos[r0 + r] + 1;
+            const int64_t stride = c->pos[r0 + nr - 1] + 1;
+            cpu_attend_rows_avx2((int)nr, (int)nh, q, 2 * H * D, 2 * D, kb, vb, c->kv_f16, Hkv * D, n_keys, D, scale, sc, stride,
+                                 sc + nr * nh * stride, o, H * D, D);
+        }
     } else {
-        for (int64_t g = 0; g < nh; g++) attend_head_c(c, s, hk, q + g * 2 * D, n_keys, sc, o + g * D);
+        for (int64_t g = 0; g < nh; g++) attend_head_c(c, s, hk, q + g * 2 * D, c->pos[r0] + 1, sc, o + g * D);
     }
-    for (int64_t g = 0; g < nh; g++) {
-        const float *gate = q + g * 2 * D + D;
-        for (int64_t i = 0; i < D; i++) o[g * D + i] *= cpu_sigmoid(gate[i]);
+    for (int64_t r = 0; r < nr; r++)
+        for (int64_t g = 0; g < nh; g++) {
+            const float *gate = q + r * 2 * H * D + g * 2 * D + D;
+            float *og = o + r * H * D + g * D;
+            for (int64_t i = 0; i < D; i++) og[i] *= cpu_sigmoid(gate[i]);
+        }
+}
+
+/* the rows in tiles: up to ATTN_ROWS consecutive rows of one sequence at consecutive
+ * positions where the SIMD kernel serves, else one row each; returns the count, tile0[n]
+ * closes the last */
+static int64_t attn_tiles(const attn_ctx *c, int64_t *tile0) {
+    int64_t nt = 0;
+    for (int64_t r = 0; r < c->n; r++) {
+        const int64_t t0 = nt ? tile0[nt - 1] : 0;
+        const bool joins = nt && c->simd && r - t0 < ATTN_ROWS && c->seqs[r] == c->seqs[r - 1] && c->pos[r] == c->pos[r - 1] + 1;
+        if (!joins) tile0[nt++] = r;
     }
+    tile0[nt] = c->n;
+    return nt;
 }
 
 /* heads of a group per task: up to ATTN_HEADS, fewer when rows are few (decode) so every
- * thread gets work */
+ * thread gets work (n: rows; tiles of ATTN_ROWS count as their rows here, so a short prompt
+ * may split its heads where its tiles alone would not feed every thread) */
 static int64_t heads_per_task(const model_hparams *hp, int64_t n, int nth) {
     const int64_t group = hp->n_head / hp->n_head_kv;
     int64_t hpt = group < ATTN_HEADS ? group : ATTN_HEADS;
@@ -148,9 +177,10 @@ static int64_t heads_per_task(const model_hparams *hp, int64_t n, int nth) {
     return hpt;
 }
 
-/* per thread: scores of a task's heads (SIMD) or one head's scores and one f16-converted key row */
+/* per thread: scores of a task's rows and heads and their partial sums (SIMD), or one head's
+ * scores and one f16-converted key row */
 static int64_t thread_floats(const model_hparams *hp, int64_t hpt, int64_t n_ctx, bool simd) {
-    return simd ? hpt * n_ctx : n_ctx + hp->head_dim;
+    return simd ? ATTN_ROWS * hpt * (n_ctx + hp->head_dim) : n_ctx + hp->head_dim;
 }
 
 static bool attn_simd(const model_hparams *hp) { return quant_simd_active() && hp->head_dim % 16 == 0; }
@@ -160,7 +190,7 @@ size_t cpu_attn_scratch(const model_hparams *hp, int64_t n, int64_t n_ctx, int n
     size_t b = arena_round(sizeof(float) * (size_t)(n * 2 * H * D)) + 2 * arena_round(sizeof(float) * (size_t)(n * Hkv * D)) +
                arena_round(sizeof(float) * (size_t)(n * H * D));
     int64_t tf = thread_floats(hp, ATTN_HEADS, n_ctx, true), tf2 = thread_floats(hp, 1, n_ctx, false);
-    b += arena_round(sizeof(float) * (size_t)(tf > tf2 ? tf : tf2) * (size_t)nth);
+    b += arena_round(sizeof(float) * (size_t)(tf > tf2 ? tf : tf2) * (size_t)nth) + arena_round(sizeof(int64_t) * (size_t)(n + 1));
     size_t proj = cpu_act_scratch(n, E, 3) + cpu_jobs_scratch(3), out = cpu_act_scratch(n, H * D, 1) + cpu_jobs_scratch(1);
     return b + (proj > out ? proj : out);
 }
@@ -182,11 +212,13 @@ void cpu_attn_layer(cpu_engine *ce, int il, const cpu_batch *b, const float *h, 
     c.n_ctx = ce->base.opts.n_ctx;
     c.thread_floats = thread_floats(hp, c.heads_per_task, c.n_ctx, c.simd);
     c.thread_scores = cpu_scratch(ce, sizeof(float) * (size_t)c.thread_floats * (size_t)ce->nth);
+    c.tile0 = cpu_scratch(ce, sizeof(int64_t) * (size_t)(n + 1));
 
     const qtensor *ws[3] = {&L->attn_q, &L->attn_k, &L->attn_v};
     float *ys[3] = {c.qf, c.k, c.v};
     cpu_project(ce, h, n, ws, ys, 3);
     pool_for(ce->pool, n, prep_task, &c);
-    pool_for(ce->pool, n * Hkv * c.chunks, attend_task, &c);
+    c.n_tiles = attn_tiles(&c, c.tile0);
+    pool_for(ce->pool, c.n_tiles * Hkv * c.chunks, attend_task, &c);
     cpu_matmul(ce, &L->attn_out, c.ao, n, out);
 }

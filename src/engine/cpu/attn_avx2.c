@@ -7,6 +7,8 @@
 #include "engine/cpu/cpu.h"
 
 #include <immintrin.h>
+#include <math.h>
+#include <string.h>
 
 #define KINLINE static inline __attribute__((always_inline))
 
@@ -101,4 +103,108 @@ void cpu_attend_heads_avx2(int ng, const float *q, int64_t q_stride, const void 
         return;
     switch (ng) { AH(1) AH(2) AH(3) AH(4) default: HEARTH_DIE("attend: %d heads", ng); }
 #undef AH
+}
+
+/* Rows r < nr of one sequence (consecutive positions: row r sees keys [0, n_keys[r])), each
+ * with ng query heads, against one KV head: every head's scores, softmax and sums exactly as
+ * attend_heads makes them (a score is one FMA chain over D in pairs of keys or alone at an odd
+ * end; a sum adds the keys in order per 8 columns), but the loops run key block by key block,
+ * so a block of AM_ROWS_KB key and value rows is read from memory once for all nr * ng heads
+ * instead of once a row: a prompt's rows at depth streamed the whole prefix per row. The
+ * partial sums wait in acc between blocks (a float stored and loaded keeps its bits). */
+#define AR_KB 32 /* keys a block: 16 KB of f16 key rows at D 256, in L1 */
+KINLINE void attend_rows(int nr, const float *q, int64_t q_row, int64_t q_stride, const void *k, const void *v,
+                         int64_t kv_stride, const int64_t *n_keys, int64_t D, float scale, float *sc, int64_t sc_stride,
+                         float *acc, float *o, int64_t o_row, int64_t o_stride, const int NG, const bool f16) {
+    int64_t nmax = 0;
+    for (int r = 0; r < nr; r++) nmax = n_keys[r] > nmax ? n_keys[r] : nmax;
+    for (int64_t kb = 0; kb < nmax; kb += AR_KB)
+        for (int r = 0; r < nr; r++) {
+            const int64_t e = kb + AR_KB < n_keys[r] ? kb + AR_KB : n_keys[r];
+            const float *qr = q + r * q_row;
+            float *s = sc + (int64_t)r * NG * sc_stride;
+            int64_t j = kb;
+            for (; j + 2 <= e; j += 2) {
+                __m256 a[2][4];
+#pragma GCC unroll 4
+                for (int g = 0; g < NG; g++) a[0][g] = a[1][g] = _mm256_setzero_ps();
+                for (int64_t d = 0; d < D; d += 8) {
+                    __m256 k0 = ld8(k, j * kv_stride + d, f16), k1 = ld8(k, (j + 1) * kv_stride + d, f16);
+#pragma GCC unroll 4
+                    for (int g = 0; g < NG; g++) {
+                        __m256 qv = _mm256_loadu_ps(qr + g * q_stride + d);
+                        a[0][g] = _mm256_fmadd_ps(qv, k0, a[0][g]);
+                        a[1][g] = _mm256_fmadd_ps(qv, k1, a[1][g]);
+                    }
+                }
+#pragma GCC unroll 4
+                for (int g = 0; g < NG; g++) {
+                    s[g * sc_stride + j] = hsum8(a[0][g]) * scale;
+                    s[g * sc_stride + j + 1] = hsum8(a[1][g]) * scale;
+                }
+            }
+            if (j < e) {
+                __m256 a[4];
+#pragma GCC unroll 4
+                for (int g = 0; g < NG; g++) a[g] = _mm256_setzero_ps();
+                for (int64_t d = 0; d < D; d += 8) {
+                    __m256 k0 = ld8(k, j * kv_stride + d, f16);
+#pragma GCC unroll 4
+                    for (int g = 0; g < NG; g++) a[g] = _mm256_fmadd_ps(_mm256_loadu_ps(qr + g * q_stride + d), k0, a[g]);
+                }
+#pragma GCC unroll 4
+                for (int g = 0; g < NG; g++) s[g * sc_stride + j] = hsum8(a[g]) * scale;
+            }
+        }
+    for (int r = 0; r < nr; r++)
+        for (int g = 0; g < NG; g++) {
+            float *s = sc + ((int64_t)r * NG + g) * sc_stride, mx = -INFINITY, sum = 0;
+            const int64_t n = n_keys[r];
+            for (int64_t i = 0; i < n; i++) mx = s[i] > mx ? s[i] : mx;
+            for (int64_t i = 0; i < n; i++) {
+                s[i] = expf(s[i] - mx);
+                sum += s[i];
+            }
+            const float inv = 1.0f / sum;
+            for (int64_t i = 0; i < n; i++) s[i] *= inv;
+        }
+    memset(acc, 0, sizeof(float) * (size_t)(nr * NG * D));
+    for (int64_t kb = 0; kb < nmax; kb += AR_KB)
+        for (int64_t d = 0; d < D; d += 16)
+            for (int r = 0; r < nr; r++) {
+                const int64_t e = kb + AR_KB < n_keys[r] ? kb + AR_KB : n_keys[r];
+                if (e <= kb) continue;
+                const float *s = sc + (int64_t)r * NG * sc_stride;
+                float *ar = acc + (int64_t)r * NG * D;
+                __m256 a[4][2];
+#pragma GCC unroll 4
+                for (int g = 0; g < NG; g++) a[g][0] = _mm256_loadu_ps(ar + g * D + d), a[g][1] = _mm256_loadu_ps(ar + g * D + d + 8);
+                for (int64_t i = kb; i < e; i++) {
+                    __m256 v0 = ld8(v, i * kv_stride + d, f16), v1 = ld8(v, i * kv_stride + d + 8, f16);
+#pragma GCC unroll 4
+                    for (int g = 0; g < NG; g++) {
+                        __m256 p = _mm256_broadcast_ss(s + g * sc_stride + i);
+                        a[g][0] = _mm256_fmadd_ps(p, v0, a[g][0]);
+                        a[g][1] = _mm256_fmadd_ps(p, v1, a[g][1]);
+                    }
+                }
+#pragma GCC unroll 4
+                for (int g = 0; g < NG; g++) _mm256_storeu_ps(ar + g * D + d, a[g][0]), _mm256_storeu_ps(ar + g * D + d + 8, a[g][1]);
+            }
+    for (int r = 0; r < nr; r++)
+        for (int g = 0; g < NG; g++) memcpy(o + r * o_row + g * o_stride, acc + ((int64_t)r * NG + g) * D, sizeof(float) * (size_t)D);
+}
+
+void cpu_attend_rows_avx2(int nr, int ng, const float *q, int64_t q_row, int64_t q_stride, const void *k, const void *v,
+                          bool f16, int64_t kv_stride, const int64_t *n_keys, int64_t D, float scale, float *sc,
+                          int64_t sc_stride, float *acc, float *o, int64_t o_row, int64_t o_stride) {
+#define AR(NG)                                                                                                         \
+    case NG:                                                                                                           \
+        if (f16) attend_rows(nr, q, q_row, q_stride, k, v, kv_stride, n_keys, D, scale, sc, sc_stride, acc, o, o_row,  \
+                             o_stride, NG, true);                                                                      \
+        else attend_rows(nr, q, q_row, q_stride, k, v, kv_stride, n_keys, D, scale, sc, sc_stride, acc, o, o_row,      \
+                         o_stride, NG, false);                                                                         \
+        return;
+    switch (ng) { AR(1) AR(2) AR(3) AR(4) default: HEARTH_DIE("attend rows: %d heads", ng); }
+#undef AR
 }

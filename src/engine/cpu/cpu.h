@@ -122,6 +122,13 @@ void cpu_gdn_rows_acc_avx2(float *y, const float *y0, float s0, const float *x, 
 void cpu_attend_heads_avx2(int ng, const float *q, int64_t q_stride, const void *k, const void *v, bool f16,
                            int64_t kv_stride, int64_t n_keys, int64_t D, float scale, float *sc, float *o,
                            int64_t o_stride);
+/* attn_avx2.c: nr rows of one sequence (row r: q + r q_row, keys [0, n_keys[r]), o + r o_row),
+ * each with ng (1..4) query heads, against one KV head: the bits cpu_attend_heads_avx2 gives
+ * each row alone, with every key and value row read once for all of them. sc: nr * ng rows of
+ * sc_stride >= max n_keys floats; acc: nr * ng * D floats. */
+void cpu_attend_rows_avx2(int nr, int ng, const float *q, int64_t q_row, int64_t q_stride, const void *k, const void *v,
+                          bool f16, int64_t kv_stride, const int64_t *n_keys, int64_t D, float scale, float *sc,
+                          int64_t sc_stride, float *acc, float *o, int64_t o_row, int64_t o_stride);
 /* moe.c: the MoE FFN of layer il: h2 (n, E) in, out (n, E). */
 void cpu_moe_layer(cpu_engine *ce, int il, const cpu_batch *b, const float *h2, float *out);
 size_t cpu_moe_scratch(const model_hparams *hp, int64_t n);
