@@ -1,9 +1,11 @@
-/* attn_avx2.c: the AVX2/FMA kernel behind attn.c's attend_task: up to 4 query heads that
+/* attn_avx2.c: the AVX2/FMA kernels behind attn.c's attend_task: up to 4 query heads that
  * share one KV head, scored against the key rows two at a time (each key row is loaded once
  * for all the heads), softmax, then the weighted sum of value rows in 16-wide column strips
- * kept in registers. Each head's arithmetic is the same whatever the number of heads done
- * together, so results do not depend on how the work is split. Called only after
- * quant_simd_active() (the CPU check); D must be a multiple of 16. */
+ * kept in registers; and the same for up to 4 consecutive rows of a sequence at once, key
+ * block by key block (attend_rows: each key and value row read once for all the rows' heads).
+ * Each head's arithmetic is the same whatever the number of heads and rows done together, so
+ * results do not depend on how the work is split. Called only after quant_simd_active() (the
+ * CPU check); D must be a multiple of 16. */
 #include "engine/cpu/cpu.h"
 
 #include <immintrin.h>
