@@ -26,12 +26,13 @@ KINLINE float hsum8(__m256 v) {
     return _mm_cvtss_f32(s);
 }
 
-KINLINE void attend_heads(const float *q, int64_t q_stride, const void *k, const void *v, int64_t kv_stride,
-                          int64_t n_keys, int64_t D, float scale, float *sc, float *o, int64_t o_stride, const int NG,
-                          const bool f16) {
-    /* scores: one FMA chain per (head, key) over D */
-    int64_t j = 0;
-    for (; j + 2 <= n_keys; j += 2) {
+/* scores of keys [j0, j1) for NG heads (rows of q at q_stride) into s (a head's at s_stride):
+ * one FMA chain per (head, key) over D, keys in pairs from j0 (even) and one alone at an odd
+ * end, each score times scale */
+KINLINE void score_keys(const float *q, int64_t q_stride, const void *k, int64_t kv_stride, int64_t j0, int64_t j1, int64_t D,
+                        float scale, float *s, int64_t s_stride, const int NG, const bool f16) {
+    int64_t j = j0;
+    for (; j + 2 <= j1; j += 2) {
         __m256 acc[2][4];
 #pragma GCC unroll 4
         for (int g = 0; g < NG; g++) acc[0][g] = acc[1][g] = _mm256_setzero_ps();
@@ -46,11 +47,11 @@ KINLINE void attend_heads(const float *q, int64_t q_stride, const void *k, const
         }
 #pragma GCC unroll 4
         for (int g = 0; g < NG; g++) {
-            sc[g * n_keys + j] = hsum8(acc[0][g]) * scale;
-            sc[g * n_keys + j + 1] = hsum8(acc[1][g]) * scale;
+            s[g * s_stride + j] = hsum8(acc[0][g]) * scale;
+            s[g * s_stride + j + 1] = hsum8(acc[1][g]) * scale;
         }
     }
-    if (j < n_keys) {
+    if (j < j1) {
         __m256 acc[4];
 #pragma GCC unroll 4
         for (int g = 0; g < NG; g++) acc[g] = _mm256_setzero_ps();
@@ -60,8 +61,14 @@ KINLINE void attend_heads(const float *q, int64_t q_stride, const void *k, const
             for (int g = 0; g < NG; g++) acc[g] = _mm256_fmadd_ps(_mm256_loadu_ps(q + g * q_stride + d), k0, acc[g]);
         }
 #pragma GCC unroll 4
-        for (int g = 0; g < NG; g++) sc[g * n_keys + j] = hsum8(acc[g]) * scale;
+        for (int g = 0; g < NG; g++) s[g * s_stride + j] = hsum8(acc[g]) * scale;
     }
+}
+
+KINLINE void attend_heads(const float *q, int64_t q_stride, const void *k, const void *v, int64_t kv_stride,
+                          int64_t n_keys, int64_t D, float scale, float *sc, float *o, int64_t o_stride, const int NG,
+                          const bool f16) {
+    score_keys(q, q_stride, k, kv_stride, 0, n_keys, D, scale, sc, n_keys, NG, f16);
     /* softmax per head, in key order; sc becomes the probabilities */
     for (int g = 0; g < NG; g++) {
         float *s = sc + g * n_keys, mx = -INFINITY, sum = 0;
@@ -123,40 +130,7 @@ KINLINE void attend_rows(int nr, const float *q, int64_t q_row, int64_t q_stride
     for (int64_t kb = 0; kb < nmax; kb += AR_KB)
         for (int r = 0; r < nr; r++) {
             const int64_t e = kb + AR_KB < n_keys[r] ? kb + AR_KB : n_keys[r];
-            const float *qr = q + r * q_row;
-            float *s = sc + (int64_t)r * NG * sc_stride;
-            int64_t j = kb;
-            for (; j + 2 <= e; j += 2) {
-                __m256 a[2][4];
-#pragma GCC unroll 4
-                for (int g = 0; g < NG; g++) a[0][g] = a[1][g] = _mm256_setzero_ps();
-                for (int64_t d = 0; d < D; d += 8) {
-                    __m256 k0 = ld8(k, j * kv_stride + d, f16), k1 = ld8(k, (j + 1) * kv_stride + d, f16);
-#pragma GCC unroll 4
-                    for (int g = 0; g < NG; g++) {
-                        __m256 qv = _mm256_loadu_ps(qr + g * q_stride + d);
-                        a[0][g] = _mm256_fmadd_ps(qv, k0, a[0][g]);
-                        a[1][g] = _mm256_fmadd_ps(qv, k1, a[1][g]);
-                    }
-                }
-#pragma GCC unroll 4
-                for (int g = 0; g < NG; g++) {
-                    s[g * sc_stride + j] = hsum8(a[0][g]) * scale;
-                    s[g * sc_stride + j + 1] = hsum8(a[1][g]) * scale;
-                }
-            }
-            if (j < e) {
-                __m256 a[4];
-#pragma GCC unroll 4
-                for (int g = 0; g < NG; g++) a[g] = _mm256_setzero_ps();
-                for (int64_t d = 0; d < D; d += 8) {
-                    __m256 k0 = ld8(k, j * kv_stride + d, f16);
-#pragma GCC unroll 4
-                    for (int g = 0; g < NG; g++) a[g] = _mm256_fmadd_ps(_mm256_loadu_ps(qr + g * q_stride + d), k0, a[g]);
-                }
-#pragma GCC unroll 4
-                for (int g = 0; g < NG; g++) s[g * sc_stride + j] = hsum8(a[g]) * scale;
-            }
+            if (e > kb) score_keys(q + r * q_row, q_stride, k, kv_stride, kb, e, D, scale, sc + (int64_t)r * NG * sc_stride, sc_stride, NG, f16);
         }
     for (int r = 0; r < nr; r++)
         for (int g = 0; g < NG; g++) {
