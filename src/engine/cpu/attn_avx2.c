@@ -65,6 +65,21 @@ KINLINE void score_keys(const float *q, int64_t q_stride, const void *k, int64_t
     }
 }
 
+/* a[g] (16 columns from d, as two vectors) += p[g][i] v[i] for keys [i0, i1) in order, p of
+ * head g at s + g s_stride */
+KINLINE void sum_values(const void *v, int64_t kv_stride, int64_t d, int64_t i0, int64_t i1, const float *s, int64_t s_stride,
+                        __m256 a[4][2], const int NG, const bool f16) {
+    for (int64_t i = i0; i < i1; i++) {
+        __m256 v0 = ld8(v, i * kv_stride + d, f16), v1 = ld8(v, i * kv_stride + d + 8, f16);
+#pragma GCC unroll 4
+        for (int g = 0; g < NG; g++) {
+            __m256 p = _mm256_broadcast_ss(s + g * s_stride + i);
+            a[g][0] = _mm256_fmadd_ps(p, v0, a[g][0]);
+            a[g][1] = _mm256_fmadd_ps(p, v1, a[g][1]);
+        }
+    }
+}
+
 KINLINE void attend_heads(const float *q, int64_t q_stride, const void *k, const void *v, int64_t kv_stride,
                           int64_t n_keys, int64_t D, float scale, float *sc, float *o, int64_t o_stride, const int NG,
                           const bool f16) {
@@ -85,15 +100,7 @@ KINLINE void attend_heads(const float *q, int64_t q_stride, const void *k, const
         __m256 acc[4][2];
 #pragma GCC unroll 4
         for (int g = 0; g < NG; g++) acc[g][0] = acc[g][1] = _mm256_setzero_ps();
-        for (int64_t i = 0; i < n_keys; i++) {
-            __m256 v0 = ld8(v, i * kv_stride + d, f16), v1 = ld8(v, i * kv_stride + d + 8, f16);
-#pragma GCC unroll 4
-            for (int g = 0; g < NG; g++) {
-                __m256 p = _mm256_broadcast_ss(sc + g * n_keys + i);
-                acc[g][0] = _mm256_fmadd_ps(p, v0, acc[g][0]);
-                acc[g][1] = _mm256_fmadd_ps(p, v1, acc[g][1]);
-            }
-        }
+        sum_values(v, kv_stride, d, 0, n_keys, sc, n_keys, acc, NG, f16);
 #pragma GCC unroll 4
         for (int g = 0; g < NG; g++) {
             _mm256_storeu_ps(o + g * o_stride + d, acc[g][0]);
@@ -155,15 +162,7 @@ KINLINE void attend_rows(int nr, const float *q, int64_t q_row, int64_t q_stride
                 __m256 a[4][2];
 #pragma GCC unroll 4
                 for (int g = 0; g < NG; g++) a[g][0] = _mm256_loadu_ps(ar + g * D + d), a[g][1] = _mm256_loadu_ps(ar + g * D + d + 8);
-                for (int64_t i = kb; i < e; i++) {
-                    __m256 v0 = ld8(v, i * kv_stride + d, f16), v1 = ld8(v, i * kv_stride + d + 8, f16);
-#pragma GCC unroll 4
-                    for (int g = 0; g < NG; g++) {
-                        __m256 p = _mm256_broadcast_ss(s + g * sc_stride + i);
-                        a[g][0] = _mm256_fmadd_ps(p, v0, a[g][0]);
-                        a[g][1] = _mm256_fmadd_ps(p, v1, a[g][1]);
-                    }
-                }
+                sum_values(v, kv_stride, d, kb, e, s, sc_stride, a, NG, f16);
 #pragma GCC unroll 4
                 for (int g = 0; g < NG; g++) _mm256_storeu_ps(ar + g * D + d, a[g][0]), _mm256_storeu_ps(ar + g * D + d + 8, a[g][1]);
             }
