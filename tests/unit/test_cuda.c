@@ -813,7 +813,9 @@ TEST(conv_in_matches_apart) {
  * product of the CPU's dequantized weights. Bound (Higham's, for recursive summation): a
  * lane sums K/32 products in order with fma, then 5 levels of the warp tree, so
  * |y - y_exact| <= gamma(K/32 + 6) * sum |w x|, gamma(m) = m u / (1 - m u), u = 2^-24. Then
- * batch invariance: row 5 of an 11-row launch equals, bit for bit, the row launched alone. */
+ * batch invariance: rows 5 and 36 of a 37-row launch (fmm_tile_kernel's warp tiles of 4
+ * outputs x 8 rows, the last tile partial; M = 37 leaves a partial block of outputs too)
+ * equal, bit for bit, the row launched alone (fmm_kernel, the decode form). */
 TEST(fmatmul_matches_cpu) {
 #ifndef HEARTH_CUDA
     SKIP("built without CUDA (nvcc not found)");
@@ -821,7 +823,7 @@ TEST(fmatmul_matches_cpu) {
     if (!have_gpu()) return;
     const uint32_t types[] = {QT_F32, QT_F16, QT_BF16};
     /* K: 128 leaves lanes with no group of eight, 1024 one round of loads ahead, 4096 four */
-    const int64_t M = 37, Ks[] = {128, 1024, 4096}, n = 11;
+    const int64_t M = 37, Ks[] = {128, 1024, 4096}, n = 37, alone[2] = {5, 36};
     herr e;
     void *st;
     CHECK(hk_stream_new(&st, &e) == 0);
@@ -843,13 +845,15 @@ TEST(fmatmul_matches_cpu) {
         hk_w w;
         void *dx, *dy, *dy1;
         CHECK(dev_w(t, K, M, M, src, &w, &e) == 0 && hk_malloc(&dx, sizeof(float) * (size_t)(n * K), &e) == 0 &&
-              hk_malloc(&dy, sizeof(float) * (size_t)(n * M), &e) == 0 && hk_malloc(&dy1, sizeof(float) * (size_t)M, &e) == 0);
+              hk_malloc(&dy, sizeof(float) * (size_t)(n * M), &e) == 0 && hk_malloc(&dy1, sizeof(float) * (size_t)(2 * M), &e) == 0);
         hk_h2d(dx, x, sizeof(float) * (size_t)(n * K), &e);
         CHECK_MSG(hk_matmul(st, &w, dx, K, NULL, n, dy, M, false, &e) == 0, "%s: %s", qtype_name(t), e.msg);
-        CHECK_MSG(hk_matmul(st, &w, (const float *)dx + 5 * K, K, NULL, 1, dy1, M, false, &e) == 0, "%s: %s", qtype_name(t), e.msg);
+        for (int i = 0; i < 2; i++)
+            CHECK_MSG(hk_matmul(st, &w, (const float *)dx + alone[i] * K, K, NULL, 1, (float *)dy1 + i * M, M, false, &e) == 0,
+                      "%s: %s", qtype_name(t), e.msg);
         CHECK(hk_stream_sync(st, &e) == 0);
-        float *y = xmalloc(sizeof(float) * (size_t)(n * M)), *y1 = xmalloc(sizeof(float) * (size_t)M);
-        hk_d2h(y, dy, sizeof(float) * (size_t)(n * M), &e), hk_d2h(y1, dy1, sizeof(float) * (size_t)M, &e);
+        float *y = xmalloc(sizeof(float) * (size_t)(n * M)), *y1 = xmalloc(sizeof(float) * (size_t)(2 * M));
+        hk_d2h(y, dy, sizeof(float) * (size_t)(n * M), &e), hk_d2h(y1, dy1, sizeof(float) * (size_t)(2 * M), &e);
         double worst = 0;
         for (int64_t r = 0; r < n; r++)
             for (int64_t o = 0; o < M; o++) {
@@ -861,8 +865,9 @@ TEST(fmatmul_matches_cpu) {
                 worst = fmax(worst, fabs(y[r * M + o] - exact) / (gamma * mag));
             }
         CHECK_MSG(worst <= 1.0, "%s K=%lld: error %.2f times the bound", qtype_name(t), (long long)K, worst);
-        CHECK_MSG(!memcmp(y1, y + 5 * M, sizeof(float) * (size_t)M), "%s K=%lld: row 5 alone differs from row 5 of 11",
-                  qtype_name(t), (long long)K);
+        for (int i = 0; i < 2; i++)
+            CHECK_MSG(!memcmp(y1 + i * M, y + alone[i] * M, sizeof(float) * (size_t)M), "%s K=%lld: row %lld alone differs from row %lld of %lld",
+                      qtype_name(t), (long long)K, (long long)alone[i], (long long)alone[i], (long long)n);
         printf("  matmul %s K=%lld: worst error %.3f of the bound; row alone = row in a tile\n", qtype_name(t), (long long)K,
                worst);
         dev_w_free(&w);

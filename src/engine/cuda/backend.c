@@ -1006,6 +1006,8 @@ int engine_open_cuda(engine **out, const model *m, const engine_opts *o, herr *e
     hk_pdl(!(pdl && !strcmp(pdl, "0")));
     const char *gs = getenv("HEARTH_CUDA_GEMV_STAGE"); /* 1: one-row products staged (not yet the default) */
     hk_gemv_stage(gs && !strcmp(gs, "1"));
+    const char *ft = getenv("HEARTH_CUDA_FM_TILE"); /* 0: float weights' prompt rows through the one-warp form */
+    hk_fm_tile(!(ft && !strcmp(ft, "0")));
     const char *gc = getenv("HEARTH_CUDA_GDN_CHUNK");
     ce->gdn_chunk = !(gc && !strcmp(gc, "0"));
     const char *fu = getenv("HEARTH_CUDA_FUSE");

@@ -137,6 +137,7 @@ int hk_stream_new(void **st, herr *e);
 /* programmatic dependent launch of the kernels (common.cuh), on unless turned off */
 void hk_pdl(bool on);
 void hk_gemv_stage(bool on); /* one-row products staged through shared memory (mmq.cu) */
+void hk_fm_tile(bool on);    /* float weights over prompt rows in warp tiles (mmq.cu; on by default) */
 void hk_stream_free(void *st);
 int hk_h2d(void *d, const void *h, size_t n, herr *e);             /* synchronous: done for every stream */
 int hk_d2h(void *h, const void *d, size_t n, herr *e);

@@ -446,7 +446,71 @@ __global__ void __launch_bounds__(128) fmm_kernel(hk_w w, hk_w ws, const float *
     if (tail.kind) tail_run<1u << HK_TAIL_NORM | 1u << HK_TAIL_ROUTE>(tail, y, gridDim.x * gridDim.y, 0, 1, 1, 0, 0);
 }
 
+// Float weights over a prompt's rows (the router: 257 outputs of 2048 inputs a row): fmm_body
+// reads its weight row once per 8 rows and each row once per output, which made the router
+// 7% of a 32k-deep pass (352 us a layer for 2048 rows on an H100). Here a warp holds FT_O
+// outputs x FT_R rows, so every weight group it loads serves FT_R rows and every input group
+// FT_O outputs; a block is FT_WO x FT_WR warps (8 outputs x 32 rows). Each (output, row) is
+// fm_rows' arithmetic exactly: lane l sums the groups c = l, l + 32, ... in order with fma,
+// then warp_sum; so a row's bits are those of a one-row product (decode), whatever the tile.
+#define FT_O 4
+#define FT_R 8
+#define FT_WO 2
+#define FT_WR 4
+#define FT_MIN_ROWS 16 /* fewer rows: fmm_kernel (its rows share the weight reads well enough) */
+template <int T>
+__global__ void __launch_bounds__(32 * FT_WO * FT_WR) fmm_tile_kernel(hk_w w, const float *x, int64_t xs, int64_t n, float *y,
+                                                                     int64_t ys, bool add) {
+    pdl_enter();
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int64_t o0 = ((int64_t)blockIdx.x * FT_WO + warp % FT_WO) * FT_O, r0 = ((int64_t)blockIdx.y * FT_WR + warp / FT_WO) * FT_R;
+    if (o0 >= w.M || r0 >= n) return;
+    const uint8_t *wr[FT_O];
+    const float *xr[FT_R];
+#pragma unroll
+    for (int i = 0; i < FT_O; i++) wr[i] = (const uint8_t *)w.d + (size_t)min(o0 + i, w.M - 1) * w.row_bytes; /* clamped: not written */
+#pragma unroll
+    for (int k = 0; k < FT_R; k++) xr[k] = x + min(r0 + k, n - 1) * xs;
+    float acc[FT_O][FT_R];
+#pragma unroll
+    for (int i = 0; i < FT_O; i++)
+#pragma unroll
+        for (int k = 0; k < FT_R; k++) acc[i][k] = 0.0f;
+    const int64_t ng = w.K / 8;
+    for (int64_t c = lane; c < ng; c += 32) {
+        float wv[FT_O][8];
+#pragma unroll
+        for (int i = 0; i < FT_O; i++) dq8<T>(wr[i], c, wv[i]);
+#pragma unroll
+        for (int k = 0; k < FT_R; k++) {
+            const float4 p = ((const float4 *)xr[k])[2 * c], q = ((const float4 *)xr[k])[2 * c + 1];
+#pragma unroll
+            for (int i = 0; i < FT_O; i++) {
+                const float *v = wv[i];
+                float s = acc[i][k];
+                s = fmaf(v[0], p.x, s), s = fmaf(v[1], p.y, s), s = fmaf(v[2], p.z, s), s = fmaf(v[3], p.w, s);
+                s = fmaf(v[4], q.x, s), s = fmaf(v[5], q.y, s), s = fmaf(v[6], q.z, s), s = fmaf(v[7], q.w, s);
+                acc[i][k] = s;
+            }
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < FT_O; i++)
+#pragma unroll
+        for (int k = 0; k < FT_R; k++) {
+            const float v = warp_sum(acc[i][k]); /* every lane holds the sum; lane FT_R i + k writes it */
+            if (lane == FT_R * i + k && o0 + i < w.M && r0 + k < n) {
+                float *yp = y + (r0 + k) * ys + o0 + i;
+                *yp = add ? FADD(*yp, v) : v;
+            }
+        }
+}
+
 static bool is_float(uint32_t t) { return t == QT_F32 || t == QT_F16 || t == QT_BF16; }
+// HEARTH_CUDA_FM_TILE=0 (hk_fm_tile): prompt rows of float weights through fmm_kernel, to
+// time the two forms against each other (their bits are the same)
+static bool fm_tile_off = false;
+extern "C" void hk_fm_tile(bool on) { fm_tile_off = !on; }
 
 // HEARTH_CUDA_GEMV_STAGE=1 (hk_gemv_stage): one-row products through gemv_staged_kernel. Off
 // by default until a GPU run has checked and timed it (bench/device_f7.sh's forms).
@@ -571,6 +635,11 @@ extern "C" int hk_matmul(void *st, const hk_w *w, const float *x, int64_t xs, co
     if (n == 0) return 0;
     if (is_float(w->type)) {
         if (w->K % 8 || xs % 4) return herr_set(e, "hk_matmul: rows of %lld weights (stride %lld) are no groups of 8", (long long)w->K, (long long)xs);
+        if (n >= FT_MIN_ROWS && !fm_tile_off) {
+            dim3 g(blocks_of(w->M, FT_O * FT_WO), blocks_of(n, FT_R * FT_WR));
+            DQ_DISPATCH(w->type, LAUNCH(e, fmm_tile_kernel<T_>, g, 32 * FT_WO * FT_WR, 0, st, *w, x, xs, n, y, ys, add));
+            return 0;
+        }
         const hk_w none = {0};
         dim3 g(blocks_of(w->M, 4), blocks_of(n, FM_TILE));
         DQ_DISPATCH(w->type, LAUNCH(e, fmm_kernel<T_>, g, 128, 0, st, *w, none, x, xs, n, (const int32_t *)NULL, 0, 1, 0, y, ys, add,
