@@ -283,6 +283,26 @@ class Soak:
                     ("oversized body", "/v1/chat/completions", b'{"x": "' + b"a" * (1536 << 10) + b'"}', 413),
                     ("unknown role", "/v1/messages", json.dumps({"max_tokens": 4, "messages": [
                         {"role": "wizard", "content": "x"}]}).encode(), 400),
+                    # F14's hostile shapes: each a 400 naming the field
+                    ("NUL in a string", "/tokenize", b'{"content": "a\\u0000b"}', 400),
+                    ("raw NUL byte", "/tokenize", b'{"content": "a\x00b"}', 400),
+                    ("image part", "/v1/chat/completions", json.dumps({"messages": [{"role": "user", "content": [
+                        {"type": "image_url", "image_url": {"url": "data:,"}}]}]}).encode(), 400),
+                    ("malformed tools", "/v1/chat/completions", json.dumps({"messages": [
+                        {"role": "user", "content": "x"}], "tools": [{"type": "function"}]}).encode(), 400),
+                    ("negative n_keep", "/completion", b'{"prompt": "x", "n_keep": -5}', 400),
+                    ("negative n_discard", "/completion", b'{"prompt": "x", "n_discard": -5}', 400),
+                    ("huge n", "/v1/chat/completions", b'{"messages": [{"role": "user", "content": "x"}], "n": 1e9}', 400),
+                    ("huge n_cmpl", "/completion", b'{"prompt": "x", "n_cmpl": 1000000}', 400),
+                    ("huge n_predict", "/completion", b'{"prompt": "x", "n_predict": 1e15}', 400),
+                    ("temperature 1e6", "/completion", b'{"prompt": "x", "temperature": 1e6}', 400),
+                    ("top_p -1", "/completion", b'{"prompt": "x", "top_p": -1}', 400),
+                    ("top_k -5", "/completion", b'{"prompt": "x", "top_k": -5}', 400),
+                    ("min_p 2", "/completion", b'{"prompt": "x", "min_p": 2}', 400),
+                    ("negative penalty", "/completion", b'{"prompt": "x", "repeat_penalty": -1}', 400),
+                    ("unknown sampler", "/completion", b'{"prompt": "x", "samplers": ["wizard"]}', 400),
+                    ("50 KB prompt over the context", "/completion",
+                     json.dumps({"prompt": "word " * 10000}).encode(), 400),
                 ])
                 t0 = time.monotonic()
                 try:

@@ -12,6 +12,7 @@
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <math.h>
 #include <string.h>
 
 int cmd_run(int argc, char **argv) {
@@ -40,7 +41,7 @@ int cmd_run(int argc, char **argv) {
         ARG_ENUM("--kv", NULL, &kv, kv_types, "KV rows stored as f32 (default) or f16"),
         ARG_FN("--device", NULL, &device, cli_parse_device, "cpu|cuda|auto", "the engine (default auto)"),
         ARG_FLAG("--ids-out", NULL, &ids_out, "print the generated ids as a JSON list instead of text"),
-        ARG_FLAG("--ignore-eos", NULL, &ignore_eos, "go on past an end-of-generation token"),
+        ARG_FLAG("--ignore-eos", NULL, &ignore_eos, "never sample an end-of-generation token (llama.cpp's meaning)"),
         ARG_FLAG("--no-parse-special", NULL, &no_parse_special, "special tokens in -p are plain text"),
         ARG_END,
     };
@@ -93,7 +94,12 @@ int cmd_run(int argc, char **argv) {
         if (engine_point_new(eng, &points[i], &e) < 0) { fprintf(stderr, "hearth run: --marks: %s\n", e.msg); return 1; }
 
     /* greedy: the engine picks the token (on the GPU only its id leaves the device) */
-    const engine_logits want = temp > 0 ? ENGINE_LOGITS_LAST : ENGINE_LOGITS_ARGMAX;
+    /* --ignore-eos masks the end tokens' logits, so then the logits leave the engine too */
+    int32_t *eog = xmalloc(sizeof(int32_t) * (size_t)(V + 1));
+    int n_eog = 0;
+    for (int64_t i = 0; tok && ignore_eos && i < V; i++)
+        if (tokenizer_is_eog(tok, (int32_t)i)) eog[n_eog++] = (int32_t)i;
+    const engine_logits want = temp > 0 || n_eog > 0 ? ENGINE_LOGITS_LAST : ENGINE_LOGITS_ARGMAX;
     int32_t greedy = 0;
     double t0 = time_now();
     engine_span sp = {.seq = 0, .ids = ids, .n = n_ids, .marks = marks, .n_marks = (int)n_marks, .points = points,
@@ -120,6 +126,7 @@ int cmd_run(int argc, char **argv) {
     int rc = 0;
     double t1 = time_now();
     for (int64_t k = 0; k < n_gen; k++) {
+        for (int i = 0; i < n_eog; i++) logits[eog[i]] = -INFINITY;
         int32_t id = want == ENGINE_LOGITS_ARGMAX ? greedy : sampler_sample(&sm, logits);
         out[n_out++] = id;
         if (tok && !ids_out) {
@@ -163,6 +170,7 @@ int cmd_run(int argc, char **argv) {
     free(points);
     free(out);
     free(logits);
+    free(eog);
     free(ids);
     free(marks);
     sampler_free(&sm);

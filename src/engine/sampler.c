@@ -1,4 +1,5 @@
-/* sampler.c: greedy and temperature sampling with top-k, top-p and min-p. */
+/* sampler.c: greedy and temperature sampling with top-k, top-p and min-p, in hearth's fixed order
+ * or in the order a request names (llama-server's "samplers"). */
 #include "engine/sampler.h"
 #include "base/util.h"
 
@@ -32,9 +33,65 @@ static int cand_cmp(const void *a, const void *b) {
     return x->id < y->id ? -1 : x->id > y->id;
 }
 
+bool sampler_greedy(const sampler_opts *o) { return !(o->temp > 0) && (!o->ordered || strchr(o->order, 't')); }
+
+/* o.ordered: llama.cpp's stages in the order given, on logits (cand[].p holds a logit) */
+static int32_t sample_ordered(sampler *s, const float *logits) {
+    const int64_t V = s->n_vocab;
+    int64_t n = V;
+    bool sorted = false;
+    for (int64_t i = 0; i < V; i++) s->cand[i] = (struct sampler_cand){(int32_t)i, logits[i]};
+    for (const char *c = s->o.order; *c; c++) {
+        if ((*c == 'k' && s->o.top_k > 0 && s->o.top_k < n) || (*c == 'p' && s->o.top_p < 1)) {
+            if (!sorted) qsort(s->cand, (size_t)n, sizeof *s->cand, cand_cmp);
+            sorted = true;
+        }
+        if (*c == 'k' && s->o.top_k > 0 && s->o.top_k < n) {
+            n = s->o.top_k;
+        } else if (*c == 'p' && s->o.top_p < 1) { /* the smallest head whose probability reaches top_p */
+            double sum = 0, acc = 0;
+            for (int64_t i = 0; i < n; i++) sum += exp((double)s->cand[i].p - s->cand[0].p);
+            int64_t k = 0;
+            while (k < n) {
+                acc += exp((double)s->cand[k++].p - s->cand[0].p) / sum;
+                if (acc >= s->o.top_p) break;
+            }
+            n = k;
+        } else if (*c == 'm' && s->o.min_p > 0) { /* p >= min_p * max p: logit >= max + log(min_p) */
+            float mx = s->cand[0].p;
+            for (int64_t i = 1; i < n; i++) mx = s->cand[i].p > mx ? s->cand[i].p : mx;
+            const float lo = mx + logf(s->o.min_p);
+            int64_t k = 0;
+            for (int64_t i = 0; i < n; i++)
+                if (s->cand[i].p >= lo) s->cand[k++] = s->cand[i];
+            n = k;
+        } else if (*c == 't' && !(s->o.temp > 0)) { /* only the best (ties: the first, the lowest id) */
+            int64_t b = 0;
+            for (int64_t i = 1; i < n; i++)
+                if (s->cand[i].p > s->cand[b].p) b = i;
+            s->cand[0] = s->cand[b];
+            n = 1;
+        } else if (*c == 't') {
+            for (int64_t i = 0; i < n; i++) s->cand[i].p /= s->o.temp;
+        }
+    }
+    float mx = s->cand[0].p;
+    for (int64_t i = 1; i < n; i++) mx = s->cand[i].p > mx ? s->cand[i].p : mx;
+    double sum = 0;
+    for (int64_t i = 0; i < n; i++) sum += exp((double)s->cand[i].p - mx);
+    double r = (double)(rng_at(s->o.seed, s->n_drawn++) >> 11) * (1.0 / 9007199254740992.0) * sum;
+    double acc = 0;
+    for (int64_t i = 0; i < n; i++) {
+        acc += exp((double)s->cand[i].p - mx);
+        if (r < acc) return s->cand[i].id;
+    }
+    return s->cand[n - 1].id;
+}
+
 int32_t sampler_sample(sampler *s, const float *logits) {
     const int64_t V = s->n_vocab;
-    if (!(s->o.temp > 0)) return sampler_argmax(logits, V);
+    if (sampler_greedy(&s->o)) return sampler_argmax(logits, V); /* every stage keeps the best */
+    if (s->o.ordered) return sample_ordered(s, logits);
     float mx = logits[sampler_argmax(logits, V)];
     int64_t n = 0;
     double sum = 0;

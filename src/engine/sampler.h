@@ -18,6 +18,12 @@ typedef struct sampler_opts {
     int32_t repeat_last_n;    /* 0 = off */
     float presence_penalty;   /* subtracted once from the logit of every id present */
     float frequency_penalty;  /* subtracted per occurrence */
+    /* llama-server's "samplers": when ordered, the stages run in llama.cpp's way in this
+     * order ('k' top_k, 'p' top_p, 'm' min_p, 't' temperature; a stage left out is not run,
+     * so without 't' the draw is at temperature 1), each on the logits the stages before
+     * it left; else hearth's fixed order (the temperature first, then top-k, min-p, top-p) */
+    bool ordered;
+    char order[5];
 } sampler_opts;
 
 typedef struct sampler {
@@ -30,6 +36,8 @@ typedef struct sampler {
 void sampler_init(sampler *s, const sampler_opts *o, int64_t n_vocab);
 void sampler_free(sampler *s);
 int32_t sampler_sample(sampler *s, const float *logits);
+/* whether sampler_sample is the argmax (of the penalized logits) under o */
+bool sampler_greedy(const sampler_opts *o);
 int32_t sampler_argmax(const float *logits, int64_t n);
 /* whether sampler_penalize changes any logit under o (for some history) */
 bool sampler_penalizes(const sampler_opts *o);

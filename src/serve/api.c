@@ -126,6 +126,7 @@ typedef struct gen {
     char *call_name;        /* the tool call being read: its name and (whole answers) arguments */
     buf call_args;
     size_t lp_off;          /* legacy completions' text_offset of the next token */
+    bool new_line;          /* a newline was generated (t_max_predict_ms) */
 } gen;
 
 static void gen_free(gen *g) {
@@ -220,6 +221,7 @@ static void gen_pull(gen *g, double timeout_s) {
     int32_t *ids = xmalloc(sizeof(int32_t) * (size_t)(n - g->n_seen + 1));
     if (n > g->n_seen) memcpy(ids, g->r->out + g->n_seen, sizeof(int32_t) * (size_t)(n - g->n_seen));
     const sched_finish fin = g->r->finish;
+    const double t_first = g->r->t_first;
     if (g->p.stream && g->r->top_logprobs >= 0 && n > g->n_seen) /* sent with the next chunk */
         g->lp_pending = lp_merge(g->lp_pending, g->kind == API_CHAT ? chat_logprobs(g, g->n_seen, n)
                                                                     : text_logprobs(g, g->n_seen, n, &g->lp_off));
@@ -236,7 +238,12 @@ static void gen_pull(gen *g, double timeout_s) {
         size_t nb;
         while ((nb = tokdec_flush(&g->dec, piece, sizeof piece)) > 0) buf_add(&text, piece, nb);
     }
-    if (answer_push(&g->ans, text.p ? text.p : "", text.len, fin != SCHED_RUNNING)) {
+    if (text.len && memchr(text.p, '\n', text.len)) g->new_line = true;
+    /* t_max_predict_ms (llama-server's): past this long since the first token, the answer
+     * ends once it has a newline, as at max_tokens */
+    const bool over_time = fin == SCHED_RUNNING && g->p.t_max_predict_ms > 0 && g->new_line &&
+                           n > 0 && (time_now() - t_first) * 1e3 > g->p.t_max_predict_ms;
+    if (answer_push(&g->ans, text.p ? text.p : "", text.len, fin != SCHED_RUNNING || over_time) || over_time) {
         sched_cancel(g->r); /* a stop string: the engine drops the request at its next step */
         /* and until it has, it may still push a token: the answer's figures wait for that
          * (one step) and count the tokens the answer took (n_seen), not those pushed */
@@ -244,7 +251,7 @@ static void gen_pull(gen *g, double timeout_s) {
         while (g->r->finish == SCHED_RUNNING) pthread_cond_wait(&g->r->cv, &g->r->mu);
         pthread_mutex_unlock(&g->r->mu);
         g->finished = true;
-        g->fin = SCHED_STOP;
+        g->fin = over_time && !g->ans.stop_word ? SCHED_LENGTH : SCHED_STOP;
     } else if (fin != SCHED_RUNNING) {
         g->finished = true;
         g->fin = fin;
@@ -443,6 +450,7 @@ static void gen_emit(gen *g, bool reasoning, const char *s, size_t n) {
             cJSON *cb = cJSON_CreateObject();
             cJSON_AddStringToObject(cb, "type", reasoning ? "thinking" : "text");
             cJSON_AddStringToObject(cb, reasoning ? "thinking" : "text", "");
+            if (reasoning) cJSON_AddStringToObject(cb, "signature", ""); /* as the whole answer's block */
             block_open(g, cb);
             g->block_type = type;
         }
@@ -572,6 +580,7 @@ static void gen_stream_end(gen *g) {
         else cJSON_AddNullToObject(d, "stop_sequence");
         cJSON_AddItemToObject(j, "delta", d);
         cJSON_AddItemToObject(j, "usage", messages_usage(g));
+        cJSON_AddItemToObject(j, "timings", timings_json(g));
         sse_event(g, "message_delta", j);
         j = cJSON_CreateObject();
         cJSON_AddStringToObject(j, "type", "message_stop");
@@ -726,7 +735,7 @@ static void gen_run(app *a, const http_call *c, http_out *o, api_kind kind, gen_
             cJSON_AddStringToObject(b, "signature", "");
             cJSON_AddItemToArray(content, b);
         }
-        if (g->content.len || !g->tool_calls) {
+        if (g->content.len) { /* as the stream: a text block only where there is text */
             cJSON *b = cJSON_CreateObject();
             cJSON_AddStringToObject(b, "type", "text");
             cJSON_AddItemToObject(b, "text", json_text(g->content.p, g->content.len));
@@ -743,6 +752,7 @@ static void gen_run(app *a, const http_call *c, http_out *o, api_kind kind, gen_
         if (g->ans.stop_word) cJSON_AddStringToObject(j, "stop_sequence", g->ans.stop_word);
         else cJSON_AddNullToObject(j, "stop_sequence");
         cJSON_AddItemToObject(j, "usage", messages_usage(g));
+        cJSON_AddItemToObject(j, "timings", timings_json(g));
     } else if (kind == API_OAI_COMPLETION) {
         j = text_chunk(g, g->content.p ? g->content.p : "", g->content.len, finish_reason(g));
         if (g->r->top_logprobs >= 0) {
@@ -904,6 +914,10 @@ static void on_slot_action(void *ap, const http_call *c, http_out *o) {
         } else if (!fn) {
             http_error(o, c, 400, "invalid_request_error",
                        "\"filename\" must be a plain file name (letters, digits, '.', '_', '-'; not starting with '.')");
+        } else if (strstr(fn, ".hcache")) { /* the prompt cache's own files (cache.c), live in the same folder */
+            http_error(o, c, 400, "invalid_request_error",
+                       "\"filename\" '%s' is of the prompt cache's own kind (*.hcache, in the same folder): choose another",
+                       fn);
         } else {
             char path[4096];
             snprintf(path, sizeof path, "%s/%s", a->o->cache_dir, fn);

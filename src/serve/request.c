@@ -22,7 +22,73 @@ void buf_add(buf *b, const char *s, size_t n) {
 
 void buf_str(buf *b, const char *s) { buf_add(b, s, strlen(s)); }
 
+/* One level of the path nul_path is at: an object's key or an array's index. */
+typedef struct path_frame {
+    bool obj;
+    int64_t index;
+    const char *key;
+    size_t klen;
+} path_frame;
+
+/* The JSON path ("messages"[0].content) of the first string of a valid JSON text that holds
+ * the escape \u0000, into out; false when none does. cJSON keeps C strings, so such a
+ * string would end at the NUL and lose the rest unseen (llama-server keeps it): refused. */
+static bool nul_path(const char *s, size_t n, char *out, size_t cap) {
+    path_frame *st = NULL;
+    int depth = 0, room = 0;
+    bool want_key = false, found = false;
+    for (size_t i = 0; i < n && !found; i++) {
+        const char c = s[i];
+        if (c == '{' || c == '[') {
+            if (depth == room) st = xrealloc(st, sizeof *st * (size_t)(room = room * 2 + 16));
+            st[depth++] = (path_frame){.obj = c == '{'};
+            want_key = c == '{';
+        } else if (c == '}' || c == ']') {
+            if (depth > 0) depth--;
+            want_key = false;
+        } else if (c == ',') {
+            if (depth > 0 && st[depth - 1].obj) want_key = true;
+            else if (depth > 0) st[depth - 1].index++;
+        } else if (c == ':') {
+            want_key = false;
+        } else if (c == '"') {
+            const size_t b = ++i;
+            bool nul = false;
+            for (; i < n && s[i] != '"'; i++) {
+                if (s[i] != '\\' || i + 1 >= n) continue;
+                if (s[i + 1] == 'u' && i + 5 < n && !memcmp(s + i + 2, "0000", 4)) nul = true;
+                i++; /* the escaped character (a quote or a backslash is not the end) */
+            }
+            if (want_key && depth > 0) {
+                st[depth - 1].key = s + b;
+                st[depth - 1].klen = i - b;
+            }
+            if (!nul) continue;
+            found = true;
+            size_t o = 0;
+            out[0] = 0;
+            for (int d = 0; d < depth && o < cap; d++) {
+                const int kl = st[d].klen > 40 ? 40 : (int)st[d].klen;
+                if (!st[d].obj) o += (size_t)snprintf(out + o, cap - o, "[%lld]", (long long)st[d].index);
+                else if (want_key && d == depth - 1) o += (size_t)snprintf(out + o, cap - o, "%sa key", d ? "." : "");
+                else if (d == 0) o += (size_t)snprintf(out + o, cap - o, "\"%.*s\"", kl, st[d].key);
+                else o += (size_t)snprintf(out + o, cap - o, ".%.*s", kl, st[d].key);
+            }
+            if (depth == 0) snprintf(out, cap, "the body");
+        }
+    }
+    free(st);
+    return found;
+}
+
 cJSON *req_body(const char *body, size_t len, herr *e) {
+    /* A NUL byte is no JSON (RFC 8259: control characters are escaped in strings); cJSON
+     * would read a C string up to it */
+    const char *z = memchr(body, 0, len);
+    if (z) {
+        herr_set(e, "the body is not valid JSON (a NUL byte at byte %zu)", (size_t)(z - body));
+        return NULL;
+    }
     /* the end pointer of this parse, not cJSON_GetErrorPtr(): that one is a global other
      * connections' threads write too */
     const char *end = NULL;
@@ -32,9 +98,21 @@ cJSON *req_body(const char *body, size_t len, herr *e) {
         herr_set(e, "the body is not valid JSON (near byte %zu)", at);
         return NULL;
     }
+    while (end && end < body + len && (*end == ' ' || *end == '\t' || *end == '\n' || *end == '\r')) end++;
+    if (end && end < body + len) {
+        cJSON_Delete(j);
+        herr_set(e, "the body is not valid JSON (more after the value, at byte %zu)", (size_t)(end - body));
+        return NULL;
+    }
     if (!cJSON_IsObject(j)) {
         cJSON_Delete(j);
         herr_set(e, "the body must be a JSON object");
+        return NULL;
+    }
+    char path[256];
+    if (memmem(body, len, "\\u0000", 6) && nul_path(body, len, path, sizeof path)) {
+        cJSON_Delete(j);
+        herr_set(e, "%s holds \\u0000 (a NUL character), which is not supported", path);
         return NULL;
     }
     return j;
@@ -66,6 +144,67 @@ static int get_bool(const cJSON *j, const char *name, bool *out, herr *e) {
     if (!cJSON_IsBool(x)) return herr_set(e, "\"%s\" must be true or false", name);
     *out = cJSON_IsTrue(x);
     return 1;
+}
+
+/* llama-server's "samplers": the order of the sampling stages, an array of names or a string
+ * of their letters. hearth's stages are penalties (e), top_k (k), top_p (p), min_p (m) and
+ * temperature (t), in any order (a stage left out is not applied; without temperature the
+ * draw is at temperature 1, as llama.cpp does); dry, typ_p, xtc, top_n_sigma and infill
+ * are no-ops at the only values hearth takes and are skipped. The penalties run on the whole
+ * vocabulary, so they must come before the other stages. */
+static int req_samplers(const cJSON *j, sampler_opts *so, herr *e) {
+    const cJSON *sm = cJSON_GetObjectItemCaseSensitive(j, "samplers");
+    if (!sm || cJSON_IsNull(sm)) return 0;
+    static const struct { const char *name; char c; } names[] = {
+        {"penalties", 'e'}, {"top_k", 'k'}, {"top-k", 'k'}, {"top_p", 'p'}, {"top-p", 'p'}, {"nucleus", 'p'},
+        {"min_p", 'm'}, {"min-p", 'm'}, {"temperature", 't'}, {"temp", 't'}, {"dry", 'd'}, {"typ_p", 'y'},
+        {"typ-p", 'y'}, {"typical_p", 'y'}, {"typical-p", 'y'}, {"typical", 'y'}, {"typ", 'y'}, {"xtc", 'x'},
+        {"top_n_sigma", 's'}, {"top-n-sigma", 's'}, {"infill", 'i'},
+    };
+    char seq[64];
+    int n = 0;
+    if (cJSON_IsString(sm)) {
+        for (const char *q = sm->valuestring; *q; q++) {
+            if (!strchr("ekpmtdyxsi", *q))
+                return herr_set(e, "\"samplers\": '%c' is no sampler letter (e k p m t, and d y x s i as no-ops)", *q);
+            if (n == (int)sizeof seq) return herr_set(e, "\"samplers\" is longer than %d", (int)sizeof seq);
+            seq[n++] = *q;
+        }
+    } else if (cJSON_IsArray(sm)) {
+        const cJSON *x;
+        int k = 0;
+        cJSON_ArrayForEach(x, sm) {
+            size_t t = 0;
+            while (cJSON_IsString(x) && t < sizeof names / sizeof names[0] && strcmp(names[t].name, x->valuestring)) t++;
+            if (!cJSON_IsString(x) || t == sizeof names / sizeof names[0])
+                return herr_set(e, "\"samplers\"[%d] is no sampler name (penalties, top_k, top_p, min_p, temperature)", k);
+            if (n == (int)sizeof seq) return herr_set(e, "\"samplers\" is longer than %d", (int)sizeof seq);
+            seq[n++] = names[t].c;
+            k++;
+        }
+    } else {
+        return herr_set(e, "\"samplers\" must be an array of names or a string of letters");
+    }
+    bool pen = false;
+    int m = 0;
+    for (int k = 0; k < n; k++) {
+        const char c = seq[k];
+        if (c == 'e') {
+            if (m > 0) return herr_set(e, "\"samplers\": penalties after another stage is not supported (only first)");
+            pen = true;
+        } else if (strchr("kpmt", c)) {
+            if (memchr(so->order, c, (size_t)m))
+                return herr_set(e, "\"samplers\" names a stage twice");
+            so->order[m++] = c;
+        }
+    }
+    so->order[m] = 0;
+    so->ordered = true;
+    if (!pen) {
+        so->repeat_penalty = 1;
+        so->presence_penalty = so->frequency_penalty = 0;
+    }
+    return 0;
 }
 
 /* The sampling and length fields all generating endpoints share, llama-server's names and
@@ -185,6 +324,18 @@ int req_params(const req_ctx *x, const cJSON *j, api_kind kind, uint64_t seed, g
         for (int k = 0; k < g->n_stop; k++)
             if (strlen(g->stop[k]) > STOP_MAX_LEN) return herr_set(e, "a \"stop\" string is over %d bytes", STOP_MAX_LEN);
     }
+    /* llama-server's n_cmpl: several completions of one prompt, like "n" */
+    if ((rc = get_int(j, "n_cmpl", 1, 1 << 20, &i, e)) < 0) return -1;
+    if (rc && i != 1) return herr_set(e, "\"n_cmpl\" other than 1 is not supported");
+    /* n_keep and n_discard say what a context shift keeps and drops. hearth never shifts the
+     * context (llama-server's default since --context-shift went off by default): a request
+     * that fills it ends with "length", so these change no answer; they are checked only */
+    if (get_int(j, "n_keep", -1, x->n_ctx, &i, e) < 0 || get_int(j, "n_discard", 0, x->n_ctx, &i, e) < 0) return -1;
+    /* t_max_predict_ms: generation stops (stop type "limit") once this long has passed since
+     * the first token and a newline was generated (llama-server's meaning); api.c enforces it */
+    if ((rc = get_num(j, "t_max_predict_ms", 0, 1e12, &v, e)) < 0) return -1;
+    if (rc) g->t_max_predict_ms = v;
+    if (req_samplers(j, &g->so, e) < 0) return -1;
     (void)kind;
     return 0;
 }
@@ -347,6 +498,28 @@ int req_chat_prompt(const req_ctx *x, const cJSON *j, bool gen_prompt, char **te
             cJSON_Delete(copy);
             return herr_set(e, "\"messages\"[%d].content must be a string or an array of parts", k);
         }
+        /* text parts only: an image or audio part would get the template's vision
+         * placeholders with no image behind them (a text-only engine) */
+        int pk = 0;
+        const cJSON *part;
+        cJSON_ArrayForEach(part, (cJSON_IsArray(content) ? content : NULL)) {
+            const cJSON *pt = cJSON_IsObject(part) ? cJSON_GetObjectItemCaseSensitive(part, "type") : NULL;
+            const cJSON *tx = cJSON_IsObject(part) ? cJSON_GetObjectItemCaseSensitive(part, "text") : NULL;
+            if (!cJSON_IsString(pt)) {
+                cJSON_Delete(copy);
+                return herr_set(e, "\"messages\"[%d].content[%d] needs a string \"type\"", k, pk);
+            }
+            if (strcmp(pt->valuestring, "text")) {
+                cJSON_Delete(copy);
+                return herr_set(e, "\"messages\"[%d].content[%d] is of type \"%.40s\": only text parts are supported "
+                                "(this server reads no images, audio or files)", k, pk, pt->valuestring);
+            }
+            if (!cJSON_IsString(tx)) {
+                cJSON_Delete(copy);
+                return herr_set(e, "\"messages\"[%d].content[%d] of type \"text\" needs a string \"text\"", k, pk);
+            }
+            pk++;
+        }
         cJSON *mc = cJSON_Duplicate(m, true);
         const cJSON *rs = cJSON_GetObjectItemCaseSensitive(m, "reasoning");
         if (cJSON_IsString(rs) && !cJSON_GetObjectItemCaseSensitive(m, "reasoning_content"))
@@ -369,24 +542,53 @@ int req_chat_prompt(const req_ctx *x, const cJSON *j, bool gen_prompt, char **te
     const cJSON *tools = cJSON_GetObjectItemCaseSensitive(j, "tools");
     if (tools && !cJSON_IsNull(tools)) {
         if (!cJSON_IsArray(tools)) { cJSON_Delete(copy); return herr_set(e, "\"tools\" must be an array"); }
+        /* OpenAI's {"type": "function", "function": {"name", "description"?, "parameters"?}}:
+         * a malformed tool would be rendered into the prompt as it is */
+        int tk = 0;
+        const cJSON *t;
+        cJSON_ArrayForEach(t, tools) {
+            const cJSON *ty = cJSON_IsObject(t) ? cJSON_GetObjectItemCaseSensitive(t, "type") : NULL;
+            const cJSON *fn = cJSON_IsObject(t) ? cJSON_GetObjectItemCaseSensitive(t, "function") : NULL;
+            const cJSON *nm = cJSON_IsObject(fn) ? cJSON_GetObjectItemCaseSensitive(fn, "name") : NULL;
+            const cJSON *pa = cJSON_IsObject(fn) ? cJSON_GetObjectItemCaseSensitive(fn, "parameters") : NULL;
+            const cJSON *de = cJSON_IsObject(fn) ? cJSON_GetObjectItemCaseSensitive(fn, "description") : NULL;
+            const char *bad = !cJSON_IsObject(t) ? "must be an object"
+                              : !cJSON_IsString(ty) || strcmp(ty->valuestring, "function") ? ".type must be \"function\""
+                              : !cJSON_IsObject(fn) ? ".function must be an object"
+                              : !cJSON_IsString(nm) || !nm->valuestring[0] ? ".function.name must be a non-empty string"
+                              : pa && !cJSON_IsNull(pa) && !cJSON_IsObject(pa) ? ".function.parameters must be an object"
+                              : de && !cJSON_IsNull(de) && !cJSON_IsString(de) ? ".function.description must be a string"
+                              : NULL;
+            if (bad) { cJSON_Delete(copy); return herr_set(e, "\"tools\"[%d]%s%s", tk, *bad == '.' ? "" : " ", bad); }
+            tk++;
+        }
         if (cJSON_GetArraySize(tools) > 0 && !req_tool_choice_none(j)) in.tools = tools;
     }
-    cJSON *extra = NULL;
-    const cJSON *kw = cJSON_GetObjectItemCaseSensitive(j, "chat_template_kwargs");
+    /* the server's --chat-template-kwargs, the request's own over them, key by key */
+    cJSON *extra = x->template_kwargs ? cJSON_Duplicate(x->template_kwargs, true) : NULL;
+    const cJSON *kw = cJSON_GetObjectItemCaseSensitive(j, "chat_template_kwargs"), *kv;
     if (kw && !cJSON_IsNull(kw)) {
-        if (!cJSON_IsObject(kw)) { cJSON_Delete(copy); return herr_set(e, "\"chat_template_kwargs\" must be an object"); }
-        extra = cJSON_Duplicate(kw, true);
-        const cJSON *et = cJSON_GetObjectItemCaseSensitive(kw, "enable_thinking");
-        if (et) {
-            if (!cJSON_IsBool(et)) {
-                cJSON_Delete(copy);
-                cJSON_Delete(extra);
-                return herr_set(e, "\"chat_template_kwargs\".enable_thinking must be true or false");
-            }
-            in.enable_thinking = cJSON_IsTrue(et);
+        if (!cJSON_IsObject(kw)) {
+            cJSON_Delete(copy);
+            cJSON_Delete(extra);
+            return herr_set(e, "\"chat_template_kwargs\" must be an object");
         }
-        in.extra = extra;
+        if (!extra) extra = cJSON_CreateObject();
+        cJSON_ArrayForEach(kv, kw) {
+            cJSON_DeleteItemFromObjectCaseSensitive(extra, kv->string);
+            cJSON_AddItemToObject(extra, kv->string, cJSON_Duplicate(kv, true));
+        }
     }
+    const cJSON *et = extra ? cJSON_GetObjectItemCaseSensitive(extra, "enable_thinking") : NULL;
+    if (et) {
+        if (!cJSON_IsBool(et)) {
+            cJSON_Delete(copy);
+            cJSON_Delete(extra);
+            return herr_set(e, "\"chat_template_kwargs\".enable_thinking must be true or false");
+        }
+        in.enable_thinking = cJSON_IsTrue(et);
+    }
+    in.extra = extra;
     size_t len;
     int rc = chat_render(x->tmpl, &in, text, &len, e);
     if (rc == 0 && ids) {
@@ -555,6 +757,50 @@ cJSON *req_messages_to_chat(const cJSON *j, herr *e) {
 bad:
     cJSON_Delete(out);
     return NULL;
+}
+
+#define BILLING_LINE "x-anthropic-billing-header:"
+
+/* text without the lines that begin with BILLING_LINE (a new string; *n_dropped counted) */
+static char *drop_billing_lines(const char *text, int *n_dropped) {
+    buf b = {0};
+    buf_add(&b, "", 0);
+    for (const char *p = text; *p;) {
+        const char *nl = strchr(p, '\n');
+        const char *end = nl ? nl + 1 : p + strlen(p);
+        if (!strncmp(p, BILLING_LINE, strlen(BILLING_LINE))) (*n_dropped)++;
+        else buf_add(&b, p, (size_t)(end - p));
+        p = end;
+    }
+    return b.p;
+}
+
+int req_drop_billing_header(cJSON *j) {
+    cJSON *sys = cJSON_GetObjectItemCaseSensitive(j, "system");
+    int n = 0;
+    if (cJSON_IsString(sys)) {
+        if (!strstr(sys->valuestring, BILLING_LINE)) return 0;
+        char *t = drop_billing_lines(sys->valuestring, &n);
+        cJSON_ReplaceItemInObjectCaseSensitive(j, "system", cJSON_CreateString(t));
+        free(t);
+        return n;
+    }
+    cJSON *blk = cJSON_IsArray(sys) ? sys->child : NULL;
+    while (blk) {
+        cJSON *next = blk->next;
+        const cJSON *t = cJSON_GetObjectItemCaseSensitive(blk, "type");
+        cJSON *tx = cJSON_GetObjectItemCaseSensitive(blk, "text");
+        if (cJSON_IsString(t) && !strcmp(t->valuestring, "text") && cJSON_IsString(tx) &&
+            strstr(tx->valuestring, BILLING_LINE)) {
+            const int before = n;
+            char *s = drop_billing_lines(tx->valuestring, &n);
+            if (n > before && !s[0]) cJSON_Delete(cJSON_DetachItemViaPointer(sys, blk));
+            else cJSON_ReplaceItemInObjectCaseSensitive(blk, "text", cJSON_CreateString(s));
+            free(s);
+        }
+        blk = next;
+    }
+    return n;
 }
 
 int32_t *req_tokenize(const req_ctx *x, const cJSON *j, int64_t *n, bool *with_pieces, herr *e) {

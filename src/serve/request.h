@@ -44,6 +44,8 @@ typedef struct req_ctx {
     int64_t n_predict;      /* the length when a request names none (-n) */
     const char *bos_text, *eos_text; /* the template's bos_token and eos_token (NULL: undefined) */
     req_memo *memo;         /* chat prompts lately tokenized (NULL: each encoded whole) */
+    const cJSON *template_kwargs; /* --chat-template-kwargs: an object under each request's own
+                                   * chat_template_kwargs (which win), or NULL */
 } req_ctx;
 
 typedef struct gen_params {
@@ -51,6 +53,7 @@ typedef struct gen_params {
     int64_t n_predict;
     bool ignore_eos, stream, include_usage, return_tokens, cache_prompt;
     int top_logprobs;       /* -1: no log-probabilities */
+    double t_max_predict_ms; /* 0: none; else stop after this long once a newline was generated */
     int slot;
     char *stop[MAX_STOP];
     int n_stop;
@@ -85,6 +88,13 @@ int req_chat_prompt(const req_ctx *x, const cJSON *j, bool gen_prompt, char **te
 /* Anthropic's messages request as the chat request req_chat_prompt and req_params take
  * (a new object), or NULL with e set. */
 cJSON *req_messages_to_chat(const cJSON *j, herr *e);
+
+/* Claude Code's per-request line "x-anthropic-billing-header: cc_version=...; cch=...;" in
+ * the "system" of an Anthropic messages request j (a string, or text blocks): billing
+ * metadata for Anthropic's service that changes every request, so a prefix cache would miss
+ * from the system prompt's first token. Each line that begins with it is removed with its
+ * newline (a block left empty, whole). Returns how many were removed. */
+int req_drop_billing_header(cJSON *j);
 
 /* /tokenize: the ids of "content" (BOS first when add_special and the vocabulary asks);
  * *with_pieces from the field of that name. NULL with e set. */

@@ -60,6 +60,8 @@ struct sched {
     int64_t q_head, q_n;
     bool stopping;
     bool running;           /* the engine thread was started and not joined yet */
+    int32_t *eog;           /* the vocabulary's end-of-generation ids: masked under ignore_eos */
+    int n_eog;
     /* the model file as it was at start (sched_opts.model_path): model_bad (under mu, sticky)
      * once it was written in place, its message in model_err; model_moved once another file
      * was renamed over it (logged once, served on: the mapping keeps the old file) */
@@ -306,7 +308,7 @@ static void slot_start(sched *s, slot *sl, sched_req *r, bool from_cache, int ei
     if (from_cache) {
         const int32_t *ids;
         if (pcache_restore(s->pc, ei, pi, sl->id, &ids, &at, &e) < 0) {
-            snprintf(w, sizeof w, "the shared cache's entry could not be used (%.80s)", e.msg);
+            snprintf(w, sizeof w, "the shared cache's entry could not be used (%s)", e.msg);
             at = 0;
         } else {
             memcpy(sl->ids, ids, sizeof(int32_t) * (size_t)at);
@@ -316,7 +318,7 @@ static void slot_start(sched *s, slot *sl, sched_req *r, bool from_cache, int ei
         while (sl->n_pts) slot_drop_point(s, sl, sl->n_pts - 1);
     } else if (pt >= 0) {
         if (engine_restore(s->eng, sl->id, sl->pts[pt].p, &e) < 0) { /* cannot happen: the prefix was compared */
-            snprintf(w, sizeof w, "restore refused (%.80s)", e.msg);
+            snprintf(w, sizeof w, "restore refused (%s)", e.msg);
             at = 0;
         } else {
             sl->pts[pt].t_used = time_now();
@@ -462,7 +464,8 @@ static void slot_took(sched *s, slot *sl, int32_t id, const token_lp *t) {
  * the argmax alone (ENGINE_LOGITS_ARGMAX: on the GPU only the id leaves the device). */
 static bool slot_greedy(const sched *s, const slot *sl) {
     const sched_req *r = sl->req;
-    return !(r->so.temp > 0) && !sampler_penalizes(&r->so) && r->top_logprobs < 0 && !s->o.script;
+    return sampler_greedy(&r->so) && !sampler_penalizes(&r->so) && r->top_logprobs < 0 && !s->o.script &&
+           !(r->ignore_eos && s->n_eog > 0);
 }
 
 /* The next token from the slot's logits: log-probabilities first where asked (of the
@@ -528,6 +531,9 @@ static void admit(sched *s) {
             if (at > best_at || (at == best_at && sl->t_used < best->t_used)) { best = sl; best_at = at; }
         }
         if (!best) return;
+    /* ignore_eos as llama-server means it: an end token is never sampled */
+    if (r->ignore_eos)
+        for (int i = 0; i < s->n_eog; i++) lg[s->eog[i]] = -INFINITY;
         /* the shared cache, when it resumes later than any free slot: on the least recently
          * used free slot */
         int ei, pi;
@@ -843,6 +849,9 @@ static int slot_job(sched *s, int kind, int k, const char *path, int64_t *n, her
     s->job.kind = kind;
     s->job.slot = k;
     s->job.path = path;
+    s->eog = xmalloc(sizeof(int32_t) * (size_t)(s->V + 1));
+    for (int64_t i = 0; i < s->V; i++)
+        if (tokenizer_is_eog(tok, (int32_t)i)) s->eog[s->n_eog++] = (int32_t)i;
     pthread_cond_broadcast(&s->cv);
     while (!s->job.done && !s->stopping) pthread_cond_wait(&s->job_cv, &s->mu);
     int rc = s->job.done ? s->job.rc : herr_set(e, "the server is stopping");
@@ -870,3 +879,4 @@ bool sched_model_ok(sched *s, char *why, size_t cap) {
     pthread_mutex_unlock(&s->mu);
     return ok;
 }
+    free(s->eog);

@@ -60,7 +60,7 @@ typedef struct sched_req {
     int n_marks;
     sampler_opts so;
     int64_t n_predict;      /* -1: until the context fills */
-    bool ignore_eos;
+    bool ignore_eos;        /* an end-of-generation token is never sampled (llama-server's meaning) */
     int slot_wanted;        /* -1: any */
     bool exact;             /* chat: prompts are cut at the marks, and resumed only from a
                              * point at one of them, so the answer is the bits a cold server
@@ -83,7 +83,7 @@ typedef struct sched_req {
     bool cancel;            /* set by the HTTP side: the engine thread drops the request */
     int slot;               /* where it ran, -1 before */
     int64_t n_cached;       /* prompt rows resumed from (not prefilled) */
-    char cache_why[128];    /* how the resume was chosen, in words */
+    char cache_why[640];    /* how the resume was chosen, in words (room for a whole herr message and more) */
     double t_queued, t_start, t_first, t_end; /* seconds (time_now) */
     int refs;               /* 2 while both sides hold it */
 } sched_req;

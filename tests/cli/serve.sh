@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # serve.sh: hearth serve end to end (tests/cli/serve_test.py: HTTP, streaming, the prompt
 # cache across turns, slots and restarts, parallel slots against solo runs, bad input, the
-# key, the queue, SIGTERM), once on the binary users run and once on the AddressSanitizer +
+# key, the queue, SIGTERM; tests/cli/serve_hostile_test.py: idle sockets, errors as JSON, the
+# fields refused or done by name, the hostile shapes), once on the binary users run and once on the AddressSanitizer +
 # UBSan build (`make asan`, which `make test` builds), where a leak at exit fails the
 # SIGTERM check and any memory error kills the server mid-test. One summary line for both.
 cd "$(dirname "$0")/../.."
 p=0 f=0 s=0
 run() {
     local out
-    out=$(python3 tests/cli/serve_test.py 2>&1)
+    out=$(python3 "$1" 2>&1)
     local rc=$?
     echo "$out"
     local line
@@ -18,10 +19,12 @@ run() {
     f=$((f + $(sed -E 's/^[0-9]+ passed, ([0-9]+) failed.*/\1/' <<<"$line")))
     [ $rc -ne 0 ] && [ "$(sed -E 's/^[0-9]+ passed, ([0-9]+) failed.*/\1/' <<<"$line")" = 0 ] && f=$((f + 1))
 }
-run
+run tests/cli/serve_test.py
+run tests/cli/serve_hostile_test.py
 if [ -x build-asan/hearth ]; then
     echo "== the same against build-asan/hearth"
-    HEARTH=build-asan/hearth run
+    HEARTH=build-asan/hearth run tests/cli/serve_test.py
+    HEARTH=build-asan/hearth run tests/cli/serve_hostile_test.py
 else
     echo "SKIP serve_test under the sanitizers: build-asan/hearth missing (make asan)"
     s=1
