@@ -1,0 +1,1431 @@
+/* grammar.c: GBNF into byte-level rules, and the pushdown matcher over them with its lazy DFA
+ * and the vocabulary trie walk (grammar.h). Written from the GBNF notation as llama.cpp
+ * documents it (grammars/README.md); the compiler and matcher are hearth's own.
+ *
+ * Compiled form: every rule is a list of alternatives, each a sequence of elements ended by
+ * END: TERM (one byte out of a 256-bit set) or REF (another rule). Repetitions become helper
+ * rules (X* is R ::= X R | ""), and a character class becomes a rule whose alternatives are
+ * the UTF-8 byte sequences of its code points (ASCII in one TERM). A stack is a node (a
+ * position, the node it returns to), hash-consed; a state is a sorted set of stacks whose
+ * top is a TERM, plus whether the grammar may end there. */
+#include "serve/grammar.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ================================================================ compiled grammar */
+
+enum { GE_END = 0, GE_TERM, GE_REF };
+
+typedef struct gelem {
+    int32_t kind;
+    int32_t arg;            /* TERM: its byte set; REF: the rule; END: the rule it ends */
+} gelem;
+
+typedef struct bset { uint64_t w[4]; } bset;
+
+static inline bool bset_has(const bset *s, unsigned b) { return (s->w[b >> 6] >> (b & 63)) & 1; }
+static inline void bset_add(bset *s, unsigned b) { s->w[b >> 6] |= 1ull << (b & 63); }
+
+struct grammar {
+    gelem *el;              /* every alternative's elements, END after each */
+    int32_t n_el;
+    bset *sets;
+    int32_t n_sets;
+    int32_t *alt;           /* the first element of each alternative, rule by rule */
+    int32_t *rule_alt, *rule_n_alt; /* a rule's alternatives: alt[rule_alt[r] ..] */
+    int32_t n_rules, root;
+};
+
+int32_t grammar_n_rules(const grammar *g) { return g->n_rules; }
+
+void grammar_free(grammar *g) {
+    if (!g) return;
+    free(g->el);
+    free(g->sets);
+    free(g->alt);
+    free(g->rule_alt);
+    free(g->rule_n_alt);
+    free(g);
+}
+
+/* ---------------------------------------------------------------- building */
+
+typedef struct seq { gelem *e; int32_t n, cap; } seq;
+
+typedef struct brule {
+    char *name;             /* NULL: made by the compiler */
+    bool defined;
+    int64_t at;             /* byte offset of its first use, for "not defined" */
+    seq *alts;
+    int32_t n_alts, cap_alts;
+} brule;
+
+typedef struct builder {
+    const char *s, *end, *p;
+    brule *r;
+    int32_t n_r, cap_r;
+    bset *sets;
+    int32_t n_sets, cap_sets;
+    int64_t n_elems;        /* elements made so far, against GRAMMAR_MAX_ELEMS */
+    int32_t *names;         /* open addressing over the named rules' ids */
+    int32_t names_cap, n_named;
+    int depth;
+    herr *e;
+    bool failed;
+} builder;
+
+static void where(const builder *b, const char *at, int *line, int *col) {
+    *line = 1, *col = 1;
+    for (const char *q = b->s; q < at && q < b->end; q++) {
+        if (*q == '\n') (*line)++, *col = 1;
+        else (*col)++;
+    }
+}
+
+/* an error at the parser's position (the first one wins) */
+static int fail(builder *b, const char *fmt, const char *arg) {
+    if (b->failed) return -1;
+    b->failed = true;
+    int line, col;
+    where(b, b->p, &line, &col);
+    char msg[200];
+    snprintf(msg, sizeof msg, fmt, arg ? arg : "");
+    herr_set(b->e, "grammar: %s (line %d, column %d)", msg, line, col);
+    return -1;
+}
+
+static int32_t new_rule(builder *b, const char *name, size_t n) {
+    if (b->n_r == b->cap_r) {
+        b->cap_r = b->cap_r ? 2 * b->cap_r : 64;
+        b->r = xrealloc(b->r, sizeof *b->r * (size_t)b->cap_r);
+    }
+    brule *r = &b->r[b->n_r];
+    *r = (brule){0};
+    if (name) {
+        r->name = xmalloc(n + 1);
+        memcpy(r->name, name, n);
+        r->name[n] = 0;
+    }
+    r->at = b->p - b->s;
+    return b->n_r++;
+}
+
+static uint32_t name_hash(const char *s, size_t n) {
+    uint32_t h = 2166136261u;
+    for (size_t i = 0; i < n; i++) h = (h ^ (unsigned char)s[i]) * 16777619u;
+    return h;
+}
+
+static void names_insert(builder *b, int32_t id) {
+    uint32_t h = name_hash(b->r[id].name, strlen(b->r[id].name)) & (uint32_t)(b->names_cap - 1);
+    while (b->names[h] >= 0) h = (h + 1) & (uint32_t)(b->names_cap - 1);
+    b->names[h] = id;
+}
+
+static int32_t rule_by_name(builder *b, const char *name, size_t n) {
+    if (2 * (b->n_named + 1) > b->names_cap) {
+        free(b->names);
+        b->names_cap = b->names_cap ? 2 * b->names_cap : 64;
+        b->names = xmalloc(sizeof *b->names * (size_t)b->names_cap);
+        for (int32_t i = 0; i < b->names_cap; i++) b->names[i] = -1;
+        for (int32_t i = 0; i < b->n_r; i++)
+            if (b->r[i].name) names_insert(b, i);
+    }
+    uint32_t h = name_hash(name, n) & (uint32_t)(b->names_cap - 1);
+    for (int32_t id; (id = b->names[h]) >= 0; h = (h + 1) & (uint32_t)(b->names_cap - 1))
+        if (strlen(b->r[id].name) == n && !memcmp(b->r[id].name, name, n)) return id;
+    const int32_t id = new_rule(b, name, n);
+    b->n_named++;
+    names_insert(b, id);
+    return id;
+}
+
+static int32_t new_set(builder *b, const bset *s) {
+    if (b->n_sets == b->cap_sets) {
+        b->cap_sets = b->cap_sets ? 2 * b->cap_sets : 64;
+        b->sets = xrealloc(b->sets, sizeof *b->sets * (size_t)b->cap_sets);
+    }
+    b->sets[b->n_sets] = *s;
+    return b->n_sets++;
+}
+
+static int seq_add(builder *b, seq *q, int32_t kind, int32_t arg) {
+    if (++b->n_elems > GRAMMAR_MAX_ELEMS) return fail(b, "over %s elements once compiled", "1048576");
+    if (q->n == q->cap) {
+        q->cap = q->cap ? 2 * q->cap : 8;
+        q->e = xrealloc(q->e, sizeof *q->e * (size_t)q->cap);
+    }
+    q->e[q->n++] = (gelem){kind, arg};
+    return 0;
+}
+
+static int seq_add_byte(builder *b, seq *q, unsigned c) {
+    bset s = {{0}};
+    bset_add(&s, c);
+    return seq_add(b, q, GE_TERM, new_set(b, &s));
+}
+
+/* a new alternative of rule r (a copy of q; q stays the caller's) */
+static void rule_add_alt(builder *b, int32_t r, const seq *q) {
+    brule *R = &b->r[r];
+    if (R->n_alts == R->cap_alts) {
+        R->cap_alts = R->cap_alts ? 2 * R->cap_alts : 4;
+        R->alts = xrealloc(R->alts, sizeof *R->alts * (size_t)R->cap_alts);
+    }
+    seq c = {0};
+    if (q->n) {
+        c.e = xmalloc(sizeof *c.e * (size_t)q->n);
+        memcpy(c.e, q->e, sizeof *c.e * (size_t)q->n);
+        c.n = c.cap = q->n;
+    }
+    R->alts[R->n_alts++] = c;
+}
+
+/* ---------------------------------------------------------------- lexing */
+
+static bool is_name_char(char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' || c == '_' || c == '.';
+}
+
+static void skip_space(builder *b) {
+    while (b->p < b->end) {
+        if (*b->p == '#') {
+            while (b->p < b->end && *b->p != '\n') b->p++;
+        } else if (*b->p == ' ' || *b->p == '\t' || *b->p == '\n' || *b->p == '\r') {
+            b->p++;
+        } else {
+            break;
+        }
+    }
+}
+
+static size_t name_len(const char *p, const char *end) {
+    size_t n = 0;
+    while (p + n < end && is_name_char(p[n])) n++;
+    return n;
+}
+
+/* the next thing is `name ::=`: a new rule starts */
+static bool at_rule_start(const builder *b) {
+    const size_t n = name_len(b->p, b->end);
+    if (!n) return false;
+    const char *q = b->p + n;
+    while (q < b->end && (*q == ' ' || *q == '\t' || *q == '\n' || *q == '\r')) q++;
+    return b->end - q >= 3 && !memcmp(q, "::=", 3);
+}
+
+static int hexval(char c) {
+    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+}
+
+/* one character of a literal or class (escapes and UTF-8): its code point, or -1 */
+static int32_t read_char(builder *b) {
+    if (b->p >= b->end) return fail(b, "unexpected end of the grammar%s", NULL);
+    unsigned char c = (unsigned char)*b->p;
+    if (c == '\\') {
+        if (++b->p >= b->end) return fail(b, "unexpected end after \\%s", NULL);
+        const char x = *b->p++;
+        switch (x) {
+        case 'n': return '\n';
+        case 'r': return '\r';
+        case 't': return '\t';
+        case '\\': case '"': case '[': case ']': case '-': case '/': case '\'': case '^': case '.': return x;
+        case 'x': case 'u': case 'U': {
+            const int nd = x == 'x' ? 2 : x == 'u' ? 4 : 8;
+            int32_t v = 0;
+            for (int i = 0; i < nd; i++) {
+                const int h = b->p < b->end ? hexval(*b->p) : -1;
+                if (h < 0) return fail(b, "\\%s needs hex digits", x == 'x' ? "x" : x == 'u' ? "u" : "U");
+                v = v * 16 + h;
+                b->p++;
+                if (v > 0x10FFFF) return fail(b, "code point over U+10FFFF%s", NULL);
+            }
+            return v;
+        }
+        default: {
+            char esc[2] = {x, 0};
+            b->p--;
+            return fail(b, "unknown escape \\%s", esc);
+        }
+        }
+    }
+    /* UTF-8: a well-formed sequence is one code point; a stray byte stands for itself */
+    const int len = c < 0x80 ? 1 : (c & 0xe0) == 0xc0 ? 2 : (c & 0xf0) == 0xe0 ? 3 : (c & 0xf8) == 0xf0 ? 4 : 0;
+    if (len == 0 || b->end - b->p < len) return fail(b, "invalid UTF-8 in the grammar%s", NULL);
+    int32_t v = len == 1 ? c : len == 2 ? c & 0x1f : len == 3 ? c & 0x0f : c & 0x07;
+    for (int i = 1; i < len; i++) {
+        const unsigned char k = (unsigned char)b->p[i];
+        if ((k & 0xc0) != 0x80) return fail(b, "invalid UTF-8 in the grammar%s", NULL);
+        v = (v << 6) | (k & 0x3f);
+    }
+    b->p += len;
+    return v;
+}
+
+static int utf8_put(int32_t cp, unsigned char *out) {
+    if (cp < 0x80) { out[0] = (unsigned char)cp; return 1; }
+    if (cp < 0x800) { out[0] = (unsigned char)(0xc0 | cp >> 6); out[1] = (unsigned char)(0x80 | (cp & 0x3f)); return 2; }
+    if (cp < 0x10000) {
+        out[0] = (unsigned char)(0xe0 | cp >> 12);
+        out[1] = (unsigned char)(0x80 | ((cp >> 6) & 0x3f));
+        out[2] = (unsigned char)(0x80 | (cp & 0x3f));
+        return 3;
+    }
+    out[0] = (unsigned char)(0xf0 | cp >> 18);
+    out[1] = (unsigned char)(0x80 | ((cp >> 12) & 0x3f));
+    out[2] = (unsigned char)(0x80 | ((cp >> 6) & 0x3f));
+    out[3] = (unsigned char)(0x80 | (cp & 0x3f));
+    return 4;
+}
+
+/* ---------------------------------------------------------------- classes to UTF-8 */
+
+typedef struct cprange { int32_t lo, hi; } cprange;
+
+static int cpr_cmp(const void *a, const void *b) {
+    const cprange *x = a, *y = b;
+    return x->lo < y->lo ? -1 : x->lo > y->lo;
+}
+
+/* sorted, merged, surrogates taken out; with negate, the complement over U+0000..U+10FFFF */
+static int32_t ranges_norm(cprange *r, int32_t n, bool negate, cprange *out) {
+    qsort(r, (size_t)n, sizeof *r, cpr_cmp);
+    int32_t m = 0;
+    for (int32_t i = 0; i < n; i++) {
+        if (m && r[i].lo <= out[m - 1].hi + 1) {
+            if (r[i].hi > out[m - 1].hi) out[m - 1].hi = r[i].hi;
+        } else {
+            out[m++] = r[i];
+        }
+    }
+    if (negate) {
+        cprange *c = xmalloc(sizeof *c * (size_t)(m + 1));
+        int32_t k = 0, at = 0;
+        for (int32_t i = 0; i < m; i++) {
+            if (out[i].lo > at) c[k++] = (cprange){at, out[i].lo - 1};
+            at = out[i].hi + 1;
+        }
+        if (at <= 0x10FFFF) c[k++] = (cprange){at, 0x10FFFF};
+        memcpy(out, c, sizeof *c * (size_t)k);
+        free(c);
+        m = k;
+    }
+    /* no surrogates: they are no UTF-8 (out has room: one range may split in two) */
+    int32_t k = 0;
+    cprange *c = xmalloc(sizeof *c * (size_t)(2 * m + 1));
+    for (int32_t i = 0; i < m; i++) {
+        if (out[i].hi < 0xD800 || out[i].lo > 0xDFFF) { c[k++] = out[i]; continue; }
+        if (out[i].lo < 0xD800) c[k++] = (cprange){out[i].lo, 0xD7FF};
+        if (out[i].hi > 0xDFFF) c[k++] = (cprange){0xE000, out[i].hi};
+    }
+    memcpy(out, c, sizeof *c * (size_t)k);
+    free(c);
+    return k;
+}
+
+/* a UTF-8 byte-range sequence: len ranges [lo[i], hi[i]] */
+typedef struct u8seq { int len; unsigned char lo[4], hi[4]; } u8seq;
+
+typedef struct u8list { u8seq *s; int32_t n, cap; } u8list;
+
+static void u8_push(u8list *l, const u8seq *s) {
+    if (l->n == l->cap) {
+        l->cap = l->cap ? 2 * l->cap : 16;
+        l->s = xrealloc(l->s, sizeof *l->s * (size_t)l->cap);
+    }
+    l->s[l->n++] = *s;
+}
+
+/* [lo, hi] (no surrogates) as UTF-8 byte-range sequences: split at the encoded lengths' bounds,
+ * then until every byte position is a plain range */
+static void u8_split(u8list *l, int32_t lo, int32_t hi) {
+    static const int32_t bound[3] = {0x7F, 0x7FF, 0xFFFF};
+    for (int i = 0; i < 3; i++)
+        if (lo <= bound[i] && hi > bound[i]) {
+            u8_split(l, lo, bound[i]);
+            u8_split(l, bound[i] + 1, hi);
+            return;
+        }
+    unsigned char a[4], z[4];
+    const int n = utf8_put(lo, a);
+    utf8_put(hi, z);
+    for (int i = 1; i < n; i++) {
+        const int32_t m = (1 << (6 * i)) - 1;
+        if ((lo & ~m) != (hi & ~m)) {
+            if ((lo & m) != 0) {
+                u8_split(l, lo, lo | m);
+                u8_split(l, (lo | m) + 1, hi);
+                return;
+            }
+            if ((hi & m) != m) {
+                u8_split(l, lo, (hi & ~m) - 1);
+                u8_split(l, hi & ~m, hi);
+                return;
+            }
+        }
+    }
+    u8seq s = {.len = n};
+    for (int i = 0; i < n; i++) s.lo[i] = a[i], s.hi[i] = z[i];
+    u8_push(l, &s);
+}
+
+/* the class's code point ranges as elements of q: one TERM when all are ASCII, else a REF
+ * to a new rule of the UTF-8 sequences (those sharing their continuation ranges merged) */
+static int class_elems(builder *b, seq *q, cprange *r, int32_t n, bool negate) {
+    cprange *norm = xmalloc(sizeof *norm * (size_t)(n + 2));
+    const int32_t m = ranges_norm(r, n, negate, norm);
+    u8list l = {0};
+    for (int32_t i = 0; i < m; i++) u8_split(&l, norm[i].lo, norm[i].hi);
+    free(norm);
+    bset ascii = {{0}};
+    bool any_ascii = false;
+    /* merged sequences: the first byte a set, the rest ranges */
+    typedef struct { int len; bset first; unsigned char lo[4], hi[4]; } mseq;
+    mseq *ms = xmalloc(sizeof *ms * (size_t)(l.n + 1));
+    int32_t nm = 0;
+    for (int32_t i = 0; i < l.n; i++) {
+        const u8seq *s = &l.s[i];
+        if (s->len == 1) {
+            for (unsigned c = s->lo[0]; c <= s->hi[0]; c++) bset_add(&ascii, c);
+            any_ascii = true;
+            continue;
+        }
+        int32_t j = 0;
+        while (j < nm && !(ms[j].len == s->len && !memcmp(ms[j].lo + 1, s->lo + 1, (size_t)s->len - 1) &&
+                           !memcmp(ms[j].hi + 1, s->hi + 1, (size_t)s->len - 1)))
+            j++;
+        if (j == nm) {
+            ms[nm] = (mseq){.len = s->len};
+            memcpy(ms[nm].lo, s->lo, 4);
+            memcpy(ms[nm].hi, s->hi, 4);
+            nm++;
+        }
+        for (unsigned c = s->lo[0]; c <= s->hi[0]; c++) bset_add(&ms[j].first, c);
+    }
+    free(l.s);
+    int rc = 0;
+    if (nm == 0) { /* ASCII only (or nothing: a set that matches no byte) */
+        rc = seq_add(b, q, GE_TERM, new_set(b, &ascii));
+    } else {
+        const int32_t rr = new_rule(b, NULL, 0);
+        seq a = {0};
+        if (any_ascii) {
+            rc |= seq_add(b, &a, GE_TERM, new_set(b, &ascii));
+            rule_add_alt(b, rr, &a);
+        }
+        for (int32_t j = 0; j < nm && !rc; j++) {
+            a.n = 0;
+            rc |= seq_add(b, &a, GE_TERM, new_set(b, &ms[j].first));
+            for (int i = 1; i < ms[j].len; i++) {
+                bset s = {{0}};
+                for (unsigned c = ms[j].lo[i]; c <= ms[j].hi[i]; c++) bset_add(&s, c);
+                rc |= seq_add(b, &a, GE_TERM, new_set(b, &s));
+            }
+            rule_add_alt(b, rr, &a);
+        }
+        free(a.e);
+        if (!rc) rc = seq_add(b, q, GE_REF, rr);
+    }
+    free(ms);
+    return rc;
+}
+
+/* ---------------------------------------------------------------- the parser */
+
+static int parse_alts(builder *b, int32_t rule);
+
+/* `[...]` at b->p (past the '[') into q */
+static int parse_class(builder *b, seq *q) {
+    bool negate = false;
+    if (b->p < b->end && *b->p == '^') negate = true, b->p++;
+    int32_t n = 0, cap = 16;
+    cprange *r = xmalloc(sizeof *r * (size_t)cap);
+    for (;;) {
+        if (b->p >= b->end) { free(r); return fail(b, "a character class is not closed with ]%s", NULL); }
+        if (*b->p == ']') { b->p++; break; }
+        const int32_t lo = read_char(b);
+        if (lo < 0) { free(r); return -1; }
+        int32_t hi = lo;
+        if (b->end - b->p >= 2 && b->p[0] == '-' && b->p[1] != ']') {
+            b->p++;
+            hi = read_char(b);
+            if (hi < 0) { free(r); return -1; }
+            if (hi < lo) { free(r); return fail(b, "a class range ends before it starts%s", NULL); }
+        }
+        if (n == cap) r = xrealloc(r, sizeof *r * (size_t)(cap *= 2));
+        r[n++] = (cprange){lo, hi};
+    }
+    const int rc = class_elems(b, q, r, n, negate);
+    free(r);
+    return rc;
+}
+
+/* a rule whose one alternative is q[from..) (q is cut back to from) */
+static int32_t wrap(builder *b, seq *q, int32_t from) {
+    if (q->n - from == 1 && q->e[from].kind == GE_REF) { /* already one rule */
+        const int32_t r = q->e[from].arg;
+        q->n = from;
+        return r;
+    }
+    const int32_t r = new_rule(b, NULL, 0);
+    seq a = {.e = q->e + from, .n = q->n - from};
+    rule_add_alt(b, r, &a);
+    q->n = from;
+    return r;
+}
+
+/* R ::= P R | "" : P repeated any number of times */
+static int32_t star_rule(builder *b, int32_t p) {
+    const int32_t r = new_rule(b, NULL, 0);
+    seq a = {0};
+    int rc = seq_add(b, &a, GE_REF, p);
+    rc |= seq_add(b, &a, GE_REF, r);
+    if (!rc) rule_add_alt(b, r, &a);
+    a.n = 0;
+    rule_add_alt(b, r, &a);
+    free(a.e);
+    return rc ? -1 : r;
+}
+
+static int parse_count(builder *b, long *v) {
+    skip_space(b);
+    if (b->p >= b->end || *b->p < '0' || *b->p > '9') return fail(b, "a repetition count is expected in {}%s", NULL);
+    long x = 0;
+    while (b->p < b->end && *b->p >= '0' && *b->p <= '9') {
+        x = x * 10 + (*b->p++ - '0');
+        if (x > GRAMMAR_MAX_REPEAT) return fail(b, "a repetition count over %s", "10000");
+    }
+    *v = x;
+    skip_space(b);
+    return 0;
+}
+
+/* the postfix operator at b->p applied to q[from..) */
+static int repeat(builder *b, seq *q, int32_t from) {
+    const char op = *b->p++;
+    long lo, hi;
+    if (op == '*') lo = 0, hi = -1;
+    else if (op == '+') lo = 1, hi = -1;
+    else if (op == '?') lo = 0, hi = 1;
+    else {
+        if (parse_count(b, &lo) < 0) return -1;
+        hi = lo;
+        if (b->p < b->end && *b->p == ',') {
+            b->p++;
+            skip_space(b);
+            hi = -1;
+            if (b->p < b->end && *b->p != '}' && parse_count(b, &hi) < 0) return -1;
+        }
+        if (b->p >= b->end || *b->p != '}') return fail(b, "a repetition is not closed with }%s", NULL);
+        b->p++;
+        if (hi >= 0 && hi < lo) return fail(b, "a repetition's maximum is under its minimum%s", NULL);
+    }
+    if (from == q->n) return fail(b, "a repetition follows nothing%s", NULL);
+    const int32_t p = wrap(b, q, from);
+    for (long i = 0; i < lo; i++)
+        if (seq_add(b, q, GE_REF, p) < 0) return -1;
+    if (hi < 0) {
+        const int32_t r = star_rule(b, p);
+        return r < 0 ? -1 : seq_add(b, q, GE_REF, r);
+    }
+    /* up to hi - lo more: O_k ::= P O_{k-1} | "", O_1 ::= P | "" */
+    int32_t prev = -1;
+    for (long k = 0; k < hi - lo; k++) {
+        const int32_t o = new_rule(b, NULL, 0);
+        seq a = {0};
+        int rc = seq_add(b, &a, GE_REF, p);
+        if (prev >= 0) rc |= seq_add(b, &a, GE_REF, prev);
+        if (!rc) rule_add_alt(b, o, &a);
+        a.n = 0;
+        rule_add_alt(b, o, &a);
+        free(a.e);
+        if (rc) return -1;
+        prev = o;
+    }
+    return prev >= 0 ? seq_add(b, q, GE_REF, prev) : 0;
+}
+
+/* a sequence into q, up to '|', ')', the next rule or the end */
+static int parse_seq(builder *b, seq *q) {
+    for (;;) {
+        skip_space(b);
+        if (b->p >= b->end || *b->p == '|' || *b->p == ')' || at_rule_start(b)) return 0;
+        const int32_t from = q->n;
+        const char c = *b->p;
+        if (c == '"') {
+            b->p++;
+            for (;;) {
+                if (b->p >= b->end) return fail(b, "a string literal is not closed with \"%s", NULL);
+                if (*b->p == '"') { b->p++; break; }
+                const int32_t cp = read_char(b);
+                if (cp < 0) return -1;
+                unsigned char u[4];
+                const int n = utf8_put(cp, u);
+                for (int i = 0; i < n; i++)
+                    if (seq_add_byte(b, q, u[i]) < 0) return -1;
+            }
+        } else if (c == '[') {
+            b->p++;
+            if (parse_class(b, q) < 0) return -1;
+        } else if (c == '.') {
+            b->p++;
+            cprange all = {0, 0x10FFFF};
+            if (class_elems(b, q, &all, 1, false) < 0) return -1;
+        } else if (c == '(') {
+            b->p++;
+            if (++b->depth > 100) return fail(b, "parentheses nested over 100 deep%s", NULL);
+            const int32_t r = new_rule(b, NULL, 0);
+            if (parse_alts(b, r) < 0) return -1;
+            if (b->p >= b->end || *b->p != ')') return fail(b, "a ( is not closed with )%s", NULL);
+            b->p++;
+            b->depth--;
+            if (seq_add(b, q, GE_REF, r) < 0) return -1;
+        } else if (is_name_char(c)) {
+            const size_t n = name_len(b->p, b->end);
+            const int32_t r = rule_by_name(b, b->p, n);
+            b->p += n;
+            if (seq_add(b, q, GE_REF, r) < 0) return -1;
+        } else {
+            char s[2] = {c, 0};
+            return fail(b, "unexpected '%s'", s);
+        }
+        /* postfix operators, any number ("a"+? is ("a"+)?) */
+        for (;;) {
+            const char *save = b->p;
+            skip_space(b);
+            if (b->p < b->end && (*b->p == '*' || *b->p == '+' || *b->p == '?' || *b->p == '{')) {
+                if (repeat(b, q, from) < 0) return -1;
+            } else {
+                b->p = save;
+                break;
+            }
+        }
+    }
+}
+
+static int parse_alts(builder *b, int32_t rule) {
+    seq q = {0};
+    for (;;) {
+        q.n = 0;
+        if (parse_seq(b, &q) < 0) { free(q.e); return -1; }
+        rule_add_alt(b, rule, &q);
+        skip_space(b);
+        if (b->p < b->end && *b->p == '|') { b->p++; continue; }
+        free(q.e);
+        return 0;
+    }
+}
+
+/* ---------------------------------------------------------------- checks and layout */
+
+static void builder_free(builder *b) {
+    for (int32_t i = 0; i < b->n_r; i++) {
+        for (int32_t k = 0; k < b->r[i].n_alts; k++) free(b->r[i].alts[k].e);
+        free(b->r[i].alts);
+        free(b->r[i].name);
+    }
+    free(b->r);
+    free(b->sets);
+    free(b->names);
+}
+
+/* a rule's display name: its own, or "a group in <the named rule defined before it>" */
+static void rule_label(const builder *b, int32_t r, char *out, size_t cap) {
+    if (b->r[r].name) { snprintf(out, cap, "\"%s\"", b->r[r].name); return; }
+    int32_t k = r;
+    while (k >= 0 && !b->r[k].name) k--;
+    if (k >= 0) snprintf(out, cap, "a group or repetition in \"%s\"", b->r[k].name);
+    else snprintf(out, cap, "a group");
+}
+
+/* Left recursion (a rule that can reach itself before any byte) would make the matcher's
+ * expansion endless: refused, naming the rule. Found by a depth-first walk over the edges
+ * "r can start with s" (s after only nullable rules). */
+static int check_left_recursion(builder *b) {
+    const int32_t n = b->n_r;
+    bool *nullable = xcalloc((size_t)n, 1);
+    for (bool changed = true; changed;) {
+        changed = false;
+        for (int32_t r = 0; r < n; r++) {
+            if (nullable[r]) continue;
+            for (int32_t k = 0; k < b->r[r].n_alts && !nullable[r]; k++) {
+                const seq *a = &b->r[r].alts[k];
+                int32_t i = 0;
+                while (i < a->n && a->e[i].kind == GE_REF && nullable[a->e[i].arg]) i++;
+                if (i == a->n) nullable[r] = changed = true;
+            }
+        }
+    }
+    /* the edges, rule by rule */
+    int32_t *eoff = xmalloc(sizeof *eoff * (size_t)(n + 1)), *edge = NULL;
+    int64_t ne = 0, cap = 0;
+    for (int32_t r = 0; r < n; r++) {
+        eoff[r] = (int32_t)ne;
+        for (int32_t k = 0; k < b->r[r].n_alts; k++) {
+            const seq *a = &b->r[r].alts[k];
+            for (int32_t i = 0; i < a->n && a->e[i].kind == GE_REF; i++) {
+                if (ne == cap) edge = xrealloc(edge, sizeof *edge * (size_t)(cap = cap ? 2 * cap : 256));
+                edge[ne++] = a->e[i].arg;
+                if (!nullable[a->e[i].arg]) break;
+            }
+        }
+    }
+    eoff[n] = (int32_t)ne;
+    /* iterative DFS with colours: 0 new, 1 on the path, 2 done; it[r] the next edge */
+    char *colour = xcalloc((size_t)n, 1);
+    int32_t *it = xmalloc(sizeof *it * (size_t)n), *stack = xmalloc(sizeof *stack * (size_t)n);
+    int rc = 0;
+    for (int32_t s0 = 0; s0 < n && !rc; s0++) {
+        if (colour[s0]) continue;
+        int32_t sp = 0;
+        stack[sp++] = s0;
+        colour[s0] = 1;
+        it[s0] = eoff[s0];
+        while (sp && !rc) {
+            const int32_t r = stack[sp - 1];
+            if (it[r] == eoff[r + 1]) { colour[r] = 2; sp--; continue; }
+            const int32_t x = edge[it[r]++];
+            if (colour[x] == 1) {
+                char lab[160];
+                rule_label(b, x, lab, sizeof lab);
+                herr_set(b->e, "grammar: rule %s is left-recursive (it can reach itself before reading a byte, "
+                               "or repeats something that may be empty); write the repetition with * or +, or make "
+                               "the repeated part non-empty", lab);
+                rc = -1;
+            } else if (colour[x] == 0) {
+                colour[x] = 1;
+                it[x] = eoff[x];
+                stack[sp++] = x;
+            }
+        }
+    }
+    free(stack);
+    free(it);
+    free(colour);
+    free(edge);
+    free(eoff);
+    free(nullable);
+    return rc;
+}
+
+grammar *grammar_parse(const char *text, size_t len, herr *e) {
+    if (len > GRAMMAR_MAX_TEXT) {
+        herr_set(e, "grammar: over %d bytes", GRAMMAR_MAX_TEXT);
+        return NULL;
+    }
+    builder b = {.s = text, .end = text + len, .p = text, .e = e};
+    skip_space(&b);
+    if (b.p == b.end) fail(&b, "the grammar is empty%s", NULL);
+    while (!b.failed) {
+        skip_space(&b);
+        if (b.p >= b.end) break;
+        const size_t n = name_len(b.p, b.end);
+        if (!n) { fail(&b, "a rule name is expected%s", NULL); break; }
+        const int32_t r = rule_by_name(&b, b.p, n);
+        if (b.r[r].defined) {
+            fail(&b, "rule \"%s\" is defined twice", b.r[r].name);
+            break;
+        }
+        b.r[r].defined = true;
+        b.p += n;
+        skip_space(&b);
+        if (b.end - b.p < 3 || memcmp(b.p, "::=", 3)) { fail(&b, "::= is expected after a rule name%s", NULL); break; }
+        b.p += 3;
+        if (parse_alts(&b, r) < 0) break;
+        if (b.p < b.end && *b.p == ')') fail(&b, "a ) closes nothing%s", NULL);
+    }
+    int32_t root = -1;
+    for (int32_t i = 0; !b.failed && i < b.n_r; i++) {
+        if (b.r[i].name && !b.r[i].defined) {
+            int line, col;
+            where(&b, b.s + b.r[i].at, &line, &col);
+            herr_set(e, "grammar: rule \"%s\" is used (line %d, column %d) but not defined", b.r[i].name, line, col);
+            b.failed = true;
+        }
+        if (b.r[i].name && !strcmp(b.r[i].name, "root")) root = i;
+    }
+    if (!b.failed && root < 0) {
+        herr_set(e, "grammar: no rule \"root\" (the start)");
+        b.failed = true;
+    }
+    if (!b.failed && check_left_recursion(&b) < 0) b.failed = true;
+    if (b.failed) {
+        builder_free(&b);
+        return NULL;
+    }
+    grammar *g = xcalloc(1, sizeof *g);
+    int64_t n_el = 0, n_alt = 0;
+    for (int32_t i = 0; i < b.n_r; i++) {
+        n_alt += b.r[i].n_alts;
+        for (int32_t k = 0; k < b.r[i].n_alts; k++) n_el += b.r[i].alts[k].n + 1;
+    }
+    g->el = xmalloc(sizeof *g->el * (size_t)n_el);
+    g->alt = xmalloc(sizeof *g->alt * (size_t)(n_alt + 1));
+    g->rule_alt = xmalloc(sizeof *g->rule_alt * (size_t)b.n_r);
+    g->rule_n_alt = xmalloc(sizeof *g->rule_n_alt * (size_t)b.n_r);
+    int32_t na = 0;
+    for (int32_t i = 0; i < b.n_r; i++) {
+        g->rule_alt[i] = na;
+        g->rule_n_alt[i] = b.r[i].n_alts;
+        for (int32_t k = 0; k < b.r[i].n_alts; k++) {
+            g->alt[na++] = g->n_el;
+            memcpy(g->el + g->n_el, b.r[i].alts[k].e, sizeof *g->el * (size_t)b.r[i].alts[k].n);
+            g->n_el += b.r[i].alts[k].n;
+            g->el[g->n_el++] = (gelem){GE_END, i};
+        }
+    }
+    g->sets = b.sets;
+    g->n_sets = b.n_sets;
+    b.sets = NULL;
+    g->n_rules = b.n_r;
+    g->root = root;
+    builder_free(&b);
+    return g;
+}
+
+char *gbnf_escape(const char *s, size_t n) {
+    char *out = xmalloc(4 * n + 1), *o = out;
+    for (size_t i = 0; i < n; i++) {
+        const unsigned char c = (unsigned char)s[i];
+        if (c == '"' || c == '\\') *o++ = '\\', *o++ = (char)c;
+        else if (c == '\n') *o++ = '\\', *o++ = 'n';
+        else if (c == '\r') *o++ = '\\', *o++ = 'r';
+        else if (c == '\t') *o++ = '\\', *o++ = 't';
+        else if (c < 0x20 || c == 0x7f) o += sprintf(o, "\\x%02x", c);
+        else *o++ = (char)c; /* UTF-8 passes as it is (read back as code points) */
+    }
+    *o = 0;
+    return out;
+}
+
+/* ================================================================ the vocabulary trie */
+
+/* Preorder layout: node i's subtree is [i, end[i]); node 0 is the root (no byte). The tokens
+ * whose bytes end at node i are tok[tok_off[i] .. tok_off[i + 1]). */
+struct gvocab {
+    int32_t n_vocab;
+    int64_t n_nodes;
+    uint8_t *byte, *depth;
+    int32_t *end;
+    int32_t *tok_off, *tok;
+    int32_t max_depth;
+    /* per token: its bytes (for the one-token check) */
+    char **piece;
+    uint32_t *piece_len;
+    bool *eog;
+};
+
+int32_t gvocab_n(const gvocab *v) { return v->n_vocab; }
+int64_t gvocab_trie_nodes(const gvocab *v) { return v->n_nodes; }
+
+typedef struct tpiece { const char *p; uint32_t len; int32_t id; } tpiece;
+
+static int piece_cmp(const void *a, const void *b) {
+    const tpiece *x = a, *y = b;
+    const uint32_t m = x->len < y->len ? x->len : y->len;
+    const int c = memcmp(x->p, y->p, m);
+    if (c) return c;
+    if (x->len != y->len) return x->len < y->len ? -1 : 1;
+    return x->id < y->id ? -1 : x->id > y->id;
+}
+
+gvocab *gvocab_from(int32_t n, const char *const *pieces, const size_t *lens, const bool *eog) {
+    gvocab *v = xcalloc(1, sizeof *v);
+    v->n_vocab = n;
+    v->piece = xmalloc(sizeof *v->piece * (size_t)n);
+    v->piece_len = xmalloc(sizeof *v->piece_len * (size_t)n);
+    v->eog = xmalloc((size_t)n);
+    tpiece *order = xmalloc(sizeof *order * (size_t)(n + 1));
+    int32_t m = 0;
+    for (int32_t i = 0; i < n; i++) {
+        v->eog[i] = eog ? eog[i] : false;
+        const size_t len = lens[i] > 255 ? 0 : lens[i]; /* a token over 255 bytes is never allowed */
+        v->piece_len[i] = (uint32_t)len;
+        v->piece[i] = xmalloc(len + 1);
+        memcpy(v->piece[i], pieces[i], len);
+        v->piece[i][len] = 0;
+        if (len && !v->eog[i]) order[m++] = (tpiece){v->piece[i], (uint32_t)len, i};
+    }
+    qsort(order, (size_t)m, sizeof *order, piece_cmp);
+    /* nodes: one per distinct prefix; sorted pieces make the trie in preorder directly */
+    int64_t cap = 1024;
+    v->byte = xmalloc((size_t)cap), v->depth = xmalloc((size_t)cap);
+    v->end = xmalloc(sizeof *v->end * (size_t)cap);
+    v->tok_off = xmalloc(sizeof *v->tok_off * (size_t)(cap + 1));
+    v->tok = xmalloc(sizeof *v->tok * (size_t)(m + 1));
+    int64_t nn = 1;
+    v->byte[0] = 0, v->depth[0] = 0;
+    int32_t path[256];      /* the node at each depth of the current path */
+    path[0] = 0;
+    int32_t plen = 0, nt = 0;
+    const char *prev = NULL;
+    size_t prev_len = 0;
+    for (int32_t k = 0; k < m; k++) {
+        const int32_t id = order[k].id;
+        const char *p = order[k].p;
+        const size_t len = order[k].len;
+        size_t common = 0;
+        while (prev && common < prev_len && common < len && prev[common] == p[common]) common++;
+        /* close the nodes past the common prefix */
+        for (int32_t d = plen; d > (int32_t)common; d--) v->end[path[d]] = (int32_t)nn;
+        plen = (int32_t)common;
+        for (size_t d = common; d < len; d++) {
+            if (nn + 1 >= cap) {
+                cap *= 2;
+                v->byte = xrealloc(v->byte, (size_t)cap), v->depth = xrealloc(v->depth, (size_t)cap);
+                v->end = xrealloc(v->end, sizeof *v->end * (size_t)cap);
+                v->tok_off = xrealloc(v->tok_off, sizeof *v->tok_off * (size_t)(cap + 1));
+            }
+            v->byte[nn] = (uint8_t)p[d];
+            v->depth[nn] = (uint8_t)(d + 1);
+            v->tok_off[nn] = nt;
+            path[d + 1] = (int32_t)nn++;
+            plen = (int32_t)d + 1;
+        }
+        if ((int32_t)len > v->max_depth) v->max_depth = (int32_t)len;
+        /* the token ends at path[len]; tokens are appended in preorder, so the node's list
+         * is the run of tok written while it is the last node */
+        v->tok[nt++] = id;
+        prev = p, prev_len = len;
+    }
+    for (int32_t d = plen; d > 0; d--) v->end[path[d]] = (int32_t)nn;
+    v->end[0] = (int32_t)nn;
+    v->tok_off[0] = 0;
+    v->tok_off[nn] = nt;
+    /* tok_off[i] was set when node i was made, to the tokens written before it; a node with
+     * no token of its own has tok_off[i] == tok_off[i + 1] */
+    v->n_nodes = nn;
+    free(order);
+    return v;
+}
+
+gvocab *gvocab_new(const tokenizer *t) {
+    const int32_t n = tokenizer_n_vocab(t);
+    const char **p = xmalloc(sizeof *p * (size_t)n);
+    size_t *l = xmalloc(sizeof *l * (size_t)n);
+    bool *eog = xmalloc((size_t)n);
+    for (int32_t i = 0; i < n; i++) {
+        p[i] = tokenizer_piece(t, i, false, &l[i]);
+        if (!p[i]) p[i] = "", l[i] = 0;
+        eog[i] = tokenizer_is_eog(t, i);
+    }
+    gvocab *v = gvocab_from(n, p, l, eog);
+    free(p);
+    free(l);
+    free(eog);
+    return v;
+}
+
+void gvocab_free(gvocab *v) {
+    if (!v) return;
+    for (int32_t i = 0; i < v->n_vocab; i++) free(v->piece[i]);
+    free(v->piece);
+    free(v->piece_len);
+    free(v->eog);
+    free(v->byte);
+    free(v->depth);
+    free(v->end);
+    free(v->tok_off);
+    free(v->tok);
+    free(v);
+}
+
+/* ================================================================ the matcher */
+
+#define MAX_NODES (1 << 21)   /* stack nodes before the tables are rebuilt */
+#define MAX_STATES (1 << 14)  /* DFA states before the tables are rebuilt */
+#define MASK_SLOTS 64         /* masks cached (each n_vocab bits) */
+#define DEAD (-1)
+#define UNKNOWN (-2)
+
+typedef struct gstate {
+    int32_t off, n;         /* its stacks: set[off .. off + n) */
+    bool accept;            /* the grammar may end here */
+    int32_t *trans;         /* 256 next states (UNKNOWN until computed), NULL until the first */
+    int32_t mask;           /* its mask's slot, or -1 */
+} gstate;
+
+struct gmatch {
+    const grammar *g;
+    const gvocab *v;
+    /* stack nodes: (pos, parent), node 0 the bottom; hash-consed */
+    int32_t *pos, *parent;
+    int32_t n_nodes, cap_nodes;
+    int32_t *nh;            /* open addressing over node ids, size nh_cap (power of 2) */
+    int32_t nh_cap;
+    /* closures: a node's TERM-topped stacks (lazily, -1 unknown) */
+    int32_t *clo_off, *clo_n;
+    bool *clo_acc;
+    int32_t *clo;
+    int64_t n_clo, cap_clo;
+    uint32_t *mark;         /* visit stamps per node */
+    uint32_t stamp;
+    /* states */
+    gstate *st;
+    int32_t n_st, cap_st;
+    int32_t *set;
+    int64_t n_set, cap_set;
+    int32_t *sh;            /* open addressing over state ids */
+    int32_t sh_cap;
+    int32_t cur;            /* the current state */
+    bool ended;
+    /* masks */
+    uint64_t *masks;        /* MASK_SLOTS x words */
+    int32_t mask_owner[MASK_SLOTS];
+    int32_t mask_next;
+    int64_t words;
+    int64_t mask_count[MASK_SLOTS];
+    int32_t *walk;          /* state per trie depth */
+    /* scratch */
+    int32_t *tmp, *work;
+    int64_t cap_tmp, cap_work;
+    gmatch_stats stats;
+    bool overflow;          /* a cap was hit inside a step: the step fails */
+};
+
+static inline uint32_t hash2(int32_t a, int32_t b) {
+    uint64_t x = ((uint64_t)(uint32_t)a << 32) | (uint32_t)b;
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdull;
+    x ^= x >> 33;
+    return (uint32_t)x;
+}
+
+static void node_table_reset(gmatch *m) {
+    m->n_nodes = 1;
+    m->pos[0] = -1, m->parent[0] = -1;
+    for (int32_t i = 0; i < m->nh_cap; i++) m->nh[i] = -1;
+    m->n_clo = 0;
+    m->clo_off[0] = -1;
+}
+
+static void node_grow_hash(gmatch *m) {
+    free(m->nh);
+    m->nh_cap *= 2;
+    m->nh = xmalloc(sizeof *m->nh * (size_t)m->nh_cap);
+    for (int32_t i = 0; i < m->nh_cap; i++) m->nh[i] = -1;
+    for (int32_t id = 1; id < m->n_nodes; id++) {
+        uint32_t h = hash2(m->pos[id], m->parent[id]) & (uint32_t)(m->nh_cap - 1);
+        while (m->nh[h] >= 0) h = (h + 1) & (uint32_t)(m->nh_cap - 1);
+        m->nh[h] = id;
+    }
+}
+
+/* the node (pos, parent), made if new; -1 past MAX_NODES */
+static int32_t node(gmatch *m, int32_t pos, int32_t parent) {
+    uint32_t h = hash2(pos, parent) & (uint32_t)(m->nh_cap - 1);
+    for (int32_t id; (id = m->nh[h]) >= 0; h = (h + 1) & (uint32_t)(m->nh_cap - 1))
+        if (m->pos[id] == pos && m->parent[id] == parent) return id;
+    if (m->n_nodes >= MAX_NODES) { m->overflow = true; return -1; }
+    if (m->n_nodes == m->cap_nodes) {
+        m->cap_nodes *= 2;
+        m->pos = xrealloc(m->pos, sizeof *m->pos * (size_t)m->cap_nodes);
+        m->parent = xrealloc(m->parent, sizeof *m->parent * (size_t)m->cap_nodes);
+        m->clo_off = xrealloc(m->clo_off, sizeof *m->clo_off * (size_t)m->cap_nodes);
+        m->clo_n = xrealloc(m->clo_n, sizeof *m->clo_n * (size_t)m->cap_nodes);
+        m->clo_acc = xrealloc(m->clo_acc, (size_t)m->cap_nodes);
+        m->mark = xrealloc(m->mark, sizeof *m->mark * (size_t)m->cap_nodes);
+    }
+    const int32_t id = m->n_nodes++;
+    m->pos[id] = pos, m->parent[id] = parent;
+    m->clo_off[id] = -1;
+    m->mark[id] = 0;
+    m->nh[h] = id;
+    m->stats.nodes++;
+    if (2 * m->n_nodes > m->nh_cap) node_grow_hash(m);
+    return id;
+}
+
+static void push_tmp(int32_t **a, int64_t *n, int64_t *cap, int32_t v) {
+    if (*n == *cap) {
+        *cap = *cap ? 2 * *cap : 256;
+        *a = xrealloc(*a, sizeof **a * (size_t)*cap);
+    }
+    (*a)[(*n)++] = v;
+}
+
+/* The stacks x expands to whose top is a TERM (x's closure), memoized per node: a REF
+ * pushes each alternative of its rule, an END returns to the position after the parent's
+ * REF, the bottom's END means the grammar may end. No left recursion (checked at compile
+ * time), so the walk ends; stamps keep it from visiting a node twice. */
+static int closure(gmatch *m, int32_t x) {
+    if (m->clo_off[x] >= 0) return 0;
+    const grammar *g = m->g;
+    if (++m->stamp == 0) { /* the stamps wrapped: clear them */
+        memset(m->mark, 0, sizeof *m->mark * (size_t)m->n_nodes);
+        m->stamp = 1;
+    }
+    int64_t nw = 0, start = m->n_clo;
+    bool acc = false;
+    push_tmp(&m->work, &nw, &m->cap_work, x);
+    m->mark[x] = m->stamp;
+    while (nw > 0) {
+        const int32_t y = m->work[--nw];
+        const gelem *el = &g->el[m->pos[y]];
+        int32_t next[1] = {-1};
+        if (el->kind == GE_TERM) {
+            push_tmp(&m->clo, &m->n_clo, &m->cap_clo, y);
+            if (m->n_clo - start > GMATCH_MAX_STACKS) { m->overflow = true; return -1; }
+            continue;
+        }
+        if (el->kind == GE_END) {
+            const int32_t p = m->parent[y];
+            if (p == 0) { acc = true; continue; }
+            next[0] = node(m, m->pos[p] + 1, m->parent[p]);
+            if (next[0] < 0) return -1;
+            if (m->mark[next[0]] != m->stamp) {
+                m->mark[next[0]] = m->stamp;
+                push_tmp(&m->work, &nw, &m->cap_work, next[0]);
+            }
+            continue;
+        }
+        const int32_t r = el->arg;
+        for (int32_t k = g->rule_n_alt[r] - 1; k >= 0; k--) {
+            const int32_t c = node(m, g->alt[g->rule_alt[r] + k], y);
+            if (c < 0) return -1;
+            if (m->mark[c] != m->stamp) {
+                m->mark[c] = m->stamp;
+                push_tmp(&m->work, &nw, &m->cap_work, c);
+            }
+        }
+    }
+    m->clo_off[x] = (int32_t)start;
+    m->clo_n[x] = (int32_t)(m->n_clo - start);
+    m->clo_acc[x] = acc;
+    return 0;
+}
+
+static int i32_cmp(const void *a, const void *b) {
+    const int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+static uint32_t set_hash(const int32_t *s, int32_t n, bool acc) {
+    uint64_t h = 1469598103934665603ull ^ (uint64_t)acc;
+    for (int32_t i = 0; i < n; i++) h = (h ^ (uint32_t)s[i]) * 1099511628211ull;
+    h ^= h >> 29;
+    return (uint32_t)h;
+}
+
+static void state_grow_hash(gmatch *m) {
+    free(m->sh);
+    m->sh_cap *= 2;
+    m->sh = xmalloc(sizeof *m->sh * (size_t)m->sh_cap);
+    for (int32_t i = 0; i < m->sh_cap; i++) m->sh[i] = -1;
+    for (int32_t id = 0; id < m->n_st; id++) {
+        uint32_t h = set_hash(m->set + m->st[id].off, m->st[id].n, m->st[id].accept) & (uint32_t)(m->sh_cap - 1);
+        while (m->sh[h] >= 0) h = (h + 1) & (uint32_t)(m->sh_cap - 1);
+        m->sh[h] = id;
+    }
+}
+
+/* the state of stacks s[0..n) (sorted, distinct) and acc; DEAD when empty and not acc */
+static int32_t state_of(gmatch *m, const int32_t *s, int32_t n, bool acc) {
+    if (n == 0 && !acc) return DEAD;
+    uint32_t h = set_hash(s, n, acc) & (uint32_t)(m->sh_cap - 1);
+    for (int32_t id; (id = m->sh[h]) >= 0; h = (h + 1) & (uint32_t)(m->sh_cap - 1)) {
+        const gstate *t = &m->st[id];
+        if (t->n == n && t->accept == acc && !memcmp(m->set + t->off, s, sizeof *s * (size_t)n)) return id;
+    }
+    if (m->n_st == m->cap_st) {
+        m->cap_st *= 2;
+        m->st = xrealloc(m->st, sizeof *m->st * (size_t)m->cap_st);
+    }
+    if (m->n_set + n > m->cap_set) {
+        while (m->n_set + n > m->cap_set) m->cap_set *= 2;
+        m->set = xrealloc(m->set, sizeof *m->set * (size_t)m->cap_set);
+    }
+    const int32_t id = m->n_st++;
+    memcpy(m->set + m->n_set, s, sizeof *s * (size_t)n);
+    m->st[id] = (gstate){.off = (int32_t)m->n_set, .n = n, .accept = acc, .mask = -1};
+    m->n_set += n;
+    m->sh[h] = id;
+    m->stats.states++;
+    if (2 * m->n_st > m->sh_cap) state_grow_hash(m);
+    return id;
+}
+
+/* the union of the closures of nodes tmp[0..nt), as a state */
+static int32_t state_from_nodes(gmatch *m, int64_t nt) {
+    bool acc = false;
+    int64_t n_out = 0;
+    /* the closures are appended to work (the stamps dedupe: a fresh stamp) */
+    for (int64_t i = 0; i < nt; i++)
+        if (closure(m, m->tmp[i]) < 0) return DEAD;
+    if (++m->stamp == 0) {
+        memset(m->mark, 0, sizeof *m->mark * (size_t)m->n_nodes);
+        m->stamp = 1;
+    }
+    for (int64_t i = 0; i < nt; i++) {
+        const int32_t x = m->tmp[i];
+        acc |= m->clo_acc[x];
+        for (int32_t k = 0; k < m->clo_n[x]; k++) {
+            const int32_t y = m->clo[m->clo_off[x] + k];
+            if (m->mark[y] == m->stamp) continue;
+            m->mark[y] = m->stamp;
+            push_tmp(&m->work, &n_out, &m->cap_work, y);
+        }
+    }
+    if (n_out > GMATCH_MAX_STACKS) { m->overflow = true; return DEAD; }
+    if (n_out > 1) qsort(m->work, (size_t)n_out, sizeof *m->work, i32_cmp);
+    return state_of(m, m->work, (int32_t)n_out, acc);
+}
+
+/* the state after byte c from state s (computed once, then read from its table) */
+static int32_t step_compute(gmatch *m, int32_t s, unsigned c) {
+    const grammar *g = m->g;
+    int64_t nt = 0;
+    const int32_t off = m->st[s].off, n = m->st[s].n;
+    for (int32_t i = 0; i < n; i++) {
+        const int32_t x = m->set[off + i];
+        const gelem *el = &g->el[m->pos[x]];
+        if (!bset_has(&g->sets[el->arg], c)) continue;
+        const int32_t y = node(m, m->pos[x] + 1, m->parent[x]);
+        if (y < 0) return DEAD;
+        push_tmp(&m->tmp, &nt, &m->cap_tmp, y);
+    }
+    const int32_t t = nt ? state_from_nodes(m, nt) : DEAD;
+    if (m->overflow) return DEAD;
+    if (!m->st[s].trans) {
+        m->st[s].trans = xmalloc(sizeof(int32_t) * 256);
+        for (int i = 0; i < 256; i++) m->st[s].trans[i] = UNKNOWN;
+    }
+    m->st[s].trans[c] = t;
+    return t;
+}
+
+static inline int32_t step(gmatch *m, int32_t s, unsigned c) {
+    const int32_t *tr = m->st[s].trans;
+    const int32_t t = tr ? tr[c] : UNKNOWN;
+    return t != UNKNOWN ? t : step_compute(m, s, c);
+}
+
+/* ---------------------------------------------------------------- tables: make, rebuild */
+
+static void tables_alloc(gmatch *m) {
+    m->cap_nodes = 1 << 12;
+    m->pos = xmalloc(sizeof *m->pos * (size_t)m->cap_nodes);
+    m->parent = xmalloc(sizeof *m->parent * (size_t)m->cap_nodes);
+    m->clo_off = xmalloc(sizeof *m->clo_off * (size_t)m->cap_nodes);
+    m->clo_n = xmalloc(sizeof *m->clo_n * (size_t)m->cap_nodes);
+    m->clo_acc = xmalloc((size_t)m->cap_nodes);
+    m->mark = xcalloc((size_t)m->cap_nodes, sizeof *m->mark);
+    m->nh_cap = 1 << 13;
+    m->nh = xmalloc(sizeof *m->nh * (size_t)m->nh_cap);
+    m->cap_st = 256;
+    m->st = xmalloc(sizeof *m->st * (size_t)m->cap_st);
+    m->cap_set = 1 << 12;
+    m->set = xmalloc(sizeof *m->set * (size_t)m->cap_set);
+    m->sh_cap = 512;
+    m->sh = xmalloc(sizeof *m->sh * (size_t)m->sh_cap);
+}
+
+static void states_clear(gmatch *m) {
+    for (int32_t i = 0; i < m->n_st; i++) free(m->st[i].trans);
+    m->n_st = 0;
+    m->n_set = 0;
+    for (int32_t i = 0; i < m->sh_cap; i++) m->sh[i] = -1;
+    for (int i = 0; i < MASK_SLOTS; i++) m->mask_owner[i] = -1;
+}
+
+/* The tables grew past their caps: start them again from the current state's stacks (each
+ * copied node by node, bottom first), so memory stays bounded over a long generation. */
+static int rebuild(gmatch *m) {
+    const gstate *c = &m->st[m->cur];
+    const int32_t n = c->n;
+    const bool acc = c->accept;
+    /* each stack as its positions, bottom first, in one buffer */
+    int64_t total = 0;
+    int32_t *len = xmalloc(sizeof *len * (size_t)(n + 1));
+    for (int32_t i = 0; i < n; i++) {
+        int32_t d = 0;
+        for (int32_t x = m->set[c->off + i]; x; x = m->parent[x]) d++;
+        len[i] = d;
+        total += d;
+    }
+    int32_t *posv = xmalloc(sizeof *posv * (size_t)(total + 1));
+    int64_t at = 0;
+    for (int32_t i = 0; i < n; i++) {
+        int32_t k = len[i];
+        for (int32_t x = m->set[c->off + i]; x; x = m->parent[x]) posv[at + --k] = m->pos[x];
+        at += len[i];
+    }
+    states_clear(m);
+    node_table_reset(m);
+    m->overflow = false;
+    int64_t nt = 0;
+    at = 0;
+    for (int32_t i = 0; i < n; i++) {
+        int32_t x = 0;
+        for (int32_t k = 0; k < len[i]; k++) x = node(m, posv[at + k], x);
+        at += len[i];
+        push_tmp(&m->tmp, &nt, &m->cap_tmp, x);
+    }
+    free(len);
+    free(posv);
+    /* the nodes are TERM-topped already: their closures are themselves */
+    if (nt > 1) qsort(m->tmp, (size_t)nt, sizeof *m->tmp, i32_cmp);
+    m->cur = state_of(m, m->tmp, (int32_t)nt, acc);
+    m->stats.rebuilds++;
+    return m->cur == DEAD && !acc ? -1 : 0;
+}
+
+static void maybe_rebuild(gmatch *m) {
+    if (m->n_nodes > MAX_NODES / 2 || m->n_st > MAX_STATES) rebuild(m);
+}
+
+gmatch *gmatch_new(const grammar *g, const gvocab *v, herr *e) {
+    gmatch *m = xcalloc(1, sizeof *m);
+    m->g = g, m->v = v;
+    tables_alloc(m);
+    node_table_reset(m);
+    states_clear(m);
+    m->words = ((int64_t)v->n_vocab + 63) / 64;
+    m->masks = xmalloc(sizeof *m->masks * (size_t)(m->words * MASK_SLOTS));
+    m->walk = xmalloc(sizeof *m->walk * (size_t)(v->max_depth + 2));
+    int64_t nt = 0;
+    for (int32_t k = 0; k < g->rule_n_alt[g->root]; k++) {
+        const int32_t x = node(m, g->alt[g->rule_alt[g->root] + k], 0);
+        push_tmp(&m->tmp, &nt, &m->cap_tmp, x);
+    }
+    m->cur = state_from_nodes(m, nt);
+    if (m->cur == DEAD) {
+        herr_set(e, m->overflow ? "grammar: the start is too ambiguous (over %d stacks)" : "grammar: \"root\" matches nothing",
+                 GMATCH_MAX_STACKS);
+        gmatch_free(m);
+        return NULL;
+    }
+    return m;
+}
+
+void gmatch_free(gmatch *m) {
+    if (!m) return;
+    states_clear(m);
+    free(m->pos);
+    free(m->parent);
+    free(m->clo_off);
+    free(m->clo_n);
+    free(m->clo_acc);
+    free(m->clo);
+    free(m->mark);
+    free(m->nh);
+    free(m->st);
+    free(m->set);
+    free(m->sh);
+    free(m->masks);
+    free(m->walk);
+    free(m->tmp);
+    free(m->work);
+    free(m);
+}
+
+/* the state after bytes s[0..n) from state from (DEAD if refused) */
+static int32_t run_bytes(gmatch *m, int32_t from, const char *s, size_t n) {
+    int32_t t = from;
+    for (size_t i = 0; i < n && t != DEAD; i++) t = step(m, t, (unsigned char)s[i]);
+    return t;
+}
+
+int gmatch_bytes(gmatch *m, const char *s, size_t n) {
+    if (m->ended) return -1;
+    maybe_rebuild(m);
+    const int32_t t = run_bytes(m, m->cur, s, n);
+    if (t == DEAD) { m->overflow = false; return -1; }
+    m->cur = t;
+    return 0;
+}
+
+bool gmatch_complete(const gmatch *m) { return !m->ended && m->st[m->cur].accept; }
+bool gmatch_ended(const gmatch *m) { return m->ended; }
+
+bool gmatch_token_ok(gmatch *m, int32_t id) {
+    if (m->ended || id < 0 || id >= m->v->n_vocab) return false;
+    if (m->v->eog[id]) return m->st[m->cur].accept;
+    if (!m->v->piece_len[id]) return false;
+    maybe_rebuild(m);
+    const bool ok = run_bytes(m, m->cur, m->v->piece[id], m->v->piece_len[id]) != DEAD;
+    m->overflow = false;
+    return ok;
+}
+
+int gmatch_token(gmatch *m, int32_t id) {
+    if (m->ended || id < 0 || id >= m->v->n_vocab) return -1;
+    if (m->v->eog[id]) {
+        if (!m->st[m->cur].accept) return -1;
+        m->ended = true;
+        return 0;
+    }
+    if (!m->v->piece_len[id]) return -1;
+    return gmatch_bytes(m, m->v->piece[id], m->v->piece_len[id]);
+}
+
+int64_t gmatch_mask(gmatch *m, const uint64_t **bits, herr *e) {
+    maybe_rebuild(m);
+    gstate *c = &m->st[m->cur];
+    if (c->mask >= 0 && m->mask_owner[c->mask] == m->cur) {
+        m->stats.masks_cached++;
+        *bits = m->masks + (int64_t)c->mask * m->words;
+        return m->mask_count[c->mask];
+    }
+    const int32_t slot = m->mask_next;
+    m->mask_next = (m->mask_next + 1) % MASK_SLOTS;
+    if (m->mask_owner[slot] >= 0 && m->mask_owner[slot] < m->n_st) m->st[m->mask_owner[slot]].mask = -1;
+    uint64_t *b = m->masks + (int64_t)slot * m->words;
+    memset(b, 0, sizeof *b * (size_t)m->words);
+    const gvocab *v = m->v;
+    int64_t count = 0, visits = 0;
+    m->walk[0] = m->cur;
+    for (int64_t i = 1; i < v->n_nodes;) {
+        visits++;
+        const int32_t t = step(m, m->walk[v->depth[i] - 1], v->byte[i]);
+        if (t == DEAD) {
+            if (m->overflow) break;
+            i = v->end[i];
+            continue;
+        }
+        m->walk[v->depth[i]] = t;
+        for (int32_t k = v->tok_off[i]; k < v->tok_off[i + 1]; k++) {
+            const int32_t id = v->tok[k];
+            b[id >> 6] |= 1ull << (id & 63);
+            count++;
+        }
+        i++;
+    }
+    if (m->overflow) {
+        m->overflow = false;
+        herr_set(e, "grammar: the output is too ambiguous for the grammar (over %d stacks or %d nodes)",
+                 GMATCH_MAX_STACKS, MAX_NODES);
+        return -1;
+    }
+    c = &m->st[m->cur]; /* the walk may have moved the state table */
+    if (c->accept)
+        for (int32_t id = 0; id < v->n_vocab; id++)
+            if (v->eog[id]) b[id >> 6] |= 1ull << (id & 63), count++;
+    c->mask = slot;
+    m->mask_owner[slot] = m->cur;
+    m->mask_count[slot] = count;
+    m->stats.masks_walked++;
+    m->stats.trie_visits += visits;
+    *bits = b;
+    return count;
+}
+
+int64_t gmatch_apply(gmatch *m, float *logits, herr *e) {
+    const uint64_t *b;
+    const int64_t n = gmatch_mask(m, &b, e);
+    if (n < 0) return -1;
+    const int32_t V = m->v->n_vocab;
+    for (int32_t w = 0; w < (V + 63) / 64; w++) {
+        const uint64_t x = b[w];
+        if (x == ~0ull) continue;
+        const int32_t lo = w * 64, hi = lo + 64 < V ? lo + 64 : V;
+        for (int32_t i = lo; i < hi; i++)
+            if (!((x >> (i - lo)) & 1)) logits[i] = -INFINITY;
+    }
+    return n;
+}
+
+gmatch_stats gmatch_get_stats(const gmatch *m) { return m->stats; }

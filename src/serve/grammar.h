@@ -1,0 +1,82 @@
+/* grammar.h: grammar-constrained sampling. A GBNF grammar (llama.cpp's notation: rules
+ * `name ::= alternatives`, literals, [character classes], ., ( ), * + ? {m,n}, # comments)
+ * compiled to byte-level rules (classes over code points become UTF-8 byte sequences), and
+ * a matcher that runs them as a pushdown automaton over bytes: its state is a set of
+ * stacks (each a position in a rule and the positions it returns to), hash-consed, and
+ * every set met is a state of a DFA built lazily (a state's 256 transitions computed on
+ * first use), so a byte already seen from a state costs one table read.
+ *
+ * The vocabulary side (gvocab) is built once per vocabulary: every token's bytes in a trie
+ * laid out in preorder, so a mask walks the trie once, a trie node a transition, and skips
+ * a whole subtree at the first byte the grammar refuses. Masks are cached per DFA state.
+ *
+ * Limits: no left recursion (refused by name at compile time, as is a rule that repeats
+ * the empty string); at most GRAMMAR_MAX_ELEMS elements; a matcher whose tables outgrow
+ * their caps rebuilds them from its current stacks, and one whose stacks outgrow
+ * GMATCH_MAX_STACKS (an ambiguous grammar) fails the request with a message. */
+#ifndef HEARTH_SERVE_GRAMMAR_H
+#define HEARTH_SERVE_GRAMMAR_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/util.h"
+#include "text/tokenizer.h"
+
+#define GRAMMAR_MAX_TEXT (1 << 20)   /* bytes of GBNF text */
+#define GRAMMAR_MAX_ELEMS (1 << 20)  /* compiled elements */
+#define GRAMMAR_MAX_REPEAT 10000     /* {m,n} bounds */
+#define GMATCH_MAX_STACKS 4096       /* stacks one state may hold */
+
+typedef struct grammar grammar;   /* compiled, immutable: share it between matchers */
+typedef struct gvocab gvocab;     /* a vocabulary's token bytes and trie, immutable */
+typedef struct gmatch gmatch;     /* one generation's state over a grammar */
+
+/* Compiles GBNF text[0..len) whose start rule is "root". NULL with e naming the rule, line
+ * and column of what is wrong. */
+grammar *grammar_parse(const char *text, size_t len, herr *e);
+void grammar_free(grammar *g);
+int32_t grammar_n_rules(const grammar *g);
+
+/* The vocabulary of t: each token's bytes as the streaming decoder renders them without
+ * control tokens (tokenizer_piece(id, false)); tokens with no bytes are never allowed by
+ * a grammar but for the end-of-generation ones, allowed where the grammar is complete. */
+gvocab *gvocab_new(const tokenizer *t);
+/* The same from explicit pieces (tests and benchmarks): pieces[i][0..lens[i]), eog[i]. */
+gvocab *gvocab_from(int32_t n, const char *const *pieces, const size_t *lens, const bool *eog);
+void gvocab_free(gvocab *v);
+int32_t gvocab_n(const gvocab *v);
+int64_t gvocab_trie_nodes(const gvocab *v);
+
+/* A matcher at the grammar's start (NULL with e set when even the start is too ambiguous). */
+gmatch *gmatch_new(const grammar *g, const gvocab *v, herr *e);
+void gmatch_free(gmatch *m);
+/* Advances over bytes s[0..n): 0, or -1 (state unchanged) when the grammar refuses them. */
+int gmatch_bytes(gmatch *m, const char *s, size_t n);
+/* Advances over a token: an end-of-generation token where the grammar is complete ends it
+ * (gmatch_ended); -1 (state unchanged) when the grammar refuses the token. */
+int gmatch_token(gmatch *m, int32_t id);
+/* Whether the token would be taken (no state change). */
+bool gmatch_token_ok(gmatch *m, int32_t id);
+/* The grammar is complete here (an end-of-generation token may come). */
+bool gmatch_complete(const gmatch *m);
+bool gmatch_ended(const gmatch *m);
+/* The allowed tokens as bits (bit i of bits[i / 64]); (n_vocab + 63) / 64 words. Returns
+ * the count allowed, or -1 with e set when the state grew past its caps. The bits stay
+ * valid until the next call on m. */
+int64_t gmatch_mask(gmatch *m, const uint64_t **bits, herr *e);
+/* logits[i] = -INFINITY for every token the grammar refuses; the count allowed (or -1). */
+int64_t gmatch_apply(gmatch *m, float *logits, herr *e);
+
+/* Counters for benchmarks: DFA states and stack nodes made, masks walked and served from
+ * the cache, trie nodes visited by the walks. */
+typedef struct gmatch_stats {
+    int64_t states, nodes, masks_walked, masks_cached, trie_visits, rebuilds;
+} gmatch_stats;
+gmatch_stats gmatch_get_stats(const gmatch *m);
+
+/* The bytes of GBNF string-literal text for s[0..n) (quotes not included): a new string. */
+char *gbnf_escape(const char *s, size_t n);
+
+#endif

@@ -1,0 +1,299 @@
+/* test_grammar.c: src/serve/grammar.c and schema.c: GBNF compiled and matched byte by byte
+ * (strings accepted and refused, errors that name the rule), JSON Schema into grammars that
+ * accept the documents the schema allows and refuse the others, tool-call grammars, and the
+ * vocabulary trie's masks against a token-by-token check on the real Qwen vocabulary. */
+#include "harness.h"
+#include "serve/grammar.h"
+#include "serve/schema.h"
+#include "format/gguf.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+/* a byte vocabulary: token i is byte i, token 256 the end */
+static gvocab *byte_vocab(void) {
+    static char bytes[256];
+    const char *p[257];
+    size_t l[257];
+    bool eog[257] = {0};
+    for (int i = 0; i < 256; i++) bytes[i] = (char)i, p[i] = &bytes[i], l[i] = 1;
+    p[256] = "", l[256] = 0, eog[256] = true;
+    return gvocab_from(257, p, l, eog);
+}
+
+/* 1: s is a whole sentence of the grammar; 0: a prefix only; -1: refused; -2: no grammar */
+static int match(const char *gbnf, const char *s) {
+    herr e;
+    grammar *g = grammar_parse(gbnf, strlen(gbnf), &e);
+    if (!g) { fprintf(stderr, "    %s\n", e.msg); return -2; }
+    gvocab *v = byte_vocab();
+    gmatch *m = gmatch_new(g, v, &e);
+    int rc = -2;
+    if (m) rc = gmatch_bytes(m, s, strlen(s)) < 0 ? -1 : gmatch_complete(m) ? 1 : 0;
+    gmatch_free(m);
+    gvocab_free(v);
+    grammar_free(g);
+    return rc;
+}
+
+static bool parse_fails(const char *gbnf, const char *needle) {
+    herr e = {0};
+    grammar *g = grammar_parse(gbnf, strlen(gbnf), &e);
+    if (g) { grammar_free(g); return false; }
+    if (!strstr(e.msg, needle)) { fprintf(stderr, "    error \"%s\" lacks \"%s\"\n", e.msg, needle); return false; }
+    return true;
+}
+
+TEST(gbnf_accepts_and_refuses) {
+    CHECK(match("root ::= \"ab\" | \"cd\"", "ab") == 1);
+    CHECK(match("root ::= \"ab\" | \"cd\"", "c") == 0);
+    CHECK(match("root ::= \"ab\" | \"cd\"", "ac") == -1);
+    CHECK(match("root ::= [a-c]+ \"!\"", "abcba!") == 1);
+    CHECK(match("root ::= [a-c]+ \"!\"", "!") == -1);
+    CHECK(match("root ::= [^a-c]*", "xyz\n") == 1);
+    CHECK(match("root ::= [^a-c]*", "xyb") == -1);
+    CHECK(match("root ::= \"x\"{2,3}", "x") == 0);
+    CHECK(match("root ::= \"x\"{2,3}", "xxx") == 1);
+    CHECK(match("root ::= \"x\"{2,3}", "xxxx") == -1);
+    CHECK(match("root ::= \"x\"{2,}", "xxxxxxx") == 1);
+    CHECK(match("root ::= (\"ab\" | \"c\")* \"d\"?", "abcabd") == 1);
+    CHECK(match("root ::= (\"ab\" | \"c\")* \"d\"?", "abcad") == -1);
+    /* rules referring to each other, comments, rules over several lines */
+    CHECK(match("# a list\nroot ::= \"[\" item (\",\" item)* \"]\"\nitem ::=\n  [0-9]+ # digits\n  | \"x\"", "[1,x,23]") == 1);
+    CHECK(match("root ::= \"(\" root \")\" | \"\"", "((()))") == 1); /* nesting: a pushdown, not a DFA */
+    CHECK(match("root ::= \"(\" root \")\" | \"\"", "(()))") == -1);
+    /* code points as UTF-8 bytes: a class of non-ASCII, '.', escapes */
+    CHECK(match("root ::= [α-ω]+", "αβγ") == 1);
+    CHECK(match("root ::= [α-ω]+", "αa") == -1);
+    CHECK(match("root ::= [^\"]+", "日本語 ok") == 1);
+    CHECK(match("root ::= . .", "é😀") == 1);
+    CHECK(match("root ::= . .", "\xff\xfe") == -1); /* no UTF-8 */
+    CHECK(match("root ::= \"\\x41\\u00e9\\n\"", "Aé\n") == 1);
+    CHECK(match("root ::= [\\u4e00-\\u9fff]", "中") == 1);
+    /* ambiguity: both alternatives alive until the end decides */
+    CHECK(match("root ::= \"a\" [a-z]* \"z\" | \"a\" [a-z]* \"y\"", "abcy") == 1);
+}
+
+TEST(gbnf_errors_name_the_problem) {
+    CHECK(parse_fails("", "empty"));
+    CHECK(parse_fails("item ::= \"a\"", "no rule \"root\""));
+    CHECK(parse_fails("root ::= item", "rule \"item\" is used"));
+    CHECK(parse_fails("root ::= root \"a\" | \"b\"", "left-recursive"));
+    CHECK(parse_fails("root ::= x\nx ::= y \"a\"\ny ::= \"\" | x", "left-recursive"));
+    CHECK(parse_fails("root ::= (\"a\"?)*", "left-recursive"));
+    CHECK(parse_fails("root ::= \"abc", "not closed"));
+    CHECK(parse_fails("root ::= [abc", "not closed"));
+    CHECK(parse_fails("root ::= (\"a\"", "not closed"));
+    CHECK(parse_fails("root ::= \"\\q\"", "unknown escape"));
+    CHECK(parse_fails("root ::= [z-a]", "ends before it starts"));
+    CHECK(parse_fails("root ::= \"a\"{3,2}", "under its minimum"));
+    CHECK(parse_fails("root ::= \"a\"{99999}", "over"));
+    CHECK(parse_fails("root ::= \"a\"\nroot ::= \"b\"", "defined twice"));
+    CHECK(parse_fails("root ::= \"a\" ) ", "closes nothing"));
+    CHECK(parse_fails("root ::= \"a\" @", "unexpected"));
+    herr e;
+    CHECK(!grammar_parse("root ::= \"a\"\n\nfoo ::= bar", 25, &e) && strstr(e.msg, "line 3"));
+}
+
+/* 1 the document is accepted whole, 0 prefix only, -1 refused, -2 the schema refused */
+static int schema_match(const char *schema, const char *doc, char *err, size_t cap) {
+    cJSON *s = cJSON_Parse(schema);
+    herr e = {0};
+    char *gb = schema_to_gbnf(s, "json_schema", &e);
+    cJSON_Delete(s);
+    if (!gb) { snprintf(err, cap, "%s", e.msg); return -2; }
+    const int rc = match(gb, doc);
+    free(gb);
+    return rc;
+}
+
+TEST(schema_documents) {
+    char err[600];
+    const char *person = "{\"type\": \"object\", \"properties\": {\"name\": {\"type\": \"string\"}, \"age\": {\"type\": "
+                         "\"integer\"}, \"tags\": {\"type\": \"array\", \"items\": {\"type\": \"string\"}, \"maxItems\": 2}},"
+                         "\"required\": [\"name\"], \"additionalProperties\": false}";
+    CHECK(schema_match(person, "{\"name\": \"Ann\", \"age\": 31}", err, sizeof err) == 1);
+    CHECK(schema_match(person, "{\"name\":\"A\\\"b\",\"tags\":[\"x\",\"y\"]}", err, sizeof err) == 1);
+    CHECK(schema_match(person, "{\"age\": 31}", err, sizeof err) == -1);            /* name is required */
+    CHECK(schema_match(person, "{\"name\": \"A\", \"x\": 1}", err, sizeof err) == -1); /* no other keys */
+    CHECK(schema_match(person, "{\"name\": \"A\", \"age\": 3.5}", err, sizeof err) == -1);
+    CHECK(schema_match(person, "{\"name\": \"A\", \"tags\": [\"a\",\"b\",\"c\"]}", err, sizeof err) == -1);
+    CHECK(schema_match(person, "{\"name\": \"A\"", err, sizeof err) == 0);
+    const char *e1 = "{\"enum\": [\"red\", \"green\", 3, null]}";
+    CHECK(schema_match(e1, "\"green\"", err, sizeof err) == 1);
+    CHECK(schema_match(e1, "3", err, sizeof err) == 1);
+    CHECK(schema_match(e1, "\"blue\"", err, sizeof err) == -1);
+    CHECK(schema_match("{\"const\": {\"a\": [1, true]}}", "{\"a\":[1,true]}", err, sizeof err) == 1);
+    const char *any = "{\"anyOf\": [{\"type\": \"number\"}, {\"type\": \"array\", \"minItems\": 1, \"items\": {\"type\": \"boolean\"}}]}";
+    CHECK(schema_match(any, "-1.5e3", err, sizeof err) == 1);
+    CHECK(schema_match(any, "[true, false]", err, sizeof err) == 1);
+    CHECK(schema_match(any, "[]", err, sizeof err) == -1);
+    CHECK(schema_match("{\"type\": [\"string\", \"null\"]}", "null", err, sizeof err) == 1);
+    const char *tree = "{\"$ref\": \"#/$defs/node\", \"$defs\": {\"node\": {\"type\": \"object\", \"properties\": "
+                       "{\"v\": {\"type\": \"integer\"}, \"kids\": {\"type\": \"array\", \"items\": {\"$ref\": "
+                       "\"#/$defs/node\"}}}, \"required\": [\"v\"]}}}";
+    CHECK(schema_match(tree, "{\"v\": 1, \"kids\": [{\"v\": 2}, {\"v\": 3, \"kids\": []}]}", err, sizeof err) == 1);
+    CHECK(schema_match(tree, "{\"v\": 1, \"kids\": [{\"w\": 2}]}", err, sizeof err) == -1);
+    CHECK(schema_match("{\"definitions\": {\"a\": {\"type\": \"boolean\"}}, \"$ref\": \"#/definitions/a\"}", "true",
+                       err, sizeof err) == 1);
+    CHECK(schema_match("{\"type\": \"string\", \"format\": \"date\"}", "\"2024-02-29\"", err, sizeof err) == 1);
+    CHECK(schema_match("{\"type\": \"string\", \"format\": \"date\"}", "\"2024-13-01\"", err, sizeof err) == -1);
+    CHECK(schema_match("{\"type\": \"string\", \"format\": \"date-time\"}", "\"2024-02-29T12:30:00Z\"", err, sizeof err) == 1);
+    CHECK(schema_match("{\"type\": \"string\", \"format\": \"date-time\"}", "\"2024-02-29 12:30:00\"", err, sizeof err) == -1);
+    CHECK(schema_match("{\"type\": \"string\", \"format\": \"uuid\"}", "\"123e4567-e89b-12d3-a456-426614174000\"", err, sizeof err) == 1);
+    CHECK(schema_match("{\"type\": \"string\", \"format\": \"uuid\"}", "\"123e4567-e89b-12d3-a456\"", err, sizeof err) == -1);
+    CHECK(schema_match("{\"type\": \"string\", \"minLength\": 2, \"maxLength\": 3}", "\"ab\"", err, sizeof err) == 1);
+    CHECK(schema_match("{\"type\": \"string\", \"minLength\": 2, \"maxLength\": 3}", "\"abcd\"", err, sizeof err) == -1);
+    CHECK(schema_match("{}", "[1, {\"a\": \"b\"}, null]", err, sizeof err) == 1);
+    CHECK(schema_match("{\"type\": \"object\"}", "{\"k\": [1]}", err, sizeof err) == 1);
+    CHECK(schema_match("{\"type\": \"object\"}", "[1]", err, sizeof err) == -1);
+    /* optional keys in any subset, in the schema's order */
+    const char *opt = "{\"properties\": {\"a\": {\"type\": \"integer\"}, \"b\": {\"type\": \"integer\"}, \"c\": {\"type\": \"integer\"}}}";
+    CHECK(schema_match(opt, "{}", err, sizeof err) == 1);
+    CHECK(schema_match(opt, "{\"b\": 1, \"c\": 2}", err, sizeof err) == 1);
+    CHECK(schema_match(opt, "{\"a\": 1, \"c\": 2}", err, sizeof err) == 1);
+    CHECK(schema_match(opt, "{, \"c\": 2}", err, sizeof err) == -1);
+    CHECK(schema_match("{\"additionalProperties\": {\"type\": \"integer\"}}", "{\"x\": 1, \"y\": 2}", err, sizeof err) == 1);
+    CHECK(schema_match("{\"additionalProperties\": {\"type\": \"integer\"}}", "{\"x\": \"no\"}", err, sizeof err) == -1);
+}
+
+TEST(schema_refusals_name_the_keyword) {
+    char err[600];
+    static const struct { const char *schema, *needle; } bad[] = {
+        {"{\"type\": \"string\", \"pattern\": \"^a\"}", "\"pattern\" is not supported"},
+        {"{\"type\": \"integer\", \"minimum\": 3}", "\"minimum\" is not supported"},
+        {"{\"properties\": {\"x\": {\"type\": \"number\", \"multipleOf\": 2}}}", "at /properties/x"},
+        {"{\"type\": \"string\", \"format\": \"email\"}", "format \"email\""},
+        {"{\"type\": \"fish\"}", "\"fish\""},
+        {"{\"$ref\": \"#/$defs/missing\"}", "not found"},
+        {"{\"$ref\": \"http://x/y.json\"}", "not local"},
+        {"{\"allOf\": [{\"type\": \"string\"}, {\"maxLength\": 3}]}", "allOf"},
+        {"{\"type\": \"object\", \"properties\": {}, \"required\": [\"a\"]}", "\"required\" names \"a\""},
+        {"{\"type\": \"array\", \"maxItems\": 5000}", "over 1000"},
+        {"{\"type\": \"array\", \"items\": [{\"type\": \"string\"}]}", "tuples"},
+        {"false", "matches nothing"},
+        {"[1]", "object or a boolean"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        err[0] = 0;
+        const int rc = schema_match(bad[i].schema, "1", err, sizeof err);
+        CHECK_MSG(rc == -2 && strstr(err, bad[i].needle), "%s: rc %d, error \"%s\"", bad[i].schema, rc, err);
+    }
+    /* deep nesting is refused, not a crash */
+    char deep[4000] = "";
+    for (int i = 0; i < 100; i++) strcat(deep, "{\"items\": ");
+    strcat(deep, "{}");
+    for (int i = 0; i < 100; i++) strcat(deep, "}");
+    CHECK(schema_match(deep, "[]", err, sizeof err) == -2 && strstr(err, "64 deep"));
+}
+
+TEST(tool_call_grammars) {
+    cJSON *tools = cJSON_Parse("[{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", \"parameters\": {\"type\": "
+                               "\"object\", \"properties\": {\"city\": {\"type\": \"string\"}, \"days\": {\"type\": "
+                               "\"integer\"}, \"unit\": {\"type\": \"string\", \"enum\": [\"C\", \"F\"]}}, \"required\": "
+                               "[\"city\"]}}}, {\"type\": \"function\", \"function\": {\"name\": \"noop\"}}]");
+    herr e;
+    char *xml = schema_tool_gbnf(tools, NULL, true, &e);
+    CHECK(xml != NULL);
+    if (xml) {
+        CHECK(match(xml, "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis, <France>\n</parameter>\n"
+                         "<parameter=unit>\nC\n</parameter>\n</function>\n</tool_call>") == 1);
+        CHECK(match(xml, "<tool_call>\n<function=noop>\n</function>\n</tool_call>") == 1);
+        CHECK(match(xml, "<tool_call>\n<function=get_weather>\n<parameter=days>\n3\n</parameter>\n</function>") == -1);
+        CHECK(match(xml, "<tool_call>\n<function=get_weather>\n<parameter=city>\nX\n</parameter>\n<parameter=unit>\nK") == -1);
+        CHECK(match(xml, "<tool_call>\n<function=other>") == -1);
+    }
+    free(xml);
+    char *one = schema_tool_gbnf(tools, "noop", true, &e);
+    CHECK(one && match(one, "<tool_call>\n<function=get_weather>") == -1);
+    free(one);
+    char *js = schema_tool_gbnf(tools, "get_weather", false, &e);
+    CHECK(js && match(js, "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\", \"days\": 2}}\n</tool_call>") == 1);
+    free(js);
+    CHECK(!schema_tool_gbnf(tools, "nope", true, &e) && strstr(e.msg, "\"nope\""));
+    cJSON_Delete(tools);
+}
+
+/* the trie's mask against each token checked alone, along a JSON document, on the real
+ * vocabulary (151,936 tokens of Qwen2's BPE in the qwen35 fixture) */
+TEST(mask_matches_token_checks) {
+    FILE *p = popen("gzip -dc tests/fixtures/vocab/ggml-vocab-qwen35.gguf.gz", "r");
+    size_t cap = 8 << 20, len = 0, k;
+    uint8_t *buf = xmalloc(cap);
+    while ((k = fread(buf + len, 1, cap - len, p)) > 0)
+        if ((len += k) == cap) buf = xrealloc(buf, cap *= 2);
+    if (pclose(p) != 0 || len < 1000) { free(buf); SKIP("the vocabulary fixture could not be read"); }
+    gguf_file *f;
+    tokenizer *t;
+    herr e;
+    if (gguf_open_buffer(&f, buf, len, &e) < 0 || tokenizer_load(&t, f, &e) < 0) {
+        CHECK_MSG(0, "%s", e.msg);
+        free(buf);
+        return;
+    }
+    gguf_close(f);
+    gvocab *v = gvocab_new(t);
+    CHECK(gvocab_n(v) == tokenizer_n_vocab(t));
+    cJSON *s = cJSON_Parse("{\"type\": \"object\", \"properties\": {\"title\": {\"type\": \"string\"}, \"n\": {\"type\": "
+                           "\"integer\"}, \"ok\": {\"type\": \"boolean\"}}, \"required\": [\"title\", \"n\", \"ok\"]}");
+    char *gb = schema_to_gbnf(s, "json_schema", &e);
+    cJSON_Delete(s);
+    grammar *g = gb ? grammar_parse(gb, strlen(gb), &e) : NULL;
+    CHECK_MSG(g != NULL, "%s", e.msg);
+    gmatch *m = g ? gmatch_new(g, v, &e) : NULL, *ref = g ? gmatch_new(g, v, &e) : NULL;
+    const char *doc = "{\"title\": \"Día de \\\"sol\\\"\", \"n\": -12, \"ok\": true}";
+    int64_t n_ids = 0;
+    int32_t *ids = tokenizer_encode_alloc(t, doc, strlen(doc), false, &n_ids);
+    const int32_t eos = tokenizer_eos(t);
+    int64_t bad = 0, checked = 0;
+    for (int64_t i = 0; m && i <= n_ids; i++) {
+        const uint64_t *bits;
+        const int64_t allowed = gmatch_mask(m, &bits, &e);
+        CHECK(allowed > 0);
+        int64_t count = 0;
+        for (int32_t id = 0; id < gvocab_n(v); id++) {
+            const bool in = (bits[id >> 6] >> (id & 63)) & 1;
+            count += in;
+            if (in != gmatch_token_ok(ref, id) && bad++ < 5)
+                fprintf(stderr, "    step %lld: token %d mask %d check %d\n", (long long)i, id, in, !in);
+        }
+        CHECK(count == allowed);
+        checked++;
+        if (i == n_ids) {
+            CHECK(gmatch_complete(m) && ((bits[eos >> 6] >> (eos & 63)) & 1));
+            break;
+        }
+        CHECK((bits[ids[i] >> 6] >> (ids[i] & 63)) & 1); /* the document's own tokens are allowed */
+        CHECK(gmatch_token(m, ids[i]) == 0 && gmatch_token(ref, ids[i]) == 0);
+    }
+    CHECK(bad == 0);
+    CHECK(checked == n_ids + 1);
+    /* the mask really masks: the logits of refused tokens become -inf */
+    float *lg = xcalloc((size_t)gvocab_n(v), sizeof *lg);
+    gmatch *m2 = g ? gmatch_new(g, v, &e) : NULL;
+    const int64_t n_ok = m2 ? gmatch_apply(m2, lg, &e) : 0;
+    int64_t finite = 0;
+    for (int32_t id = 0; id < gvocab_n(v); id++) finite += isfinite(lg[id]);
+    CHECK(n_ok > 0 && finite == n_ok && n_ok < gvocab_n(v) / 100);
+    free(lg);
+    gmatch_free(m2);
+    free(ids);
+    gmatch_free(m);
+    gmatch_free(ref);
+    grammar_free(g);
+    free(gb);
+    gvocab_free(v);
+    tokenizer_free(t);
+    free(buf);
+}
+
+int main(void) {
+    RUN(gbnf_accepts_and_refuses);
+    RUN(gbnf_errors_name_the_problem);
+    RUN(schema_documents);
+    RUN(schema_refusals_name_the_keyword);
+    RUN(tool_call_grammars);
+    RUN(mask_matches_token_checks);
+    return harness_done();
+}
