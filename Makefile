@@ -14,8 +14,8 @@ LIB_SRC := $(wildcard src/base/*.c src/format/*.c src/model/*.c src/text/*.c src
                       src/engine/cpu/*.c src/serve/*.c)
 CLI_SRC := $(wildcard src/cli/*.c)
 # The engine again with its planted defects compiled in (-DHEARTH_MUTANTS), for the gates only:
-# the binary users run has none.
-ENG_SRC := $(wildcard src/engine/*.c src/engine/cpu/*.c)
+# the binary users run has none. The scheduler too (build/mut/hearth: serve_test.py's end points).
+ENG_SRC := $(wildcard src/engine/*.c src/engine/cpu/*.c) src/serve/sched.c
 TEST_SRC := $(wildcard tests/unit/test_*.c)
 REF_SRC := $(wildcard tests/ref/*.c)
 

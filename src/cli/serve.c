@@ -4,8 +4,25 @@
 #include "cli/engine_args.h"
 #include "serve/serve.h"
 
+#include <cjson/cJSON.h>
 #include <stdio.h>
 #include <string.h>
+
+/* --chat-template-kwargs: a JSON object (llama-server's flag), kept as its text; enable_thinking,
+ * which the template reads as a boolean, must be one */
+static int parse_template_kwargs(const char *v, void *dst, herr *e) {
+    const char *end = NULL;
+    cJSON *j = cJSON_ParseWithOpts(v, &end, true);
+    int rc = 0;
+    if (!j) rc = herr_set(e, "not valid JSON (near byte %zu of '%.80s')", end ? (size_t)(end - v) : (size_t)0, v);
+    else if (!cJSON_IsObject(j)) rc = herr_set(e, "expects a JSON object of template variables, e.g. '{\"enable_thinking\": false}'");
+    else if (cJSON_GetObjectItemCaseSensitive(j, "enable_thinking") &&
+             !cJSON_IsBool(cJSON_GetObjectItemCaseSensitive(j, "enable_thinking")))
+        rc = herr_set(e, "enable_thinking must be true or false");
+    cJSON_Delete(j);
+    if (rc == 0) *(const char **)dst = v;
+    return rc;
+}
 
 int cmd_serve(int argc, char **argv) {
     serve_opts o = {.host = "127.0.0.1", .port = 8080, .n_ctx = 4096, .n_slots = 1, .cache_ram_mib = 8192,
@@ -30,6 +47,12 @@ int cmd_serve(int argc, char **argv) {
         ARG_STR("--alias", "-a", &o.alias, "NAME", "the model's name in answers (default: the file's name)"),
         ARG_FN("--device", NULL, &o.device, cli_parse_device, "cpu|cuda|auto", "the engine (default auto)"),
         ARG_STR("--chat-template-file", NULL, &o.template_file, "FILE", "a Jinja chat template instead of the file's"),
+        ARG_FN("--chat-template-kwargs", NULL, &o.template_kwargs, parse_template_kwargs, "JSON",
+               "template variables for every request, under each request's own chat_template_kwargs\n"
+               "(e.g. '{\"enable_thinking\": false}' or Qwen3.6's '{\"preserve_thinking\": true}')"),
+        ARG_FLAG("--keep-billing-header", NULL, &o.keep_billing,
+                 "keep Claude Code's x-anthropic-billing-header line in /v1/messages system prompts\n"
+                 "(dropped by default: it changes every request and defeats the prompt cache)"),
         ARG_FLAG("--jinja", NULL, &jinja, "accepted: templates are always Jinja here"),
         ARG_STR("--reasoning-format", NULL, &reasoning, "deepseek|none",
                 "deepseek (default): a thinking block goes to reasoning_content;\nnone: it stays in content"),

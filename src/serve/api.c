@@ -40,6 +40,10 @@ typedef struct app {
     uint64_t next_id;
     int32_t *script;        /* HEARTH_TEST_REPLY's ids, or NULL */
     req_ctx rx;             /* what requests are read against (request.h) */
+    cJSON *template_kwargs; /* --chat-template-kwargs, or NULL */
+    int32_t end_ids[64];    /* what the template renders after an answer (sched_opts.end_ids) */
+    pthread_mutex_t billing_mu;
+    bool billing_logged;    /* a billing line was dropped and said so */
 } app;
 
 /* ---------------------------------------------------------------- small things */
@@ -1091,10 +1095,25 @@ static void on_apply_template(void *ap, const http_call *c, http_out *o) {
     cJSON_Delete(j);
 }
 
+/* Claude Code's billing line out of an Anthropic request's system prompt, unless
+ * --keep-billing-header; said once */
+static void drop_billing(app *a, cJSON *j) {
+    if (a->o->keep_billing || req_drop_billing_header(j) == 0) return;
+    pthread_mutex_lock(&a->billing_mu);
+    const bool said = a->billing_logged;
+    a->billing_logged = true;
+    pthread_mutex_unlock(&a->billing_mu);
+    if (!said)
+        fprintf(stderr, "hearth serve: dropped Claude Code's x-anthropic-billing-header line from a /v1/messages system "
+                        "prompt: it changes every request, so the prompt cache would miss from its first token "
+                        "(--keep-billing-header keeps it; said once)\n");
+}
+
 static void on_messages(void *ap, const http_call *c, http_out *o) {
     cJSON *j = parse_body(c, o);
     if (!j) return;
     herr e;
+    drop_billing(ap, j);
     cJSON *q = req_messages_to_chat(j, &e);
     if (q && !cJSON_IsNumber(cJSON_GetObjectItemCaseSensitive(q, "max_tokens"))) {
         herr_set(&e, "\"max_tokens\" is required");
@@ -1112,6 +1131,7 @@ static void on_count_tokens(void *ap, const http_call *c, http_out *o) {
     cJSON *j = parse_body(c, o);
     if (!j) return;
     herr e;
+    drop_billing(a, j);
     cJSON *q = req_messages_to_chat(j, &e);
     char *text = NULL;
     int32_t *ids = NULL;
@@ -1192,6 +1212,7 @@ int serve_main(const serve_opts *o) {
     herr e;
     app a = {.o = o};
     pthread_mutex_init(&a.id_mu, NULL);
+    pthread_mutex_init(&a.billing_mu, NULL);
     a.next_id = (uint64_t)time(NULL);
     int rc = 1;
     http_server *hs = NULL;
@@ -1224,10 +1245,24 @@ int serve_main(const serve_opts *o) {
                       .cache_budget = o->cache_ram_mib << 20, .kv_f16 = o->kv_f16};
     if (engine_open(&a.eng, a.m, &eo, &e) < 0) { fprintf(stderr, "hearth serve: %s\n", e.msg); goto out; }
     a.info = engine_get_info(a.eng);
+    if (o->template_kwargs && !cJSON_IsObject(a.template_kwargs = cJSON_Parse(o->template_kwargs))) {
+        fprintf(stderr, "hearth serve: --chat-template-kwargs: expected a JSON object\n"); /* the flag's parser checked it */
+        goto out;
+    }
     a.rx = (req_ctx){.tok = a.tok, .tmpl = a.tmpl, .n_ctx = a.info.n_ctx, .n_predict = o->n_predict,
-                     .bos_text = a.bos_text, .eos_text = a.eos_text, .memo = req_memo_new()};
+                     .bos_text = a.bos_text, .eos_text = a.eos_text, .memo = req_memo_new(),
+                     .template_kwargs = a.template_kwargs};
     sched_opts so = {.n_slots = o->n_slots, .queue_max = o->queue_max, .cache_dir = o->cache_dir,
                      .model_path = o->model_path};
+    /* what the template closes an answer with: the scheduler's points at answers' ends */
+    const cJSON *et = a.template_kwargs ? cJSON_GetObjectItemCaseSensitive(a.template_kwargs, "enable_thinking") : NULL;
+    const chat_input probe = {.enable_thinking = et ? cJSON_IsTrue(et) : -1, .bos_token = a.bos_text,
+                              .eos_token = a.eos_text, .extra = a.template_kwargs};
+    so.n_end = chat_answer_end(a.tmpl, &probe, a.tok, a.end_ids, 64, &so.start_id);
+    so.end_ids = a.end_ids;
+    if (so.n_end == 0)
+        fprintf(stderr, "hearth serve: the chat template closes no probe answer with ids of its own: no points at "
+                        "answers' ends (a next turn resumes at the start of the answer's message)\n");
     const char *script = getenv("HEARTH_TEST_REPLY"); /* sched.h's test seam: a file of the reply's text */
     if (script && script[0]) {
         char *text;
@@ -1266,11 +1301,13 @@ out:
     if (a.eng) engine_free(a.eng);
     chat_template_free(a.tmpl);
     req_memo_free(a.rx.memo);
+    cJSON_Delete(a.template_kwargs);
     free(a.script);
     free(a.bos_text);
     free(a.eos_text);
     if (a.tok) tokenizer_free(a.tok);
     model_free(a.m);
     pthread_mutex_destroy(&a.id_mu);
+    pthread_mutex_destroy(&a.billing_mu);
     return rc;
 }

@@ -1,5 +1,6 @@
 /* sched.c: the engine thread, its slots and queue (sched.h). */
 #include "serve/sched.h"
+#include "engine/mutant.h"
 
 #include <errno.h>
 #include <math.h>
@@ -11,7 +12,9 @@
 
 #define SLOT_POINTS 256 /* points one slot keeps; past it the oldest goes */
 
-typedef enum slot_state { SLOT_IDLE = 0, SLOT_PREFILL, SLOT_GEN } slot_state;
+/* SLOT_CLOSE: no request; the answer that ended is prefilled again from its message's start
+ * (sched.h), a piece a step */
+typedef enum slot_state { SLOT_IDLE = 0, SLOT_PREFILL, SLOT_GEN, SLOT_CLOSE } slot_state;
 
 typedef struct slot_point {
     engine_point *p;
@@ -44,6 +47,12 @@ typedef struct slot {
     int64_t span_mark_pos[SLOT_POINTS];
     int64_t span_anchor[SLOT_POINTS];   /* the span's message starts (exact requests: as many as its marks) */
     int span_anchors;
+    /* SLOT_CLOSE: the assistant message that ended, from its start at row close_at: its prompt
+     * rows, the answer, the template's end ids; close_done of its close_n rows run. n_ctx room. */
+    int32_t *close_ids;
+    int64_t close_at, close_n, close_done;
+    int64_t *close_anchor;      /* message starts inside it (an <|im_start|> the answer wrote) */
+    int n_close_anchor;
 } slot;
 
 struct sched {
@@ -51,6 +60,8 @@ struct sched {
     const tokenizer *tok;
     engine_info info;
     int64_t V;
+    int32_t *eog;           /* the vocabulary's end-of-generation ids: masked under ignore_eos */
+    int n_eog;
     sched_opts o;
     slot *slots;
     pthread_t th;
@@ -60,8 +71,6 @@ struct sched {
     int64_t q_head, q_n;
     bool stopping;
     bool running;           /* the engine thread was started and not joined yet */
-    int32_t *eog;           /* the vocabulary's end-of-generation ids: masked under ignore_eos */
-    int n_eog;
     /* the model file as it was at start (sched_opts.model_path): model_bad (under mu, sticky)
      * once it was written in place, its message in model_err; model_moved once another file
      * was renamed over it (logged once, served on: the mapping keeps the old file) */
@@ -426,6 +435,36 @@ static void slot_write_through(sched *s, slot *sl) {
     pcache_write_through(s->pc, sl->id, sl->ids, sl->n, pts, sl->n_pts - first);
 }
 
+/* The answer r gave on sl (a chat's, ended by an end token or its length) is prefilled again
+ * from its assistant message's start (the prompt's last mark: where the generation prompt
+ * begins) in the next steps: the message's prompt rows, the answer's ids and the template's
+ * end ids, then a point at their end (SLOT_CLOSE; close_span). A cold prefill of the next
+ * turn restarts its chunk grid at that message's start as this span does, so that point is
+ * its state where its next message begins, bit for bit; the rows the slot decoded one by one
+ * are other bits. Needs the point at the message's start. */
+static void slot_close_begin(sched *s, slot *sl, const sched_req *r) {
+    if (!r->exact || r->no_reuse || s->o.n_end == 0 || r->n_marks == 0) return;
+    const int64_t at = r->marks[r->n_marks - 1], n_prompt = r->n_ids - at;
+    const int64_t n = n_prompt + r->n_out + s->o.n_end;
+    if (at <= 0 || at >= r->n_ids || at + n >= s->info.n_ctx) return;
+    int i = sl->n_pts - 1;
+    while (i >= 0 && sl->pts[i].p->pos > at) i--;
+    if (i < 0 || sl->pts[i].p->pos != at) return;
+    memcpy(sl->close_ids, r->ids + at, sizeof(int32_t) * (size_t)n_prompt);
+    memcpy(sl->close_ids + n_prompt, r->out, sizeof(int32_t) * (size_t)r->n_out);
+    memcpy(sl->close_ids + n_prompt + r->n_out, s->o.end_ids, sizeof(int32_t) * (size_t)s->o.n_end);
+    sl->n_close_anchor = 0;
+    for (int64_t k = 1; k < n && s->o.start_id >= 0; k++)
+        if (sl->close_ids[k] == s->o.start_id) {
+            sl->close_anchor = xrealloc(sl->close_anchor, sizeof(int64_t) * (size_t)(sl->n_close_anchor + 1));
+            sl->close_anchor[sl->n_close_anchor++] = k;
+        }
+    sl->close_at = at;
+    sl->close_n = n;
+    sl->close_done = 0;
+    sl->state = SLOT_CLOSE;
+}
+
 static void slot_end(sched *s, slot *sl, sched_finish f, const char *err) {
     sched_req *r = sl->req;
     slot_write_through(s, sl);
@@ -433,6 +472,7 @@ static void slot_end(sched *s, slot *sl, sched_finish f, const char *err) {
     sl->req = NULL;
     sl->state = SLOT_IDLE;
     sl->t_used = time_now();
+    if (f == SCHED_STOP || f == SCHED_LENGTH) slot_close_begin(s, sl, r);
     /* counted before the client hears the end, so /metrics read after it counts it */
     const double t_end = time_now();
     pthread_mutex_lock(&s->mu);
@@ -491,6 +531,9 @@ static int32_t slot_sample(sched *s, slot *sl, token_lp *t) {
         memcpy(sl->raw, lg, sizeof(float) * (size_t)s->V);
     }
     sampler_penalize(&r->so, lg, sl->ids, sl->n);
+    /* ignore_eos as llama-server means it: an end token is never sampled */
+    if (r->ignore_eos)
+        for (int i = 0; i < s->n_eog; i++) lg[s->eog[i]] = -INFINITY;
     int32_t id = sampler_sample(&sl->sm, lg);
     if (s->o.script) id = s->o.script[r->n_out < s->o.n_script ? r->n_out : s->o.n_script - 1];
     if (K >= 0) t->lp = (float)(sl->raw[id] - lse);
@@ -511,9 +554,83 @@ static void publish(sched *s) {
             n_out = sl->req->n_out;
             pthread_mutex_unlock(&sl->req->mu);
         }
-        s->snap[k] = (sched_slot_info){.id = k, .busy = sl->state != SLOT_IDLE, .n_held = sl->n, .n_points = sl->n_pts,
+        s->snap[k] = (sched_slot_info){.id = k, .busy = sl->state == SLOT_PREFILL || sl->state == SLOT_GEN,
+                                       .n_held = sl->n, .n_points = sl->n_pts,
                                        .n_prompt = sl->req ? sl->req->n_ids : 0, .n_out = n_out};
     }
+}
+
+/* sl's next piece of its answer's prefill into sp (SLOT_CLOSE); the first piece restores the
+ * point at the message's start. Pieces end where a cold pass's would (on the message's chunk
+ * grid, restarted at the message starts inside it), the last with a mark at the end. false:
+ * given up, the slot left as it is (the point at the start is gone, or refused). */
+static bool close_span(sched *s, slot *sl, engine_span *sp) {
+    const int64_t at = sl->close_at;
+    if (sl->close_done == 0) {
+        slot_drop_points_past(s, sl, at);
+        if (sl->n_pts == 0 || sl->pts[sl->n_pts - 1].p->pos != at) return false;
+        if (MUTANT("close_decode")) { /* mutant: the decoded rows kept, the rest appended to them */
+            sl->close_done = sl->n - at;
+        } else {
+            herr e;
+            pcache_seq_cut(s->pc, sl->id, at);
+            if (engine_restore(s->eng, sl->id, sl->pts[sl->n_pts - 1].p, &e) < 0) return false;
+            sl->n = at;
+        }
+        sl->pts[sl->n_pts - 1].t_used = time_now();
+        sl->pf_base = at; /* the points past it are this prefill's own (point_alloc) */
+    }
+    const int64_t a = sl->close_done;
+    int64_t b = engine_piece_end(sl->close_anchor, sl->n_close_anchor, sl->close_n, a, s->info.rows_per_pass,
+                                 s->info.chunk);
+    sl->span_anchors = 0;
+    for (int i = 0; i < sl->n_close_anchor && sl->close_anchor[i] < b; i++) {
+        if (sl->close_anchor[i] <= a) continue;
+        if (sl->span_anchors == SLOT_POINTS) { b = sl->close_anchor[i]; break; } /* an anchor is on the grid */
+        sl->span_anchor[sl->span_anchors++] = sl->close_anchor[i] - a;
+    }
+    sl->span_b = b;
+    sl->span_marks = 0;
+    engine_point *p = b == sl->close_n ? point_alloc(s, sl) : NULL;
+    if (p) {
+        sl->span_pts[0] = p;
+        sl->span_mark_pos[0] = b - a;
+        sl->span_marks = 1;
+    }
+    *sp = (engine_span){.seq = sl->id, .ids = sl->close_ids + a, .n = b - a, .marks = sl->span_mark_pos,
+                        .n_marks = sl->span_marks, .points = sl->span_pts, .anchors = sl->span_anchor,
+                        .n_anchors = sl->span_anchors, .want = ENGINE_LOGITS_NONE};
+    return true;
+}
+
+/* after the step's engine_run (rc): sl's piece of its answer's prefill ran, or nothing did */
+static void close_ran(sched *s, slot *sl, const engine_span *sp, int rc) {
+    if (rc < 0) { /* the sequence is where the piece would have begun */
+        for (int j = 0; j < sl->span_marks; j++) engine_point_free(s->eng, sl->span_pts[j]);
+        sl->state = SLOT_IDLE;
+        return;
+    }
+    memcpy(sl->ids + sl->n, sp->ids, sizeof(int32_t) * (size_t)sp->n);
+    sl->n += sp->n;
+    for (int j = 0; j < sl->span_marks; j++) slot_add_point(s, sl, sl->span_pts[j]);
+    pthread_mutex_lock(&s->mu);
+    s->st.n_points += sl->span_marks;
+    pthread_mutex_unlock(&s->mu);
+    sl->close_done = sl->span_b;
+    if (sl->close_done == sl->close_n) sl->state = SLOT_IDLE;
+}
+
+/* Whether r continues the conversation a slot is closing (it holds the rows before that
+ * slot's assistant message): it waits for the step that ends the closing, then resumes past
+ * the answer. */
+static bool close_holds(const sched *s, const sched_req *r) {
+    for (int k = 0; k < s->o.n_slots && !r->no_reuse; k++) {
+        const slot *sl = &s->slots[k];
+        if (sl->state == SLOT_CLOSE && (r->slot_wanted < 0 || r->slot_wanted == k) &&
+            ids_common_prefix(sl->ids, sl->close_at, r->ids, r->n_ids) == sl->close_at)
+            return true;
+    }
+    return false;
 }
 
 /* under s->mu: queued requests into free slots, the best-matching slot first */
@@ -530,10 +647,7 @@ static void admit(sched *s) {
             const int64_t at = slot_resume(sl, r, &pt);
             if (at > best_at || (at == best_at && sl->t_used < best->t_used)) { best = sl; best_at = at; }
         }
-        if (!best) return;
-    /* ignore_eos as llama-server means it: an end token is never sampled */
-    if (r->ignore_eos)
-        for (int i = 0; i < s->n_eog; i++) lg[s->eog[i]] = -INFINITY;
+        if (!best || close_holds(s, r)) return;
         /* the shared cache, when it resumes later than any free slot: on the least recently
          * used free slot */
         int ei, pi;
@@ -564,6 +678,15 @@ static void step(sched *s, bool stopping) {
     for (int k = 0; k < s->o.n_slots; k++) {
         slot *sl = &s->slots[k];
         if (sl->state == SLOT_IDLE) continue;
+        if (sl->state == SLOT_CLOSE) {
+            if (stopping || !model_ok || !close_span(s, sl, &s->spans[n])) {
+                sl->state = SLOT_IDLE;
+            } else {
+                s->span_slot[n++] = sl;
+                prompt_rows = true;
+            }
+            continue;
+        }
         sched_req *r = sl->req;
         if (req_cancelled(r) || stopping || !model_ok) {
             slot_end(s, sl, SCHED_CANCELLED, stopping ? "the server is stopping" : !model_ok ? s->model_err : NULL);
@@ -630,6 +753,10 @@ static void step(sched *s, bool stopping) {
         slot *sl = s->span_slot[i];
         sched_req *r = sl->req;
         const engine_span *sp = &s->spans[i];
+        if (sl->state == SLOT_CLOSE) {
+            close_ran(s, sl, sp, rc);
+            continue;
+        }
         if (rc < 0) { /* nothing ran: the engine named why (a budget, the context) */
             for (int j = 0; sl->state == SLOT_PREFILL && j < sl->span_marks; j++) engine_point_free(s->eng, sl->span_pts[j]);
             slot_end(s, sl, SCHED_ERROR, e.msg);
@@ -664,6 +791,7 @@ enum { JOB_SAVE, JOB_RESTORE, JOB_ERASE };
 static void run_job(sched *s) {
     if (!s->job.busy || s->job.done) return;
     slot *sl = &s->slots[s->job.slot];
+    if (sl->state == SLOT_CLOSE) return; /* after its answer's end point (the next step) */
     if (s->job.kind != JOB_RESTORE && sl->state != SLOT_IDLE) {
         s->job.rc = herr_set(&s->job.e, "slot %d is running a request", sl->id);
     } else if (s->job.kind == JOB_ERASE) {
@@ -721,11 +849,15 @@ int sched_start(sched **out, engine *eng, const tokenizer *tok, const sched_opts
     s->tok = tok;
     s->info = info;
     s->V = tokenizer_n_vocab(tok);
+    s->eog = xmalloc(sizeof(int32_t) * (size_t)(s->V + 1));
+    for (int64_t i = 0; i < s->V; i++)
+        if (tokenizer_is_eog(tok, (int32_t)i)) s->eog[s->n_eog++] = (int32_t)i;
     s->o = *o;
     s->slots = xcalloc((size_t)o->n_slots, sizeof *s->slots);
     for (int k = 0; k < o->n_slots; k++) {
         s->slots[k].id = k;
         s->slots[k].ids = xmalloc(sizeof(int32_t) * (size_t)info.n_ctx);
+        s->slots[k].close_ids = xmalloc(sizeof(int32_t) * (size_t)info.n_ctx);
         s->slots[k].logits = xmalloc(sizeof(float) * (size_t)s->V);
         s->slots[k].raw = xmalloc(sizeof(float) * (size_t)s->V);
     }
@@ -780,8 +912,11 @@ void sched_free(sched *s) {
         free(sl->logits);
         free(sl->raw);
         free(sl->marks);
+        free(sl->close_ids);
+        free(sl->close_anchor);
     }
     free(s->slots);
+    free(s->eog);
     free(s->q);
     free(s->spans);
     free(s->span_slot);
@@ -849,9 +984,6 @@ static int slot_job(sched *s, int kind, int k, const char *path, int64_t *n, her
     s->job.kind = kind;
     s->job.slot = k;
     s->job.path = path;
-    s->eog = xmalloc(sizeof(int32_t) * (size_t)(s->V + 1));
-    for (int64_t i = 0; i < s->V; i++)
-        if (tokenizer_is_eog(tok, (int32_t)i)) s->eog[s->n_eog++] = (int32_t)i;
     pthread_cond_broadcast(&s->cv);
     while (!s->job.done && !s->stopping) pthread_cond_wait(&s->job_cv, &s->mu);
     int rc = s->job.done ? s->job.rc : herr_set(e, "the server is stopping");
@@ -879,4 +1011,3 @@ bool sched_model_ok(sched *s, char *why, size_t cap) {
     pthread_mutex_unlock(&s->mu);
     return ok;
 }
-    free(s->eog);

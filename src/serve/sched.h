@@ -23,9 +23,15 @@
  * one pass holds several messages), and it resumes only from a point at one of them: a turn
  * then runs the same chunks from that point on as a cold prefill of the whole prompt would,
  * and its answer is a cold server's, bit for bit. The reply the slot decoded token by token
- * is prefilled again (a cold server would prefill it). Points are counted in the engine's
- * cache budget (--cache-ram); when it is full the least recently used point of a free slot
- * is dropped.
+ * is prefilled again (a cold server would prefill it), off the next request's path: when an
+ * answer ends, the slot restores the point at its assistant message's start and prefills
+ * the message (its prompt rows, the answer, the ids the template closes it with) in the
+ * next step, beside the other slots' rows (a request that continues the conversation waits
+ * for that step). The point at its end is what a cold pass leaves at the next message's
+ * start, so the next turn resumes there when its rendering of the answer is those ids, and
+ * at the message's start when the template rewrote it (thinking dropped). Points are
+ * counted in the engine's cache budget (--cache-ram); when it is full the least recently
+ * used point of a free slot is dropped.
  *
  * A request is shared by the HTTP thread that made it and the engine thread: the HTTP side
  * waits on it (sched_wait) and may cancel it (a disconnect, a stop string found); the last
@@ -100,6 +106,12 @@ typedef struct sched_opts {
      * a tool call through the whole server, engine included. NULL in use. */
     const int32_t *script;
     int64_t n_script;
+    /* Points at the end of answers (chat_answer_end): the ids the template renders after an
+     * answer (Qwen: <|im_end|>\n; none: no such points), and the id every message start is
+     * (<|im_start|>, or -1: the anchors of a message's ids, as chat_message_starts lays them) */
+    const int32_t *end_ids;
+    int64_t n_end;
+    int32_t start_id;
 } sched_opts;
 
 /* a latency histogram: counts at or under each bound of SCHED_HIST_LE (seconds), then +Inf */

@@ -28,6 +28,8 @@ typedef struct serve_opts {
     size_t body_max;
     bool kv_f16;
     const char *ready_file;    /* written with the port once listening (tests) */
+    const char *template_kwargs; /* --chat-template-kwargs: a JSON object (checked by the flag's parser), or NULL */
+    bool keep_billing;         /* --keep-billing-header: Claude Code's billing line stays in the prompt */
 } serve_opts;
 
 /* Runs until SIGTERM or SIGINT; returns the exit code. */

@@ -213,3 +213,58 @@ int64_t chat_message_starts(const chat_template *t, const chat_input *in, const 
     free(off);
     return k;
 }
+
+/* ---- what follows an answer ---- */
+
+#define PROBE_TEXT "hearth answer-end probe"
+
+static bool ids_same(const int32_t *a, int64_t na, const int32_t *b, int64_t nb) {
+    return na == nb && (na == 0 || !memcmp(a, b, sizeof *a * (size_t)na));
+}
+
+int64_t chat_answer_end(const chat_template *t, const chat_input *base, const tokenizer *tok, int32_t *ids, int64_t max,
+                        int32_t *start_id) {
+    *start_id = -1;
+    cJSON *msgs = cJSON_CreateArray();
+    static const char *const roles[] = {"user", "assistant", "user"};
+    static const char *const texts[] = {"Hello.", PROBE_TEXT, "Hello again."};
+    for (int k = 0; k < 3; k++) {
+        cJSON *m = cJSON_CreateObject();
+        cJSON_AddStringToObject(m, "role", roles[k]);
+        cJSON_AddStringToObject(m, "content", texts[k]);
+        cJSON_AddItemToArray(msgs, m);
+    }
+    chat_input in = *base;
+    in.add_generation_prompt = false;
+    in.tools = NULL;
+    char *whole = NULL, *upto = NULL;
+    size_t whole_len = 0, upto_len = 0;
+    herr e;
+    int64_t n = 0;
+    int rc = render_with(t, &in, msgs, &whole, &whole_len, &e);
+    cJSON_DeleteItemFromArray(msgs, 2);
+    if (rc == 0) rc = render_with(t, &in, msgs, &upto, &upto_len, &e);
+    cJSON_Delete(msgs);
+    const char *probe = rc == 0 ? memmem(upto, upto_len, PROBE_TEXT, strlen(PROBE_TEXT)) : NULL;
+    /* the end: after the probe in the rendering that stops with the assistant message, which
+     * must be where the whole one's next message begins */
+    if (probe && upto_len < whole_len && !memcmp(upto, whole, upto_len)) {
+        const size_t at = (size_t)(probe - upto) + strlen(PROBE_TEXT), end_len = upto_len - at;
+        int64_t na, ne, nw;
+        int32_t *a = tokenizer_encode_alloc(tok, upto, at, true, &na);
+        int32_t *en = tokenizer_encode_alloc(tok, upto + at, end_len, true, &ne);
+        int32_t *w = tokenizer_encode_alloc(tok, upto, upto_len, true, &nw);
+        if (ne > 0 && ne <= max && nw == na + ne && ids_same(w, na, a, na) && ids_same(w + na, ne, en, ne)) {
+            memcpy(ids, en, sizeof *ids * (size_t)ne);
+            n = ne;
+        }
+        free(a);
+        free(en);
+        free(w);
+        const int32_t im_start = tokenizer_find(tok, "<|im_start|>", 12);
+        if (im_start >= 0 && memmem(whole, whole_len, "<|im_start|>", 12)) *start_id = im_start;
+    }
+    free(whole);
+    free(upto);
+    return n;
+}

@@ -88,4 +88,17 @@ int64_t chat_message_starts(const chat_template *t, const chat_input *in, const 
                             const char *rendered, size_t len, const int32_t *ids, int64_t n_ids,
                             int64_t *starts, int64_t max, herr *e);
 
+/* What a template renders after an assistant message's content when another message follows
+ * (ChatML: "<|im_end|>\n"), as ids: found by rendering a probe conversation (a user message,
+ * an assistant message, a user message; base gives the other variables). A server appends
+ * them to an answer to make the state a later request's prompt has where its next message
+ * begins. Writes up to max ids and returns how many; 0 when the template renders nothing
+ * there that tokenizes apart from the answer's own text (the ids of text + end are not those
+ * of text then those of end), when the assistant message is not where the next one begins
+ * (the rendering without the last message is no prefix of the whole), or when it refuses
+ * the probe. *start_id: the id every message start is (<|im_start|> where the rendering
+ * holds it, as chat_message_starts finds them), else -1. */
+int64_t chat_answer_end(const chat_template *t, const chat_input *base, const tokenizer *tok, int32_t *ids, int64_t max,
+                        int32_t *start_id);
+
 #endif

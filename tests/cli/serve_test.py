@@ -499,13 +499,15 @@ def main():
     os.rename(mfile + ".new", mfile)
     ms = Server(mfile, "-np", "1", "--cache-dir", sdir, log=mlog)
     r = chat(ms, conv_a)
-    files_before = sorted(os.listdir(sdir))
     ino = os.stat(mfile).st_ino
     long_one = {}
     t = threading.Thread(target=lambda: long_one.update(
         r=ms.post("/completion", {"prompt": "The hearth", "n_predict": 3000, "ignore_eos": True, "temperature": 0})))
     t.start()
     time.sleep(0.5)  # under way: 3,000 tokens take the tiny model seconds
+    # the files as the model is written: conv_a's slot went to the shared cache (and its answer's
+    # end point to a file) when the long one took the slot
+    files_before = sorted(os.listdir(sdir))
     with open(mfile, "r+b") as f:  # bytes in its middle rewritten, the size kept (no pass can fault)
         f.seek(os.path.getsize(mfile) // 2)
         f.write(b"\x55" * 4096)
@@ -643,11 +645,155 @@ def main():
     [t.join() for t in th]
     check("one slot, a queue of 1: the third request gets 503", sorted(outs) == [200, 200, 503], str(outs))
     k.stop()
+    answer_end_points()
+    template_kwargs(model)
+    billing_header(model)
     tool_calls(model)
     sigterm_under_load(model)
     slow_readers(model)
     print(f"{passed} passed, {failed} failed")
     return 1 if failed else 0
+
+
+DEMO = os.environ.get("HEARTH_DEMO", "demo/hearth-demo-q8_0.gguf")
+
+
+def answer_end_points():
+    """A point at the end of every answer (F13 item 1), on the demo model (its template
+    renders an answer in the history as the server generated it, as scripts/demo.sh shows):
+    turn 2 resumes where its new message begins, past turn 1's answer, and its greedy answer
+    and log-probabilities (every bit of the last logits row shows in them) equal a cold
+    server's. tests/gates/mutants runs this part alone (argument answer_end) against the
+    scheduler built with close_decode (the decoded rows' state kept instead of the
+    prefill): red."""
+    if not os.path.exists(DEMO):
+        check(f"the demo model {DEMO} is there (answer-end points)", False)
+        return
+
+    def ask(srv, msgs, stream=False):
+        body = {"messages": msgs, "max_tokens": 48, "temperature": 0, "logprobs": True, "top_logprobs": 2}
+        if stream:
+            st, _, ev = srv.stream("/v1/chat/completions", {**body, "stream": True,
+                                                             "stream_options": {"include_usage": True}})
+            text = "".join(e["choices"][0]["delta"].get("content") or "" for e in ev
+                           if isinstance(e, dict) and e["choices"])
+            lp = [t for e in ev if isinstance(e, dict) for c in e["choices"] if c.get("logprobs")
+                  for t in c["logprobs"]["content"]]
+            usage = [e["usage"] for e in ev if isinstance(e, dict) and e.get("usage")]
+            return {"content": text, "logprobs": lp, "usage": usage[0] if usage else {}}
+        st, j = srv.post("/v1/chat/completions", body)
+        assert st == 200, j
+        return {"content": j["choices"][0]["message"]["content"], "logprobs": j["choices"][0]["logprobs"]["content"],
+                "usage": j["usage"], "cache": j["timings"]["cache"]}
+
+    def new_message_at(srv, msgs):
+        """where the last message of msgs (a user's) begins in the prompt: the rows a turn can resume past"""
+        _, t = srv.post("/apply-template", {"messages": msgs})
+        _, ids = srv.post("/tokenize", {"content": t["prompt"]})
+        _, im = srv.post("/tokenize", {"content": "<|im_start|>"})
+        return [i for i, x in enumerate(ids["tokens"]) if x == im["tokens"][0]][-2]  # the last: the generation prompt
+
+    warm = Server(DEMO, "-np", "2")
+    convo = [{"role": "user", "content": "Who are you?"}]
+    questions = ["What does John 3:16 say?", "And the verse after it?", "Tell me a fortune."]
+    got = [ask(warm, convo)]
+    for k, q in enumerate(questions):
+        convo = convo + [{"role": "assistant", "content": got[-1]["content"]}, {"role": "user", "content": q}]
+        got.append(ask(warm, convo, stream=k == 1))  # turn 3's answer arrives as a stream
+        cached = got[-1]["usage"]["prompt_tokens_details"]["cached_tokens"]
+        want = new_message_at(warm, convo)
+        check(f"answer-end point: turn {k + 2} resumes past turn {k + 1}'s answer, where its new message begins",
+              cached == want and cached > got[-2]["usage"]["prompt_tokens"],
+              f"{cached} cached of {got[-1]['usage']['prompt_tokens']} ({got[-1].get('cache')}); the new message at {want}")
+    print(f"     turns 2-4: {[g['usage']['prompt_tokens_details']['cached_tokens'] for g in got[1:]]} cached of "
+          f"{[g['usage']['prompt_tokens'] for g in got[1:]]} prompt tokens")
+    warm.stop()
+    convo = [{"role": "user", "content": "Who are you?"}]
+    same = True
+    for k, q in enumerate(questions):  # each turn on a server of its own
+        convo = convo + [{"role": "assistant", "content": got[k]["content"]}, {"role": "user", "content": q}]
+        cold = Server(DEMO, "-np", "1")
+        c = ask(cold, convo)
+        cold.stop()
+        ok = c["content"] == got[k + 1]["content"] and c["logprobs"] == got[k + 1]["logprobs"] and \
+            c["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
+        same = same and ok
+        if not ok:
+            print(f"    turn {k + 2}: cold {c['content']!r} vs warm {got[k + 1]['content']!r}"
+                  f"{'' if c['content'] != got[k + 1]['content'] else ' (the same text, other log-probabilities)'}",
+                  file=sys.stderr)
+    check("answer-end point: every warm turn's greedy answer and log-probabilities equal a cold server's", same)
+
+
+def template_kwargs(model):
+    """--chat-template-kwargs (llama-server's): template variables for every request, under a
+    request's own chat_template_kwargs; bad JSON is refused naming the flag."""
+    tmpl = os.path.join(TMP, "kwargs.jinja")
+    with open(tmpl, "w") as f:
+        f.write("{%- for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{%- endfor %}"
+                "{%- if add_generation_prompt %}<|im_start|>assistant\n[{{ tag | default('none') }}]"
+                "{%- if enable_thinking is defined and enable_thinking is false %}{{ '<think>\\n\\n</think>\\n\\n' }}"
+                "{%- endif %}{%- endif %}")
+    for bad, why in (("{bad", "not valid JSON"), ("[1, 2]", "JSON object"), ('{"enable_thinking": "no"}', "true or false")):
+        r = subprocess.run([HEARTH, "serve", "-m", model, "--chat-template-kwargs", bad], capture_output=True, text=True)
+        check(f"--chat-template-kwargs {bad}: exit 2 naming the flag", r.returncode == 2 and
+              "--chat-template-kwargs" in r.stderr and why in r.stderr, r.stderr.strip()[:300])
+    s = Server(model, "-np", "1", "--chat-template-file", tmpl, "--chat-template-kwargs",
+               '{"tag": "server", "enable_thinking": false}')
+    msgs = [{"role": "user", "content": "Hi"}]
+    _, j = s.post("/apply-template", {"messages": msgs})
+    check("--chat-template-kwargs: the server's variables reach the template",
+          j.get("prompt", "").endswith("[server]<think>\n\n</think>\n\n"), repr(j))
+    _, j = s.post("/apply-template", {"messages": msgs, "chat_template_kwargs": {"tag": "request"}})
+    check("--chat-template-kwargs: a request's own variable wins, the others stay",
+          j.get("prompt", "").endswith("[request]<think>\n\n</think>\n\n"), repr(j))
+    _, j = s.post("/apply-template", {"messages": msgs, "chat_template_kwargs": {"enable_thinking": True}})
+    check("--chat-template-kwargs: a request's enable_thinking wins", j.get("prompt", "").endswith("[server]"), repr(j))
+    st, j = s.post("/v1/chat/completions", {"messages": msgs, "max_tokens": 2, "chat_template_kwargs": {"enable_thinking": 1}})
+    check("a request's bad enable_thinking -> 400 naming it", st == 400 and "enable_thinking" in j["error"]["message"], str(j))
+    s.stop()
+
+
+def billing_header(model):
+    """Claude Code's x-anthropic-billing-header line (a per-request cch= hash) in the first
+    system block of /v1/messages is dropped from the prompt, logged once: two requests that
+    differ only in it hit the cache from token 0. --keep-billing-header keeps it (a miss)."""
+    def body(cch, system_as_string=False):
+        line = f"x-anthropic-billing-header: cc_version=2.1.37.3a3; cc_entrypoint=cli; cch={cch};"
+        rest = "You are an agent for software engineering. Answer briefly."
+        system = (line + "\n" + rest) if system_as_string else [{"type": "text", "text": line},
+                                                                   {"type": "text", "text": rest}]
+        return {"model": "m", "max_tokens": 4, "temperature": 0, "system": system,
+                "messages": [{"role": "user", "content": "List the files."}]}
+    log = os.path.join(TMP, f"serve-billing-{os.getpid()}.log")
+    s = Server(model, "-np", "1", log=log)
+    st1, j1 = s.post("/v1/messages", body("0a1b2"))
+    st2, j2 = s.post("/v1/messages", body("9f8e7"))
+    st3, j3 = s.post("/v1/messages", body("55555", system_as_string=True))
+    _, n1 = s.post("/v1/messages/count_tokens", body("0a1b2"))
+    _, n2 = s.post("/v1/messages/count_tokens", body("77777"))
+    _, plain = s.post("/v1/messages/count_tokens", {**body("x"), "system": [{"type": "text", "text":
+                      "You are an agent for software engineering. Answer briefly."}]})
+    s.stop()
+    u1, u2, u3 = (j.get("usage", {}) if isinstance(j, dict) else {} for j in (j1, j2, j3))
+    prompt = u2.get("input_tokens", 0) + u2.get("cache_read_input_tokens", 0)
+    check("billing line dropped: a second request differing only in cch= hits the cache from token 0",
+          st1 == st2 == 200 and u1.get("cache_read_input_tokens") == 0 and u2.get("cache_read_input_tokens", 0) > 0 and
+          u2["cache_read_input_tokens"] >= prompt - 8, f"{u1} then {u2}")
+    check("billing line dropped from a string system prompt too (the same prompt, cached)",
+          st3 == 200 and u3.get("cache_read_input_tokens") == u2.get("cache_read_input_tokens"), f"{u3}")
+    check("count_tokens: the billing line is not counted",
+          n1.get("input_tokens") == n2.get("input_tokens") == plain.get("input_tokens"), f"{n1} {n2} {plain}")
+    said = open(log).read().count("x-anthropic-billing-header")
+    check("the dropped billing line is logged once", said == 1, f"{said} lines")
+    k = Server(model, "-np", "1", "--keep-billing-header")
+    k.post("/v1/messages", body("0a1b2"))
+    st, j = k.post("/v1/messages", body("9f8e7"))
+    _, n3 = k.post("/v1/messages/count_tokens", body("0a1b2"))
+    k.stop()
+    check("--keep-billing-header: the line stays (the prompt differs at the hash: no cache hit, counted)",
+          st == 200 and j["usage"]["cache_read_input_tokens"] == 0 and n3["input_tokens"] > n1["input_tokens"],
+          f"{j.get('usage')} {n3}")
 
 
 def loads_or_none(text):
@@ -907,4 +1053,8 @@ def slow_readers(model):
 
 
 if __name__ == "__main__":
+    if sys.argv[1:] == ["answer_end"]:  # tests/gates/mutants: this part alone
+        answer_end_points()
+        print(f"{passed} passed, {failed} failed")
+        sys.exit(1 if failed else 0)
     sys.exit(main())
