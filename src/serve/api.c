@@ -1277,7 +1277,7 @@ int serve_main(const serve_opts *o) {
     }
     if (sched_start(&a.sc, a.eng, a.tok, &so, &e) < 0) { fprintf(stderr, "hearth serve: %s\n", e.msg); goto out; }
     http_opts ho = {.host = o->host, .port = o->port, .body_max = o->body_max, .timeout_s = o->timeout_s,
-                    .conn_max = (unsigned)(o->n_slots + o->queue_max + 16), .api_key = o->api_key};
+                    .conn_max = 1024, .per_ip_max = 256, .api_key = o->api_key};
     if (http_start(&hs, &ho, routes, &a, &e) < 0) { fprintf(stderr, "hearth serve: %s\n", e.msg); goto out; }
     fprintf(stderr,
             "hearth serve: %s (%s), engine %s (%s), %d slots of %" PRId64 " tokens, %d threads; listening on http://%s:%d\n",

@@ -23,6 +23,14 @@ from serve_test import HEARTH, TMP, Server, check  # noqa: E402
 MSGS = [{"role": "user", "content": "Name a hearth."}]
 
 
+def safe(fn, *a, **kw):
+    """fn's answer, or (0, the exception) when it raised (a timeout)"""
+    try:
+        return fn(*a, **kw)
+    except OSError as e:
+        return 0, repr(e)
+
+
 def err_msg(j):
     return j.get("error", {}).get("message", "") if isinstance(j, dict) else ""
 
@@ -268,6 +276,131 @@ def cache_reason(model):
     s.stop()
 
 
+def idle_sockets(model):
+    """item 1: idle or slow clients lock nobody out. 100 sockets that send nothing (or half a
+    head) hold no thread: /health and a chat answer at once meanwhile; the idle ones are cut
+    after the head timeout (10 s), not --timeout; one address holds at most its cap while
+    another is served"""
+    s = Server(model, "-np", "1")
+    idle = []
+    for k in range(100):
+        so = socket.create_connection(("127.0.0.1", s.port))
+        if k % 2:
+            so.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n")  # half a head
+        idle.append(so)
+    t0 = time.monotonic()
+    st_, j = safe(s.request, "GET", "/health", timeout=5)
+    t_health = time.monotonic() - t0
+    t0 = time.monotonic()
+    st2, j2 = safe(s.post, "/v1/chat/completions", {"messages": MSGS, "max_tokens": 4}, timeout=10)
+    t_chat = time.monotonic() - t0
+    check("100 idle sockets: /health and a chat answer at once", st_ == 200 and st2 == 200 and t_health < 1 and
+          t_chat < 3, f"/health {st_} in {t_health:.2f} s, chat {st2} in {t_chat:.2f} s")
+    for so in idle:
+        so.close()
+    s.stop()
+    # cut after the head timeout
+    s = Server(model, "-np", "1", "--timeout", "30")
+    so = socket.create_connection(("127.0.0.1", s.port))
+    so.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n")
+    so.settimeout(20)
+    t0 = time.monotonic()
+    try:
+        closed = so.recv(100) == b""
+    except ConnectionResetError:
+        closed = True
+    except socket.timeout:
+        closed = False
+    dt = time.monotonic() - t0
+    so.close()
+    check("a head that never ends is cut after the head timeout (10 s), not --timeout (30 s)", closed and dt < 15,
+          f"closed {closed} after {dt:.1f} s")
+    # the per-address cap: 300 sockets from 127.0.0.1 hold 256 at most; 127.0.0.2 is served
+    many = []
+    for _ in range(300):
+        try:
+            many.append(socket.create_connection(("127.0.0.1", s.port), timeout=2))
+        except OSError:
+            break
+    time.sleep(0.5)
+    shut = 0
+    for so in many:
+        so.setblocking(False)
+        try:
+            if so.recv(1) == b"":
+                shut += 1
+        except BlockingIOError:
+            pass
+        except OSError:
+            shut += 1
+    other = socket.create_connection(("127.0.0.1", s.port), timeout=5, source_address=("127.0.0.2", 0))
+    other.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+    other.settimeout(5)
+    try:
+        ans = other.recv(4096)
+    except OSError as e:
+        ans = repr(e).encode()
+    other.close()
+    check("300 sockets from one address: those over its cap (256) are closed, another address is served",
+          shut >= 300 - 256 and ans.startswith(b"HTTP/1.1 200"), f"{shut} closed, other: {ans[:40]!r}")
+    for so in many:
+        so.close()
+    s.stop()
+
+
+def long_generation(model):
+    """item 1: the connection timeout is for reading requests and for readers that stop, not
+    for generating: an answer whose first byte comes after more than --timeout (queued
+    behind a longer one) is whole, streamed or not"""
+    s = Server(model, "-np", "1", "--timeout", "2", "-c", "8192")
+    outs = {}
+
+    def go(k, body):
+        t = time.monotonic()
+        if body.get("stream"):
+            try:
+                r = s.stream("/completion", body)
+            except Exception as e:  # cut off: an incomplete chunked body
+                r = (0, None, [repr(e)])
+            outs[k] = (r[0], r[2][-1].get("tokens_predicted") if r[2] and isinstance(r[2][-1], dict) else None,
+                       time.monotonic() - t)
+        else:
+            st_, j = safe(s.post, "/completion", body, timeout=60)
+            outs[k] = (st_, j.get("tokens_predicted") if isinstance(j, dict) else None, time.monotonic() - t)
+
+    n_long = 8000  # tiny decodes ~2k tokens/s here: seconds, over --timeout 2
+    th = [threading.Thread(target=go, args=("long", {"prompt": "go", "n_predict": n_long, "ignore_eos": True})),
+          threading.Thread(target=go, args=("whole", {"prompt": "go", "n_predict": 3, "ignore_eos": True})),
+          threading.Thread(target=go, args=("stream", {"prompt": "go", "n_predict": 3, "ignore_eos": True,
+                                                       "stream": True}))]
+    for t in th:
+        t.start()
+        time.sleep(0.2)
+    for t in th:
+        t.join()
+    check("a whole answer generated for longer than --timeout comes whole",
+          outs["long"][0] == 200 and outs["long"][1] == n_long and outs["long"][2] > 2.5, str(outs["long"]))
+    check("answers queued behind it past --timeout come whole, streamed or not",
+          outs["whole"][:2] == (200, 3) and outs["stream"][:2] == (200, 3) and outs["stream"][2] > 2.5,
+          f"{outs['whole']} {outs['stream']}")
+    s.stop()
+
+
+def json_errors(model):
+    """item 7: errors are JSON everywhere: a 100 KB header line gets 431 with a JSON body"""
+    s = Server(model, "-np", "1")
+    st_, head, body = raw_request(s.port, b"GET /health HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 100000 + b"\r\n\r\n")
+    try:
+        j = json.loads(body)
+    except ValueError:
+        j = None
+    check("a 100 KB header -> 431 with a JSON error body", st_ == 431 and "application/json" in head and
+          isinstance(j, dict) and "message" in j.get("error", {}), f"{st_} {head[:100]!r} {body[:100]!r}")
+    st_, _ = s.request("GET", "/health")
+    check("serving on after it", st_ == 200)
+    s.stop()
+
+
 def main():
     model = os.path.join(TMP, "serve-tiny.gguf")
     subprocess.run([HEARTH, "gen", "--preset", "tiny", "--quant", "q4_k_m", "--seed", "1", "-o", model], check=True,
@@ -278,7 +411,8 @@ def main():
         bodies(s, model)
     s.stop()
     for name, fn in (("busy_slot", busy_slot), ("ignore_eos", ignore_eos), ("scripted", scripted),
-                     ("slots_save", slots_save), ("cache_reason", cache_reason)):
+                     ("slots_save", slots_save), ("cache_reason", cache_reason),
+                     ("idle_sockets", idle_sockets), ("long_generation", long_generation), ("json_errors", json_errors)):
         if not only or name in only:
             fn(model)
     print(f"{st.passed} passed, {st.failed} failed")
