@@ -13,6 +13,12 @@ prompt's), temperature 0, the same chat template on both servers.
   chat   a chat with thinking: user and assistant turns, the assistant's carrying
          reasoning_content (Qwen's template drops the <think> blocks before the last user
          message), about 12 turns to --chat-tokens (default 6000)
+  edit   (F13 3d) the agent loop to half its turns, then the user's task (the second message)
+         edited, as a client that lets its user edit and resend does, and the loop goes on from
+         the edited history
+  billing (F13 3g) the agent loop as Claude Code sends it: POST /v1/messages (thinking and
+         tool_use blocks, tool_result blocks), the system prompt's first block the
+         x-anthropic-billing-header line, its cch= hash new in every request
 
 Per turn and server it records timings.prompt_n (rows prefilled), timings.cache_n and
 usage.prompt_tokens_details.cached_tokens (rows resumed), timings.prompt_ms and the wall time of
@@ -302,9 +308,59 @@ def chat_trace(seed, session, target_tokens, turns=12):
     return [(m, None) for m in out]
 
 
+MESSAGES = "messages"  # a trace item (body, MESSAGES): a whole /v1/messages body, not chat messages
+
+
+def edit_trace(seed, session, target_tokens):
+    """the agent trace to half its turns, then the same turns again and on with the user's task
+    (message 1) edited: the request after the edit diverges inside that message"""
+    reqs = agent_trace(seed, session, target_tokens)
+    k = max(1, len(reqs) // 2)
+    out = reqs[:k]
+    for msgs, tools in reqs[k - 1:]:
+        m = [dict(x) for x in msgs]
+        m[1]["content"] = m[1]["content"].replace("fix it, and add a test",
+                                                  "fix it without changing the file format, and add a test", 1)
+        out.append((m, tools))
+    return out
+
+
+def billing_trace(seed, session, target_tokens):
+    """the agent trace as Anthropic's messages, Claude Code's billing line first in the system
+    prompt with a hash that differs in every request"""
+    out = []
+    for t, (msgs, tools) in enumerate(agent_trace(seed, session, target_tokens)):
+        cch = f"{(session * 1000 + t) * 2654435761 % 16 ** 5:05x}"
+        body = {"model": "m", "max_tokens": 1, "temperature": 0, "stream": False,
+                "system": [{"type": "text", "text": f"x-anthropic-billing-header: cc_version=2.1.37.3a3; "
+                                                    f"cc_entrypoint=cli; cch={cch};"},
+                           {"type": "text", "text": msgs[0]["content"]}],
+                "tools": [{"name": x["function"]["name"], "description": x["function"]["description"],
+                           "input_schema": x["function"]["parameters"]} for x in tools],
+                "messages": []}
+        for m in msgs[1:]:
+            if m["role"] == "user":
+                body["messages"].append({"role": "user", "content": m["content"]})
+            elif m["role"] == "assistant":
+                c = m["tool_calls"][0]
+                body["messages"].append({"role": "assistant", "content": [
+                    {"type": "thinking", "thinking": m["reasoning_content"], "signature": ""},
+                    {"type": "tool_use", "id": c["id"], "name": c["function"]["name"],
+                     "input": json.loads(c["function"]["arguments"])}]})
+            else:
+                body["messages"].append({"role": "user", "content": [
+                    {"type": "tool_result", "tool_use_id": m["tool_call_id"], "content": m["content"]}]})
+        out.append((body, MESSAGES))
+    return out
+
+
 def make_trace(name, a, session):
     if name == "agent":
         return agent_trace(a.seed, session, a.target_tokens)
+    if name == "edit":
+        return edit_trace(a.seed, session, a.target_tokens)
+    if name == "billing":
+        return billing_trace(a.seed, session, a.target_tokens)
     return chat_trace(a.seed, session, a.chat_tokens, a.chat_turns)
 
 
@@ -399,9 +455,15 @@ def request_body(msgs, tools):
 
 
 def one_turn(srv, msgs, tools, conv):
-    j, wall = srv.post("/v1/chat/completions", request_body(msgs, tools), {"X-Session-Id": conv})
+    if tools == MESSAGES:  # Anthropic's usage: input_tokens are those not read from the cache
+        j, wall = srv.post("/v1/messages", msgs, {"X-Session-Id": conv})
+        u = j.get("usage") or {}
+        u = {"prompt_tokens": u.get("input_tokens", 0) + u.get("cache_read_input_tokens", 0),
+             "prompt_tokens_details": {"cached_tokens": u.get("cache_read_input_tokens", "")}}
+    else:
+        j, wall = srv.post("/v1/chat/completions", request_body(msgs, tools), {"X-Session-Id": conv})
+        u = j.get("usage") or {}
     t = j.get("timings") or {}
-    u = j.get("usage") or {}
     det = u.get("prompt_tokens_details") or {}
     return {"prompt_tokens": u.get("prompt_tokens", ""), "prompt_n": t.get("prompt_n", ""),
             "cache_n": t.get("cache_n", ""), "cached_tokens": det.get("cached_tokens", ""),
@@ -547,7 +609,8 @@ def main():
     ap.add_argument("--hearth-url", help="a hearth serve already running, e.g. http://127.0.0.1:8080")
     ap.add_argument("--llama-url", help="a llama-server already running")
     ap.add_argument("--reps", type=int, default=2, help="measured reps per server, after the dropped rep 0 (default 2)")
-    ap.add_argument("--trace", choices=("agent", "chat", "both"), default="both")
+    ap.add_argument("--trace", choices=("agent", "chat", "edit", "billing", "both", "all"), default="both",
+                    help="both: agent and chat; all: the four")
     ap.add_argument("--target-tokens", type=int, default=40000, help="agent trace: prompt tokens at its end (estimated)")
     ap.add_argument("--chat-tokens", type=int, default=6000, help="chat trace: prompt tokens at its end (estimated)")
     ap.add_argument("--chat-turns", type=int, default=12)
@@ -560,12 +623,13 @@ def main():
     ap.add_argument("--label", default="", help="a line of conditions written above the tables")
     ap.add_argument("--print-trace", action="store_true", help="print rep 1's requests as JSON lines and exit")
     a = ap.parse_args()
-    traces = ["agent", "chat"] if a.trace == "both" else [a.trace]
+    traces = ["agent", "chat"] if a.trace == "both" else ["agent", "chat", "edit", "billing"] if a.trace == "all" \
+        else [a.trace]
 
     if a.print_trace:
         for tr in traces:
             for t, (msgs, tools) in enumerate(make_trace(tr, a, 1)):
-                print(json.dumps({"trace": tr, "turn": t, **request_body(msgs, tools)}))
+                print(json.dumps({"trace": tr, "turn": t, **(msgs if tools == MESSAGES else request_body(msgs, tools))}))
         return 0
 
     os.makedirs(a.out, exist_ok=True)
@@ -615,7 +679,7 @@ def main():
                     reqs = make_trace(tr, a, session)
                     if a.fresh == "server":
                         s.start()
-                    if tr not in checks and len(servers) == 2 and s is servers[0]:
+                    if tr not in checks and len(servers) == 2 and s is servers[0] and reqs[-1][1] != MESSAGES:
                         if a.fresh == "server":
                             servers[1].start()
                         checks[tr] = template_check(servers, *reqs[-1])
@@ -661,8 +725,8 @@ def main():
     md.append("")
     for tr in traces:
         lines, notes = tables(samples, tr, names)
-        md.append(f"#### trace {tr}" + (f" (--target-tokens {a.target_tokens})" if tr == "agent" else
-                                         f" (--chat-tokens {a.chat_tokens}, {a.chat_turns} turns)"))
+        md.append(f"#### trace {tr}" + (f" (--chat-tokens {a.chat_tokens}, {a.chat_turns} turns)" if tr == "chat" else
+                                         f" (--target-tokens {a.target_tokens})"))
         md.append("")
         if tr in checks:
             md.append(f"The last prompt as both servers render it (/apply-template): {checks[tr]}.")
