@@ -204,6 +204,27 @@ static cJSON *text_logprobs(const gen *g, int64_t from, int64_t to, size_t *off)
     return o;
 }
 
+/* /completion's log-probabilities of tokens [from, to), llama-server's shape:
+ * {"completion_probabilities": [{id, token, bytes, logprob, top_logprobs: [{id, token,
+ * bytes, logprob}]}]} */
+static cJSON *completion_probs(const gen *g, int64_t from, int64_t to) {
+    const sched_req *r = g->r;
+    const int K = r->top_logprobs;
+    cJSON *o = cJSON_CreateObject(), *c = cJSON_AddArrayToObject(o, "completion_probabilities");
+    for (int64_t k = from; k < to; k++) {
+        cJSON *t = token_json(g, r->out[k], r->lp[k], true), *top = cJSON_CreateArray();
+        cJSON_AddNumberToObject(t, "id", r->out[k]);
+        for (int j = 0; j < K; j++) {
+            cJSON *a = token_json(g, r->top_id[k * K + j], r->top_lp[k * K + j], true);
+            cJSON_AddNumberToObject(a, "id", r->top_id[k * K + j]);
+            cJSON_AddItemToArray(top, a);
+        }
+        cJSON_AddItemToObject(t, "top_logprobs", top);
+        cJSON_AddItemToArray(c, t);
+    }
+    return o;
+}
+
 /* a stream's log-probabilities not yet sent: src's arrays appended to dst's (same names) */
 static cJSON *lp_merge(cJSON *dst, cJSON *src) {
     if (!dst) return src;
@@ -228,6 +249,7 @@ static void gen_pull(gen *g, double timeout_s) {
     const double t_first = g->r->t_first;
     if (g->p.stream && g->r->top_logprobs >= 0 && n > g->n_seen) /* sent with the next chunk */
         g->lp_pending = lp_merge(g->lp_pending, g->kind == API_CHAT ? chat_logprobs(g, g->n_seen, n)
+                                                : g->kind == API_COMPLETION ? completion_probs(g, g->n_seen, n)
                                                                     : text_logprobs(g, g->n_seen, n, &g->lp_off));
     pthread_mutex_unlock(&g->r->mu);
     buf text = {0};
@@ -419,6 +441,14 @@ static cJSON *completion_json(gen *g, const char *s, size_t n, bool stop) {
     cJSON_AddItemToObject(j, "content", json_text(s, n));
     cJSON_AddNumberToObject(j, "id_slot", g->r->slot);
     cJSON_AddBoolToObject(j, "stop", stop);
+    if (g->r->top_logprobs >= 0) { /* n_probs: a chunk's tokens, or (whole) every token */
+        cJSON *lp = g->p.stream ? g->lp_pending : stop ? completion_probs(g, 0, g->n_seen) : NULL;
+        if (g->p.stream) g->lp_pending = NULL;
+        if (lp)
+            cJSON_AddItemToObject(j, "completion_probabilities",
+                                  cJSON_DetachItemFromObjectCaseSensitive(lp, "completion_probabilities"));
+        cJSON_Delete(lp);
+    }
     if (!stop) return j;
     cJSON_AddStringToObject(j, "model", g->a->alias);
     cJSON_AddNumberToObject(j, "tokens_predicted", (double)g->n_seen);
@@ -673,6 +703,11 @@ static void gen_run(app *a, const http_call *c, http_out *o, api_kind kind, gen_
     r->exact = kind == API_CHAT || kind == API_MESSAGES;
     r->no_reuse = !g->p.cache_prompt;
     r->top_logprobs = g->p.top_logprobs;
+    /* the sampling constraints: the grammar applies after the reasoning when the prompt opens it */
+    r->grammar = g->p.grammar, g->p.grammar = NULL;
+    r->grammar_after_think = chat && think_open;
+    r->bias_id = g->p.bias_id, r->bias = g->p.bias, r->n_bias = g->p.n_bias;
+    g->p.bias_id = NULL, g->p.bias = NULL, g->p.n_bias = 0;
     herr e;
     const int rc = sched_submit(a->sc, r, &e);
     if (rc < 0) {

@@ -1082,9 +1082,11 @@ static int closure(gmatch *m, int32_t x) {
             }
             continue;
         }
-        const int32_t r = el->arg;
+        /* a REF last in its alternative returns straight to y's parent (a tail call): a
+         * repetition (R ::= P R) then keeps its depth, so its states repeat and are cached */
+        const int32_t r = el->arg, ret = g->el[m->pos[y] + 1].kind == GE_END ? m->parent[y] : y;
         for (int32_t k = g->rule_n_alt[r] - 1; k >= 0; k--) {
-            const int32_t c = node(m, g->alt[g->rule_alt[r] + k], y);
+            const int32_t c = node(m, g->alt[g->rule_alt[r] + k], ret);
             if (c < 0) return -1;
             if (m->mark[c] != m->stamp) {
                 m->mark[c] = m->stamp;

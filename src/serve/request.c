@@ -3,6 +3,7 @@
  * connection. Nothing here blocks or touches the scheduler. */
 #include "serve/request.h"
 #include "serve/sched.h"
+#include "serve/grammar.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -265,13 +266,11 @@ int req_params(const req_ctx *x, const cJSON *j, api_kind kind, uint64_t seed, g
         if ((rc = get_int(j, "top_logprobs", 0, SCHED_MAX_TOP, &i, e)) < 0) return -1;
         if (rc && !lp) return herr_set(e, "\"top_logprobs\" needs \"logprobs\": true");
         if (lp) g->top_logprobs = rc ? (int)i : 0;
-        if (lp && kind != API_CHAT) return herr_set(e, "\"logprobs\" is not supported on this endpoint");
+        if (lp && kind != API_CHAT && kind != API_COMPLETION)
+            return herr_set(e, "\"logprobs\" is not supported on this endpoint");
     }
     /* sampling and output controls of OpenAI's and llama-server's that would change the
      * answer and are not done: refused by name when set to anything but their neutral value */
-    const cJSON *lb = cJSON_GetObjectItemCaseSensitive(j, "logit_bias");
-    if (lb && !cJSON_IsNull(lb) && !(cJSON_IsObject(lb) && !lb->child) && !(cJSON_IsArray(lb) && !lb->child))
-        return herr_set(e, "\"logit_bias\" is not supported yet");
     static const struct { const char *name; double neutral; } knobs[] = {
         {"typical_p", 1}, {"mirostat", 0}, {"dry_multiplier", 0}, {"xtc_probability", 0}, {"top_n_sigma", -1},
         {"best_of", 1}, {"dynatemp_range", 0},
@@ -281,7 +280,7 @@ int req_params(const req_ctx *x, const cJSON *j, api_kind kind, uint64_t seed, g
         if (kv && !cJSON_IsNull(kv) && !(cJSON_IsNumber(kv) && kv->valuedouble == knobs[k].neutral))
             return herr_set(e, "\"%s\" is not supported yet (only %g)", knobs[k].name, knobs[k].neutral);
     }
-    static const char *const unset[] = {"grammar", "json_schema", "suffix"};
+    static const char *const unset[] = {"suffix"};
     for (size_t k = 0; k < sizeof unset / sizeof unset[0]; k++) {
         const cJSON *uv = cJSON_GetObjectItemCaseSensitive(j, unset[k]);
         if (uv && !cJSON_IsNull(uv) && !(cJSON_IsString(uv) && !uv->valuestring[0]))
@@ -290,23 +289,9 @@ int req_params(const req_ctx *x, const cJSON *j, api_kind kind, uint64_t seed, g
     bool echo = false;
     if (get_bool(j, "echo", &echo, e) < 0) return -1;
     if (echo) return herr_set(e, "\"echo\" is not supported yet");
-    /* tool_choice: "auto" (the default) and "none" (the tools are left out of the prompt, see
-     * req_chat_prompt); forcing a call is not done. Anthropic's spelling is an object. */
-    const cJSON *tch = cJSON_GetObjectItemCaseSensitive(j, "tool_choice");
-    if (tch && !cJSON_IsNull(tch)) {
-        const cJSON *ty = cJSON_IsObject(tch) ? cJSON_GetObjectItemCaseSensitive(tch, "type") : tch;
-        if (!cJSON_IsString(ty)) return herr_set(e, "\"tool_choice\" must be a string or an object with a \"type\"");
-        if (strcmp(ty->valuestring, "auto") && strcmp(ty->valuestring, "none"))
-            return herr_set(e, "\"tool_choice\" \"%.40s\" is not supported yet (only \"auto\" and \"none\")",
-                            ty->valuestring);
-    }
-    const cJSON *rf = cJSON_GetObjectItemCaseSensitive(j, "response_format");
-    if (rf && !cJSON_IsNull(rf)) {
-        const cJSON *t = cJSON_IsObject(rf) ? cJSON_GetObjectItemCaseSensitive(rf, "type") : NULL;
-        if (!cJSON_IsString(t)) return herr_set(e, "\"response_format\" must be an object with a \"type\"");
-        if (strcmp(t->valuestring, "text"))
-            return herr_set(e, "\"response_format\" of type \"%.40s\" is not supported yet (only \"text\")", t->valuestring);
-    }
+    /* grammar, json_schema, response_format, tool_choice, logit_bias, n_probs (constrain.c);
+     * tool_choice "none" also leaves the tools out of the prompt (req_chat_prompt) */
+    if (req_constraints(x, j, kind, g, e) < 0) return -1;
     const cJSON *st = cJSON_GetObjectItemCaseSensitive(j, "stop");
     if (st && !cJSON_IsNull(st)) {
         if (cJSON_IsString(st)) {
@@ -343,6 +328,11 @@ int req_params(const req_ctx *x, const cJSON *j, api_kind kind, uint64_t seed, g
 void req_params_free(gen_params *g) {
     for (int k = 0; k < g->n_stop; k++) free(g->stop[k]);
     g->n_stop = 0;
+    grammar_free(g->grammar);
+    g->grammar = NULL;
+    free(g->bias_id);
+    free(g->bias);
+    g->bias_id = NULL, g->bias = NULL, g->n_bias = 0;
 }
 
 int32_t *req_token_ids(const req_ctx *x, const cJSON *arr, const char *what, int64_t *n, herr *e) {

@@ -57,6 +57,10 @@ typedef struct gen_params {
     int slot;
     char *stop[MAX_STOP];
     int n_stop;
+    struct grammar *grammar; /* sampling constrained to it (req_constraints), or NULL */
+    int32_t *bias_id;       /* logit_bias: added to these ids' logits (-inf: never) */
+    float *bias;
+    int n_bias;
 } gen_params;
 
 /* The body as a JSON object, or NULL with e saying why (naming the byte where JSON fails). */
@@ -67,6 +71,10 @@ cJSON *req_body(const char *body, size_t len, herr *e);
  * beyond what req_params_free frees. */
 int req_params(const req_ctx *x, const cJSON *j, api_kind kind, uint64_t seed, gen_params *g, herr *e);
 void req_params_free(gen_params *g);
+/* The fields that constrain sampling (constrain.c, called by req_params): grammar,
+ * json_schema, response_format json_object / json_schema, tool_choice forcing a call (a
+ * grammar of the template's tool-call form), logit_bias, /completion's n_probs. */
+int req_constraints(const req_ctx *x, const cJSON *j, api_kind kind, gen_params *g, herr *e);
 
 /* Token ids of a JSON array (what names the field in errors); NULL with e set. */
 int32_t *req_token_ids(const req_ctx *x, const cJSON *arr, const char *what, int64_t *n, herr *e);

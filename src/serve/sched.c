@@ -1,5 +1,6 @@
 /* sched.c: the engine thread, its slots and queue (sched.h). */
 #include "serve/sched.h"
+#include "serve/grammar.h"
 #include "engine/mutant.h"
 
 #include <errno.h>
@@ -40,6 +41,12 @@ typedef struct slot {
     float *logits;
     float *raw;                 /* the logits before penalties, when log-probabilities are asked for */
     int32_t greedy;             /* the engine's argmax, when the request samples greedily (slot_greedy) */
+    gmatch *gm;                 /* the request's grammar state, or NULL */
+    bool gm_on;                 /* the grammar applies (past the reasoning, grammar_after_think) */
+    bool gm_lead;               /* just past </think>: newline-only tokens pass (the answer drops them) */
+    char think_tail[16];        /* the last bytes generated while waiting for </think> */
+    int think_n;
+    char gm_err[600];           /* why sampling under the grammar failed */
     /* this step's span */
     int64_t span_b;
     int span_marks;
@@ -61,6 +68,7 @@ struct sched {
     engine_info info;
     int64_t V;
     int32_t *eog;           /* the vocabulary's end-of-generation ids: masked under ignore_eos */
+    gvocab *gv;             /* the vocabulary's trie for grammars, made at the first (engine thread) */
     int n_eog;
     sched_opts o;
     slot *slots;
@@ -126,6 +134,9 @@ static void req_unref(sched_req *r) {
     free(r->lp);
     free(r->top_id);
     free(r->top_lp);
+    grammar_free(r->grammar);
+    free(r->bias_id);
+    free(r->bias);
     free(r);
 }
 
@@ -367,6 +378,15 @@ static void slot_start(sched *s, slot *sl, sched_req *r, bool from_cache, int ei
         if (r->marks[i] > at && r->marks[i] < r->n_ids) sl->marks[sl->n_marks++] = r->marks[i];
     sl->marks[sl->n_marks++] = r->n_ids;
     sampler_init(&sl->sm, &r->so, s->V);
+    sl->gm_on = !r->grammar_after_think;
+    sl->gm_lead = false;
+    sl->think_n = 0;
+    sl->gm_err[0] = 0;
+    if (r->grammar) { /* the vocabulary's trie once, on this thread */
+        herr ge;
+        if (!s->gv) s->gv = gvocab_new(s->tok);
+        if (!(sl->gm = gmatch_new(r->grammar, s->gv, &ge))) snprintf(sl->gm_err, sizeof sl->gm_err, "%s", ge.msg);
+    }
     pthread_mutex_lock(&r->mu);
     r->slot = sl->id;
     r->n_cached = at;
@@ -469,6 +489,8 @@ static void slot_end(sched *s, slot *sl, sched_finish f, const char *err) {
     sched_req *r = sl->req;
     slot_write_through(s, sl);
     sampler_free(&sl->sm);
+    gmatch_free(sl->gm);
+    sl->gm = NULL;
     sl->req = NULL;
     sl->state = SLOT_IDLE;
     sl->t_used = time_now();
@@ -505,7 +527,15 @@ static void slot_took(sched *s, slot *sl, int32_t id, const token_lp *t) {
 static bool slot_greedy(const sched *s, const slot *sl) {
     const sched_req *r = sl->req;
     return sampler_greedy(&r->so) && !sampler_penalizes(&r->so) && r->top_logprobs < 0 && !s->o.script &&
-           !(r->ignore_eos && s->n_eog > 0);
+           !(r->ignore_eos && s->n_eog > 0) && !r->grammar && !r->n_bias;
+}
+
+static bool newlines_only(const tokenizer *t, int32_t id) {
+    size_t n;
+    const char *p = tokenizer_piece(t, id, false, &n);
+    for (size_t i = 0; p && i < n; i++)
+        if (p[i] != '\n') return false;
+    return p && n > 0;
 }
 
 /* The next token from the slot's logits: log-probabilities first where asked (of the
@@ -534,10 +564,57 @@ static int32_t slot_sample(sched *s, slot *sl, token_lp *t) {
     /* ignore_eos as llama-server means it: an end token is never sampled */
     if (r->ignore_eos)
         for (int i = 0; i < s->n_eog; i++) lg[s->eog[i]] = -INFINITY;
+    for (int i = 0; i < r->n_bias; i++) lg[r->bias_id[i]] += r->bias[i];
     int32_t id = sampler_sample(&sl->sm, lg);
+    /* under a grammar: the token sampled when the grammar takes it (one walk of its bytes),
+     * else the mask over the whole vocabulary and a new draw (the same distribution as
+     * masking first: a refused draw is redrawn from the allowed tokens alone) */
+    if (sl->gm && sl->gm_on && !(sl->gm_lead && newlines_only(s->tok, id)) && !gmatch_token_ok(sl->gm, id)) {
+        herr ge;
+        const int64_t allowed = gmatch_apply(sl->gm, lg, &ge);
+        if (allowed <= 0) {
+            snprintf(sl->gm_err, sizeof sl->gm_err, "%s", allowed < 0 ? ge.msg : "the grammar allows no token here");
+            return -1;
+        }
+        id = sampler_sample(&sl->sm, lg);
+    }
     if (s->o.script) id = s->o.script[r->n_out < s->o.n_script ? r->n_out : s->o.n_script - 1];
     if (K >= 0) t->lp = (float)(sl->raw[id] - lse);
     return id;
+}
+
+/* The grammar's state after token id (-1, gm_err set: it failed or refused the token).
+ * Before the grammar applies it watches for </think> in the text generated. */
+static int slot_grammar_took(sched *s, slot *sl, int32_t id) {
+    if (id < 0) return -1;
+    if (!sl->req->grammar) return 0;
+    if (!sl->gm) return -1; /* gmatch_new failed: gm_err says why */
+    if (sl->gm_on) {
+        if (sl->gm_lead && newlines_only(s->tok, id)) return 0;
+        sl->gm_lead = false;
+        if (gmatch_token(sl->gm, id) == 0 || tokenizer_is_eog(s->tok, id)) return 0;
+        snprintf(sl->gm_err, sizeof sl->gm_err, "the grammar refused token %d", id);
+        return -1;
+    }
+    size_t n;
+    const char *p = tokenizer_piece(s->tok, id, true, &n);
+    static const char END[] = "</think>";
+    for (size_t i = 0; p && i < n; i++) {
+        if (sl->think_n == (int)sizeof END - 1) {
+            memmove(sl->think_tail, sl->think_tail + 1, sizeof END - 2);
+            sl->think_n--;
+        }
+        sl->think_tail[sl->think_n++] = p[i];
+        if (sl->think_n == (int)sizeof END - 1 && !memcmp(sl->think_tail, END, sizeof END - 1)) {
+            sl->gm_on = sl->gm_lead = true; /* the reasoning ended: what follows in this token is the answer's */
+            if (i + 1 < n && gmatch_bytes(sl->gm, p + i + 1, n - i - 1) < 0) {
+                snprintf(sl->gm_err, sizeof sl->gm_err, "the grammar refused the text after </think>");
+                return -1;
+            }
+            break;
+        }
+    }
+    return 0;
 }
 
 /* ---------------------------------------------------------------- the engine thread */
@@ -773,6 +850,10 @@ static void step(sched *s, bool stopping) {
             if (sl->pf_pos < r->n_ids) continue;
         }
         const int32_t id = sp->want == ENGINE_LOGITS_ARGMAX ? sl->greedy : slot_sample(s, sl, &tl);
+        if (slot_grammar_took(s, sl, id) < 0) {
+            slot_end(s, sl, SCHED_ERROR, sl->gm_err);
+            continue;
+        }
         slot_took(s, sl, id, r->top_logprobs >= 0 ? &tl : NULL);
     }
 }
@@ -917,6 +998,7 @@ void sched_free(sched *s) {
     }
     free(s->slots);
     free(s->eog);
+    gvocab_free(s->gv);
     free(s->q);
     free(s->spans);
     free(s->span_slot);

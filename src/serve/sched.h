@@ -75,6 +75,11 @@ typedef struct sched_req {
     int top_logprobs;       /* -1: none; else each token's log-probability (of the model's
                              * softmax, before penalties and temperature) and this many
                              * alternatives, at most SCHED_MAX_TOP */
+    struct grammar *grammar; /* sampling constrained to it (owned), or NULL (grammar.h) */
+    bool grammar_after_think; /* the grammar applies from after the first </think> on */
+    int32_t *bias_id;       /* logit_bias (owned): bias[i] added to logit bias_id[i] */
+    float *bias;
+    int n_bias;
 
     /* output, under mu */
     pthread_mutex_t mu;

@@ -21,10 +21,12 @@ run() {
 }
 run tests/cli/serve_test.py
 run tests/cli/serve_hostile_test.py
+run tests/cli/serve_grammar_test.py
 if [ -x build-asan/hearth ]; then
     echo "== the same against build-asan/hearth"
     HEARTH=build-asan/hearth run tests/cli/serve_test.py
     HEARTH=build-asan/hearth run tests/cli/serve_hostile_test.py
+    HEARTH=build-asan/hearth run tests/cli/serve_grammar_test.py
 else
     echo "SKIP serve_test under the sanitizers: build-asan/hearth missing (make asan)"
     s=1

@@ -1,0 +1,194 @@
+#!/usr/bin/env python3
+"""serve_grammar_test.py: structured output, logit_bias and n_probs through `hearth serve`
+(run by tests/cli/serve.sh beside serve_test.py, whose Server it uses). The demo model
+(demo/hearth-demo-q8_0.gguf) is weak: unconstrained it does not write JSON, so a JSON answer
+that parses and validates shows the mask at work. The thinking rule (no mask inside
+<think>) is shown with the test seam HEARTH_TEST_REPLY (scripted tokens, each checked by the
+grammar once it applies).
+
+Prints one "ok"/"FAIL" line per check and "N passed, N failed" at the end."""
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import serve_test as st  # noqa: E402
+from serve_test import Server, check, TMP  # noqa: E402
+
+DEMO = os.environ.get("HEARTH_DEMO", "demo/hearth-demo-q8_0.gguf")
+QWEN35 = "tests/fixtures/templates/Qwen3.5-4B.jinja"
+NO_THINK = {"enable_thinking": False}
+
+
+def loads(text):
+    try:
+        return json.loads(text)
+    except (TypeError, ValueError):
+        return None
+
+
+def person_ok(o):
+    return (isinstance(o, dict) and set(o) == {"name", "age", "pet"} and isinstance(o["name"], str) and
+            len(o["name"]) <= 12 and isinstance(o["age"], int) and o["pet"] in ("cat", "dog", "none"))
+
+
+PERSON = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 12}, "age": {"type": "integer"},
+                                           "pet": {"enum": ["cat", "dog", "none"]}},
+          "required": ["name", "age", "pet"], "additionalProperties": False}
+
+
+def structured(s):
+    msgs = [{"role": "user", "content": "Describe a person as JSON with name, age and pet."}]
+    base = {"messages": msgs, "max_tokens": 120, "temperature": 0, "chat_template_kwargs": NO_THINK}
+    code, j = s.post("/v1/chat/completions", base)
+    plain = j["choices"][0]["message"]["content"] if code == 200 else None
+    check("unconstrained, the demo model writes no valid JSON (what the mask must fix)",
+          code == 200 and not person_ok(loads(plain)), repr(plain)[:200])
+    rf = {"type": "json_schema", "json_schema": {"name": "person", "strict": True, "schema": PERSON}}
+    code, j = s.post("/v1/chat/completions", {**base, "response_format": rf})
+    c = j["choices"][0]["message"]["content"] if code == 200 else None
+    check("response_format json_schema: the answer parses and validates", code == 200 and person_ok(loads(c)),
+          str(j)[:300])
+    code, ev = s.stream("/v1/chat/completions", {**base, "response_format": rf, "stream": True})[0:3:2]
+    streamed = "".join(ch["delta"].get("content") or "" for e in ev if e != "[DONE]" for ch in e["choices"])
+    check("response_format json_schema streamed: the same text", code == 200 and streamed == c, repr(streamed)[:200])
+    code, j = s.post("/v1/chat/completions", {**base, "max_tokens": 300, "response_format": {"type": "json_object"}})
+    c = j["choices"][0]["message"]["content"] if code == 200 else ""
+    o = loads(c)
+    check("response_format json_object: a JSON object (or cut by max_tokens as a prefix of one)",
+          code == 200 and (isinstance(o, dict) or (j["choices"][0]["finish_reason"] == "length" and c.startswith("{"))),
+          repr(c)[:200])
+    # llama-server's own fields on /completion
+    code, j = s.post("/completion", {"prompt": "Is the sky green?", "n_predict": 10, "temperature": 0,
+                                     "grammar": "root ::= (\"yes\" | \"no\") \".\""})
+    check("/completion grammar: the answer is one of the grammar's sentences",
+          code == 200 and j["content"] in ("yes.", "no.") and j["stop_type"] == "eos", str(j)[:200])
+    code, j = s.post("/completion", {"prompt": "A person:", "n_predict": 120, "temperature": 0, "json_schema": PERSON})
+    check("/completion json_schema: parses and validates", code == 200 and person_ok(loads(j.get("content"))),
+          str(j)[:300])
+    # bad grammars and schemas: 400 naming what is wrong
+    for name, body, needle in [
+        ("a GBNF without root", {"grammar": "a ::= \"x\""}, "root"),
+        ("a GBNF with an undefined rule", {"grammar": "root ::= item"}, "\"item\""),
+        ("a left-recursive GBNF", {"grammar": "root ::= root \"a\" | \"a\""}, "left-recursive"),
+        ("a schema with pattern", {"json_schema": {"type": "string", "pattern": "^a"}}, "\"pattern\""),
+        ("a schema format not done", {"json_schema": {"type": "string", "format": "email"}}, "email"),
+        ("two grammar sources", {"grammar": "root ::= \"a\"", "json_schema": {}}, "only one"),
+        ("a response_format type unknown", {"response_format": {"type": "xml"}}, "xml"),
+    ]:
+        code, j = s.post("/completion", {"prompt": "x", "n_predict": 4, **body})
+        msg = (j or {}).get("error", {}).get("message", "")
+        check(f"400 for {name}, naming it", code == 400 and needle in msg, f"{code} {msg}")
+
+
+def tools(model):
+    s = Server(model, "-np", "1", "--chat-template-file", QWEN35)
+    tl = [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object", "properties": {
+        "unit": {"type": "string", "enum": ["C", "F"]}, "days": {"type": "integer"}}, "required": ["unit", "days"]}}},
+          {"type": "function", "function": {"name": "get_time", "parameters": {"type": "object", "properties": {
+              "zone": {"type": "string", "enum": ["UTC", "CET"]}}, "required": ["zone"]}}}]
+    base = {"messages": [{"role": "user", "content": "Weather in Oslo?"}], "tools": tl, "max_tokens": 120,
+            "temperature": 0, "chat_template_kwargs": NO_THINK}
+    code, j = s.post("/v1/chat/completions", base)
+    auto_calls = j["choices"][0]["message"].get("tool_calls") if code == 200 else None
+    check("tool_choice auto: the demo model writes no call", code == 200 and not auto_calls, str(j)[:200])
+    for tc, want in [("required", None), ({"type": "function", "function": {"name": "get_time"}}, "get_time")]:
+        code, j = s.post("/v1/chat/completions", {**base, "tool_choice": tc})
+        calls = j["choices"][0]["message"].get("tool_calls") or [] if code == 200 else []
+        args = [loads(c["function"]["arguments"]) for c in calls]
+        ok = (len(calls) == 1 and j["choices"][0]["finish_reason"] == "tool_calls" and
+              (want is None or calls[0]["function"]["name"] == want) and
+              ((calls[0]["function"]["name"] == "get_weather" and args[0].get("unit") in ("C", "F") and
+                isinstance(args[0].get("days"), int)) or
+               (calls[0]["function"]["name"] == "get_time" and args[0] == {"zone": args[0].get("zone")} and
+                args[0]["zone"] in ("UTC", "CET"))))
+        check(f"tool_choice {json.dumps(tc)}: one call whose arguments fit its schema", ok, str(j)[:400])
+    atools = [{"name": t["function"]["name"], "input_schema": t["function"]["parameters"]} for t in tl]
+    abody = {"model": "m", "max_tokens": 120, "messages": base["messages"], "tools": atools,
+             "thinking": {"type": "disabled"}, "temperature": 0}
+    for tc, want in [({"type": "any"}, None), ({"type": "tool", "name": "get_weather"}, "get_weather")]:
+        code, j = s.post("/v1/messages", {**abody, "tool_choice": tc})
+        uses = [b for b in (j or {}).get("content", []) if b.get("type") == "tool_use"]
+        check(f"messages tool_choice {json.dumps(tc)}: a tool_use block", code == 200 and len(uses) == 1 and
+              j.get("stop_reason") == "tool_use" and (want is None or uses[0]["name"] == want) and
+              isinstance(uses[0].get("input"), dict), str(j)[:300])
+    code, j = s.post("/v1/chat/completions", {**base, "tool_choice": {"type": "function", "function": {"name": "x"}}})
+    check("tool_choice naming no tool: 400 naming it", code == 400 and "\"x\"" in j["error"]["message"], str(j)[:200])
+    s.stop()
+
+
+def thinking(model):
+    """the mask applies after </think>, never inside: the scripted reasoning is no JSON and
+    passes; the scripted answer after it must satisfy the grammar"""
+    reply = os.path.join(TMP, "grammar-reply.txt")
+    body = {"messages": [{"role": "user", "content": "x"}], "max_tokens": 60, "temperature": 0,
+            "response_format": {"type": "json_schema", "json_schema": {"schema": {"type": "object", "properties": {
+                "a": {"type": "integer"}}, "required": ["a"]}}}}
+    for text, ok_want in [("{not [json\n</think>\n\n{\"a\": 12}", True), ("plan\n</think>\n\nnot json", False)]:
+        with open(reply, "w") as f:
+            f.write(text)
+        s = Server(model, "-np", "1", "--chat-template-file", QWEN35, env={"HEARTH_TEST_REPLY": reply})
+        code, j = s.post("/v1/chat/completions", body)
+        s.stop()
+        if ok_want:
+            m = j["choices"][0]["message"] if code == 200 else {}
+            check("grammar after </think>: reasoning free, the answer JSON", code == 200 and
+                  m.get("reasoning_content") == "{not [json\n" and loads(m.get("content")) == {"a": 12}, str(j)[:300])
+        else:
+            check("grammar after </think>: an answer outside the grammar fails (the scripted token is refused)",
+                  code == 500 and "grammar" in j["error"]["message"], str(j)[:300])
+
+
+def bias_and_probs(s):
+    p = {"prompt": "In the beginning", "n_predict": 6, "temperature": 0, "return_tokens": True}
+    code, j = s.post("/completion", p)
+    first = j["tokens"][0] if code == 200 else None
+    check("/completion baseline", code == 200 and first is not None, str(j)[:200])
+    for name, lb in [("array form, false", [[first, False]]), ("map form, -100", {str(first): -100})]:
+        code, j2 = s.post("/completion", {**p, "logit_bias": lb})
+        check(f"logit_bias {name}: the greedy first token is never chosen", code == 200 and j2["tokens"][0] != first,
+              str(j2)[:200])
+    code, tk = s.post("/tokenize", {"content": " Moses"})
+    boost = tk["tokens"][0]
+    code, j2 = s.post("/completion", {**p, "logit_bias": [[" Moses", 100]]})
+    check("logit_bias by text, +100: its token comes first", code == 200 and j2["tokens"][0] == boost, str(j2)[:200])
+    code, j2 = s.post("/completion", {**p, "logit_bias": [["x", "y"]]})
+    check("logit_bias with a bias not a number: 400", code == 400 and "logit_bias" in j2["error"]["message"])
+    code, j2 = s.post("/completion", {**p, "logit_bias": {"999999999": 1}})
+    check("logit_bias with an id out of range: 400", code == 400 and "token id" in j2["error"]["message"])
+    code, j = s.post("/completion", {**p, "n_probs": 3})
+    cp = j.get("completion_probabilities") or [] if code == 200 else []
+    ok = len(cp) == j.get("tokens_predicted") == len(j.get("tokens", [])) and all(
+        e["id"] == t and len(e["top_logprobs"]) == 3 and e["top_logprobs"][0]["id"] == t and
+        abs(e["top_logprobs"][0]["logprob"] - e["logprob"]) < 1e-6 and e["logprob"] <= 0 and
+        isinstance(e["bytes"], list) and "token" in e for e, t in zip(cp, j.get("tokens", [])))
+    check("n_probs 3: completion_probabilities, one per token, the greedy token first", code == 200 and ok, str(j)[:400])
+    code, _, ev = s.stream("/completion", {**p, "n_probs": 2, "stream": True})
+    n = sum(len(e.get("completion_probabilities") or []) for e in ev if isinstance(e, dict))
+    check("n_probs streamed: every token's probabilities in the chunks", code == 200 and n == 6, str(ev)[:300])
+    code, j = s.post("/completion", {**p, "logprobs": True, "top_logprobs": 2})
+    check("logprobs on /completion: completion_probabilities", code == 200 and
+          len(j.get("completion_probabilities") or []) == 6, str(j)[:200])
+    code, j = s.post("/completion", {**p, "n_probs": 21})
+    check("n_probs over 20: 400 naming it", code == 400 and "n_probs" in j["error"]["message"])
+    code, j = s.post("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "n_probs": 2})
+    check("n_probs on chat: 400 pointing at logprobs", code == 400 and "logprobs" in j["error"]["message"])
+
+
+def main():
+    if not os.path.exists(DEMO):
+        print(f"SKIP serve_grammar_test: {DEMO} missing")
+        print("0 passed, 0 failed")
+        return 0
+    s = Server(DEMO, "-np", "1")
+    structured(s)
+    bias_and_probs(s)
+    s.stop()
+    tools(DEMO)
+    thinking(DEMO)
+    print(f"{st.passed} passed, {st.failed} failed")
+    return 1 if st.failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
