@@ -21,7 +21,7 @@
  * once; the GPU's tensor cores round their own way, so only the kernels' structure and
  * bounds carry over, not their bits), ldsm4 and ldsm4t (ldmatrix x4, plain and .trans,
  * every lane's row address exchanged through the warp), cp16 (cp.async of 16 bytes: a plain
- * copy; cp_commit and cp_wait are no-ops). Not emulated: votes, streams, PDL (pdl_wait, pdl_go, pdl_enter are
+ * copy; cp_commit and cp_wait are no-ops), __all_sync (a warp barrier like a shuffle's). Not emulated: other votes, streams, PDL (pdl_wait, pdl_go, pdl_enter are
  * no-ops), the memory model across blocks. */
 #ifndef HEARTH_CUDA_EMU_H
 #define HEARTH_CUDA_EMU_H
@@ -226,6 +226,16 @@ template <typename T> inline T emu_shfl(T v, int src_lane) {
 }
 template <typename T> inline T __shfl_sync(unsigned, T v, int src_lane) { return emu_shfl(v, src_lane); }
 template <typename T> inline T __shfl_xor_sync(unsigned, T v, int mask) { return emu_shfl(v, (emu::cur & 31) ^ mask); }
+/* every lane of the warp votes (full mask; blocks of whole warps): 1 when pred holds in all */
+inline int __all_sync(unsigned, int pred) {
+    const int t = emu::cur, base = t & ~31;
+    emu::shfl[t] = pred ? 1u : 0u;
+    emu::sync_warp();
+    int r = 1;
+    for (int i = 0; i < 32; i++) r &= emu::shfl[base + i] != 0;
+    emu::sync_warp();
+    return r;
+}
 inline void pdl_enter() {}
 inline void pdl_wait() {}
 inline void pdl_go() {}

@@ -87,16 +87,29 @@ template <int D> struct am_cfg {
 };
 
 // all NTH threads: keys [kb, kb + nk) of K and V (f16, key j at base + j Hkv D) into a stage
-// by cp.async, rows nk..AM_KB - 1 zeroed (a p of 0 times them must be 0, never NaN); commits
+// by cp.async, rows nk..AM_KB - 1 zeroed (a p of 0 times them must be 0, never NaN); commits.
+// Thread t's pieces are fixed: column t % C of rows t / C + u NTH / C, K's rows then V's, so
+// the only sums a block does are the two row pointers (the kernel is bound by issued
+// instructions, not by its copies: ncu on an H100, bench/RESULTS.md)
 template <int D, int NTH>
 __device__ __forceinline__ void am_fetch(uint16_t *stg, const uint16_t *K0, const uint16_t *V0, size_t base, int64_t Hkv,
                                          int64_t kb, int nk) {
-    constexpr int C = D / 8, RS = am_cfg<D>::RS; /* 16-byte pieces of a row */
-    for (int i = threadIdx.x; i < 2 * AM_KB * C; i += NTH) {
-        const int isv = i >= AM_KB * C, ii = isv ? i - AM_KB * C : i, j = ii / C, c = ii % C;
-        uint16_t *d = stg + (isv ? AM_KB * RS : 0) + j * RS + 8 * c;
-        if (j < nk) cp16(d, (isv ? V0 : K0) + base + (size_t)((kb + j) * Hkv * D) + 8 * c);
-        else *(uint4 *)d = make_uint4(0u, 0u, 0u, 0u);
+    constexpr int C = D / 8, RS = am_cfg<D>::RS, H = AM_KB * C / NTH; /* 16-byte pieces of a row; a thread's per matrix */
+    static_assert((AM_KB * C) % NTH == 0 && NTH % C == 0, "a thread's pieces: one column, whole rows apart");
+    const int stride = (int)(Hkv * D), j0 = (int)threadIdx.x / C, c8 = 8 * ((int)threadIdx.x % C);
+    const size_t at = base + (size_t)kb * (size_t)stride;
+    const uint16_t *Kr = K0 + at + c8, *Vr = V0 + at + c8;
+    uint16_t *sk = stg + j0 * RS + c8, *sv = sk + AM_KB * RS;
+#pragma unroll
+    for (int u = 0; u < H; u++) {
+        const int j = j0 + u * (NTH / C);
+        if (j < nk) {
+            cp16(sk + u * (NTH / C) * RS, Kr + j * stride);
+            cp16(sv + u * (NTH / C) * RS, Vr + j * stride);
+        } else {
+            *(uint4 *)(sk + u * (NTH / C) * RS) = make_uint4(0u, 0u, 0u, 0u);
+            *(uint4 *)(sv + u * (NTH / C) * RS) = make_uint4(0u, 0u, 0u, 0u);
+        }
     }
     cp_commit();
 }
@@ -132,6 +145,45 @@ __device__ __forceinline__ void am_sum(float (*S)[4], float (*lo)[4], float (*hi
         for (int c = 0; c < 4; c++) S[j][c] = __fadd_rn(lo[j][c], hi[j][c]);
 }
 
+// am_step's softmax of vector i (lane holds S[j][2 i + e]): the block's max of its keys
+// (those below lim; ALL: lim is AM_KB, no per-key test), alpha, p = exp2f(s - max) rounded to
+// f16 into P[j][i] (pairs), their sum into l
+template <bool ALL>
+__device__ __forceinline__ void am_soft(float (*S)[4], int i, int lim, float scale, float &m, float &l, float &alpha,
+                                        uint32_t (*P)[2]) {
+    const int lane = threadIdx.x & 31;
+    float bmax = -INFINITY;
+#pragma unroll
+    for (int j = 0; j < 4; j++)
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+            const float s = __fmul_rn(S[j][2 * i + e], scale);
+            S[j][2 * i + e] = s;
+            if (ALL || 8 * j + 2 * (lane & 3) + e < lim) bmax = fmaxf(bmax, s);
+        }
+    bmax = fmaxf(bmax, __shfl_xor_sync(0xffffffffu, bmax, 1));
+    bmax = fmaxf(bmax, __shfl_xor_sync(0xffffffffu, bmax, 2));
+    const float mn = fmaxf(m, bmax);
+    alpha = mn == -INFINITY ? 1.0f : exp2f(m - mn);
+    float sum = 0.0f;
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        uint32_t pair = 0;
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+            const bool in = ALL || 8 * j + 2 * (lane & 3) + e < lim;
+            const __half h = __float2half_rn(in ? exp2f(S[j][2 * i + e] - mn) : 0.0f);
+            pair |= (uint32_t)__half_as_ushort(h) << (16 * e);
+            sum = __fadd_rn(sum, __half2float(h));
+        }
+        P[j][i] = pair;
+    }
+    sum = __fadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, 1));
+    sum = __fadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, 2));
+    l = __fmaf_rn(l, alpha, sum);
+    m = mn;
+}
+
 // One warp's step over the block of keys [kb, kb + AM_KB) from its 16 vectors' scores S
 // (am_qk's halves added): the lane holds vectors lane/4 (i = 0) and lane/4 + 8 (i = 1):
 // kend[i] ends that vector's keys (exclusive, absolute; <= kb: none in this block), m[i],
@@ -145,36 +197,14 @@ __device__ __forceinline__ void am_step(float (*S)[4], const uint16_t *Vb, int d
     constexpr int RS = am_cfg<D>::RS;
     const int lane = threadIdx.x & 31;
     float alpha[2];
+    uint32_t P[4][2]; /* the p rounded to f16, pairs (keys 8 j + 2 (lane % 4) + e, e = 0, 1) of vector i: the P operand */
 #pragma unroll
     for (int i = 0; i < 2; i++) {
         const int lim = (int)max((int64_t)0, min((int64_t)AM_KB, kend[i] - kb)); /* the vector's keys in the block */
-        float bmax = -INFINITY;
-#pragma unroll
-        for (int j = 0; j < 4; j++)
-#pragma unroll
-            for (int e = 0; e < 2; e++) {
-                const float s = __fmul_rn(S[j][2 * i + e], scale);
-                S[j][2 * i + e] = s;
-                if (8 * j + 2 * (lane & 3) + e < lim) bmax = fmaxf(bmax, s);
-            }
-        bmax = fmaxf(bmax, __shfl_xor_sync(0xffffffffu, bmax, 1));
-        bmax = fmaxf(bmax, __shfl_xor_sync(0xffffffffu, bmax, 2));
-        const float mn = fmaxf(m[i], bmax);
-        alpha[i] = mn == -INFINITY ? 1.0f : exp2f(m[i] - mn);
-        float sum = 0.0f;
-#pragma unroll
-        for (int j = 0; j < 4; j++)
-#pragma unroll
-            for (int e = 0; e < 2; e++) {
-                const bool in = 8 * j + 2 * (lane & 3) + e < lim;
-                const float p = in ? __half2float(__float2half_rn(exp2f(S[j][2 * i + e] - mn))) : 0.0f;
-                S[j][2 * i + e] = p;
-                sum = __fadd_rn(sum, p);
-            }
-        sum = __fadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, 1));
-        sum = __fadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, 2));
-        l[i] = __fmaf_rn(l[i], alpha[i], sum);
-        m[i] = mn;
+        /* most blocks: no key to leave out for any of the warp's vectors (a warp-wide vote, so
+         * the shuffles inside stay uniform); the same bits either way */
+        if (__all_sync(0xffffffffu, lim == AM_KB)) am_soft<true>(S, i, lim, scale, m[i], l[i], alpha[i], P);
+        else am_soft<false>(S, i, lim, scale, m[i], l[i], alpha[i], P);
     }
     if (alpha[0] != 1.0f) /* o times 1 is o: once a vector's max settles, nothing to do */
 #pragma unroll
@@ -184,8 +214,7 @@ __device__ __forceinline__ void am_step(float (*S)[4], const uint16_t *Vb, int d
         for (int t = 0; t < NT; t++) o[t][2] = __fmul_rn(o[t][2], alpha[1]), o[t][3] = __fmul_rn(o[t][3], alpha[1]);
 #pragma unroll
     for (int ks = 0; ks < 2; ks++) { /* keys 16 ks .. 16 ks + 15 */
-        const uint32_t a[4] = {am_h2(S[2 * ks][0], S[2 * ks][1]), am_h2(S[2 * ks][2], S[2 * ks][3]),
-                               am_h2(S[2 * ks + 1][0], S[2 * ks + 1][1]), am_h2(S[2 * ks + 1][2], S[2 * ks + 1][3])};
+        const uint32_t a[4] = {P[2 * ks][0], P[2 * ks][1], P[2 * ks + 1][0], P[2 * ks + 1][1]};
 #pragma unroll
         for (int np = 0; np < NT / 2; np++) { /* dims d0 + 16 np .. + 15: two n-tiles */
             uint32_t b[4];
@@ -260,8 +289,11 @@ __global__ void __launch_bounds__(AM_TP) attn_mma_tile_kernel(const float *qf, c
     if (AM_KB <= last) am_fetch<D, AM_TP>(stg + C::STAGE, K0, V0, base, Hkv, AM_KB, (int)min((int64_t)AM_KB, last + 1 - AM_KB));
     else cp_commit();
     int buf = 0;
+    /* the segment [k_lo, k_lo + seg) holding block kb, followed by sums (seg is whole blocks):
+     * a 64-bit remainder a block cost more issued instructions than the block's softmax */
+    int64_t k_lo = 0;
     for (int64_t kb = 0; kb <= last; kb += AM_KB, buf = buf == 2 ? 0 : buf + 1) {
-        if (kb % seg == 0 && !(AMUT(2) && kb > 0)) { /* a segment starts */
+        if (kb == k_lo && !(AMUT(2) && kb > 0)) { /* a segment starts */
 #pragma unroll
             for (int i = 0; i < 2; i++) m[i] = -INFINITY, l[i] = 0.0f;
 #pragma unroll
@@ -294,8 +326,8 @@ __global__ void __launch_bounds__(AM_TP) attn_mma_tile_kernel(const float *qf, c
             else am_sum(S, other, mine);
             am_step<D, NT>(S, Kb + AM_KB * RS, half * (D / 2), kb, kend, scale, m, l, o);
         }
-        if ((kb + AM_KB) % seg == 0 || kb + AM_KB > last) { /* the segment ends: fold it */
-            const int64_t k_lo = kb - kb % seg;
+        const bool seg_end = kb + AM_KB == k_lo + seg;
+        if (seg_end || kb + AM_KB > last) { /* the segment ends: fold it */
 #pragma unroll
             for (int i = 0; i < 2; i++) {
                 if (kend[i] <= k_lo) continue; /* no key of this vector in the segment */
@@ -310,6 +342,7 @@ __global__ void __launch_bounds__(AM_TP) attn_mma_tile_kernel(const float *qf, c
                     }
             }
         }
+        if (seg_end) k_lo += seg;
     }
 #pragma unroll
     for (int i = 0; i < 2; i++) {
