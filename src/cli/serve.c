@@ -3,6 +3,7 @@
 #include "cli/args.h"
 #include "cli/engine_args.h"
 #include "serve/serve.h"
+#include "serve/cache.h"
 
 #include <cjson/cJSON.h>
 #include <stdio.h>
@@ -26,6 +27,7 @@ static int parse_template_kwargs(const char *v, void *dst, herr *e) {
 
 int cmd_serve(int argc, char **argv) {
     serve_opts o = {.host = "127.0.0.1", .port = 8080, .n_ctx = 4096, .n_slots = 1, .cache_ram_mib = 8192,
+                    .cache_disk_mib = PCACHE_DISK_DEFAULT_MIB,
                     .n_predict = -1, .timeout_s = 600, .queue_max = 64, .body_max = 16 << 20};
     int64_t n_threads = 0, port = 8080, n_slots = 1, timeout = 600, queue = 64, body_mib = 16;
     const char *reasoning = "deepseek";
@@ -42,6 +44,9 @@ int cmd_serve(int argc, char **argv) {
                 "host RAM for the prompt cache's points (default 8192)"),
         ARG_STR("--cache-dir", NULL, &o.cache_dir, "DIR",
                 "keep the prompt cache's entries as files here too, found again after a restart"),
+        ARG_I64("--cache-disk", NULL, &o.cache_disk_mib, -1, (int64_t)1 << 30, "MiB",
+                "bound on --cache-dir's files: the least recently used go first (default 16384;\n"
+                "-1: no limit)"),
         ARG_I64("--threads", "-t", &n_threads, 1, 512, "N", "CPU threads (default: every core)"),
         ARG_STR("--api-key", NULL, &o.api_key, "KEY", "required as 'Authorization: Bearer KEY' or 'x-api-key: KEY'"),
         ARG_STR("--alias", "-a", &o.alias, "NAME", "the model's name in answers (default: the file's name)"),
@@ -77,6 +82,10 @@ int cmd_serve(int argc, char **argv) {
     };
     int prc = args_parse(&cmd, argc, argv, NULL, NULL);
     if (prc != ARGS_RUN) return prc;
+    if (o.cache_disk_mib == 0) {
+        fprintf(stderr, "hearth serve: --cache-disk 0 would keep no file: leave out --cache-dir instead\n");
+        return 2;
+    }
     if (!o.model_path) {
         fprintf(stderr, "hearth serve: need -m FILE\n");
         args_usage(&cmd, stderr);

@@ -1024,7 +1024,12 @@ static void on_metrics(void *ap, const http_call *c, http_out *o) {
     METRIC("cache_disk_saves_total", "counter", "entries written to --cache-dir", st.pc.n_saved);
     METRIC("cache_disk_loads_total", "counter", "entries read back from --cache-dir", st.pc.n_loaded);
     METRIC("cache_disk_refused_total", "counter", "files of --cache-dir refused and removed", st.pc.n_refused);
-    METRIC("cache_disk_bytes", "gauge", "bytes written to --cache-dir", st.pc.disk_bytes);
+    METRIC("cache_disk_bytes", "gauge", "bytes of the cache files in --cache-dir (the writer's last look)", st.pc.disk_bytes);
+    METRIC("cache_disk_max_bytes", "gauge", "--cache-disk in bytes (-1: no limit)", st.pc.disk_max);
+    METRIC("cache_disk_evictions_total", "counter", "files removed from --cache-dir for --cache-disk", st.pc.n_disk_evicted);
+    METRIC("cache_disk_write_skips_total", "counter", "entries not written: the writer had its queue full",
+           st.pc.n_write_skipped);
+    METRIC("cache_disk_write_failures_total", "counter", "entries whose file could not be written", st.pc.n_write_failed);
     METRIC("cache_evicted_ids_bytes", "gauge", "ids kept of entries evicted with no file (a miss's reason)",
            st.pc.gone_bytes);
     METRIC("requests_deferred", "gauge", "requests waiting for a slot", st.queue_depth);
@@ -1288,7 +1293,7 @@ int serve_main(const serve_opts *o) {
                      .bos_text = a.bos_text, .eos_text = a.eos_text, .memo = req_memo_new(),
                      .template_kwargs = a.template_kwargs};
     sched_opts so = {.n_slots = o->n_slots, .queue_max = o->queue_max, .cache_dir = o->cache_dir,
-                     .model_path = o->model_path};
+                     .cache_disk = o->cache_disk_mib < 0 ? -1 : o->cache_disk_mib << 20, .model_path = o->model_path};
     /* what the template closes an answer with: the scheduler's points at answers' ends */
     const cJSON *et = a.template_kwargs ? cJSON_GetObjectItemCaseSensitive(a.template_kwargs, "enable_thinking") : NULL;
     const chat_input probe = {.enable_thinking = et ? cJSON_IsTrue(et) : -1, .bos_token = a.bos_text,

@@ -14,10 +14,13 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -53,6 +56,8 @@ typedef struct spine {
     uint64_t file_sum;
     uint32_t file_depth;
     int64_t file_a;
+    uint64_t file_job;      /* the write that makes the file, while it is pending (file_sum unknown
+                             * until it is done); 0: written */
 } spine;
 
 typedef struct entry {
@@ -68,6 +73,7 @@ typedef struct entry {
     uint32_t depth;         /* its file's parents (0: a whole file) */
     bool gone;              /* evicted with no file: only its ids and positions are left, to
                              * tell a request that misses why (a free slot for a new entry) */
+    uint64_t wid;           /* the pending write of its file (pcache_put), or 0 */
 } entry;
 
 /* A file of the folder that no entry holds yet (another process wrote it, or it appeared
@@ -93,6 +99,11 @@ struct pcache {
     struct timespec dir_mtime; /* the folder's, at the last listing */
     time_t listed_at;       /* wall clock of the last listing */
     mode_t file_mode;       /* 0666 less the umask, as fopen would have made a file */
+    struct wq *w;           /* the writer thread (a directory), or NULL */
+    struct wjob *wp[PCACHE_WRITES_MAX]; /* writes handed over and not yet taken back, oldest first */
+    int n_wp;
+    uint64_t next_wid;
+    int64_t n_skipped;
 };
 
 /* a file's outcome when read (entry_read) */
@@ -201,6 +212,7 @@ static void spine_file(pcache *c, int k, const char *path, uint64_t sum, uint32_
     free(sp->file);
     sp->file = NULL;
     sp->file_a = 0;
+    sp->file_job = 0;
     if (!path || a <= 0 || !c->dir) return;
     const size_t dl = strlen(c->dir);
     if (strncmp(path, c->dir, dl) || path[dl] != '/' || strchr(path + dl + 1, '/') || strlen(path + dl + 1) >= 128) return;
@@ -345,10 +357,12 @@ again:
     spine_set(c, k, t, from);
 }
 
+static void point_release(pcache *c, engine_point *p);
+
 static void entry_drop_ram(pcache *c, entry *en) {
     span_unref(c, en->tail);
     en->tail = NULL;
-    for (int i = 0; en->pts && i < en->n_pts; i++) engine_point_free(c->eng, en->pts[i]);
+    for (int i = 0; en->pts && i < en->n_pts; i++) point_release(c, en->pts[i]);
     free(en->pts);
     en->pts = NULL;
 }
@@ -419,52 +433,79 @@ static bool wr(FILE *f, const void *p, size_t n, uint64_t *h) {
     return fwrite(p, 1, n, f) == n;
 }
 
-/* en as a file: its KV rows [0, n) in kv, or with par its rows [par->a, n) in kv after the
- * parent file's. At want (NULL: its name in the cache's directory, if it has one). It is
- * written under a temporary name of its own in the same folder (mkstemp: unique across
- * processes and hosts sharing the folder) and renamed into place, so a reader sees the whole
- * file or none, and two writers of one entry never write into one file. */
-static int entry_write(pcache *c, entry *en, const engine_kv *kv, const file_parent *par, const char *want, herr *e) {
-    if (!want && !c->dir) return 0;
-    const engine_point *p0 = en->pts[0];
-    char path[4096], tmp[4200];
-    if (want) snprintf(path, sizeof path, "%s", want);
-    else entry_name(c, en, path, sizeof path);
+/* A file's use, as --cache-disk's eviction reads it: its mtime set to now from the fine clock
+ * (the kernel's own stamp moves by whole ticks, 4-10 ms, and would tie files used in one
+ * tick); where that is refused (another user's file, writable), the kernel's stamp. */
+static void touch(int fd, const char *path) {
+    struct timespec ts[2];
+    clock_gettime(CLOCK_REALTIME, &ts[0]);
+    ts[1] = ts[0];
+    if ((fd >= 0 ? futimens(fd, ts) : utimensat(AT_FDCWD, path, ts, 0)) < 0 && errno == EPERM) {
+        if (fd >= 0) futimens(fd, NULL);
+        else utimensat(AT_FDCWD, path, NULL, 0);
+    }
+}
+
+/* The bytes of a file of ids [0, n), its rows [a, n) (a > 0: after a parent) and n_pts points
+ * of p0's shape: what entry_read checks a file's size against. */
+static uint64_t file_bytes(int64_t n, int64_t a, uint64_t kv_bytes, int n_pts, const engine_point *p0) {
+    const uint64_t state = sizeof(float) * (uint64_t)p0->n_gdn * (p0->lane_floats + p0->ring_floats);
+    return sizeof(file_head) + (a > 0 ? sizeof(file_parent) : 0) + 4 * (uint64_t)n + 8 + 8 * (uint64_t)(n - a) +
+           kv_bytes + (uint64_t)n_pts * (16 + state);
+}
+
+/* Ids [0, n), the points and the KV rows [0, n) in kv (with par: rows [par->a, n), after the
+ * parent file's) as the file at path, *sum its checksum. Written under a temporary name of its
+ * own in the same folder (mkstemp: unique across processes and hosts sharing the folder) and
+ * renamed into place, so a reader sees the whole file or none, and two writers of one entry
+ * never write into one file. It touches no cache state: the writer thread calls it. */
+static int file_write(const char *path, mode_t mode, const int32_t *ids, int64_t n, engine_point *const *pts, int n_pts,
+                      const engine_kv *kv, const file_parent *par, uint64_t *sum_out, herr *e) {
+    const engine_point *p0 = pts[0];
+    char tmp[4200];
     snprintf(tmp, sizeof tmp, "%s.tmp.XXXXXX", path);
     const int fd = mkstemp(tmp);
     if (fd < 0) return herr_set(e, "cannot write %s: %s (the entry stays in RAM only)", tmp, strerror(errno));
-    fchmod(fd, c->file_mode); /* mkstemp's 0600 would hide it from replicas run as other users */
+    fchmod(fd, mode); /* mkstemp's 0600 would hide it from replicas run as other users */
     FILE *f = fdopen(fd, "wb");
     if (!f) {
         close(fd);
         unlink(tmp);
         return herr_set(e, "cannot write %s: %s (the entry stays in RAM only)", tmp, strerror(errno));
     }
-    file_head h = {.model_id = kv->model_id, .n = en->n, .n_pts = en->n_pts, .kv_bytes = kv->bytes,
+    file_head h = {.model_id = kv->model_id, .n = n, .n_pts = n_pts, .kv_bytes = kv->bytes,
                    .n_gdn = (uint64_t)p0->n_gdn, .lane_floats = p0->lane_floats, .ring_floats = p0->ring_floats};
     memcpy(h.magic, par ? MAGIC_2 : MAGIC, 8);
     bool ok = fwrite(&h, sizeof h, 1, f) == 1;
     uint64_t sum = 0xcbf29ce484222325ull;
     if (par) ok = ok && wr(f, par, sizeof *par, &sum);
-    ok = ok && wr(f, en->ids, sizeof(int32_t) * (size_t)en->n, &sum) && wr(f, &kv->hash_a, 8, &sum) &&
+    ok = ok && wr(f, ids, sizeof(int32_t) * (size_t)n, &sum) && wr(f, &kv->hash_a, 8, &sum) &&
          wr(f, kv->hash, sizeof(uint64_t) * (size_t)(kv->b - kv->a), &sum) && wr(f, kv->data, kv->bytes, &sum);
-    for (int i = 0; ok && i < en->n_pts; i++) {
-        const engine_point *p = en->pts[i];
+    for (int i = 0; ok && i < n_pts; i++) {
+        const engine_point *p = pts[i];
         ok = wr(f, &p->pos, 8, &sum) && wr(f, &p->hash, 8, &sum) &&
              wr(f, p->lanes, sizeof(float) * (size_t)p->n_gdn * p->lane_floats, &sum) &&
              wr(f, p->rings, sizeof(float) * (size_t)p->n_gdn * p->ring_floats, &sum);
     }
     h.checksum = sum;
-    ok = ok && fseek(f, 0, SEEK_SET) == 0 && fwrite(&h, sizeof h, 1, f) == 1;
+    ok = ok && fseek(f, 0, SEEK_SET) == 0 && fwrite(&h, sizeof h, 1, f) == 1 && fflush(f) == 0;
     int err = ok ? 0 : errno; /* the first failure's reason (a full disk, a size limit) */
+    if (ok) touch(fd, NULL);   /* after the last write: its first use */
     if (fclose(f) != 0 && ok) ok = false, err = errno;
     if (ok && rename(tmp, path) != 0) ok = false, err = errno;
     if (!ok) {
         unlink(tmp); /* no partial file is left to be read back */
         return herr_set(e, "writing %s failed: %s (the entry stays in RAM only)", path, strerror(err));
     }
-    struct stat sb;
-    if (!stat(path, &sb)) c->st.disk_bytes += sb.st_size;
+    *sum_out = sum;
+    return 0;
+}
+
+/* en (its KV rows [0, n) in kv) as the file at path, now, by the caller (/slots save, whose
+ * answer says the file is there): en names it afterwards */
+static int entry_write(pcache *c, entry *en, const engine_kv *kv, const char *path, herr *e) {
+    uint64_t sum;
+    if (file_write(path, c->file_mode, en->ids, en->n, en->pts, en->n_pts, kv, NULL, &sum, e) < 0) return -1;
     free(en->path);
     en->path = xstrdup(path);
     en->sum = sum;
@@ -495,7 +536,12 @@ static bool rd_skip(FILE *f, uint64_t n, uint64_t *h, rd_mode mode) {
  * exactly what this engine would have written; RD_GONE: it cannot be opened (another process
  * removed it), RD_ROOM: the cache budget is short. On success en's ids and point positions
  * are the file's (and with RD_FULL its KV rows and points); *seen (may be NULL) receives the
- * file's identity, to remove only that file and not one renamed over it since. */
+ * file's identity, to remove only that file and not one renamed over it since.
+ * A shared flock is held from the open to the end, a child's parents read meanwhile: the
+ * writer of any process removes a file for --cache-disk only under an exclusive one, and only
+ * a file no other follows, so a file is never removed under its reader. A file removed
+ * between the open and the lock is gone (a miss). Read in full, it is touched (its mtime:
+ * the use --cache-disk's eviction goes by), before its parents, which so stay newer. */
 static int entry_read(pcache *c, entry *en, const char *path, rd_mode mode, struct stat *seen, herr *e) {
     if (seen) memset(seen, 0, sizeof *seen);
     FILE *f = fopen(path, "rb");
@@ -503,6 +549,7 @@ static int entry_read(pcache *c, entry *en, const char *path, rd_mode mode, stru
         herr_set(e, "cannot open: %s", strerror(errno));
         return RD_GONE;
     }
+    while (flock(fileno(f), LOCK_SH) < 0 && errno == EINTR) {}
     file_head h;
     const engine_info info = engine_get_info(c->eng);
     engine_point *shape = NULL;
@@ -516,7 +563,13 @@ static int entry_read(pcache *c, entry *en, const char *path, rd_mode mode, stru
     struct stat sb;
     const bool full = mode == RD_FULL;
     if (fstat(fileno(f), &sb)) { herr_set(e, "cannot stat: %s", strerror(errno)); goto out; }
+    if (sb.st_nlink == 0) { /* removed before the lock was ours */
+        herr_set(e, "removed meanwhile (--cache-disk)");
+        rc = RD_GONE;
+        goto out;
+    }
     if (seen) *seen = sb;
+    if (full) touch(fileno(f), NULL); /* may fail (another user's file): its use is then older */
     if (fread(&h, sizeof h, 1, f) != 1 || (memcmp(h.magic, MAGIC, 8) && memcmp(h.magic, MAGIC_2, 8))) {
         herr_set(e, "not a hearth cache file");
         goto out;
@@ -711,6 +764,8 @@ static void scan_dir(pcache *c) {
     closedir(d);
 }
 
+static bool write_pending(const pcache *c, const char *path);
+
 static void seen_clear(pcache *c) {
     for (int i = 0; i < c->n_seen; i++) free(c->seen[i].path);
     c->n_seen = 0;
@@ -735,7 +790,7 @@ static void list_dir(pcache *c) {
         if (!name_parse(de->d_name, &sf.key, &sf.p0)) continue;
         char path[4096];
         snprintf(path, sizeof path, "%s/%s", c->dir, de->d_name);
-        if (entry_of_path(c, path) >= 0) continue;
+        if (entry_of_path(c, path) >= 0 || write_pending(c, path)) continue; /* ours */
         sf.path = xstrdup(path);
         c->seen[c->n_seen++] = sf;
     }
@@ -784,6 +839,512 @@ static void discover(pcache *c, const int32_t *ids, int64_t n) {
     free(key);
 }
 
+/* ---------------------------------------------------------------- the writer thread
+ *
+ * The engine thread hands a write over as a job (the entry's ids, its rows copied out of the
+ * sequence, its points by reference) and goes on; the writer thread makes room under
+ * --cache-disk, writes the file and hands the job back, done or failed; the engine thread
+ * takes finished jobs back at its next call into the cache (writes_taken_back): the entry
+ * names the file from then on, and the points a slot let go of meanwhile are freed. Only the
+ * queue, the results and the counters are shared, under wq.mu. */
+
+#define WQ_RING 64 /* results kept for a child whose parent's write was pending when it was queued */
+
+typedef enum wkind { W_PUT, W_THROUGH } wkind;
+
+typedef struct wjob {
+    /* set by the engine thread, read-only once queued */
+    uint64_t id;
+    wkind kind;             /* W_PUT: entry wid's file; W_THROUGH: a file-only entry, spine seq's */
+    int seq;
+    char *path;
+    int32_t *ids;           /* [0, n), the job's own */
+    int64_t n;
+    engine_point **pts;     /* read, not owned (but see own) */
+    int n_pts;
+    int64_t *pt_pos;
+    engine_kv *kv;          /* the job's own */
+    bool chained;           /* after parent file par (par.sum from job par_job's result when set) */
+    file_parent par;
+    uint64_t par_job;
+    uint64_t bytes;         /* the file's size */
+    bool *own;              /* engine thread only: pts[k] to free when taken back */
+    /* the writer's, under wq.mu */
+    int rc;
+    uint64_t sum;
+    char err[600];
+    struct wjob *next;
+} wjob;
+
+typedef struct wq {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;      /* a job, a new bound, or stop */
+    pthread_cond_t idle;    /* a job done */
+    pthread_t th;
+    bool stop, busy, recheck, scanned;
+    wjob *head, *tail;      /* to write */
+    wjob *done, *done_tail; /* written or failed, for the engine thread */
+    struct { uint64_t id; int rc; uint64_t sum; } ring[WQ_RING];
+    int ring_n;
+    char **gone;            /* files it removed, for the engine thread's index */
+    int n_gone, cap_gone;
+    int64_t disk_max;       /* bytes, -1: none */
+    int64_t disk_bytes;     /* the folder's cache files at the last look */
+    int64_t n_saved, n_failed, n_evicted;
+    /* set before the thread starts */
+    char *dir;
+    mode_t mode;
+    unsigned delay_ms;      /* HEARTH_TEST_WRITE_DELAY_MS */
+} wq;
+
+/* A cache file of the folder as the evictor lists it */
+typedef struct dfile {
+    char name[128];
+    int64_t size;
+    struct stat st;
+    int kids;               /* files that follow it */
+    int parent;             /* its index, or -1 */
+    bool out;               /* removed, or not to be */
+} dfile;
+
+static int dfile_cmp(const void *a, const void *b) { return strcmp(((const dfile *)a)->name, ((const dfile *)b)->name); }
+
+static bool same_time(struct timespec a, struct timespec b) { return a.tv_sec == b.tv_sec && a.tv_nsec == b.tv_nsec; }
+
+/* Removes f if nobody reads it (an exclusive flock, not waited for) and it is still the file
+ * listed, untouched since (a reader or a child's writer that came in between touched it);
+ * 1 removed, 0 left alone */
+static int evict_file(const wq *w, const dfile *f) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", w->dir, f->name);
+    const int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0) return 0;
+    int rc = 0;
+    struct stat a, b;
+    if (flock(fd, LOCK_EX | LOCK_NB) == 0 && !fstat(fd, &a) && !stat(path, &b) && a.st_ino == f->st.st_ino &&
+        a.st_dev == f->st.st_dev && b.st_ino == a.st_ino && b.st_dev == a.st_dev && a.st_nlink > 0 &&
+        same_time(a.st_mtim, f->st.st_mtim) && same_time(a.st_ctim, f->st.st_ctim))
+        rc = unlink(path) == 0;
+    close(fd); /* the lock goes with it */
+    return rc;
+}
+
+/* The folder's cache files under the bound with room for `need` more bytes: the least recently
+ * used removed first, a file only once none follows it, never `keep` (the parent of the file
+ * about to be written). 0, or -1 with e set when there is no such room. */
+static int make_room(wq *w, int64_t need, const char *keep, herr *e) {
+    pthread_mutex_lock(&w->mu);
+    const int64_t max = w->disk_max;
+    pthread_mutex_unlock(&w->mu);
+    DIR *d = opendir(w->dir);
+    if (!d) return herr_set(e, "cannot list %s: %s", w->dir, strerror(errno));
+    dfile *fs = NULL;
+    int n = 0, cap = 0;
+    int64_t total = 0;
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        uint64_t key;
+        int64_t p0;
+        const size_t len = strlen(de->d_name);
+        if (len >= sizeof fs->name || !name_parse(de->d_name, &key, &p0)) continue; /* (names are under 100) */
+        dfile f = {.parent = -1};
+        memcpy(f.name, de->d_name, len + 1);
+        char path[4096];
+        snprintf(path, sizeof path, "%s/%s", w->dir, de->d_name);
+        if (lstat(path, &f.st) || !S_ISREG(f.st.st_mode)) continue;
+        f.size = f.st.st_size;
+        total += f.size;
+        if (n == cap) fs = xrealloc(fs, sizeof *fs * (size_t)(cap = cap ? 2 * cap : 64));
+        fs[n++] = f;
+    }
+    closedir(d);
+    int rc = 0;
+    if (max >= 0 && need > max) {
+        rc = herr_set(e, "an entry of %.2f MiB is larger than --cache-disk %.2f MiB", need / 1048576.0, max / 1048576.0);
+    } else if (max >= 0 && total + need > max) {
+        /* who follows whom: each file's parent, from its header */
+        qsort(fs, (size_t)n, sizeof *fs, dfile_cmp);
+        for (int i = 0; i < n; i++) {
+            char path[4096];
+            snprintf(path, sizeof path, "%s/%s", w->dir, fs[i].name);
+            FILE *f = fopen(path, "rb");
+            file_head h;
+            file_parent par;
+            if (f && fread(&h, sizeof h, 1, f) == 1 && !memcmp(h.magic, MAGIC_2, 8) && fread(&par, sizeof par, 1, f) == 1 &&
+                strnlen(par.name, sizeof par.name) < sizeof par.name) {
+                dfile key;
+                snprintf(key.name, sizeof key.name, "%s", par.name);
+                const dfile *p = bsearch(&key, fs, (size_t)n, sizeof *fs, dfile_cmp);
+                if (p) {
+                    fs[i].parent = (int)(p - fs);
+                    fs[p - fs].kids++;
+                }
+            }
+            if (f) fclose(f);
+            if (keep && !strcmp(fs[i].name, keep)) fs[i].out = true;
+        }
+        while (total + need > max) {
+            int k = -1; /* the least recently used file that none follows */
+            for (int i = 0; i < n; i++)
+                if (!fs[i].out && fs[i].kids == 0 &&
+                    (k < 0 || fs[i].st.st_mtim.tv_sec < fs[k].st.st_mtim.tv_sec ||
+                     (fs[i].st.st_mtim.tv_sec == fs[k].st.st_mtim.tv_sec && fs[i].st.st_mtim.tv_nsec < fs[k].st.st_mtim.tv_nsec)))
+                    k = i;
+            if (k < 0) {
+                rc = herr_set(e, "no room under --cache-disk %.2f MiB for %.2f MiB: the %.2f MiB of files left are "
+                                 "being read or followed", max / 1048576.0, need / 1048576.0, total / 1048576.0);
+                break;
+            }
+            fs[k].out = true;
+            if (!evict_file(w, &fs[k])) continue;
+            total -= fs[k].size;
+            if (fs[k].parent >= 0) fs[fs[k].parent].kids--;
+            char *path = xmalloc(strlen(w->dir) + strlen(fs[k].name) + 2);
+            sprintf(path, "%s/%s", w->dir, fs[k].name);
+            pthread_mutex_lock(&w->mu);
+            if (w->n_gone == w->cap_gone) w->gone = xrealloc(w->gone, sizeof *w->gone * (size_t)(w->cap_gone = w->cap_gone ? 2 * w->cap_gone : 16));
+            w->gone[w->n_gone++] = path;
+            w->n_evicted++;
+            pthread_mutex_unlock(&w->mu);
+        }
+    }
+    free(fs);
+    pthread_mutex_lock(&w->mu);
+    w->disk_bytes = total;
+    w->scanned = true;
+    pthread_mutex_unlock(&w->mu);
+    return rc;
+}
+
+/* One job's file. A child is written under a shared flock on its parent, touched first: a
+ * parent gone, or being removed, fails the write (its rows alone would be no entry). */
+static int write_job(wq *w, const wjob *j, const file_parent *par, uint64_t *sum, herr *e) {
+    int pfd = -1;
+    if (j->chained) {
+        char ppath[4096];
+        snprintf(ppath, sizeof ppath, "%s/%s", w->dir, par->name);
+        struct stat a, b;
+        pfd = open(ppath, O_RDONLY | O_CLOEXEC);
+        if (pfd < 0 || flock(pfd, LOCK_SH | LOCK_NB) < 0 || fstat(pfd, &a) || a.st_nlink == 0 || stat(ppath, &b) ||
+            a.st_ino != b.st_ino || a.st_dev != b.st_dev) {
+            if (pfd >= 0) close(pfd);
+            return herr_set(e, "not written: the file it follows, %s, was removed (--cache-disk)", par->name);
+        }
+        touch(pfd, NULL); /* a file is never older than one written after it */
+    }
+    int rc = make_room(w, (int64_t)j->bytes, j->chained ? par->name : NULL, e);
+    if (rc == 0) rc = file_write(j->path, w->mode, j->ids, j->n, j->pts, j->n_pts, j->kv, j->chained ? par : NULL, sum, e);
+    if (pfd >= 0) close(pfd);
+    return rc;
+}
+
+static void *writer_main(void *arg) {
+    wq *w = arg;
+    pthread_mutex_lock(&w->mu);
+    for (;;) {
+        while (!w->head && !w->stop && !w->recheck) pthread_cond_wait(&w->cv, &w->mu);
+        if (w->recheck && !w->head) { /* a new bound: the folder under it now */
+            w->recheck = false;
+            w->busy = true;
+            pthread_mutex_unlock(&w->mu);
+            herr e;
+            make_room(w, 0, NULL, &e);
+            pthread_mutex_lock(&w->mu);
+            w->busy = false;
+            pthread_cond_broadcast(&w->idle);
+            continue;
+        }
+        if (!w->head) break; /* stop, with nothing left to write */
+        wjob *j = w->head;
+        w->head = j->next;
+        if (!w->head) w->tail = NULL;
+        j->next = NULL;
+        w->busy = true;
+        w->recheck = false;
+        file_parent par = j->par;
+        int prc = 0;
+        if (j->chained && j->par_job) { /* the parent's write was pending when this one was queued */
+            prc = -1;
+            for (int i = 0; i < w->ring_n && i < WQ_RING; i++)
+                if (w->ring[i].id == j->par_job) {
+                    prc = w->ring[i].rc;
+                    par.sum = w->ring[i].sum;
+                }
+        }
+        const unsigned delay = w->delay_ms;
+        pthread_mutex_unlock(&w->mu);
+        if (delay) {
+            struct timespec ts = {.tv_sec = delay / 1000, .tv_nsec = (long)(delay % 1000) * 1000000L};
+            while (nanosleep(&ts, &ts) < 0 && errno == EINTR) {}
+        }
+        herr e = {{0}};
+        uint64_t sum = 0;
+        int rc = prc < 0 ? herr_set(&e, "not written: the file it follows, %s, was not written", par.name)
+                         : write_job(w, j, &par, &sum, &e);
+        pthread_mutex_lock(&w->mu);
+        j->rc = rc;
+        j->sum = sum;
+        snprintf(j->err, sizeof j->err, "%s", rc < 0 ? e.msg : "");
+        const int r = w->ring_n++ % WQ_RING; /* ring_n counts on; the oldest result is overwritten */
+        w->ring[r].id = j->id;
+        w->ring[r].rc = rc;
+        w->ring[r].sum = sum;
+        if (rc == 0) {
+            w->n_saved++;
+            w->disk_bytes += (int64_t)j->bytes;
+        } else {
+            w->n_failed++;
+        }
+        if (w->done_tail) w->done_tail->next = j;
+        else w->done = j;
+        w->done_tail = j;
+        w->busy = false;
+        pthread_cond_broadcast(&w->idle);
+    }
+    pthread_mutex_unlock(&w->mu);
+    return NULL;
+}
+
+/* engine thread: the point p a slot or an entry lets go of, freed now, or by the last pending
+ * job that reads it when it is taken back */
+static void point_release(pcache *c, engine_point *p) {
+    for (int i = c->n_wp - 1; i >= 0; i--)
+        for (int k = 0; k < c->wp[i]->n_pts; k++)
+            if (c->wp[i]->pts[k] == p) {
+                c->wp[i]->own[k] = true;
+                return;
+            }
+    engine_point_free(c->eng, p);
+}
+
+void pcache_point_free(pcache *c, engine_point *p) {
+    if (p) point_release(c, p);
+}
+
+static void job_free(pcache *c, wjob *j) {
+    for (int k = 0; k < j->n_pts; k++)
+        if (j->own[k]) engine_point_free(c->eng, j->pts[k]);
+    engine_kv_free(c->eng, j->kv);
+    free(j->own);
+    free(j->pts);
+    free(j->pt_pos);
+    free(j->ids);
+    free(j->path);
+    free(j);
+}
+
+/* whether a pending write makes the file at path */
+static bool write_pending(const pcache *c, const char *path) {
+    for (int i = 0; i < c->n_wp; i++)
+        if (!strcmp(c->wp[i]->path, path)) return true;
+    return false;
+}
+
+/* The file at path was removed by this process's writer: no entry or spine names it now. */
+static void file_forget(pcache *c, const char *path) {
+    const int i = entry_of_path(c, path);
+    if (i >= 0) {
+        entry *en = &c->es[i];
+        if (en->tail) { /* kept in RAM, as an entry with no file */
+            free(en->path);
+            en->path = NULL;
+        } else {
+            entry_free(c, en);
+            *en = (entry){0};
+        }
+    }
+    for (int k = 0; k < c->n_seq; k++)
+        if (c->spines[k].file && !strcmp(c->spines[k].file, path)) spine_file(c, k, NULL, 0, 0, 0);
+}
+
+/* A job back from the writer: its entry names its file (or, failed, the failure is logged and
+ * nothing names it) */
+static void job_apply(pcache *c, wjob *j) {
+    spine *sp = j->kind == W_THROUGH ? &c->spines[j->seq] : NULL;
+    if (j->rc < 0) {
+        fprintf(stderr, "hearth serve: --cache-dir: %s\n", j->err);
+        if (sp && sp->file_job == j->id) spine_file(c, j->seq, NULL, 0, 0, 0);
+        for (int i = 0; i < c->n; i++)
+            if (c->es[i].wid == j->id) c->es[i].wid = 0;
+        return;
+    }
+    const uint32_t depth = j->chained ? j->par.depth : 0;
+    if (j->kind == W_PUT) {
+        for (int i = 0; i < c->n; i++) {
+            entry *en = &c->es[i];
+            if (en->wid != j->id) continue;
+            en->wid = 0;
+            free(en->path);
+            en->path = xstrdup(j->path);
+            en->sum = j->sum;
+            en->depth = depth;
+            en->gone = false; /* evicted from RAM meanwhile: its file holds it now */
+        }
+        return;
+    }
+    if (sp->file_job == j->id) {
+        sp->file_sum = j->sum;
+        sp->file_job = 0;
+    }
+    int i = entry_of_path(c, j->path);
+    if (i >= 0) { /* indexed meanwhile (another process wrote the same) */
+        c->es[i].sum = j->sum;
+        return;
+    }
+    const int slot = free_slot(c);
+    if (slot < 0) {
+        fprintf(stderr, "hearth serve: --cache-dir: %s not indexed: the cache has %d entries already\n", j->path, MAX_ENTRIES);
+        return;
+    }
+    if (slot == c->n) c->n++;
+    entry_free(c, &c->es[slot]); /* an evicted entry's leftovers */
+    c->es[slot] = (entry){.ids = j->ids, .n = j->n, .n_pts = j->n_pts, .pt_pos = j->pt_pos, .path = xstrdup(j->path),
+                          .sum = j->sum, .depth = depth, .t_used = time_now()};
+    j->ids = NULL;
+    j->pt_pos = NULL;
+}
+
+/* engine thread: what the writer finished since the last call */
+static void writes_taken_back(pcache *c) {
+    wq *w = c->w;
+    if (!w) return;
+    pthread_mutex_lock(&w->mu);
+    wjob *d = w->done;
+    w->done = w->done_tail = NULL;
+    char **gone = w->gone;
+    const int n_gone = w->n_gone;
+    w->gone = NULL;
+    w->n_gone = w->cap_gone = 0;
+    pthread_mutex_unlock(&w->mu);
+    while (d) {
+        wjob *j = d;
+        d = d->next;
+        job_apply(c, j);
+        int i = 0;
+        while (i < c->n_wp && c->wp[i] != j) i++;
+        if (i == c->n_wp) HEARTH_DIE("a write taken back that was not pending");
+        memmove(&c->wp[i], &c->wp[i + 1], sizeof c->wp[0] * (size_t)(c->n_wp - i - 1));
+        c->n_wp--;
+        job_free(c, j);
+    }
+    for (int i = 0; i < n_gone; i++) {
+        file_forget(c, gone[i]);
+        free(gone[i]);
+    }
+    free(gone);
+}
+
+/* engine thread: j to the writer (the caller checked there is room) */
+static void write_queue(pcache *c, wjob *j) {
+    wq *w = c->w;
+    c->wp[c->n_wp++] = j;
+    pthread_mutex_lock(&w->mu);
+    if (w->tail) w->tail->next = j;
+    else w->head = j;
+    w->tail = j;
+    pthread_cond_signal(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+}
+
+/* whether the writer can take one more; if not, the skip is counted (and said, now and then) */
+static bool write_room(pcache *c) {
+    if (c->n_wp < PCACHE_WRITES_MAX) return true;
+    if (c->n_skipped++ % 100 == 0)
+        fprintf(stderr, "hearth serve: --cache-dir: an entry not written: %d writes are pending (%lld skipped so far; "
+                        "the disk is slower than the entries come)\n", PCACHE_WRITES_MAX, (long long)c->n_skipped);
+    return false;
+}
+
+/* a job for the file at path of ids [0, n), pts, and rows kv (taken over) */
+static wjob *job_new(pcache *c, wkind kind, const char *path, const int32_t *ids, int64_t n, engine_point *const *pts,
+                     int n_pts, engine_kv *kv) {
+    wjob *j = xcalloc(1, sizeof *j);
+    j->id = ++c->next_wid;
+    j->kind = kind;
+    j->path = xstrdup(path);
+    j->ids = xmalloc(sizeof(int32_t) * (size_t)n);
+    memcpy(j->ids, ids, sizeof(int32_t) * (size_t)n);
+    j->n = n;
+    j->pts = xmalloc(sizeof *j->pts * (size_t)n_pts);
+    j->pt_pos = xmalloc(sizeof *j->pt_pos * (size_t)n_pts);
+    for (int k = 0; k < n_pts; k++) {
+        j->pts[k] = pts[k];
+        j->pt_pos[k] = pts[k]->pos;
+    }
+    j->n_pts = n_pts;
+    j->own = xcalloc((size_t)n_pts, sizeof *j->own);
+    j->kv = kv;
+    j->bytes = file_bytes(n, kv->a, kv->bytes, n_pts, pts[0]);
+    return j;
+}
+
+static int writer_start(pcache *c, herr *e) {
+    wq *w = xcalloc(1, sizeof *w);
+    pthread_mutex_init(&w->mu, NULL);
+    pthread_cond_init(&w->cv, NULL);
+    pthread_cond_init(&w->idle, NULL);
+    w->dir = xstrdup(c->dir);
+    w->mode = c->file_mode;
+    w->disk_max = (int64_t)PCACHE_DISK_DEFAULT_MIB << 20;
+    const char *delay = getenv("HEARTH_TEST_WRITE_DELAY_MS");
+    if (delay && *delay) w->delay_ms = (unsigned)strtoul(delay, NULL, 10);
+    if (pthread_create(&w->th, NULL, writer_main, w) != 0) {
+        pthread_mutex_destroy(&w->mu);
+        pthread_cond_destroy(&w->cv);
+        pthread_cond_destroy(&w->idle);
+        free(w->dir);
+        free(w);
+        return herr_set(e, "--cache-dir: cannot start the writer thread");
+    }
+    c->w = w;
+    return 0;
+}
+
+void pcache_set_disk_max(pcache *c, int64_t bytes) {
+    wq *w = c->w;
+    if (!w) return;
+    /* said once at start: a bound the file system cannot hold is met by failed writes first */
+    struct statvfs vfs;
+    const int64_t used = c->st.disk_bytes; /* the files found at start */
+    if (!statvfs(w->dir, &vfs) && bytes > 0 && (int64_t)vfs.f_bavail * (int64_t)vfs.f_frsize + used < bytes)
+        fprintf(stderr, "hearth serve: --cache-dir %s: its file system has %.0f MiB free, less than --cache-disk %.0f MiB "
+                        "(less the %.0f MiB of files there): writes past that fail (logged, the entries kept in RAM)\n",
+                w->dir, (double)vfs.f_bavail * (double)vfs.f_frsize / 1048576.0, bytes / 1048576.0, used / 1048576.0);
+    pthread_mutex_lock(&w->mu);
+    w->disk_max = bytes < 0 ? -1 : bytes;
+    w->recheck = true;
+    pthread_cond_signal(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+}
+
+void pcache_flush(pcache *c) {
+    wq *w = c->w;
+    if (!w) return;
+    pthread_mutex_lock(&w->mu);
+    while (w->head || w->busy || w->recheck) pthread_cond_wait(&w->idle, &w->mu);
+    pthread_mutex_unlock(&w->mu);
+    writes_taken_back(c);
+}
+
+static void writer_stop(pcache *c) {
+    wq *w = c->w;
+    if (!w) return;
+    pcache_flush(c);
+    pthread_mutex_lock(&w->mu);
+    w->stop = true;
+    pthread_cond_signal(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+    pthread_join(w->th, NULL);
+    writes_taken_back(c);
+    pthread_mutex_destroy(&w->mu);
+    pthread_cond_destroy(&w->cv);
+    pthread_cond_destroy(&w->idle);
+    free(w->gone);
+    free(w->dir);
+    free(w);
+    c->w = NULL;
+}
+
 /* ---------------------------------------------------------------- public */
 
 int pcache_open(pcache **out, engine *eng, const char *dir, herr *e) {
@@ -819,6 +1380,10 @@ int pcache_open(pcache **out, engine *eng, const char *dir, herr *e) {
         umask(um);
         c->file_mode = 0666 & ~um;
         scan_dir(c);
+        if (writer_start(c, e) < 0) {
+            pcache_free(c);
+            return -1;
+        }
     }
     *out = c;
     return 0;
@@ -826,6 +1391,7 @@ int pcache_open(pcache **out, engine *eng, const char *dir, herr *e) {
 
 void pcache_free(pcache *c) {
     if (!c) return;
+    writer_stop(c); /* every write handed over is written first */
     for (int i = 0; i < c->n; i++) entry_free(c, &c->es[i]);
     for (int k = 0; k < c->n_seq; k++) spine_set(c, k, NULL, 0), spine_file(c, k, NULL, 0, 0, 0);
     if (c->spans) { /* every span is an entry's or a spine's: none is left */
@@ -866,6 +1432,7 @@ static int64_t best_of(const pcache *c, bool gone, const int32_t *ids, int64_t n
 
 int64_t pcache_best(pcache *c, const int32_t *ids, int64_t n, bool (*ok)(const void *, int64_t), const void *cls,
                     int *entry_out, int *point_out) {
+    writes_taken_back(c);
     if (c->dir) discover(c, ids, n);
     return best_of(c, false, ids, n, ok, cls, entry_out, point_out);
 }
@@ -904,6 +1471,17 @@ static bool held(const pcache *c, const int32_t *ids, int64_t n, engine_point *c
         }
         if (all) return true;
     }
+    for (int i = 0; i < c->n_wp; i++) { /* a file pending (written through): its entry comes when it is done */
+        const wjob *j = c->wp[i];
+        if (j->kind != W_THROUGH || j->n < n || ids_common_prefix(j->ids, j->n, ids, n) < n) continue;
+        bool all = true;
+        for (int k = 0; k < n_pts && all; k++) {
+            bool found = false;
+            for (int q = 0; q < j->n_pts && !found; q++) found = j->pt_pos[q] == pts[k]->pos;
+            all = found;
+        }
+        if (all) return true;
+    }
     return false;
 }
 
@@ -911,16 +1489,17 @@ static bool held(const pcache *c, const int32_t *ids, int64_t n, engine_point *c
 static int put(pcache *c, int seq, const int32_t *ids, int64_t n_held, engine_point **pts, int n_pts, const char *path,
                bool dedupe, herr *e) {
     if (n_pts == 0) return herr_set(e, "nothing to keep: the slot holds no point");
+    writes_taken_back(c);
     const int64_t n = pts[n_pts - 1]->pos;
     if (dedupe && held(c, ids, n, pts, n_pts)) { /* nothing to add */
-        for (int k = 0; k < n_pts; k++) engine_point_free(c->eng, pts[k]);
+        for (int k = 0; k < n_pts; k++) point_release(c, pts[k]);
         return 0;
     }
     const int slot = n <= n_held ? free_slot(c) : -1;
     if (slot < 0) {
         if (n > n_held) herr_set(e, "a point at %lld past the %lld rows held", (long long)n, (long long)n_held);
         else herr_set(e, "the cache has %d entries already", MAX_ENTRIES);
-        for (int k = 0; k < n_pts; k++) engine_point_free(c->eng, pts[k]);
+        for (int k = 0; k < n_pts; k++) point_release(c, pts[k]);
         return -1;
     }
     if (slot == c->n) c->n++;
@@ -937,13 +1516,24 @@ static int put(pcache *c, int seq, const int32_t *ids, int64_t n_held, engine_po
         en->pt_pos[k] = pts[k]->pos;
     }
     if (!path && !c->dir) return 0;
+    char name[4096];
+    if (!path) { /* the writer's: none pending for this name, and room for it */
+        entry_name(c, en, name, sizeof name);
+        if (write_pending(c, name) || !write_room(c)) return 0;
+    }
     /* a file holds its rows [0, n) whole: read from the sequence for the write alone */
     engine_kv *kv = NULL;
     while (engine_kv_read(c->eng, seq, 0, n, &kv, e) < 0)
         if (!pcache_evict_older(c, en->t_used)) return -1;
-    const int rc = entry_write(c, en, kv, NULL, path, e);
-    engine_kv_free(c->eng, kv);
-    return rc;
+    if (path) {
+        const int rc = entry_write(c, en, kv, path, e);
+        engine_kv_free(c->eng, kv);
+        return rc;
+    }
+    wjob *j = job_new(c, W_PUT, name, en->ids, n, en->pts, n_pts, kv);
+    en->wid = j->id;
+    write_queue(c, j);
+    return 0;
 }
 
 void pcache_put(pcache *c, int seq, const int32_t *ids, int64_t n_held, engine_point **pts, int n_pts) {
@@ -954,49 +1544,42 @@ void pcache_put(pcache *c, int seq, const int32_t *ids, int64_t n_held, engine_p
 
 void pcache_write_through(pcache *c, int seq, const int32_t *ids, int64_t n_held, engine_point *const *pts, int n_pts) {
     if (!c->dir || n_pts == 0) return;
+    writes_taken_back(c);
     const int64_t n = pts[n_pts - 1]->pos;
     if (n > n_held || held(c, ids, n, pts, n_pts)) return;
-    herr e;
-    engine_kv *kv = NULL;
-    const int slot = free_slot(c);
-    if (slot < 0) {
-        fprintf(stderr, "hearth serve: --cache-dir: not written: the cache has %d entries already\n", MAX_ENTRIES);
-        return;
-    }
-    /* after the file whose rows the sequence holds, when there is one (touched first: a file
-     * is never older than one written after it, so pruning by age keeps chains whole): the
-     * rows past it alone, so a conversation's turn writes its own rows, not its history */
-    const spine *sp = &c->spines[seq];
+    /* after the file whose rows the sequence holds, when there is one (the writer touches it
+     * first, under its lock): the rows past it alone, so a conversation's turn writes its own
+     * rows, not its history */
+    spine *sp = &c->spines[seq];
     file_parent par = {0};
-    const bool chained = sp->file && sp->file_a < n && sp->file_depth < CHAIN_MAX && !utimensat(AT_FDCWD, sp->file, NULL, 0);
+    const bool chained = sp->file && sp->file_a < n && sp->file_depth < CHAIN_MAX;
     if (chained) {
         par = (file_parent){.a = sp->file_a, .sum = sp->file_sum, .depth = sp->file_depth + 1};
         snprintf(par.name, sizeof par.name, "%s", strrchr(sp->file, '/') + 1);
     }
+    int64_t *pos = xmalloc(sizeof *pos * (size_t)n_pts);
+    for (int k = 0; k < n_pts; k++) pos[k] = pts[k]->pos;
+    entry en = {.ids = (int32_t *)ids, .n = n, .n_pts = n_pts, .pt_pos = pos};
+    char name[4096];
+    entry_name(c, &en, name, sizeof name);
+    free(pos);
+    if (write_pending(c, name) || !write_room(c)) return;
+    herr e;
+    engine_kv *kv = NULL;
     while (engine_kv_read(c->eng, seq, par.a, n, &kv, &e) < 0)
         if (!pcache_evict_older(c, INFINITY)) {
             fprintf(stderr, "hearth serve: --cache-dir: not written: %s\n", e.msg);
             return;
         }
-    int64_t *pos = xmalloc(sizeof *pos * (size_t)n_pts);
-    for (int k = 0; k < n_pts; k++) pos[k] = pts[k]->pos;
-    /* written from the slot's own points, which it keeps: the entry holds only the file */
-    entry en = {.ids = (int32_t *)ids, .n = n, .pts = (engine_point **)pts, .n_pts = n_pts, .pt_pos = pos,
-                .depth = par.depth};
-    const int rc = entry_write(c, &en, kv, chained ? &par : NULL, NULL, &e);
-    engine_kv_free(c->eng, kv);
-    if (rc == 0) spine_file(c, seq, en.path, en.sum, en.depth, n);
-    if (rc < 0) {
-        fprintf(stderr, "hearth serve: --cache-dir: %s\n", e.msg);
-        free(pos);
-        return;
-    }
-    if (slot == c->n) c->n++;
-    entry_free(c, &c->es[slot]); /* an evicted entry's leftovers */
-    c->es[slot] = (entry){.n = n, .n_pts = n_pts, .pt_pos = pos, .path = en.path, .sum = en.sum, .depth = en.depth,
-                          .t_used = time_now()};
-    c->es[slot].ids = xmalloc(sizeof(int32_t) * (size_t)n);
-    memcpy(c->es[slot].ids, ids, sizeof(int32_t) * (size_t)n);
+    wjob *j = job_new(c, W_THROUGH, name, ids, n, pts, n_pts, kv);
+    j->seq = seq;
+    j->chained = chained;
+    j->par = par;
+    j->par_job = chained ? sp->file_job : 0;
+    write_queue(c, j);
+    /* the next file written from this sequence follows this one (if its write fails, none) */
+    spine_file(c, seq, name, 0, par.depth, n);
+    sp->file_job = j->id;
 }
 
 int pcache_save(pcache *c, int seq, const int32_t *ids, int64_t n_held, engine_point *const *pts, int n_pts,
@@ -1059,6 +1642,8 @@ int pcache_restore(pcache *c, int i, int k, int seq, const int32_t **ids, int64_
             entry_drop_ram(c, en);
             return herr_set(e, "the cache file %s no longer holds a point at %" PRId64, en->path, want);
         }
+    } else if (en->path) { /* its file's use too (--cache-disk removes the least recently used) */
+        touch(-1, en->path);
     }
     en->t_used = time_now(); /* the most recent: what eviction below leaves to the last */
     const engine_point *pt = en->pts[k];
@@ -1129,6 +1714,17 @@ pcache_stats pcache_get_stats(const pcache *c) {
     for (const span *t = c->spans; t; t = t->next) {
         st.n_spans++;
         if (t->kv) st.host_rows += t->b - t->a;
+    }
+    st.n_write_skipped = c->n_skipped;
+    st.disk_max = -1;
+    if (c->w) {
+        pthread_mutex_lock(&c->w->mu);
+        st.n_saved += c->w->n_saved;
+        st.n_write_failed = c->w->n_failed;
+        st.n_disk_evicted = c->w->n_evicted;
+        st.disk_max = c->w->disk_max;
+        if (c->w->scanned) st.disk_bytes = c->w->disk_bytes;
+        pthread_mutex_unlock(&c->w->mu);
     }
     return st;
 }

@@ -28,7 +28,17 @@
  * first point, so a lookup finds the files others wrote since it last looked (listing the
  * folder again only when it changed) without reading the ones of other conversations; a file
  * that is gone or refused when read back leaves a miss, not a crash. Each process keeps only
- * the ids and point positions of a file it did not make until it reads it back. */
+ * the ids and point positions of a file it did not make until it reads it back.
+ *
+ * Files are written by a writer thread of the cache's own, never by the caller: the engine
+ * thread hands it an entry's KV rows (a copy it makes anyway) and its points (by reference:
+ * a point a pending write reads is freed once the write is done, pcache_point_free), at most
+ * PCACHE_WRITES_MAX at a time; one more is skipped and counted, never waited for. Before each
+ * write the writer keeps the folder's cache files under --cache-disk (pcache_set_disk_max),
+ * removing the least recently used first (a file's mtime, touched when it is read back or a
+ * file is written after it), a file only once no other file follows it, and only under a
+ * non-blocking exclusive flock: every reader holds a shared flock on a file from its open to
+ * its last byte (a child's parents included), so no replica removes a file another reads. */
 #ifndef HEARTH_SERVE_CACHE_H
 #define HEARTH_SERVE_CACHE_H
 
@@ -46,15 +56,34 @@ typedef struct pcache_stats {
     int64_t rows_written;   /* rows written into sequences by restores, in all */
     int64_t gone_bytes;     /* ids and positions kept of entries evicted with no file (a miss's
                              * reason), outside the budget: at most PCACHE_GONE_MAX */
+    int64_t n_write_skipped; /* files not written: the writer had PCACHE_WRITES_MAX pending */
+    int64_t n_write_failed;  /* files whose write failed (a full disk, no room under the cap) */
+    int64_t n_disk_evicted;  /* files this process removed to stay under --cache-disk */
+    int64_t disk_max;        /* --cache-disk in bytes (-1: no limit) */
 } pcache_stats;
 
 #define PCACHE_GONE_MAX ((int64_t)1 << 20)
+#define PCACHE_WRITES_MAX 4                 /* entries handed to the writer and not yet written */
+#define PCACHE_DISK_DEFAULT_MIB 16384       /* --cache-disk's default (README says why) */
 
 /* how many ids a and b share from the start */
 int64_t ids_common_prefix(const int32_t *a, int64_t na, const int32_t *b, int64_t nb);
 
+/* With a directory the writer thread starts here; the folder's bound is PCACHE_DISK_DEFAULT_MIB
+ * until pcache_set_disk_max. A test seam: HEARTH_TEST_WRITE_DELAY_MS, a sleep before each
+ * write, shows that nothing waits for one. */
 int pcache_open(pcache **out, engine *eng, const char *dir, herr *e);
+/* Waits for the writes handed over, writes them all, joins the writer, frees. */
 void pcache_free(pcache *c);
+/* The bound on the folder's cache files, in bytes (-1: none); files past it are removed before
+ * the next write (and now, by the writer, if the folder is over it). */
+void pcache_set_disk_max(pcache *c, int64_t bytes);
+/* Waits until every write handed over is done and taken back (tests; the end). */
+void pcache_flush(pcache *c);
+/* Frees a point a slot owned: now, or once the pending write that reads it is done. Whoever
+ * frees a point that was passed to pcache_write_through calls this instead of
+ * engine_point_free. */
+void pcache_point_free(pcache *c, engine_point *p);
 
 /* The best resume for ids [0, n) (at most n - 1): the row (0: none), with *entry and *point
  * naming it. ok(cls, pos) says which positions may be resumed at (NULL: any). With a
@@ -69,8 +98,9 @@ int64_t pcache_evicted_best(const pcache *c, const int32_t *ids, int64_t n, bool
  * shared (with --cache-dir they are read once for the file). */
 void pcache_put(pcache *c, int seq, const int32_t *ids, int64_t n_held, engine_point **pts, int n_pts);
 /* With a directory: points pts (the slot's, which it keeps) with the KV rows up to the last
- * as a file, and an entry naming it, unless an entry holds them already. Written by the
- * caller's thread before it returns (the engine thread: the other slots wait meanwhile). */
+ * as a file, and an entry naming it once written, unless an entry holds them already. The
+ * caller copies the rows out of the sequence and queues the write: the writer thread writes
+ * the file after it returns (skipped, and counted, when PCACHE_WRITES_MAX are pending). */
 void pcache_write_through(pcache *c, int seq, const int32_t *ids, int64_t n_held, engine_point *const *pts, int n_pts);
 /* /slots save: copies of the points (the slot keeps its own) and the KV rows up to the last,
  * as an entry and as the file at path; *n_rows the rows it covers. */

@@ -216,7 +216,9 @@ static bool req_cancelled(sched_req *r) {
 /* ---------------------------------------------------------------- slots and points */
 
 static void slot_drop_point(sched *s, slot *sl, int i) {
-    engine_point_free(s->eng, sl->pts[i].p);
+    /* through the cache: a pending write of its file may still read it */
+    if (s->pc) pcache_point_free(s->pc, sl->pts[i].p);
+    else engine_point_free(s->eng, sl->pts[i].p);
     memmove(&sl->pts[i], &sl->pts[i + 1], sizeof sl->pts[0] * (size_t)(sl->n_pts - i - 1));
     sl->n_pts--;
 }
@@ -959,6 +961,7 @@ int sched_start(sched **out, engine *eng, const tokenizer *tok, const sched_opts
         sched_free(s);
         return -1;
     }
+    if (o->cache_dir) pcache_set_disk_max(s->pc, o->cache_disk ? o->cache_disk : (int64_t)PCACHE_DISK_DEFAULT_MIB << 20);
     s->pc_stats = pcache_get_stats(s->pc); /* what the files found at start came to */
     if (pthread_create(&s->th, NULL, loop, s) != 0) {
         herr_set(e, "cannot start the engine thread");
@@ -985,10 +988,11 @@ void sched_stop(sched *s) {
 void sched_free(sched *s) {
     if (!s) return;
     sched_stop(s);
-    pcache_free(s->pc);
+    for (int k = 0; k < s->o.n_slots; k++) /* before the cache: a pending write may read them */
+        while (s->slots[k].n_pts) slot_drop_point(s, &s->slots[k], s->slots[k].n_pts - 1);
+    pcache_free(s->pc); /* (writes what was handed to it first) */
     for (int k = 0; k < s->o.n_slots; k++) {
         slot *sl = &s->slots[k];
-        while (sl->n_pts) slot_drop_point(s, sl, sl->n_pts - 1);
         free(sl->ids);
         free(sl->logits);
         free(sl->raw);

@@ -15,6 +15,7 @@ typedef struct serve_opts {
     int n_slots;               /* -np */
     int64_t cache_ram_mib;     /* points' budget */
     const char *cache_dir;     /* the prompt cache's files, or NULL */
+    int64_t cache_disk_mib;    /* their bound (--cache-disk), -1: none */
     int n_threads;
     const char *api_key;
     const char *alias;

@@ -422,7 +422,7 @@ def main():
     check("shared cache: A's turn 2 resumes from the cache after B took the slot",
           "shared cache" in r_a2["timings"]["cache"] and r_a2["usage"]["prompt_tokens_details"]["cached_tokens"] > 0,
           r_a2["timings"]["cache"])
-    _, m = c1.request("GET", "/metrics")
+    m = wait_metrics(c1, lambda m: metric(m, "cache_disk_saves_total") >= 1)  # written by the writer thread
     check("shared cache: /metrics counts the hit and the file saved",
           metric(m, "cache_shared_hits_total") == 1 and metric(m, "cache_disk_saves_total") >= 1, m[-600:])
     chat(c1, conv_b)  # and A's turn-2 state goes to the cache and the disk in turn
@@ -567,7 +567,7 @@ def main():
     chat(full, conv_a)
     chat(full, conv_b)  # A's state goes to the shared cache: its file cannot be written
     r = chat(full, conv_a2)
-    _, m = full.request("GET", "/metrics")
+    m = wait_metrics(full, lambda m: metric(m, "cache_disk_write_failures_total") >= 1)
     log = open(flog).read()
     check("--cache-dir full: the write fails, logged, the server lives on", full.p.poll() is None and
           "failed: File too large (the entry stays in RAM only)" in log and metric(m, "cache_disk_saves_total") == 0, log[-400:])
@@ -578,6 +578,7 @@ def main():
           r["timings"]["cache"])
     rc = full.stop()
     check("--cache-dir full: SIGTERM exits 0", rc == 0, str(rc))
+    cache_disk(model, chat)
 
     # /slots save and restore keep the points: a saved conversation resumes after a restart
     sdir = os.path.join(TMP, f"slots-{os.getpid()}")
@@ -794,6 +795,71 @@ def billing_header(model):
     check("--keep-billing-header: the line stays (the prompt differs at the hash: no cache hit, counted)",
           st == 200 and j["usage"]["cache_read_input_tokens"] == 0 and n3["input_tokens"] > n1["input_tokens"],
           f"{j.get('usage')} {n3}")
+
+
+def wait_metrics(srv, cond, limit=10):
+    """/metrics once cond holds on it (the cache's writer thread writes after the answer), or
+    after limit seconds"""
+    t0 = time.monotonic()
+    while True:
+        _, m = srv.request("GET", "/metrics")
+        if cond(m) or time.monotonic() - t0 > limit:
+            return m
+        time.sleep(0.05)
+
+
+def cache_disk(model, chat):
+    """--cache-disk: the folder's files stay under the bound through many conversations, the
+    least recently used removed first; a write is never waited for (the writer's planted sleep,
+    HEARTH_TEST_WRITE_DELAY_MS, slows no turn); SIGTERM writes what is pending, then exits 0"""
+    ddir = os.path.join(TMP, f"cache-disk-{os.getpid()}")
+    for bad in ("0", "-2", "x"):
+        r = subprocess.run([HEARTH, "serve", "-m", model, "--cache-dir", ddir, "--cache-disk", bad],
+                           capture_output=True, text=True)
+        check(f"--cache-disk {bad}: exit 2 naming it", r.returncode == 2 and "--cache-disk" in r.stderr, r.stderr.strip())
+
+    def conv(k):
+        return [{"role": "system", "content": f"Conversation {k} about the hearth."}, {"role": "user", "content": "Go on."}]
+
+    d = Server(model, "-np", "1", "--cache-dir", ddir, "--cache-disk", "8", "--metrics")
+    bound, over = 8 << 20, []
+    for k in range(10):
+        chat(d, conv(k))
+        m = wait_metrics(d, lambda m: metric(m, "cache_disk_saves_total") >= 1 + k)
+        size = sum(os.path.getsize(os.path.join(ddir, f)) for f in os.listdir(ddir) if f.endswith(".hcache"))
+        if size > bound:
+            over.append((k, size))
+    _, m = d.request("GET", "/metrics")
+    check("--cache-disk 8: the folder stays under 8 MiB through 10 conversations (files of ~2.4 MiB), the oldest removed",
+          not over and metric(m, "cache_disk_evictions_total") >= 5 and metric(m, "cache_disk_max_bytes") == bound and
+          metric(m, "cache_disk_write_failures_total") == 0 and metric(m, "cache_disk_refused_total") == 0,
+          f"over the bound: {over}; " + " ".join(ln for ln in m.split("\n") if "cache_disk" in ln and not ln.startswith("#")))
+    r = chat(d, conv(9) + [{"role": "assistant", "content": "x"}, {"role": "user", "content": "More."}])
+    check("--cache-disk 8: the latest conversation still resumes", r["usage"]["prompt_tokens_details"]["cached_tokens"] > 0,
+          r["timings"]["cache"])
+    d.stop()
+    # the writer sleeps 2 s before each file: a turn does not wait for it
+    slow_dir = os.path.join(TMP, f"cache-slow-{os.getpid()}")
+    fast = Server(model, "-np", "1", "--cache-dir", slow_dir + "-fast")
+    chat(fast, conv(20))
+    t0 = time.monotonic()
+    chat(fast, conv(21))
+    t_fast = time.monotonic() - t0
+    fast.stop()
+    slow = Server(model, "-np", "1", "--cache-dir", slow_dir, "--metrics", env={"HEARTH_TEST_WRITE_DELAY_MS": "2000"})
+    times = []
+    for k in range(3):
+        t0 = time.monotonic()
+        chat(slow, conv(30 + k))
+        times.append(time.monotonic() - t0)
+    _, m = slow.request("GET", "/metrics")
+    pending = metric(m, "cache_disk_saves_total")
+    check("a write is never waited for: with the writer sleeping 2 s a file, 3 turns each take about a turn's time",
+          max(times) < t_fast + 1.0 and pending < 3, f"turns {[round(t, 3) for t in times]} s, a turn {t_fast:.3f} s; "
+          f"{pending} files written meanwhile")
+    rc = slow.stop()
+    files = [f for f in os.listdir(slow_dir) if f.endswith(".hcache")]
+    check("SIGTERM writes the pending files, then exits 0", rc == 0 and len(files) >= 3, f"exit {rc}, files {files}")
 
 
 def loads_or_none(text):

@@ -6,15 +6,25 @@
  * append-only conversation put their points with no row copied, a cut copies the rows past it
  * alone, entries along a conversation hold its prefix once, eviction frees shared rows with
  * their last user, and every entry, restored on its own sequence or another, from rows live in
- * a sequence or copied out, continues with the bits it had when it was made. */
+ * a sequence or copied out, continues with the bits it had when it was made. Its files: the
+ * folder stays under --cache-disk through many entries, least recently used out first; a file
+ * a reader holds (and the files it follows) is never removed under it, and a reader waits
+ * for a removal under way and then misses; a write never makes the caller wait, and one more
+ * than the writer holds is skipped and counted. */
 #include "harness.h"
 #include "make/gen.h"
 #include "engine/engine.h"
 #include "serve/cache.h"
 
+#include <dirent.h>
+#include <fcntl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 static engine *micro_engine(model **m, int64_t n_ctx, int64_t budget) {
@@ -294,13 +304,14 @@ TEST(files_chain) {
         engine_span one = {.seq = 0, .ids = cv.ids + cv.n[k], .n = 1, .want = ENGINE_LOGITS_LAST, .logits = cv.want[k]};
         CHECK_MSG(engine_run(eng, &one, 1, &e) == 0, "%s", e.msg);
         pcache_write_through(c, 0, cv.ids, cv.n[k] + 1, &pn, 1);
+        pcache_flush(c); /* written by the writer thread: wait for it */
         const int64_t d = pcache_get_stats(c).disk_bytes - disk;
         disk += d;
         /* the first file holds rows [0, n(0)); each after it the rows since the last resume */
         const int64_t rows = cv.n[k] - at;
         CHECK_MSG(d > (int64_t)row * rows && d < (int64_t)row * (rows + 40) + 4 * cv.n[k] + 4096 + (int64_t)engine_point_size(pn),
                   "turn %d: a file of %lld bytes for %lld new rows of %zu bytes", k, (long long)d, (long long)rows, row);
-        engine_point_free(eng, pn);
+        pcache_point_free(c, pn);
         pcache_seq_cut(c, 0, cv.a[k]);
         CHECK_MSG(engine_restore(eng, 0, pa, &e) == 0, "%s", e.msg);
         engine_point_free(eng, pa);
@@ -341,10 +352,400 @@ TEST(files_chain) {
     model_free(m);
 }
 
+/* ---------------------------------------------------------------- --cache-disk */
+
+/* the bytes of the folder's cache files, and how many */
+static int64_t dir_bytes(const char *dir, int *n_files) {
+    DIR *d = opendir(dir);
+    int64_t total = 0;
+    int n = 0;
+    struct dirent *de;
+    while (d && (de = readdir(d))) {
+        const size_t len = strlen(de->d_name);
+        if (len < 7 || strcmp(de->d_name + len - 7, ".hcache")) continue;
+        char path[600];
+        snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
+        struct stat sb;
+        if (!stat(path, &sb)) total += sb.st_size, n++;
+    }
+    if (d) closedir(d);
+    if (n_files) *n_files = n;
+    return total;
+}
+
+/* the folder's file whose name ends in "-<rows>.hcache" */
+static bool file_of_rows(const char *dir, int64_t rows, char *out, size_t cap) {
+    DIR *d = opendir(dir);
+    char tail[64];
+    snprintf(tail, sizeof tail, "-%lld.hcache", (long long)rows);
+    bool found = false;
+    struct dirent *de;
+    while (d && (de = readdir(d)) && !found) {
+        const size_t len = strlen(de->d_name), tl = strlen(tail);
+        if (len > tl && !strcmp(de->d_name + len - tl, tail)) {
+            snprintf(out, cap, "%s/%s", dir, de->d_name);
+            found = true;
+        }
+    }
+    if (d) closedir(d);
+    return found;
+}
+
+/* conversation k's ids [0, CONV_ROWS + 1) */
+#define CONV_ROWS 120
+static void conv_ids(int k, int32_t *ids) {
+    for (int64_t i = 0; i <= CONV_ROWS; i++) ids[i] = (int32_t)((i * 31 + k * 17 + 7) % 900);
+}
+
+/* the folder's file of conversation k (below): its name begins with the key of its ids before
+ * its point (cache.c's name_key: FNV-1a over the ids, seeded with the model's identity) */
+static bool file_of_conv(const char *dir, const engine *eng, int k, char *out, size_t cap) {
+    int32_t ids[CONV_ROWS + 1];
+    conv_ids(k, ids);
+    uint64_t h = engine_get_info(eng).model_id;
+    const unsigned char *b = (const unsigned char *)ids;
+    for (size_t i = 0; i < sizeof(int32_t) * CONV_ROWS; i++) h = (h ^ b[i]) * 0x100000001b3ull;
+    char head[64];
+    snprintf(head, sizeof head, "%016llx-%d-", (unsigned long long)h, CONV_ROWS);
+    DIR *d = opendir(dir);
+    bool found = false;
+    struct dirent *de;
+    while (d && (de = readdir(d)) && !found)
+        if (!strncmp(de->d_name, head, strlen(head)) && strstr(de->d_name, ".hcache") && !strstr(de->d_name, ".tmp")) {
+            snprintf(out, cap, "%s/%s", dir, de->d_name);
+            found = true;
+        }
+    if (d) closedir(d);
+    return found;
+}
+
+static double now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* Conversation k on sequence 0 from an empty state: ids[0, CONV_ROWS), one point at the end,
+ * written through; returns how long pcache_write_through took. want (may be NULL) receives
+ * the logits of one more row. */
+static double write_conv(engine *eng, pcache *c, int k, int32_t *ids, float *want) {
+    herr e;
+    const int64_t n = CONV_ROWS;
+    conv_ids(k, ids);
+    pcache_seq_cut(c, 0, 0);
+    engine_seq_clear(eng, 0);
+    engine_point *pt = NULL;
+    if (engine_point_new(eng, &pt, &e) < 0) {
+        CHECK_MSG(0, "%s", e.msg);
+        return 0;
+    }
+    const int64_t mark = n;
+    engine_span sp = {.seq = 0, .ids = ids, .n = n, .marks = &mark, .n_marks = 1, .points = &pt};
+    CHECK_MSG(engine_run(eng, &sp, 1, &e) == 0, "%s", e.msg);
+    const double t0 = now_s();
+    pcache_write_through(c, 0, ids, n, &pt, 1);
+    const double dt = now_s() - t0;
+    if (want) {
+        engine_span one = {.seq = 0, .ids = ids + n, .n = 1, .want = ENGINE_LOGITS_LAST, .logits = want};
+        CHECK_MSG(engine_run(eng, &one, 1, &e) == 0, "%s", e.msg);
+    }
+    pcache_point_free(c, pt); /* the slot lets go of it (freed once its write is done) */
+    return dt;
+}
+
+/* conversation k's entry restored on sequence 1 gives the logits it had (true), or is missed */
+static bool restore_conv(engine *eng, pcache *c, int k, int32_t *ids, const float *want, int V, herr *e) {
+    const int64_t n = CONV_ROWS;
+    conv_ids(k, ids);
+    int ei, pi;
+    if (pcache_best(c, ids, n + 1, NULL, NULL, &ei, &pi) != n) return herr_set(e, "no entry"), false;
+    const int32_t *got_ids;
+    int64_t pos;
+    pcache_seq_cut(c, 1, 0);
+    engine_seq_clear(eng, 1);
+    if (pcache_restore(c, ei, pi, 1, &got_ids, &pos, e) < 0) return false;
+    float got[1024];
+    engine_span one = {.seq = 1, .ids = ids + n, .n = 1, .want = ENGINE_LOGITS_LAST, .logits = got};
+    CHECK_MSG(engine_run(eng, &one, 1, e) == 0, "%s", e->msg);
+    CHECK_MSG(!memcmp(got, want, sizeof(float) * (size_t)V), "conversation %d: other logits", k);
+    return true;
+}
+
+TEST(disk_bounded) {
+    model *m = NULL;
+    engine *eng = micro_engine(&m, 400, 64 << 20);
+    if (!eng) { CHECK(0); return; }
+    herr e;
+    char dir[] = "/tmp/hearth-cache-disk-XXXXXX";
+    if (!mkdtemp(dir)) { CHECK(0); return; }
+    pcache *c;
+    CHECK(pcache_open(&c, eng, dir, &e) == 0);
+    static int32_t ids[400];
+    static float want[64][1024];
+    const int V = (int)m->hp.n_vocab;
+    write_conv(eng, c, 0, ids, want[0]);
+    pcache_flush(c);
+    const int64_t one = dir_bytes(dir, NULL); /* a file: all are about this size */
+    const int64_t cap = one * 7 / 2;          /* room for 3 */
+    CHECK_MSG(one > 0 && pcache_get_stats(c).disk_bytes == one, "%lld bytes on disk, stats %lld", (long long)one,
+              (long long)pcache_get_stats(c).disk_bytes);
+    pcache_set_disk_max(c, cap);
+    int64_t most = 0;
+    const int N = 40;
+    for (int k = 1; k < N; k++) {
+        write_conv(eng, c, k, ids, want[k]);
+        pcache_flush(c);
+        /* conversation 0 is read back every other turn: the least recently used go, not it */
+        if (k % 2 == 0) CHECK_MSG(restore_conv(eng, c, 0, ids, want[0], V, &e), "turn %d: conversation 0: %s", k, e.msg);
+        int nf;
+        const int64_t b = dir_bytes(dir, &nf);
+        if (b > most) most = b;
+        CHECK_MSG(b <= cap, "after conversation %d: %lld bytes in %d files, over the bound %lld", k, (long long)b, nf,
+                  (long long)cap);
+    }
+    pcache_stats st = pcache_get_stats(c);
+    CHECK_MSG(st.n_disk_evicted >= N - 4 && st.n_write_failed == 0 && st.n_refused == 0,
+              "%lld files removed, %lld writes failed, %lld refused", (long long)st.n_disk_evicted,
+              (long long)st.n_write_failed, (long long)st.n_refused);
+    CHECK_MSG(st.disk_bytes == dir_bytes(dir, NULL) && st.disk_max == cap, "stats: %lld bytes of %lld",
+              (long long)st.disk_bytes, (long long)st.disk_max);
+    CHECK(most > 2 * one); /* it was used */
+    /* the last ones and conversation 0 are there; the others went */
+    char path[600];
+    CHECK_MSG(file_of_conv(dir, eng, 0, path, sizeof path), "conversation 0, read back lately, was removed");
+    CHECK_MSG(file_of_conv(dir, eng, N - 1, path, sizeof path), "the newest file was removed");
+    CHECK_MSG(!file_of_conv(dir, eng, 1, path, sizeof path), "an old file stayed");
+    /* an entry whose file went is a miss (it was in RAM only as a file), not an error */
+    CHECK(!restore_conv(eng, c, 1, ids, want[1], V, &e));
+    /* a lower bound now: the folder is brought under it without a write */
+    pcache_set_disk_max(c, one * 3 / 2);
+    pcache_flush(c);
+    CHECK_MSG(dir_bytes(dir, NULL) <= one * 3 / 2, "%lld bytes after the bound went down to %lld",
+              (long long)dir_bytes(dir, NULL), (long long)(one * 3 / 2));
+    /* an entry larger than the bound is not written, and nothing is removed for it */
+    pcache_set_disk_max(c, one / 2);
+    pcache_flush(c);
+    const int64_t failed = pcache_get_stats(c).n_write_failed;
+    write_conv(eng, c, 50, ids, NULL);
+    pcache_flush(c);
+    CHECK(pcache_get_stats(c).n_write_failed == failed + 1 && !file_of_conv(dir, eng, 50, path, sizeof path));
+    pcache_free(c);
+    char cmd[200];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    CHECK(system(cmd) == 0);
+    engine_free(eng);
+    model_free(m);
+}
+
+typedef struct restore_job {
+    engine *eng;
+    pcache *c;
+    int k;
+    int32_t *ids;
+    const float *want;
+    int V;
+    bool ok;
+    volatile int done; /* written by the thread; read after the main thread slept (a probe, not a sync) */
+    herr e;
+} restore_job;
+
+static void *restore_thread(void *arg) {
+    restore_job *j = arg;
+    j->ok = restore_conv(j->eng, j->c, j->k, j->ids, j->want, j->V, &j->e);
+    __atomic_store_n(&j->done, 1, __ATOMIC_RELEASE);
+    return NULL;
+}
+
+/* A reader's shared flock keeps its file (and a file a held one follows) from the evictor,
+ * which moves on to others; the reader reads it whole. A reader that opens a file while an
+ * evictor holds it waits for the removal and then misses (never half reads, never refuses). */
+TEST(disk_readers_safe) {
+    model *m = NULL;
+    engine *eng = micro_engine(&m, 400, 64 << 20);
+    if (!eng) { CHECK(0); return; }
+    herr e;
+    char dir[] = "/tmp/hearth-cache-read-XXXXXX";
+    if (!mkdtemp(dir)) { CHECK(0); return; }
+    pcache *c;
+    CHECK(pcache_open(&c, eng, dir, &e) == 0);
+    static int32_t ids[400];
+    static float want[64][1024];
+    const int V = (int)m->hp.n_vocab;
+    for (int k = 0; k < 3; k++) write_conv(eng, c, k, ids, want[k]);
+    pcache_flush(c);
+    const int64_t one = dir_bytes(dir, NULL) / 3;
+    /* conversation 0's file, the least recently used, held by a reader (as entry_read holds it) */
+    char path0[600];
+    CHECK(file_of_conv(dir, eng, 0, path0, sizeof path0));
+    const int fd = open(path0, O_RDONLY);
+    CHECK(fd >= 0 && flock(fd, LOCK_SH) == 0);
+    pcache_set_disk_max(c, one * 7 / 2);
+    for (int k = 3; k < 12; k++) write_conv(eng, c, k, ids, want[k]);
+    pcache_flush(c);
+    char path[600];
+    CHECK_MSG(access(path0, F_OK) == 0, "a file a reader holds was removed");
+    CHECK_MSG(!file_of_conv(dir, eng, 1, path, sizeof path) && pcache_get_stats(c).n_disk_evicted >= 6,
+              "the evictor did not move on to the next files (%lld removed)", (long long)pcache_get_stats(c).n_disk_evicted);
+    CHECK_MSG(dir_bytes(dir, NULL) <= one * 7 / 2 + one, "%lld bytes", (long long)dir_bytes(dir, NULL));
+    /* and it reads it whole meanwhile (its own shared lock beside the reader's) */
+    CHECK_MSG(restore_conv(eng, c, 0, ids, want[0], V, &e), "the held file: %s", e.msg);
+    flock(fd, LOCK_UN);
+    close(fd);
+
+    /* an evictor mid-removal (an exclusive lock on conversation 11's file): a reader that
+     * opened it waits, then finds it removed: a miss, no refusal */
+    char path11[600];
+    CHECK(file_of_conv(dir, eng, 11, path11, sizeof path11));
+    /* a fresh index of the folder (this process's entry holds conversation 11 in RAM no more) */
+    pcache_free(c);
+    CHECK(pcache_open(&c, eng, dir, &e) == 0);
+    pcache_set_disk_max(c, -1);
+    const int fx = open(path11, O_RDONLY);
+    CHECK(fx >= 0 && flock(fx, LOCK_EX) == 0);
+    restore_job j = {.eng = eng, .c = c, .k = 11, .ids = ids, .want = want[11], .V = V};
+    pthread_t th;
+    CHECK(pthread_create(&th, NULL, restore_thread, &j) == 0);
+    struct timespec ts = {0, 300 * 1000000L};
+    nanosleep(&ts, NULL);
+    CHECK_MSG(!__atomic_load_n(&j.done, __ATOMIC_ACQUIRE), "the reader did not wait for the removal under way");
+    unlink(path11);
+    close(fx);
+    pthread_join(th, NULL);
+    CHECK_MSG(!j.ok && strstr(j.e.msg, "removed") && pcache_get_stats(c).n_refused == 0,
+              "read after its removal: ok %d, '%s', %lld refused", j.ok, j.e.msg, (long long)pcache_get_stats(c).n_refused);
+    pcache_free(c);
+    char cmd[200];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    CHECK(system(cmd) == 0);
+    engine_free(eng);
+    model_free(m);
+}
+
+/* A chain of files (each turn after the one before): a reader holding the tip keeps the whole
+ * chain; with nobody reading, the chain goes from its tip (a file is removed only once none
+ * follows it), so no file is left whose parent is gone. */
+TEST(disk_chains) {
+    model *m = NULL;
+    engine *eng = micro_engine(&m, 1200, 64 << 20);
+    if (!eng) { CHECK(0); return; }
+    herr e;
+    char dir[] = "/tmp/hearth-cache-dchain-XXXXXX";
+    if (!mkdtemp(dir)) { CHECK(0); return; }
+    pcache *c;
+    CHECK(pcache_open(&c, eng, dir, &e) == 0);
+    static convo cv;
+    cv.V = (int)m->hp.n_vocab;
+    for (int i = 0; i < 1200; i++) cv.ids[i] = (int32_t)((i * 29 + 3) % 983);
+    int64_t at = 0;
+    for (int k = 0; k < TURNS; k++) { /* files_chain's turns */
+        cv.n[k] = 150 * (k + 1) + 7 * k;
+        cv.a[k] = cv.n[k] - BACK;
+        engine_point *pa = NULL, *pn = NULL;
+        CHECK(engine_point_new(eng, &pa, &e) == 0 && engine_point_new(eng, &pn, &e) == 0);
+        const int64_t marks[2] = {cv.a[k] - at, cv.n[k] - at};
+        engine_point *pts[2] = {pa, pn};
+        engine_span sp = {.seq = 0, .ids = cv.ids + at, .n = cv.n[k] - at, .marks = marks, .n_marks = 2, .points = pts};
+        CHECK_MSG(engine_run(eng, &sp, 1, &e) == 0, "%s", e.msg);
+        engine_span one = {.seq = 0, .ids = cv.ids + cv.n[k], .n = 1, .want = ENGINE_LOGITS_LAST, .logits = cv.want[k]};
+        CHECK_MSG(engine_run(eng, &one, 1, &e) == 0, "%s", e.msg);
+        pcache_write_through(c, 0, cv.ids, cv.n[k] + 1, &pn, 1);
+        pcache_point_free(c, pn);
+        pcache_seq_cut(c, 0, cv.a[k]);
+        CHECK_MSG(engine_restore(eng, 0, pa, &e) == 0, "%s", e.msg);
+        engine_point_free(eng, pa);
+        at = cv.a[k];
+    }
+    pcache_flush(c);
+    int nf;
+    const int64_t all = dir_bytes(dir, &nf);
+    CHECK_MSG(nf == TURNS && pcache_get_stats(c).n_write_failed == 0, "%d files", nf);
+    /* the tip held by a reader: however low the bound, no file of its chain goes */
+    char tip[600];
+    CHECK(file_of_rows(dir, cv.n[TURNS - 1], tip, sizeof tip));
+    const int fd = open(tip, O_RDONLY);
+    CHECK(fd >= 0 && flock(fd, LOCK_SH) == 0);
+    /* the oldest file is the chain's first: touch it the least recently used of all */
+    pcache_set_disk_max(c, all / 2);
+    pcache_flush(c);
+    dir_bytes(dir, &nf);
+    CHECK_MSG(nf == TURNS, "%d of %d files of a chain whose tip is read were removed", TURNS - nf, TURNS);
+    flock(fd, LOCK_UN);
+    close(fd);
+    /* nobody reads: the bound is met from the tip down; what is left reads back whole */
+    pcache_set_disk_max(c, all / 2);
+    pcache_flush(c);
+    const int64_t left = dir_bytes(dir, &nf);
+    CHECK_MSG(left <= all / 2 && nf >= 1 && nf < TURNS, "%lld of %lld bytes left in %d files", (long long)left,
+              (long long)all, nf);
+    pcache_free(c);
+    engine_seq_clear(eng, 0);
+    CHECK(pcache_open(&c, eng, dir, &e) == 0);
+    pcache_set_disk_max(c, -1);
+    CHECK_MSG(pcache_get_stats(c).n_entries == nf && pcache_get_stats(c).n_refused == 0, "%lld entries, %lld refused",
+              (long long)pcache_get_stats(c).n_entries, (long long)pcache_get_stats(c).n_refused);
+    for (int k = nf - 1; k >= 0; k--) check_row(eng, c, &cv, cv.n[k], cv.want[k], k % 2, false);
+    CHECK(pcache_get_stats(c).n_refused == 0);
+    pcache_free(c);
+    char cmd[200];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    CHECK(system(cmd) == 0);
+    engine_free(eng);
+    model_free(m);
+}
+
+/* A write never makes the caller wait: with the writer slowed down (the test seam's sleep
+ * before each write), write-through returns at once; past PCACHE_WRITES_MAX pending, an entry
+ * is skipped and counted, not waited for; the pending ones are all written by the end. */
+TEST(disk_writes_off_the_path) {
+    model *m = NULL;
+    engine *eng = micro_engine(&m, 400, 64 << 20);
+    if (!eng) { CHECK(0); return; }
+    herr e;
+    char dir[] = "/tmp/hearth-cache-async-XXXXXX";
+    if (!mkdtemp(dir)) { CHECK(0); return; }
+    setenv("HEARTH_TEST_WRITE_DELAY_MS", "400", 1);
+    pcache *c;
+    CHECK(pcache_open(&c, eng, dir, &e) == 0);
+    unsetenv("HEARTH_TEST_WRITE_DELAY_MS");
+    static int32_t ids[400];
+    double most = 0;
+    const double t0 = now_s();
+    for (int k = 0; k < PCACHE_WRITES_MAX + 2; k++) {
+        const double dt = write_conv(eng, c, k, ids, NULL);
+        if (dt > most) most = dt;
+    }
+    const double t_all = now_s() - t0;
+    CHECK_MSG(most < 0.1 && t_all < 0.4, "a write-through took %.3f s, all of them %.3f s (the writer sleeps 0.4 s a file)",
+              most, t_all);
+    pcache_stats st = pcache_get_stats(c);
+    CHECK_MSG(st.n_write_skipped == 2 && st.n_saved == 0, "%lld skipped, %lld saved", (long long)st.n_write_skipped,
+              (long long)st.n_saved);
+    pcache_flush(c);
+    int nf;
+    dir_bytes(dir, &nf);
+    st = pcache_get_stats(c);
+    CHECK_MSG(nf == PCACHE_WRITES_MAX && st.n_saved == PCACHE_WRITES_MAX && st.n_entries == PCACHE_WRITES_MAX,
+              "%d files, %lld saved, %lld entries", nf, (long long)st.n_saved, (long long)st.n_entries);
+    /* the pending ones are written before pcache_free returns */
+    write_conv(eng, c, 20, ids, NULL);
+    pcache_free(c);
+    dir_bytes(dir, &nf);
+    CHECK_MSG(nf == PCACHE_WRITES_MAX + 1, "%d files after the end", nf);
+    char cmd[200];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    CHECK(system(cmd) == 0);
+    engine_free(eng);
+    model_free(m);
+}
+
 int main(void) {
     RUN(evicted_ids_bounded);
     RUN(turns_share_rows);
     RUN(restore_in_place);
     RUN(files_chain);
+    RUN(disk_bounded);
+    RUN(disk_readers_safe);
+    RUN(disk_chains);
+    RUN(disk_writes_off_the_path);
     return harness_done();
 }
