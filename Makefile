@@ -178,7 +178,7 @@ endif
 # `make fuzz` builds them with clang's libFuzzer against the whole library compiled by clang
 # with the same sanitizers (build-fuzz, no CUDA); the ASan build links each with
 # tests/fuzz/replay.c instead, a main() that runs the files it is given.
-FUZZ_NAMES := gguf safetensors hf_config request jinja tokenizer answer cache
+FUZZ_NAMES := gguf safetensors hf_config request jinja tokenizer answer cache grammar
 FUZZ_CFLAGS = -Itests -DFUZZ_ROOT='"$(CURDIR)"'
 fuzz:
 	$(MAKE) BUILD=build-fuzz CC=clang NVCC= OPT="-O1 -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer" \
@@ -190,6 +190,10 @@ fuzz-replay-bins: $(FUZZ_NAMES:%=$(BUILD)/replay/fuzz_%)
 $(BUILD)/replay/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/fuzz.h tests/fuzz/replay.c $(BUILD)/libhearth.a
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(FUZZ_CFLAGS) -o $@ $< tests/fuzz/replay.c $(BUILD)/libhearth.a $(LDLIBS)
+
+# the grammar mask's cost per token at Qwen3.5's vocabulary (bench/RESULTS.md): build/grammar_mask [reps]
+$(BUILD)/grammar_mask: bench/grammar_mask.c $(BUILD)/libhearth.a
+	$(CC) $(CFLAGS) -o $@ $< $(BUILD)/libhearth.a $(LDLIBS)
 
 clean:
 	rm -rf build build-asan build-fuzz build-tsan

@@ -772,7 +772,7 @@ grammar *grammar_parse(const char *text, size_t len, herr *e) {
         g->rule_n_alt[i] = b.r[i].n_alts;
         for (int32_t k = 0; k < b.r[i].n_alts; k++) {
             g->alt[na++] = g->n_el;
-            memcpy(g->el + g->n_el, b.r[i].alts[k].e, sizeof *g->el * (size_t)b.r[i].alts[k].n);
+            if (b.r[i].alts[k].n) memcpy(g->el + g->n_el, b.r[i].alts[k].e, sizeof *g->el * (size_t)b.r[i].alts[k].n);
             g->n_el += b.r[i].alts[k].n;
             g->el[g->n_el++] = (gelem){GE_END, i};
         }
@@ -1130,7 +1130,7 @@ static int32_t state_of(gmatch *m, const int32_t *s, int32_t n, bool acc) {
     uint32_t h = set_hash(s, n, acc) & (uint32_t)(m->sh_cap - 1);
     for (int32_t id; (id = m->sh[h]) >= 0; h = (h + 1) & (uint32_t)(m->sh_cap - 1)) {
         const gstate *t = &m->st[id];
-        if (t->n == n && t->accept == acc && !memcmp(m->set + t->off, s, sizeof *s * (size_t)n)) return id;
+        if (t->n == n && t->accept == acc && (!n || !memcmp(m->set + t->off, s, sizeof *s * (size_t)n))) return id;
     }
     if (m->n_st == m->cap_st) {
         m->cap_st *= 2;
@@ -1141,7 +1141,7 @@ static int32_t state_of(gmatch *m, const int32_t *s, int32_t n, bool acc) {
         m->set = xrealloc(m->set, sizeof *m->set * (size_t)m->cap_set);
     }
     const int32_t id = m->n_st++;
-    memcpy(m->set + m->n_set, s, sizeof *s * (size_t)n);
+    if (n) memcpy(m->set + m->n_set, s, sizeof *s * (size_t)n);
     m->st[id] = (gstate){.off = (int32_t)m->n_set, .n = n, .accept = acc, .mask = -1};
     m->n_set += n;
     m->sh[h] = id;

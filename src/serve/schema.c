@@ -8,6 +8,7 @@
 
 #include <math.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -73,9 +74,34 @@ static void rule_name(sgen *g, char *name) { snprintf(name, 24, "s%d", ++g->n_ru
 static void rule_begin(sgen *g, const char *name) { sb_printf(&g->out, "%s ::= ", name); }
 static void rule_end(sgen *g) { sb_lit(&g->out, "\n"); }
 
+/* whether s is valid UTF-8 (a GBNF literal is text: a stray byte cannot be written in one) */
+static bool utf8_ok(const char *s) {
+    for (const unsigned char *p = (const unsigned char *)s; *p;) {
+        const int n = *p < 0x80 ? 1 : (*p & 0xe0) == 0xc0 && *p >= 0xc2 ? 2 : (*p & 0xf0) == 0xe0 ? 3
+                    : (*p & 0xf8) == 0xf0 && *p <= 0xf4 ? 4 : 0;
+        if (!n) return false;
+        uint32_t cp = n == 1 ? *p : n == 2 ? *p & 0x1f : n == 3 ? *p & 0x0f : *p & 0x07;
+        for (int i = 1; i < n; i++) {
+            if ((p[i] & 0xc0) != 0x80) return false;
+            cp = (cp << 6) | (p[i] & 0x3f);
+        }
+        if ((n == 3 && (cp < 0x800 || (cp >= 0xD800 && cp <= 0xDFFF))) || (n == 4 && (cp < 0x10000 || cp > 0x10FFFF)))
+            return false;
+        p += n;
+    }
+    return true;
+}
+
+/* s escaped for a GBNF literal, or NULL (failed) when it is not valid UTF-8 */
+static char *esc(sgen *g, const char *s) {
+    if (!utf8_ok(s)) { sfail(g, "", "a name or string is not valid UTF-8%s", NULL); return NULL; }
+    return gbnf_escape(s, strlen(s));
+}
+
 /* a GBNF literal of raw bytes s */
 static void lit(sgen *g, const char *s) {
-    char *x = gbnf_escape(s, strlen(s));
+    char *x = esc(g, s);
+    if (!x) return;
     sb_printf(&g->out, "\"%s\"", x);
     free(x);
 }
@@ -527,7 +553,8 @@ static int tool_call_rule(sgen *g, const cJSON *fn, const char *fname, bool xml,
         if (rc < 0) return -1;
         rule_name(g, name);
         rule_begin(g, name);
-        char *quoted = gbnf_escape(fname, strlen(fname));
+        char *quoted = esc(g, fname);
+        if (!quoted) return -1;
         sb_printf(&g->out, "\"%s\\\", \\\"arguments\\\": \" %s", quoted, body);
         free(quoted);
         rule_end(g);
@@ -560,7 +587,8 @@ static int tool_call_rule(sgen *g, const cJSON *fn, const char *fname, bool xml,
             if (!strcmp(r->valuestring, p->string)) opt[k] = false;
         rule_name(g, pr[k]);
         rule_begin(g, pr[k]);
-        char *pn = gbnf_escape(p->string, strlen(p->string));
+        char *pn = esc(g, p->string);
+        if (!pn) { free(pr), free(opt); return -1; }
         sb_printf(&g->out, "\"<parameter=%s>\\n\" %s \"\\n</parameter>\\n\"", pn, val);
         free(pn);
         rule_end(g);
@@ -579,7 +607,8 @@ static int tool_call_rule(sgen *g, const cJSON *fn, const char *fname, bool xml,
     free(opt);
     rule_name(g, name);
     rule_begin(g, name);
-    char *quoted = gbnf_escape(fname, strlen(fname));
+    char *quoted = esc(g, fname);
+    if (!quoted) return -1;
     sb_printf(&g->out, "\"%s>\\n\" %s", quoted, next[0] ? next : "");
     free(quoted);
     rule_end(g);

@@ -50,7 +50,7 @@ def structured(s):
     check("response_format json_schema: the answer parses and validates", code == 200 and person_ok(loads(c)),
           str(j)[:300])
     code, ev = s.stream("/v1/chat/completions", {**base, "response_format": rf, "stream": True})[0:3:2]
-    streamed = "".join(ch["delta"].get("content") or "" for e in ev if e != "[DONE]" for ch in e["choices"])
+    streamed = "".join(ch["delta"].get("content") or "" for e in ev if e != "[DONE]" for ch in e.get("choices", []))
     check("response_format json_schema streamed: the same text", code == 200 and streamed == c, repr(streamed)[:200])
     code, j = s.post("/v1/chat/completions", {**base, "max_tokens": 300, "response_format": {"type": "json_object"}})
     c = j["choices"][0]["message"]["content"] if code == 200 else ""
