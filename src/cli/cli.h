@@ -15,6 +15,10 @@ int cmd_detokenize(int argc, char **argv);
 int cmd_convert(int argc, char **argv);
 int cmd_template(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
+/* serve's flags into *o (checked, across flags too): ARGS_RUN, or the exit code (0 after
+ * --help, 2 after an error, printed); strings it made stay valid until the next call */
+struct serve_opts;
+int serve_args(int argc, char **argv, struct serve_opts *o);
 int cmd_perplexity(int argc, char **argv);
 
 #endif

@@ -948,8 +948,9 @@ static void on_slot_action(void *ap, const http_call *c, http_out *o) {
         cJSON *b = parse_body(c, o);
         if (!b) return;
         const char *fn = req_slot_file(b);
-        if (!a->o->cache_dir) {
-            http_error(o, c, 400, "invalid_request_error", "/slots %s needs --cache-dir (where the files go)", action);
+        if (!a->o->slot_dir) {
+            http_error(o, c, 400, "invalid_request_error",
+                       "/slots %s needs --cache-dir or --slot-save-path (where the files go)", action);
         } else if (!fn) {
             http_error(o, c, 400, "invalid_request_error",
                        "\"filename\" must be a plain file name (letters, digits, '.', '_', '-'; not starting with '.')");
@@ -959,7 +960,7 @@ static void on_slot_action(void *ap, const http_call *c, http_out *o) {
                        fn);
         } else {
             char path[4096];
-            snprintf(path, sizeof path, "%s/%s", a->o->cache_dir, fn);
+            snprintf(path, sizeof path, "%s/%s", a->o->slot_dir, fn);
             const bool save = !strcmp(action, "save");
             int64_t n = 0;
             const double t0 = time_now();
@@ -1270,19 +1271,25 @@ int serve_main(const serve_opts *o) {
         }
         a.tmpl = chat_template_parse(src, len, &e);
         free(src);
+    } else if (o->template_text) {
+        a.tmpl = chat_template_parse(o->template_text, strlen(o->template_text), &e);
     } else {
         a.tmpl = chat_template_from_gguf(a.m->file, &e);
     }
     if (!a.tmpl) {
-        fprintf(stderr, "hearth serve: %s: %s\n", o->template_file ? o->template_file : "the file's chat template", e.msg);
+        fprintf(stderr, "hearth serve: %s: %s\n",
+                o->template_file ? o->template_file : o->template_text ? "--chat-template" : "the file's chat template", e.msg);
         goto out;
     }
     a.bos_text = token_text(a.tok, tokenizer_bos(a.tok));
     a.eos_text = token_text(a.tok, tokenizer_eos(a.tok));
     const char *base = strrchr(o->model_path, '/');
     a.alias = o->alias ? o->alias : base ? base + 1 : o->model_path;
-    engine_opts eo = {.device = o->device, .n_threads = o->n_threads, .n_ctx = o->n_ctx, .n_seq_max = o->n_slots,
-                      .cache_budget = o->cache_ram_mib << 20, .kv_f16 = o->kv_f16};
+    /* -c 0: the model's trained context (llama-server's meaning; the engine's own 0 caps it);
+     * --cache-ram -1: no limit; 0: the engine's default for the slots' own points, no shared cache */
+    engine_opts eo = {.device = o->device, .n_threads = o->n_threads, .n_ctx = o->n_ctx ? o->n_ctx : a.m->hp.n_ctx_train,
+                      .n_seq_max = o->n_slots, .cache_budget = o->cache_ram_mib < 0 ? INT64_MAX / 4 : o->cache_ram_mib << 20,
+                      .kv_f16 = o->kv_f16};
     if (engine_open(&a.eng, a.m, &eo, &e) < 0) { fprintf(stderr, "hearth serve: %s\n", e.msg); goto out; }
     a.info = engine_get_info(a.eng);
     if (o->template_kwargs && !cJSON_IsObject(a.template_kwargs = cJSON_Parse(o->template_kwargs))) {
@@ -1290,10 +1297,13 @@ int serve_main(const serve_opts *o) {
         goto out;
     }
     a.rx = (req_ctx){.tok = a.tok, .tmpl = a.tmpl, .n_ctx = a.info.n_ctx, .n_predict = o->n_predict,
+                     .so_default = {.temp = o->temp, .top_k = o->top_k, .top_p = o->top_p, .min_p = o->min_p},
+                     .has_defaults = true, .seed_set = o->seed >= 0, .seed = o->seed >= 0 ? (uint64_t)o->seed : 0,
                      .bos_text = a.bos_text, .eos_text = a.eos_text, .memo = req_memo_new(),
                      .template_kwargs = a.template_kwargs};
     sched_opts so = {.n_slots = o->n_slots, .queue_max = o->queue_max, .cache_dir = o->cache_dir,
-                     .cache_disk = o->cache_disk_mib < 0 ? -1 : o->cache_disk_mib << 20, .model_path = o->model_path};
+                     .cache_disk = o->cache_disk_mib < 0 ? -1 : o->cache_disk_mib << 20, .cache_ram_off = o->cache_ram_mib == 0,
+                     .model_path = o->model_path};
     /* what the template closes an answer with: the scheduler's points at answers' ends */
     const cJSON *et = a.template_kwargs ? cJSON_GetObjectItemCaseSensitive(a.template_kwargs, "enable_thinking") : NULL;
     const chat_input probe = {.enable_thinking = et ? cJSON_IsTrue(et) : -1, .bos_token = a.bos_text,

@@ -104,6 +104,7 @@ struct pcache {
     int n_wp;
     uint64_t next_wid;
     int64_t n_skipped;
+    bool no_ram;            /* --cache-ram 0: an entry put is kept as its file only (or its ids) */
 };
 
 /* a file's outcome when read (entry_read) */
@@ -1485,6 +1486,18 @@ static bool held(const pcache *c, const int32_t *ids, int64_t n, engine_point *c
     return false;
 }
 
+/* --cache-ram 0: entry en (just put) leaves RAM at once, kept as its file (once written) */
+static int put_done(pcache *c, entry *en) {
+    if (!c->no_ram) return 0;
+    entry_drop_ram(c, en);
+    for (int q = 0; q < c->n_seq; q++) spine_trim(c, q);
+    en->gone = !en->path; /* a pending write gives it its file (job_apply) */
+    if (en->gone) trim_gone(c);
+    return 0;
+}
+
+void pcache_keep_ram(pcache *c, bool keep) { c->no_ram = !keep; }
+
 /* pcache_put, writing the file at path (NULL: the directory's name for it) and saying why not */
 static int put(pcache *c, int seq, const int32_t *ids, int64_t n_held, engine_point **pts, int n_pts, const char *path,
                bool dedupe, herr *e) {
@@ -1515,11 +1528,11 @@ static int put(pcache *c, int seq, const int32_t *ids, int64_t n_held, engine_po
         en->pts[k] = pts[k];
         en->pt_pos[k] = pts[k]->pos;
     }
-    if (!path && !c->dir) return 0;
+    if (!path && !c->dir) return put_done(c, en);
     char name[4096];
     if (!path) { /* the writer's: none pending for this name, and room for it */
         entry_name(c, en, name, sizeof name);
-        if (write_pending(c, name) || !write_room(c)) return 0;
+        if (write_pending(c, name) || !write_room(c)) return put_done(c, en);
     }
     /* a file holds its rows [0, n) whole: read from the sequence for the write alone */
     engine_kv *kv = NULL;
@@ -1533,7 +1546,7 @@ static int put(pcache *c, int seq, const int32_t *ids, int64_t n_held, engine_po
     wjob *j = job_new(c, W_PUT, name, en->ids, n, en->pts, n_pts, kv);
     en->wid = j->id;
     write_queue(c, j);
-    return 0;
+    return put_done(c, en);
 }
 
 void pcache_put(pcache *c, int seq, const int32_t *ids, int64_t n_held, engine_point **pts, int n_pts) {

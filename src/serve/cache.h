@@ -78,6 +78,10 @@ void pcache_free(pcache *c);
 /* The bound on the folder's cache files, in bytes (-1: none); files past it are removed before
  * the next write (and now, by the writer, if the folder is over it). */
 void pcache_set_disk_max(pcache *c, int64_t bytes);
+/* keep false (--cache-ram 0): an entry put leaves RAM at once, kept as its file only (with a
+ * directory) or as its ids (a miss's reason): the shared cache holds nothing in RAM but what
+ * /slots restore reads and what a restore is using. */
+void pcache_keep_ram(pcache *c, bool keep);
 /* Waits until every write handed over is done and taken back (tests; the end). */
 void pcache_flush(pcache *c);
 /* Frees a point a slot owned: now, or once the pending write that reads it is done. Whoever

@@ -213,7 +213,13 @@ static int req_samplers(const cJSON *j, sampler_opts *so, herr *e) {
 int req_params(const req_ctx *x, const cJSON *j, api_kind kind, uint64_t seed, gen_params *g, herr *e) {
     *g = (gen_params){.so = {.temp = 0.8f, .top_k = 40, .top_p = 0.95f, .min_p = 0.05f}, .n_predict = x->n_predict,
                       .slot = -1, .cache_prompt = true};
-    g->so.seed = seed;
+    if (x->has_defaults) { /* the server's (--temp, --top-k, --top-p, --min-p) */
+        g->so.temp = x->so_default.temp;
+        g->so.top_k = x->so_default.top_k;
+        g->so.top_p = x->so_default.top_p;
+        g->so.min_p = x->so_default.min_p;
+    }
+    g->so.seed = x->seed_set ? x->seed : seed;
     double v;
     int64_t i;
     int rc;

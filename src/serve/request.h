@@ -46,6 +46,11 @@ typedef struct req_ctx {
     req_memo *memo;         /* chat prompts lately tokenized (NULL: each encoded whole) */
     const cJSON *template_kwargs; /* --chat-template-kwargs: an object under each request's own
                                    * chat_template_kwargs (which win), or NULL */
+    bool has_defaults;      /* so_default's temp, top_k, top_p and min_p are what a request that
+                             * sets none samples with (--temp, ...); else llama-server's 0.8, 40, 0.95, 0.05 */
+    sampler_opts so_default;
+    bool seed_set;          /* --seed: the seed of a request that sets none (else a fresh one each) */
+    uint64_t seed;
 } req_ctx;
 
 typedef struct gen_params {

@@ -962,6 +962,7 @@ int sched_start(sched **out, engine *eng, const tokenizer *tok, const sched_opts
         return -1;
     }
     if (o->cache_dir) pcache_set_disk_max(s->pc, o->cache_disk ? o->cache_disk : (int64_t)PCACHE_DISK_DEFAULT_MIB << 20);
+    pcache_keep_ram(s->pc, !o->cache_ram_off);
     s->pc_stats = pcache_get_stats(s->pc); /* what the files found at start came to */
     if (pthread_create(&s->th, NULL, loop, s) != 0) {
         herr_set(e, "cannot start the engine thread");

@@ -106,6 +106,7 @@ typedef struct sched_opts {
     int64_t queue_max;      /* requests waiting for a slot; one more is refused */
     const char *cache_dir;  /* the shared prompt cache's files (cache.h), or NULL */
     int64_t cache_disk;     /* their bound in bytes (--cache-disk); 0: PCACHE_DISK_DEFAULT_MIB, -1: none */
+    bool cache_ram_off;     /* --cache-ram 0: the shared cache keeps no entry in RAM (files only) */
     const char *model_path; /* the model's file, watched: written in place, it fails every request; or NULL */
     /* A test seam (HEARTH_TEST_REPLY): every answer's k-th token is script[k] instead of a
      * sampled one (the last repeated past the end), so the tests can make the model "write"

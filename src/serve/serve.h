@@ -11,18 +11,23 @@ typedef struct serve_opts {
     const char *model_path;
     const char *host;          /* 127.0.0.1 unless told */
     int port;                  /* 0: any free port (printed) */
-    int64_t n_ctx;             /* per slot */
+    int64_t n_ctx;             /* per slot; 0: the model's trained context */
     int n_slots;               /* -np */
-    int64_t cache_ram_mib;     /* points' budget */
+    int64_t cache_ram_mib;     /* points' budget; -1: no limit; 0: no shared cache in RAM */
     const char *cache_dir;     /* the prompt cache's files, or NULL */
     int64_t cache_disk_mib;    /* their bound (--cache-disk), -1: none */
+    const char *slot_dir;      /* /slots save and restore's folder (--slot-save-path, else cache_dir), or NULL */
     int n_threads;
     const char *api_key;
     const char *alias;
     engine_device device;
     const char *template_file;
+    const char *template_text;  /* --chat-template: a built-in's text (or the text given), or NULL */
     bool reasoning_none;       /* --reasoning-format none: thinking stays in content */
     int64_t n_predict;         /* default max tokens, -1: until the context fills */
+    float temp, top_p, min_p;  /* what a request that sets none samples with (--temp, ...) */
+    int top_k;
+    int64_t seed;              /* --seed: a request's that sets none; -1: random per request */
     unsigned timeout_s;        /* idle connections closed after it */
     bool metrics;
     int64_t queue_max;

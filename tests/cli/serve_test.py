@@ -579,6 +579,7 @@ def main():
     rc = full.stop()
     check("--cache-dir full: SIGTERM exits 0", rc == 0, str(rc))
     cache_disk(model, chat)
+    llama_flags(model, chat)
 
     # /slots save and restore keep the points: a saved conversation resumes after a restart
     sdir = os.path.join(TMP, f"slots-{os.getpid()}")
@@ -860,6 +861,113 @@ def cache_disk(model, chat):
     rc = slow.stop()
     files = [f for f in os.listdir(slow_dir) if f.endswith(".hcache")]
     check("SIGTERM writes the pending files, then exits 0", rc == 0 and len(files) >= 3, f"exit {rc}, files {files}")
+
+
+def llama_flags(model, chat):
+    """llama-server's flags as its users type them: each with llama-server's meaning (tests/unit/
+    test_args.c checks the parsing and the refusals; here what each does in a server)"""
+    def server(*flags, **kw):
+        try:
+            return Server(model, *flags, **kw)
+        except (RuntimeError, ValueError) as ex:  # refused at start (an unknown flag: exit 2)
+            return str(ex)
+
+    def ask(srv, body, path="/completion"):
+        return srv.post(path, {"prompt": "The hearth", "n_predict": 12, **body})[1]
+
+    log = os.path.join(TMP, f"serve-flags-{os.getpid()}.log")
+    s = server("-ngl", "0", "-fa", "on", "-b", "512", "-ub", "256", "--no-webui", "--jinja", log=log)
+    check("-ngl 0 -fa on -b 512 -ub 256 --no-webui: the CPU engine serves",
+          not isinstance(s, str) and "engine cpu" in open(log).read() and ask(s, {"temperature": 0}).get("content"), s)
+    if not isinstance(s, str):
+        s.stop()
+    # sampling defaults: a request that sets none samples with the server's
+    s = server("--temp", "0")
+    ok = not isinstance(s, str) and ask(s, {})["content"] == ask(s, {"temperature": 0})["content"]
+    if not isinstance(s, str):
+        s.stop()
+    d = Server(model)  # llama-server's default, 0.8: not greedy
+    differs = any(ask(d, {"seed": k})["content"] != ask(d, {"temperature": 0})["content"] for k in range(4))
+    d.stop()
+    check("--temp 0: a request that sets no temperature is greedy (the default 0.8 is not)", ok and differs, s)
+    s = server("--seed", "42", "--temp", "1.5", "--top-k", "0", "--top-p", "1", "--min-p", "0")
+    ok = not isinstance(s, str) and len({ask(s, {})["content"] for _ in range(3)}) == 1 and \
+        ask(s, {})["content"] != ask(s, {"seed": 43})["content"]
+    if not isinstance(s, str):
+        s.stop()
+    check("--seed 42: requests that set no seed draw alike; one with its own seed draws its own", ok, s)
+    # --chat-template NAME, --reasoning-budget 0
+    msgs = [{"role": "user", "content": "Hi"}]
+    s = server("--chat-template", "chatml")
+    st, j = (0, s) if isinstance(s, str) else s.post("/apply-template", {"messages": msgs})
+    check("--chat-template chatml renders ChatML", st == 200 and
+          j["prompt"] == "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n", j)
+    if not isinstance(s, str):
+        s.stop()
+    s = server("--chat-template", "qwen3.5", "--reasoning-budget", "0")
+    q = Server(model, "--chat-template-file", "tests/fixtures/templates/Qwen3.5-4B.jinja")
+    _, want = q.post("/apply-template", {"messages": msgs, "chat_template_kwargs": {"enable_thinking": False}})
+    _, think = q.post("/apply-template", {"messages": msgs})
+    q.stop()
+    st, j = (0, s) if isinstance(s, str) else s.post("/apply-template", {"messages": msgs})
+    st2, j2 = (0, s) if isinstance(s, str) else s.post("/apply-template", {"messages": msgs, "chat_template_kwargs": {"enable_thinking": True}})
+    check("--chat-template qwen3.5 --reasoning-budget 0: Qwen3.5's file's prompt with thinking off; a request turns it on",
+          st == 200 and j["prompt"] == want["prompt"] and want["prompt"] != think["prompt"] and st2 == 200 and
+          j2["prompt"] == think["prompt"], f"{j} vs {want}")
+    if not isinstance(s, str):
+        s.stop()
+    # --slot-save-path: /slots save and restore without --cache-dir
+    sdir = os.path.join(TMP, f"slot-save-{os.getpid()}")
+    os.makedirs(sdir, exist_ok=True)
+    s = server("--slot-save-path", sdir)
+    if isinstance(s, str):
+        check("--slot-save-path DIR: /slots save writes there, restore reads it back", False, s)
+    else:
+        ask(s, {"temperature": 0})
+        st, j = s.post("/slots/0?action=save", {"filename": "a.bin"})
+        st2, j2 = s.post("/slots/0?action=restore", {"filename": "a.bin"})
+        check("--slot-save-path DIR: /slots save writes there, restore reads it back",
+              st == 200 and os.path.exists(os.path.join(sdir, "a.bin")) and st2 == 200 and j2["n_restored"] > 0, f"{j} {j2}")
+        s.stop()
+    # --api-key-file
+    kf = os.path.join(TMP, f"key-{os.getpid()}")
+    open(kf, "w").write("sekrit\n")
+    s = server("--api-key-file", kf)
+    if isinstance(s, str):
+        check("--api-key-file: its key is required", False, s)
+    else:
+        st, _ = s.request("GET", "/v1/models")
+        st2, _ = s.request("GET", "/v1/models", headers={"Authorization": "Bearer sekrit"})
+        check("--api-key-file: its key is required", st == 401 and st2 == 200, f"{st} {st2}")
+        s.stop()
+    # -c 0: the model's trained context (tiny: 8192)
+    s = server("-c", "0")
+    st, j = (0, s) if isinstance(s, str) else s.request("GET", "/props")
+    check("-c 0: a slot's context is the model's trained one", st == 200 and j["default_generation_settings"]["n_ctx"] == 8192, j)
+    if not isinstance(s, str):
+        s.stop()
+    # -cram 0: no shared cache in RAM (a conversation a slot let go is a miss), a slot's own
+    # points still serve; -cram -1: no limit
+    conv_a = [{"role": "system", "content": "You answer about hearths."}, {"role": "user", "content": "What is one?"}]
+    conv_b = [{"role": "system", "content": "You answer about rivers."}, {"role": "user", "content": "Name one."}]
+    s = server("-cram", "0")
+    if isinstance(s, str):
+        check("-cram 0: no shared cache in RAM, a slot's own points still serve", False, s)
+    else:
+        a1 = chat(s, conv_a)
+        conv_a2 = conv_a + [{"role": "assistant", "content": a1["choices"][0]["message"]["content"]},
+                            {"role": "user", "content": "More."}]
+        own = chat(s, conv_a2)
+        chat(s, conv_b)
+        shared = chat(s, conv_a2 + [{"role": "assistant", "content": "x"}, {"role": "user", "content": "And?"}])
+        check("-cram 0: no shared cache in RAM, a slot's own points still serve",
+              own["usage"]["prompt_tokens_details"]["cached_tokens"] > 0 and
+              shared["usage"]["prompt_tokens_details"]["cached_tokens"] == 0, f"{own['timings']['cache']} / {shared['timings']['cache']}")
+        s.stop()
+    s = server("-cram", "-1", "--metrics")
+    check("-cram -1: serves, the budget unbounded", not isinstance(s, str) and chat(s, conv_a)["usage"]["completion_tokens"] == 8, s)
+    if not isinstance(s, str):
+        s.stop()
 
 
 def loads_or_none(text):
