@@ -10,8 +10,9 @@
 // blocks in order (am_qk, am_step): S = Q Kᵀ as two chains over the low and the high half of
 // D in 16-wide steps, added once (a prompt tile's pair of warps makes a half each); scores in base-2
 // units (times log2(e) / sqrt(D), so every exponential is one exp2f); per vector the block's
-// max, p = exp2f(s - m) rounded to f16 (the P operand, and what the sum adds, so the weights
-// sum to exactly what divides them), l and o rescaled, o += P V in two 16-key steps.
+// max, the running max m moved to it only where it passes m by AM_TAU (then l and o
+// rescaled), p = exp2f(s - m) rounded to f16 (the P operand, and what the sum adds, so the
+// weights sum to exactly what divides them), o += P V in two 16-key steps.
 // A vector with no key in a block leaves m, l and o as they were (its p are 0, its alpha 1).
 // Each segment starts from m = -inf, l = 0, o = 0; then the segments are folded in order
 // (am_fold: (M, L, O) with (m, l, o), explicit roundings). The prompt kernel folds in the
@@ -70,6 +71,7 @@ template <int N> __device__ __forceinline__ void cp_wait() { asm volatile("cp.as
 #define AM_T 128           /* threads of the decode form: 4 warps */
 #define AM_TP 256          /* threads of the prompt kernel: 8 warps, 4 pairs */
 #define AM_QV 64           /* query vectors of a prompt tile: 16 a pair of warps */
+#define AM_TAU 8.0f        /* how far (base 2) a block's max may pass the running one before o is rescaled */
 
 __device__ __forceinline__ uint16_t am_h(float x) { return __half_as_ushort(__float2half_rn(x)); }
 __device__ __forceinline__ uint32_t am_h2(float lo, float hi) { return (uint32_t)am_h(lo) | (uint32_t)am_h(hi) << 16; }
@@ -81,7 +83,8 @@ template <int D> struct am_cfg {
     static constexpr int STAGE = 2 * AM_KB * RS;                   /* a block's K rows, then its V rows */
     static constexpr int KV_BYTES = 2 * 2 * STAGE;                 /* two stages (decode) */
     static constexpr int O_FLOATS = D / 4;                         /* a prompt thread's folded outputs: 2 vectors, D/2 dims */
-    static constexpr int SX_FLOATS = 16;                           /* a lane's half-scores, exchanged in a pair */
+    static constexpr int SX_FLOATS = 20;                           /* a lane's 16 half-scores, exchanged in a pair as
+                                                                    * float4 (pitch 20: a quarter-warp's stores on distinct banks) */
     static constexpr int PROMPT_BYTES = 2 * AM_QV * RS + 3 * 2 * STAGE + 4 * AM_TP * (O_FLOATS + SX_FLOATS); /* three stages */
     static constexpr int DECODE_BYTES = 2 * 16 * RS + KV_BYTES;
 };
@@ -138,6 +141,25 @@ __device__ __forceinline__ void am_qk(const uint16_t *Qw, const uint16_t *Kb, in
         }
     }
 }
+// am_qk with the warp's Q fragments of those steps held in registers (qa[ks - ks0], as
+// ldsm4 loads them): the same mma on the same operands, so the same sums
+template <int D>
+__device__ __forceinline__ void am_qk_reg(const uint32_t (*qa)[4], const uint16_t *Kb, int ks0, float (*S)[4]) {
+    constexpr int RS = am_cfg<D>::RS;
+    const int lane = threadIdx.x & 31;
+#pragma unroll
+    for (int j = 0; j < 4; j++) S[j][0] = S[j][1] = S[j][2] = S[j][3] = 0.0f;
+#pragma unroll
+    for (int k = 0; k < D / 32; k++) {
+#pragma unroll
+        for (int np = 0; np < 2; np++) {
+            uint32_t b[4];
+            ldsm4(b, Kb + (16 * np + (lane & 7) + 8 * (lane >> 4)) * RS + 16 * (ks0 + k) + 8 * ((lane >> 3) & 1));
+            mma16816(S[2 * np], qa[k], b);
+            mma16816(S[2 * np + 1], qa[k], b + 2);
+        }
+    }
+}
 __device__ __forceinline__ void am_sum(float (*S)[4], float (*lo)[4], float (*hi)[4]) {
 #pragma unroll
     for (int j = 0; j < 4; j++)
@@ -163,8 +185,11 @@ __device__ __forceinline__ void am_soft(float (*S)[4], int i, int lim, float sca
         }
     bmax = fmaxf(bmax, __shfl_xor_sync(0xffffffffu, bmax, 1));
     bmax = fmaxf(bmax, __shfl_xor_sync(0xffffffffu, bmax, 2));
-    const float mn = fmaxf(m, bmax);
-    alpha = mn == -INFINITY ? 1.0f : exp2f(m - mn);
+    /* the max the p are taken against moves only when the block's exceeds it by AM_TAU (or
+     * on the first block with keys): p <= 2^AM_TAU, exact in f16's range, and o is rescaled
+     * (64 products a vector) only then instead of on most blocks */
+    const float mn = m == -INFINITY || bmax > m + AM_TAU ? fmaxf(m, bmax) : m;
+    alpha = mn == m ? 1.0f : exp2f(m - mn);
     float sum = 0.0f;
 #pragma unroll
     for (int j = 0; j < 4; j++) {
@@ -257,7 +282,8 @@ __global__ void __launch_bounds__(AM_TP) attn_mma_tile_kernel(const float *qf, c
     constexpr int NT = D / 16, RS = C::RS; /* n-tiles of a warp's half of the dims */
     HK_DYN_SMEM(sm);
     uint16_t *Qs = (uint16_t *)sm, *stg = Qs + AM_QV * RS;
-    float *Of = (float *)(stg + 3 * C::STAGE), *Sx = Of + C::O_FLOATS * AM_TP;
+    float *Of = (float *)(stg + 3 * C::STAGE);
+    float4 *Sx = (float4 *)(Of + C::O_FLOATS * AM_TP); /* thread t's half-scores at Sx[t SX_FLOATS / 4 + j] */
     const hk_qtile tile = tiles[n_tiles - 1 - (int)blockIdx.x];
     if (tile.n == 1) return;
     const int G = (int)(H / Hkv), nv = tile.n * G, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -281,6 +307,10 @@ __global__ void __launch_bounds__(AM_TP) attn_mma_tile_kernel(const float *qf, c
     const float scale = am_scale(D);
     float M[2] = {-INFINITY, -INFINITY}, L[2] = {0.0f, 0.0f}, m[2], l[2], o[NT][4];
     for (int i = 0; i < C::O_FLOATS; i++) Of[i * AM_TP + tid] = 0.0f;
+    __syncthreads(); /* Qs */
+    uint32_t qa[D / 32][4]; /* the warp's 16 vectors, its half of the dims: A fragments of its score steps */
+#pragma unroll
+    for (int k = 0; k < D / 32; k++) ldsm4(qa[k], Qs + (16 * pr + (lane & 15)) * RS + 16 * (half * (D / 32) + k) + 8 * (lane >> 4));
     const size_t base = (size_t)tile.seq * seq_stride + (size_t)(kvh * D);
     /* three stages: block kb's, the next one's in flight, and the one fetched into the stage
      * block kb - AM_KB left, which every warp is done with once it passes this block's first
@@ -309,19 +339,18 @@ __global__ void __launch_bounds__(AM_TP) attn_mma_tile_kernel(const float *qf, c
         const bool live = kb < wend; /* the same for both warps of a pair */
         float mine[4][4];
         if (live) {
-            am_qk<D>(Qs + 16 * pr * RS, Kb, half * (D / 32), mine);
+            am_qk_reg<D>(qa, Kb, half * (D / 32), mine);
 #pragma unroll
-            for (int j = 0; j < 4; j++)
-#pragma unroll
-                for (int c = 0; c < 4; c++) Sx[(4 * j + c) * AM_TP + tid] = mine[j][c];
+            for (int j = 0; j < 4; j++) Sx[tid * (C::SX_FLOATS / 4) + j] = make_float4(mine[j][0], mine[j][1], mine[j][2], mine[j][3]);
         }
         pair_sync(pr); /* the pair's half-scores */
         if (live) {
             float other[4][4], S[4][4];
 #pragma unroll
-            for (int j = 0; j < 4; j++)
-#pragma unroll
-                for (int c = 0; c < 4; c++) other[j][c] = Sx[(4 * j + c) * AM_TP + mate];
+            for (int j = 0; j < 4; j++) {
+                const float4 x = Sx[mate * (C::SX_FLOATS / 4) + j];
+                other[j][0] = x.x, other[j][1] = x.y, other[j][2] = x.z, other[j][3] = x.w;
+            }
             if (half == 0) am_sum(S, mine, other);
             else am_sum(S, other, mine);
             am_step<D, NT>(S, Kb + AM_KB * RS, half * (D / 2), kb, kend, scale, m, l, o);
