@@ -10,6 +10,7 @@
  * top is a TERM, plus whether the grammar may end there. */
 #include "serve/grammar.h"
 
+#include <immintrin.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -984,6 +985,20 @@ struct gmatch {
     int64_t cap_tmp, cap_work;
     gmatch_stats stats;
     bool overflow;          /* a cap was hit inside a step: the step fails */
+    /* the position cache (pentry, below) */
+    bool whole_walks;       /* every mask a whole trie walk (tests, benchmarks) */
+    int plant;              /* a planted defect (gmatch_plant_defect), 0 none */
+    struct gmatch *am;      /* the abstract matcher: one stack's top over a context (its node 0) */
+    struct pentry *pe;
+    int32_t n_pe, cap_pe;
+    int64_t pe_bytes;
+    int32_t *peh;           /* open addressing over entries by key, peh_cap (power of 2) */
+    int32_t peh_cap;
+    int32_t *node_pe;       /* per node: its stack's entry, -1 not looked up (cap_nodes) */
+    int32_t *path_node;     /* per trie depth, while an entry is made: the node on the path */
+    bool *path_in, *path_pop;
+    int32_t *acc_tmp, *unc_tmp, *ent_tmp;
+    int64_t cap_acc_tmp, cap_unc_tmp, cap_ent_tmp;
 };
 
 static inline uint32_t hash2(int32_t a, int32_t b) {
@@ -1000,6 +1015,7 @@ static void node_table_reset(gmatch *m) {
     for (int32_t i = 0; i < m->nh_cap; i++) m->nh[i] = -1;
     m->n_clo = 0;
     m->clo_off[0] = -1;
+    m->node_pe[0] = -1;
 }
 
 static void node_grow_hash(gmatch *m) {
@@ -1028,11 +1044,13 @@ static int32_t node(gmatch *m, int32_t pos, int32_t parent) {
         m->clo_n = xrealloc(m->clo_n, sizeof *m->clo_n * (size_t)m->cap_nodes);
         m->clo_acc = xrealloc(m->clo_acc, (size_t)m->cap_nodes);
         m->mark = xrealloc(m->mark, sizeof *m->mark * (size_t)m->cap_nodes);
+        m->node_pe = xrealloc(m->node_pe, sizeof *m->node_pe * (size_t)m->cap_nodes);
     }
     const int32_t id = m->n_nodes++;
     m->pos[id] = pos, m->parent[id] = parent;
     m->clo_off[id] = -1;
     m->mark[id] = 0;
+    m->node_pe[id] = -1;
     m->nh[h] = id;
     m->stats.nodes++;
     if (2 * m->n_nodes > m->nh_cap) node_grow_hash(m);
@@ -1215,6 +1233,7 @@ static void tables_alloc(gmatch *m) {
     m->clo_n = xmalloc(sizeof *m->clo_n * (size_t)m->cap_nodes);
     m->clo_acc = xmalloc((size_t)m->cap_nodes);
     m->mark = xcalloc((size_t)m->cap_nodes, sizeof *m->mark);
+    m->node_pe = xmalloc(sizeof *m->node_pe * (size_t)m->cap_nodes);
     m->nh_cap = 1 << 13;
     m->nh = xmalloc(sizeof *m->nh * (size_t)m->nh_cap);
     m->cap_st = 256;
@@ -1279,15 +1298,21 @@ static void maybe_rebuild(gmatch *m) {
     if (m->n_nodes > MAX_NODES / 2 || m->n_st > MAX_STATES) rebuild(m);
 }
 
-gmatch *gmatch_new(const grammar *g, const gvocab *v, herr *e) {
+/* a matcher's tables at the grammar's start; masks: with the mask cache (not the abstract one) */
+static gmatch *matcher_make(const grammar *g, const gvocab *v, bool masks) {
     gmatch *m = xcalloc(1, sizeof *m);
     m->g = g, m->v = v;
     tables_alloc(m);
     node_table_reset(m);
     states_clear(m);
     m->words = ((int64_t)v->n_vocab + 63) / 64;
-    m->masks = xmalloc(sizeof *m->masks * (size_t)(m->words * MASK_SLOTS));
+    if (masks) m->masks = xmalloc(sizeof *m->masks * (size_t)(m->words * MASK_SLOTS));
     m->walk = xmalloc(sizeof *m->walk * (size_t)(v->max_depth + 2));
+    return m;
+}
+
+gmatch *gmatch_new(const grammar *g, const gvocab *v, herr *e) {
+    gmatch *m = matcher_make(g, v, true);
     int64_t nt = 0;
     for (int32_t k = 0; k < g->rule_n_alt[g->root]; k++) {
         const int32_t x = node(m, g->alt[g->rule_alt[g->root] + k], 0);
@@ -1303,9 +1328,22 @@ gmatch *gmatch_new(const grammar *g, const gvocab *v, herr *e) {
     return m;
 }
 
+static void pcache_clear(gmatch *m);
+
 void gmatch_free(gmatch *m) {
     if (!m) return;
     states_clear(m);
+    pcache_clear(m);
+    gmatch_free(m->am);
+    free(m->pe);
+    free(m->peh);
+    free(m->node_pe);
+    free(m->path_node);
+    free(m->path_in);
+    free(m->path_pop);
+    free(m->acc_tmp);
+    free(m->unc_tmp);
+    free(m->ent_tmp);
     free(m->pos);
     free(m->parent);
     free(m->clo_off);
@@ -1364,6 +1402,269 @@ int gmatch_token(gmatch *m, int32_t id) {
     return gmatch_bytes(m, m->v->piece[id], m->v->piece_len[id]);
 }
 
+/* ---------------------------------------------------------------- the position cache
+ *
+ * Most of a mask is decided by the top of each stack alone. For a stack x, take its top
+ * PKEY_DEPTH positions (x's own and those it returns to) as a key, the rest of the stack as
+ * an unknown context, and walk the whole trie once from that top in the abstract matcher
+ * (m->am: a matcher whose bottom node 0 stands for the context, so its "may end here" flag
+ * means "a path returned into the context here"). A token is then
+ *   accepted  when some path takes all its bytes (inside the top, or returning into the
+ *             context exactly at its last byte: every context takes that, see closure);
+ *   refused   when every path dies at some byte before any returned into the context;
+ *   context-dependent otherwise: a path returned into the context before its last byte.
+ * The entry keeps the accepted ids (a list, or bits when longer than the bitset) and the
+ * context-dependent tokens as trie nodes to walk against the whole state: subtrees whose
+ * abstract walk died after a return (walked whole), and their ancestors (whose real state
+ * they start from), in preorder with skip links. A state's mask is the union over its
+ * stacks: accepted bits ORed, context-dependent nodes walked from the current state with the
+ * real DFA (exact: a token is in the state's language iff some stack takes it, and the
+ * walk is the one-token check itself, sharing prefixes).
+ *
+ * For JSON's string rule (string ::= "\"" char* "\"" ws) a key of 3 positions holds the
+ * whole string: the tokens that stay in it or end at its closing quote (and spaces) are
+ * decided once per grammar, and only tokens running past the quote (`",`, `"}`) are walked
+ * against the state. Keys repeat across contexts (every string of a schema shares one), so
+ * one abstract walk (the first mask in a free string, a few ms at 248k tokens) serves the
+ * request. Memory: at most PE_MAX entries and about PE_MAX_BYTES (one entry past it at
+ * most: bits or ids, and 8 bytes a context-dependent trie node) before the cache is
+ * cleared; the abstract matcher's tables are bounded as the matcher's. */
+
+#define PKEY_DEPTH 3                       /* stack positions in a key */
+#define PE_MAX 256                         /* entries before the cache is cleared */
+#define PE_MAX_BYTES ((int64_t)32 << 20)   /* their bytes before it is cleared */
+#define PEH_CAP 1024                       /* hash slots (> 2 PE_MAX) */
+
+typedef struct pentry {
+    int32_t key[PKEY_DEPTH], klen;
+    int64_t n_acc;
+    uint64_t *acc_bits;     /* the accepted tokens as bits when over 2 x words of them */
+    int32_t *acc_ids;       /* else their ids */
+    int32_t n_unc;
+    int32_t *unc;           /* trie nodes, preorder: i an ancestor, ~i a subtree walked whole */
+    int32_t *unc_skip;      /* the item after unc[k]'s subtree */
+    bool whole;             /* the abstract walk overflowed: the state's mask walks the trie */
+} pentry;
+
+static void pcache_clear(gmatch *m) {
+    for (int32_t i = 0; i < m->n_pe; i++) {
+        free(m->pe[i].acc_bits);
+        free(m->pe[i].acc_ids);
+        free(m->pe[i].unc);
+        free(m->pe[i].unc_skip);
+    }
+    m->n_pe = 0;
+    m->pe_bytes = 0;
+    if (m->peh)
+        for (int32_t i = 0; i < m->peh_cap; i++) m->peh[i] = -1;
+    if (m->node_pe)
+        for (int32_t x = 0; x < m->n_nodes; x++) m->node_pe[x] = -1;
+}
+
+static uint32_t key_hash(const int32_t *k, int32_t n) {
+    uint32_t h = 2166136261u ^ (uint32_t)n;
+    for (int32_t i = 0; i < n; i++) h = (h ^ (uint32_t)k[i]) * 16777619u;
+    return h ^ (h >> 15);
+}
+
+static inline void set_tokens(const gvocab *v, uint64_t *b, int64_t i) {
+    for (int32_t k = v->tok_off[i]; k < v->tok_off[i + 1]; k++) {
+        const int32_t id = v->tok[k];
+        b[id >> 6] |= 1ull << (id & 63);
+    }
+}
+
+/* the entry of key[0..kl) (top first): the abstract walk of the trie described above */
+static void pentry_make(gmatch *m, pentry *pe) {
+    const gvocab *v = m->v;
+    if (!m->am) {
+        m->am = matcher_make(m->g, v, false);
+        m->path_node = xmalloc(sizeof *m->path_node * (size_t)(v->max_depth + 2));
+        m->path_in = xmalloc((size_t)v->max_depth + 2);
+        m->path_pop = xmalloc((size_t)v->max_depth + 2);
+    }
+    gmatch *a = m->am;
+    if (a->n_nodes > MAX_NODES / 8 || a->n_st > MAX_STATES / 2) { /* bounded: start its tables again */
+        states_clear(a);
+        node_table_reset(a);
+    }
+    a->overflow = false;
+    int32_t y = 0;
+    for (int32_t j = pe->klen - 1; j >= 0 && y >= 0; j--) y = node(a, pe->key[j], y);
+    const int32_t s0 = y < 0 ? DEAD : state_of(a, &y, 1, false);
+    if (s0 == DEAD) { pe->whole = true; return; }
+    int64_t na = 0, nu = 0, visits = 0;
+    a->walk[0] = s0;
+    m->path_pop[0] = false;
+    for (int64_t i = 1; i < v->n_nodes;) {
+        visits++;
+        const int d = v->depth[i];
+        const int32_t t = step(a, a->walk[d - 1], v->byte[i]);
+        if (a->overflow) { pe->whole = true; break; }
+        m->path_node[d] = (int32_t)i, m->path_in[d] = false;
+        if (t == DEAD) {
+            if (m->path_pop[d - 1]) { /* a path went into the context above: the context decides */
+                for (int k = 1; k < d; k++)
+                    if (!m->path_in[k]) {
+                        push_tmp(&m->unc_tmp, &nu, &m->cap_unc_tmp, m->path_node[k]);
+                        m->path_in[k] = true;
+                    }
+                push_tmp(&m->unc_tmp, &nu, &m->cap_unc_tmp, ~(int32_t)i);
+            }
+            i = v->end[i];
+            continue;
+        }
+        a->walk[d] = t;
+        m->path_pop[d] = m->path_pop[d - 1] || a->st[t].accept;
+        for (int32_t k = v->tok_off[i]; k < v->tok_off[i + 1]; k++) push_tmp(&m->acc_tmp, &na, &m->cap_acc_tmp, v->tok[k]);
+        i++;
+    }
+    m->stats.entries++;
+    m->stats.entry_visits += visits;
+    if (pe->whole) return;
+    pe->n_acc = na;
+    if (na > 2 * m->words) {
+        pe->acc_bits = xcalloc((size_t)m->words, sizeof *pe->acc_bits);
+        for (int64_t k = 0; k < na; k++) pe->acc_bits[m->acc_tmp[k] >> 6] |= 1ull << (m->acc_tmp[k] & 63);
+        m->pe_bytes += 8 * m->words;
+    } else if (na) {
+        pe->acc_ids = xmalloc(sizeof *pe->acc_ids * (size_t)na);
+        memcpy(pe->acc_ids, m->acc_tmp, sizeof *pe->acc_ids * (size_t)na);
+        m->pe_bytes += 4 * na;
+    }
+    pe->n_unc = (int32_t)nu;
+    if (nu) {
+        pe->unc = xmalloc(sizeof *pe->unc * (size_t)nu);
+        pe->unc_skip = xmalloc(sizeof *pe->unc_skip * (size_t)nu);
+        memcpy(pe->unc, m->unc_tmp, sizeof *pe->unc * (size_t)nu);
+        m->pe_bytes += 8 * nu;
+        /* skip links: the open ancestors on a stack (path_node reused), closed by the first
+         * item past their subtree */
+        int32_t *open = m->path_node, n_open = 0;
+        for (int32_t k = 0; k < (int32_t)nu; k++) {
+            const int32_t it = pe->unc[k], i = it < 0 ? ~it : it;
+            while (n_open && v->end[pe->unc[open[n_open - 1]]] <= i) pe->unc_skip[open[--n_open]] = k;
+            if (it < 0) pe->unc_skip[k] = k + 1;
+            else open[n_open++] = k;
+        }
+        while (n_open) pe->unc_skip[open[--n_open]] = (int32_t)nu;
+    }
+}
+
+/* stack x's entry (found by its key, or made), or -1 */
+static int32_t pentry_get(gmatch *m, int32_t x) {
+    if (m->node_pe[x] >= 0) return m->node_pe[x];
+    if (!m->peh) {
+        m->peh_cap = PEH_CAP;
+        m->peh = xmalloc(sizeof *m->peh * (size_t)m->peh_cap);
+        for (int32_t i = 0; i < m->peh_cap; i++) m->peh[i] = -1;
+    }
+    int32_t key[PKEY_DEPTH], kl = 0;
+    for (int32_t y = x; y && kl < PKEY_DEPTH; y = m->parent[y]) key[kl++] = m->pos[y];
+    uint32_t h = key_hash(key, kl) & (uint32_t)(m->peh_cap - 1);
+    for (int32_t id; (id = m->peh[h]) >= 0; h = (h + 1) & (uint32_t)(m->peh_cap - 1))
+        if (m->pe[id].klen == kl && !memcmp(m->pe[id].key, key, sizeof *key * (size_t)kl)) return m->node_pe[x] = id;
+    if (m->n_pe == PE_MAX) return -1;
+    if (m->n_pe == m->cap_pe) {
+        m->cap_pe = m->cap_pe ? 2 * m->cap_pe : 16;
+        m->pe = xrealloc(m->pe, sizeof *m->pe * (size_t)m->cap_pe);
+    }
+    const int32_t id = m->n_pe++;
+    pentry *pe = &m->pe[id];
+    *pe = (pentry){.klen = kl};
+    memcpy(pe->key, key, sizeof *key * (size_t)kl);
+    pentry_make(m, pe);
+    m->peh[h] = id;
+    return m->node_pe[x] = id;
+}
+
+/* the tokens of trie nodes [lo, hi) the current walk takes (walk[depth[lo] - 1] set) */
+static int64_t walk_range(gmatch *m, uint64_t *b, int64_t lo, int64_t hi) {
+    const gvocab *v = m->v;
+    int64_t visits = 0;
+    for (int64_t i = lo; i < hi;) {
+        visits++;
+        const int32_t t = step(m, m->walk[v->depth[i] - 1], v->byte[i]);
+        if (t == DEAD) {
+            if (m->overflow) break;
+            i = v->end[i];
+            continue;
+        }
+        m->walk[v->depth[i]] = t;
+        set_tokens(v, b, i);
+        i++;
+    }
+    return visits;
+}
+
+/* an entry's context-dependent tokens, walked from the current state */
+static void walk_unc(gmatch *m, uint64_t *b, const pentry *pe) {
+    const gvocab *v = m->v;
+    m->walk[0] = m->cur;
+    for (int32_t k = 0; k < pe->n_unc;) {
+        const int32_t it = pe->unc[k], i = it < 0 ? ~it : it;
+        if (m->plant == 2 && it < 0) { /* planted: taken unchecked */
+            for (int32_t q = v->tok_off[i]; q < v->tok_off[v->end[i]]; q++) b[v->tok[q] >> 6] |= 1ull << (v->tok[q] & 63);
+            k++;
+            continue;
+        }
+        m->stats.trie_visits++;
+        const int32_t t = step(m, m->walk[v->depth[i] - 1], v->byte[i]);
+        if (t == DEAD) {
+            if (m->overflow) return;
+            k = pe->unc_skip[k];
+            continue;
+        }
+        m->walk[v->depth[i]] = t;
+        set_tokens(v, b, i);
+        if (it < 0) m->stats.trie_visits += walk_range(m, b, i + 1, v->end[i]);
+        if (m->overflow) return;
+        k++;
+    }
+}
+
+/* The current state's tokens from its stacks' entries into b (zeroed): 0, 1 when the
+ * state needs a whole walk instead (too many stacks, an entry that overflowed) */
+static int mask_by_positions(gmatch *m, uint64_t *b) {
+    const int32_t n = m->st[m->cur].n, off = m->st[m->cur].off;
+    if (n > PE_MAX / 2) return 1;
+    if (m->n_pe + n > PE_MAX || m->pe_bytes > PE_MAX_BYTES) pcache_clear(m);
+    int64_t ne = 0;
+    for (int32_t k = 0; k < n; k++) {
+        const int32_t id = pentry_get(m, m->set[off + k]);
+        if (id < 0 || m->pe[id].whole) return 1;
+        bool seen = false;
+        for (int64_t q = 0; q < ne && !seen; q++) seen = m->ent_tmp[q] == id;
+        if (!seen) push_tmp(&m->ent_tmp, &ne, &m->cap_ent_tmp, id);
+    }
+    for (int64_t q = 0; q < ne; q++) { /* the tokens the tops accept alone */
+        const pentry *pe = &m->pe[m->ent_tmp[q]];
+        if (pe->acc_bits)
+            for (int64_t w = 0; w < m->words; w++) b[w] |= pe->acc_bits[w];
+        else
+            for (int64_t k = 0; k < pe->n_acc; k++) b[pe->acc_ids[k] >> 6] |= 1ull << (pe->acc_ids[k] & 63);
+    }
+    if (m->plant == 1) return 0; /* planted: the context-dependent tokens refused unchecked */
+    for (int64_t q = 0; q < ne && !m->overflow; q++) walk_unc(m, b, &m->pe[m->ent_tmp[q]]);
+    return 0;
+}
+
+__attribute__((target("popcnt"))) static int64_t popcount_hw(const uint64_t *b, int64_t n) {
+    int64_t c = 0;
+    for (int64_t w = 0; w < n; w++) c += __builtin_popcountll(b[w]);
+    return c;
+}
+
+static int64_t popcount_sw(const uint64_t *b, int64_t n) {
+    int64_t c = 0;
+    for (int64_t w = 0; w < n; w++) c += __builtin_popcountll(b[w]);
+    return c;
+}
+
+static int64_t popcount_words(const uint64_t *b, int64_t n) {
+    return __builtin_cpu_supports("popcnt") ? popcount_hw(b, n) : popcount_sw(b, n);
+}
+
 int64_t gmatch_mask(gmatch *m, const uint64_t **bits, herr *e) {
     maybe_rebuild(m);
     gstate *c = &m->st[m->cur];
@@ -1378,26 +1679,15 @@ int64_t gmatch_mask(gmatch *m, const uint64_t **bits, herr *e) {
     uint64_t *b = m->masks + (int64_t)slot * m->words;
     memset(b, 0, sizeof *b * (size_t)m->words);
     const gvocab *v = m->v;
-    int64_t count = 0, visits = 0;
-    m->walk[0] = m->cur;
-    for (int64_t i = 1; i < v->n_nodes;) {
-        visits++;
-        const int32_t t = step(m, m->walk[v->depth[i] - 1], v->byte[i]);
-        if (t == DEAD) {
-            if (m->overflow) break;
-            i = v->end[i];
-            continue;
-        }
-        m->walk[v->depth[i]] = t;
-        for (int32_t k = v->tok_off[i]; k < v->tok_off[i + 1]; k++) {
-            const int32_t id = v->tok[k];
-            b[id >> 6] |= 1ull << (id & 63);
-            count++;
-        }
-        i++;
+    if (m->whole_walks || mask_by_positions(m, b) == 1) {
+        memset(b, 0, sizeof *b * (size_t)m->words);
+        m->walk[0] = m->cur;
+        m->stats.trie_visits += walk_range(m, b, 1, v->n_nodes);
+        m->stats.masks_whole++;
     }
     if (m->overflow) {
         m->overflow = false;
+        m->mask_owner[slot] = -1;
         herr_set(e, "grammar: the output is too ambiguous for the grammar (over %d stacks or %d nodes)",
                  GMATCH_MAX_STACKS, MAX_NODES);
         return -1;
@@ -1405,29 +1695,63 @@ int64_t gmatch_mask(gmatch *m, const uint64_t **bits, herr *e) {
     c = &m->st[m->cur]; /* the walk may have moved the state table */
     if (c->accept)
         for (int32_t id = 0; id < v->n_vocab; id++)
-            if (v->eog[id]) b[id >> 6] |= 1ull << (id & 63), count++;
+            if (v->eog[id]) b[id >> 6] |= 1ull << (id & 63);
+    const int64_t count = popcount_words(b, m->words);
     c->mask = slot;
     m->mask_owner[slot] = m->cur;
     m->mask_count[slot] = count;
     m->stats.masks_walked++;
-    m->stats.trie_visits += visits;
     *bits = b;
     return count;
+}
+
+/* -inf over the refused: 8 logits a step, each lane's bit tested against its own */
+__attribute__((target("avx2"))) static void apply_avx2(const uint64_t *b, float *lg, int32_t V) {
+    const __m256i sel = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
+    const __m256 ninf = _mm256_set1_ps(-INFINITY);
+    const int32_t full = V / 64;
+    for (int32_t w = 0; w < full; w++) {
+        const uint64_t x = b[w];
+        if (x == ~0ull) continue;
+        float *l = lg + (int64_t)w * 64;
+        if (x == 0) {
+            for (int j = 0; j < 64; j += 8) _mm256_storeu_ps(l + j, ninf);
+            continue;
+        }
+        for (int j = 0; j < 8; j++) {
+            const __m256i by = _mm256_set1_epi32((int)((x >> (8 * j)) & 0xff));
+            const __m256i on = _mm256_cmpeq_epi32(_mm256_and_si256(by, sel), sel);
+            _mm256_storeu_ps(l + 8 * j, _mm256_blendv_ps(ninf, _mm256_loadu_ps(l + 8 * j), _mm256_castsi256_ps(on)));
+        }
+    }
+    for (int32_t i = full * 64; i < V; i++)
+        if (!((b[i >> 6] >> (i & 63)) & 1)) lg[i] = -INFINITY;
+}
+
+static void apply_plain(const uint64_t *b, float *lg, int32_t V) {
+    for (int32_t w = 0; w < (V + 63) / 64; w++) {
+        const uint64_t x = b[w];
+        if (x == ~0ull) continue;
+        const int32_t lo = w * 64, hi = lo + 64 < V ? lo + 64 : V;
+        for (int32_t i = lo; i < hi; i++)
+            if (!((x >> (i - lo)) & 1)) lg[i] = -INFINITY;
+    }
+}
+
+void gmatch_apply_bits(const uint64_t *bits, float *logits, int32_t n_vocab) {
+    if (__builtin_cpu_supports("avx2")) apply_avx2(bits, logits, n_vocab);
+    else apply_plain(bits, logits, n_vocab);
 }
 
 int64_t gmatch_apply(gmatch *m, float *logits, herr *e) {
     const uint64_t *b;
     const int64_t n = gmatch_mask(m, &b, e);
     if (n < 0) return -1;
-    const int32_t V = m->v->n_vocab;
-    for (int32_t w = 0; w < (V + 63) / 64; w++) {
-        const uint64_t x = b[w];
-        if (x == ~0ull) continue;
-        const int32_t lo = w * 64, hi = lo + 64 < V ? lo + 64 : V;
-        for (int32_t i = lo; i < hi; i++)
-            if (!((x >> (i - lo)) & 1)) logits[i] = -INFINITY;
-    }
+    gmatch_apply_bits(b, logits, m->v->n_vocab);
     return n;
 }
+
+void gmatch_set_whole_walks(gmatch *m, bool on) { m->whole_walks = on; }
+void gmatch_plant_defect(gmatch *m, int defect) { m->plant = defect; }
 
 gmatch_stats gmatch_get_stats(const gmatch *m) { return m->stats; }

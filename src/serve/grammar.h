@@ -68,13 +68,25 @@ bool gmatch_ended(const gmatch *m);
 int64_t gmatch_mask(gmatch *m, const uint64_t **bits, herr *e);
 /* logits[i] = -INFINITY for every token the grammar refuses; the count allowed (or -1). */
 int64_t gmatch_apply(gmatch *m, float *logits, herr *e);
+/* The same for bits from gmatch_mask (8 logits a step where the CPU has AVX2). */
+void gmatch_apply_bits(const uint64_t *bits, float *logits, int32_t n_vocab);
 
 /* Counters for benchmarks: DFA states and stack nodes made, masks walked and served from
  * the cache, trie nodes visited by the walks. */
 typedef struct gmatch_stats {
     int64_t states, nodes, masks_walked, masks_cached, trie_visits, rebuilds;
+    int64_t masks_whole;    /* masks made by walking the whole trie (no position entries) */
+    int64_t entries;        /* position entries made (grammar.c: the position cache) */
+    int64_t entry_visits;   /* trie nodes their abstract walks visited */
 } gmatch_stats;
 gmatch_stats gmatch_get_stats(const gmatch *m);
+
+/* Tests and benchmarks: every mask a whole walk of the trie from the state (the path the
+ * position cache replaces; the same bits). */
+void gmatch_set_whole_walks(gmatch *m, bool on);
+/* Tests: a planted defect in the position cache, to see the mask comparison go red:
+ * 1 its context-dependent tokens refused unchecked, 2 accepted unchecked; 0 none. */
+void gmatch_plant_defect(gmatch *m, int defect);
 
 /* The bytes of GBNF string-literal text for s[0..n) (quotes not included): a new string. */
 char *gbnf_escape(const char *s, size_t n);

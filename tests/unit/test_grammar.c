@@ -215,77 +215,154 @@ TEST(tool_call_grammars) {
     cJSON_Delete(tools);
 }
 
-/* the trie's mask against each token checked alone, along a JSON document, on the real
- * vocabulary (151,936 tokens of Qwen2's BPE in the qwen35 fixture) */
-TEST(mask_matches_token_checks) {
+/* the qwen35 fixture's tokenizer (151,936 tokens of Qwen2's byte-level BPE), or NULL */
+static tokenizer *fixture_tokenizer(void) {
     FILE *p = popen("gzip -dc tests/fixtures/vocab/ggml-vocab-qwen35.gguf.gz", "r");
     size_t cap = 8 << 20, len = 0, k;
     uint8_t *buf = xmalloc(cap);
-    while ((k = fread(buf + len, 1, cap - len, p)) > 0)
+    while (p && (k = fread(buf + len, 1, cap - len, p)) > 0)
         if ((len += k) == cap) buf = xrealloc(buf, cap *= 2);
-    if (pclose(p) != 0 || len < 1000) { free(buf); SKIP("the vocabulary fixture could not be read"); }
+    if (!p || pclose(p) != 0 || len < 1000) { free(buf); return NULL; }
     gguf_file *f;
-    tokenizer *t;
+    tokenizer *t = NULL;
     herr e;
-    if (gguf_open_buffer(&f, buf, len, &e) < 0 || tokenizer_load(&t, f, &e) < 0) {
-        CHECK_MSG(0, "%s", e.msg);
-        free(buf);
-        return;
-    }
+    if (gguf_open_buffer(&f, buf, len, &e) < 0) { free(buf); return NULL; }
+    if (tokenizer_load(&t, f, &e) < 0) t = NULL;
     gguf_close(f);
-    gvocab *v = gvocab_new(t);
-    CHECK(gvocab_n(v) == tokenizer_n_vocab(t));
-    cJSON *s = cJSON_Parse("{\"type\": \"object\", \"properties\": {\"title\": {\"type\": \"string\"}, \"n\": {\"type\": "
-                           "\"integer\"}, \"ok\": {\"type\": \"boolean\"}}, \"required\": [\"title\", \"n\", \"ok\"]}");
+    free(buf);
+    return t;
+}
+
+static char *schema_gbnf(const char *schema) {
+    cJSON *s = cJSON_Parse(schema);
+    herr e;
     char *gb = schema_to_gbnf(s, "json_schema", &e);
     cJSON_Delete(s);
-    grammar *g = gb ? grammar_parse(gb, strlen(gb), &e) : NULL;
-    CHECK_MSG(g != NULL, "%s", e.msg);
-    gmatch *m = g ? gmatch_new(g, v, &e) : NULL, *ref = g ? gmatch_new(g, v, &e) : NULL;
-    const char *doc = "{\"title\": \"Día de \\\"sol\\\"\", \"n\": -12, \"ok\": true}";
-    int64_t n_ids = 0;
+    if (!gb) fprintf(stderr, "    %s\n", e.msg);
+    return gb;
+}
+
+/* Along doc (tokenized), at every step: the mask of m (the position cache, with a planted
+ * defect when asked) and of a matcher walking the whole trie, each against every token
+ * checked alone. The steps where they differ (-1: the grammar or the document failed). */
+static int64_t mask_mismatches(const tokenizer *t, const gvocab *v, const char *gbnf, const char *doc, int defect,
+                               int64_t *n_steps) {
+    herr e;
+    grammar *g = grammar_parse(gbnf, strlen(gbnf), &e);
+    if (!g) { fprintf(stderr, "    %s\n", e.msg); return -1; }
+    gmatch *m = gmatch_new(g, v, &e), *whole = gmatch_new(g, v, &e), *ref = gmatch_new(g, v, &e);
+    gmatch_plant_defect(m, defect);
+    gmatch_set_whole_walks(whole, true);
+    int64_t n_ids = 0, bad_steps = 0;
     int32_t *ids = tokenizer_encode_alloc(t, doc, strlen(doc), false, &n_ids);
-    const int32_t eos = tokenizer_eos(t);
-    int64_t bad = 0, checked = 0;
-    for (int64_t i = 0; m && i <= n_ids; i++) {
-        const uint64_t *bits;
-        const int64_t allowed = gmatch_mask(m, &bits, &e);
-        CHECK(allowed > 0);
-        int64_t count = 0;
-        for (int32_t id = 0; id < gvocab_n(v); id++) {
-            const bool in = (bits[id >> 6] >> (id & 63)) & 1;
+    const int32_t V = gvocab_n(v), eos = tokenizer_eos(t);
+    for (int64_t i = 0; i <= n_ids; i++) {
+        const uint64_t *bits, *wbits;
+        const int64_t allowed = gmatch_mask(m, &bits, &e), w_allowed = gmatch_mask(whole, &wbits, &e);
+        int64_t bad = 0, count = 0;
+        for (int32_t id = 0; id < V; id++) {
+            const bool in = (bits[id >> 6] >> (id & 63)) & 1, w = (wbits[id >> 6] >> (id & 63)) & 1;
+            const bool ok = gmatch_token_ok(ref, id);
             count += in;
-            if (in != gmatch_token_ok(ref, id) && bad++ < 5)
-                fprintf(stderr, "    step %lld: token %d mask %d check %d\n", (long long)i, id, in, !in);
+            if ((in != ok || w != ok) && bad++ < 3 && !defect)
+                fprintf(stderr, "    step %lld: token %d cached %d whole %d alone %d\n", (long long)i, id, in, w, ok);
         }
-        CHECK(count == allowed);
-        checked++;
+        if (bad || count != allowed || w_allowed != allowed) bad_steps++;
         if (i == n_ids) {
-            CHECK(gmatch_complete(m) && ((bits[eos >> 6] >> (eos & 63)) & 1));
+            if (!gmatch_complete(m) || !((bits[eos >> 6] >> (eos & 63)) & 1)) bad_steps = -1;
             break;
         }
-        CHECK((bits[ids[i] >> 6] >> (ids[i] & 63)) & 1); /* the document's own tokens are allowed */
-        CHECK(gmatch_token(m, ids[i]) == 0 && gmatch_token(ref, ids[i]) == 0);
+        if (!((bits[ids[i] >> 6] >> (ids[i] & 63)) & 1) && !defect) bad_steps++;
+        if (gmatch_token(m, ids[i]) < 0 || gmatch_token(ref, ids[i]) < 0 || gmatch_token(whole, ids[i]) < 0) {
+            fprintf(stderr, "    step %lld: the document's token %d refused\n", (long long)i, ids[i]);
+            bad_steps = -1;
+            break;
+        }
     }
-    CHECK(bad == 0);
-    CHECK(checked == n_ids + 1);
-    /* the mask really masks: the logits of refused tokens become -inf */
-    float *lg = xcalloc((size_t)gvocab_n(v), sizeof *lg);
-    gmatch *m2 = g ? gmatch_new(g, v, &e) : NULL;
-    const int64_t n_ok = m2 ? gmatch_apply(m2, lg, &e) : 0;
-    int64_t finite = 0;
-    for (int32_t id = 0; id < gvocab_n(v); id++) finite += isfinite(lg[id]);
-    CHECK(n_ok > 0 && finite == n_ok && n_ok < gvocab_n(v) / 100);
-    free(lg);
-    gmatch_free(m2);
+    const gmatch_stats st = gmatch_get_stats(m);
+    if (!defect)
+        fprintf(stderr, "    %lld steps, %lld position entries, %lld masks by whole walks\n", (long long)n_ids + 1,
+                (long long)st.entries, (long long)st.masks_whole);
+    CHECK(defect || st.entries > 0);
+    *n_steps = n_ids + 1;
     free(ids);
     gmatch_free(m);
+    gmatch_free(whole);
     gmatch_free(ref);
     grammar_free(g);
-    free(gb);
+    return bad_steps;
+}
+
+/* The cached mask (position entries and the walk of context-dependent tokens) and the whole
+ * walk against each token checked alone, on the real vocabulary, along documents of
+ * grammars with recursion (JSON values in values, $ref trees, nested parentheses), string
+ * escapes and multi-byte characters; then planted defects in the cache turn it red. */
+TEST(mask_matches_token_checks) {
+    tokenizer *t = fixture_tokenizer();
+    if (!t) SKIP("the vocabulary fixture could not be read");
+    gvocab *v = gvocab_new(t);
+    CHECK(gvocab_n(v) == tokenizer_n_vocab(t));
+    char *schema = schema_gbnf("{\"type\": \"object\", \"properties\": {\"title\": {\"type\": \"string\"}, \"n\": {\"type\": "
+                               "\"integer\"}, \"ok\": {\"type\": \"boolean\"}}, \"required\": [\"title\", \"n\", \"ok\"]}");
+    char *any = schema_gbnf("{}");
+    char *tree = schema_gbnf("{\"$ref\": \"#/$defs/node\", \"$defs\": {\"node\": {\"type\": \"object\", \"properties\": "
+                             "{\"v\": {\"type\": \"string\"}, \"kids\": {\"type\": \"array\", \"items\": {\"$ref\": "
+                             "\"#/$defs/node\"}}}, \"required\": [\"v\"]}}}");
+    cJSON *tools = cJSON_Parse("[{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", \"parameters\": {\"type\": "
+                               "\"object\", \"properties\": {\"city\": {\"type\": \"string\"}}, \"required\": [\"city\"]}}}]");
+    herr e;
+    char *tool = schema_tool_gbnf(tools, NULL, true, &e);
+    cJSON_Delete(tools);
+    const struct { const char *name, *gbnf, *doc; } cases[] = {
+        {"schema", schema, "{\"title\": \"Día de \\\"sol\\\"\", \"n\": -12, \"ok\": true}"},
+        {"json_object", any, "{\"a\": [1, {\"b\": \"x\\\"}, \\u00e9\"}, [[]], null], \"c\": {\"d\": {\"e\": \"日本語\"}}}"},
+        {"tree", tree, "{\"v\": \"root\", \"kids\": [{\"v\": \"a\"}, {\"v\": \"b\", \"kids\": [{\"v\": \"c\", \"kids\": []}]}]}"},
+        {"parens", "root ::= item+\nitem ::= (\"(\" item* \")\" | [a-z]+) \" \"?", "((ab (cd) ) (((x))) y)(z )"},
+        {"tool_call", tool, "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis, \"<France>\"\n</parameter>\n"
+                            "</function>\n</tool_call>"},
+    };
+    int64_t red1 = 0, red2 = 0;
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        int64_t steps = 0;
+        CHECK(cases[c].gbnf != NULL);
+        if (!cases[c].gbnf) continue;
+        fprintf(stderr, "    %s:\n", cases[c].name);
+        const int64_t bad = mask_mismatches(t, v, cases[c].gbnf, cases[c].doc, 0, &steps);
+        CHECK_MSG(bad == 0 && steps > 10, "%s: %lld of %lld steps differ", cases[c].name, (long long)bad, (long long)steps);
+        /* the planted defects: context-dependent tokens refused, or taken, unchecked */
+        red1 += mask_mismatches(t, v, cases[c].gbnf, cases[c].doc, 1, &steps);
+        red2 += mask_mismatches(t, v, cases[c].gbnf, cases[c].doc, 2, &steps);
+    }
+    fprintf(stderr, "    planted defects: %lld and %lld steps differ\n", (long long)red1, (long long)red2);
+    CHECK(red1 > 0 && red2 > 0);
+    /* the mask really masks: the logits of refused tokens become -inf, the others unchanged
+     * (after "{": few allowed; inside a string: most) */
+    grammar *g = grammar_parse(schema, strlen(schema), &e);
+    float *lg = xmalloc(sizeof *lg * (size_t)gvocab_n(v));
+    static const char *const prefix[2] = {"{", "{\"title\": \"ab"};
+    for (int k = 0; g && k < 2; k++) {
+        for (int32_t id = 0; id < gvocab_n(v); id++) lg[id] = (float)(id % 97) * 0.25f;
+        gmatch *m2 = gmatch_new(g, v, &e);
+        CHECK(gmatch_bytes(m2, prefix[k], strlen(prefix[k])) == 0);
+        const int64_t n_ok = gmatch_apply(m2, lg, &e);
+        const uint64_t *bits;
+        CHECK(gmatch_mask(m2, &bits, &e) == n_ok);
+        int64_t finite = 0, wrong = 0;
+        for (int32_t id = 0; id < gvocab_n(v); id++) {
+            const bool in = (bits[id >> 6] >> (id & 63)) & 1;
+            finite += isfinite(lg[id]);
+            wrong += in ? lg[id] != (float)(id % 97) * 0.25f : !(isinf(lg[id]) && lg[id] < 0);
+        }
+        CHECK_MSG(n_ok > 0 && finite == n_ok && wrong == 0 && (k ? n_ok > gvocab_n(v) / 2 : n_ok < gvocab_n(v) / 100),
+                  "after %s: %lld allowed, %lld finite, %lld wrong", prefix[k], (long long)n_ok, (long long)finite,
+                  (long long)wrong);
+        gmatch_free(m2);
+    }
+    free(lg);
+    grammar_free(g);
+    free(schema), free(any), free(tree), free(tool);
     gvocab_free(v);
     tokenizer_free(t);
-    free(buf);
 }
 
 int main(void) {
