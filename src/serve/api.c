@@ -10,6 +10,7 @@
 #include "serve/sched.h"
 #include "serve/answer.h"
 #include "serve/request.h"
+#include "serve/responses.h"
 #include "text/chat.h"
 #include "text/tokenizer.h"
 #include "base/util.h"
@@ -80,7 +81,7 @@ static size_t utf8_valid(const unsigned char *s, size_t n) {
  * may end inside a character) becomes U+FFFD, so every answer is valid JSON; so does a NUL
  * byte (a model may write one: byte-level token 'Ā'), which a cJSON string, a C string, would
  * end at, dropping the rest of a whole answer while a stream kept it (the soak's find). */
-static cJSON *json_text(const char *s, size_t n) {
+cJSON *json_text(const char *s, size_t n) {
     buf b = {0};
     buf_add(&b, "", 0);
     for (size_t i = 0; i < n;) {
@@ -131,6 +132,7 @@ typedef struct gen {
     buf call_args;
     size_t lp_off;          /* legacy completions' text_offset of the next token */
     bool new_line;          /* a newline was generated (t_max_predict_ms) */
+    resp_out *resp;         /* /v1/responses: the Response being made (responses.h), else NULL */
 } gen;
 
 static void gen_free(gen *g) {
@@ -146,6 +148,7 @@ static void gen_free(gen *g) {
     free(g->reasoning.p);
     free(g->pending.p);
     req_params_free(&g->p);
+    resp_out_free(g->resp);
     free(g);
 }
 
@@ -567,8 +570,18 @@ static void gen_call(gen *g, answer_part part, const char *s, size_t n) {
 /* answer.h's sink */
 static void gen_part(void *cls, answer_part part, const char *s, size_t n) {
     gen *g = cls;
-    if (part == ANSWER_REASONING || part == ANSWER_CONTENT) gen_emit(g, part == ANSWER_REASONING, s, n);
+    if (g->kind == API_RESPONSES) resp_part(g->resp, part, s, n, g->p.stream ? &g->pending : NULL);
+    else if (part == ANSWER_REASONING || part == ANSWER_CONTENT) gen_emit(g, part == ANSWER_REASONING, s, n);
     else gen_call(g, part, s, n);
+}
+
+/* /v1/responses' usage: reasoning_tokens up to the end of the thinking block */
+static resp_usage responses_usage(const gen *g) {
+    pthread_mutex_lock(&g->r->mu);
+    const int64_t cached = g->r->n_cached;
+    pthread_mutex_unlock(&g->r->mu);
+    return (resp_usage){.input = g->r->n_ids, .cached = cached, .output = g->n_seen,
+                        .reasoning = resp_had_reasoning(g->resp) ? resp_reasoning_tokens(g->a->tok, g->r->out, g->n_seen) : 0};
 }
 
 /* a stream's last events: the finish, usage where asked, [DONE] on OpenAI's endpoints */
@@ -578,6 +591,10 @@ static void gen_stream_end(gen *g) {
          * with an error the client can tell from a finished answer, as a whole answer's 503 */
         const bool cancelled = g->fin == SCHED_CANCELLED;
         const char *msg = g->r->err[0] ? g->r->err : "the request was cancelled";
+        if (g->kind == API_RESPONSES) { /* response.failed */
+            resp_fail(g->resp, msg, &g->pending);
+            return;
+        }
         cJSON *j = cJSON_CreateObject(), *err = cJSON_AddObjectToObject(j, "error");
         if (g->kind == API_MESSAGES) { /* Anthropic's error event */
             block_close(g);
@@ -601,6 +618,10 @@ static void gen_stream_end(gen *g) {
             cJSON_AddItemToObject(j, "usage", usage_json(g));
             sse(g, j);
         }
+    } else if (g->kind == API_RESPONSES) { /* response.completed or response.incomplete, no [DONE] */
+        const resp_usage u = responses_usage(g);
+        resp_end(g->resp, g->fin == SCHED_LENGTH, &u, timings_json(g), &g->pending);
+        return;
     } else if (g->kind == API_OAI_COMPLETION) {
         cJSON *j = text_chunk(g, "", 0, finish_reason(g));
         if (g->p.include_usage) cJSON_AddItemToObject(j, "usage", usage_json(g));
@@ -652,6 +673,7 @@ static ssize_t gen_produce(void *cls, char *out, size_t max) {
             cJSON_AddItemToObject(j, "message", m);
             sse_event(g, "message_start", j);
         }
+        if (g->stage == 0 && g->kind == API_RESPONSES) resp_begin(g->resp, &g->pending);
         if (g->stage == 0 && g->kind == API_CHAT) { /* the role first, as OpenAI sends it */
             cJSON *d = cJSON_CreateObject();
             cJSON_AddStringToObject(d, "role", "assistant");
@@ -676,23 +698,29 @@ static void gen_done(void *cls) {
 }
 
 /* Starts ids on the scheduler and answers: a stream, or (after waiting) the whole answer.
- * marks: message starts (taken over); think_open: the prompt leaves a thinking block open. */
+ * marks: message starts (taken over); think_open: the prompt leaves a thinking block open;
+ * resp_req: a /v1/responses request (the Response repeats its fields), else NULL. */
 static void gen_run(app *a, const http_call *c, http_out *o, api_kind kind, gen_params *p, int32_t *ids, int64_t n_ids,
-                    int64_t *marks, int n_marks, bool think_open, const cJSON *tools) {
+                    int64_t *marks, int n_marks, bool think_open, const cJSON *tools, const cJSON *resp_req) {
     gen *g = xcalloc(1, sizeof *g);
     g->a = a;
     g->kind = kind;
     g->p = *p;
     *p = (gen_params){0}; /* the stop strings are g's now */
     if (cJSON_IsArray(tools) && cJSON_GetArraySize(tools) > 0) g->tools = cJSON_Duplicate(tools, true);
-    const bool chat = kind == API_CHAT || kind == API_MESSAGES;
+    const bool chat = kind == API_CHAT || kind == API_MESSAGES || kind == API_RESPONSES;
     g->block_type = -1;
     const answer_opts ao = {.split_think = chat && !a->o->reasoning_none, .think_open = think_open,
                             .tools = chat ? g->tools : NULL, .stop = (const char *const *)g->p.stop,
                             .n_stop = g->p.n_stop};
     answer_init(&g->ans, &ao, gen_part, g);
     g->created = (int64_t)time(NULL);
-    snprintf(g->id, sizeof g->id, "%s%016" PRIx64, kind == API_CHAT ? "chatcmpl-" : kind == API_MESSAGES ? "msg_" : "cmpl-", (uint64_t)(new_id(a) * 0x9e3779b97f4a7c15ull));
+    const uint64_t idn = new_id(a) * 0x9e3779b97f4a7c15ull;
+    snprintf(g->id, sizeof g->id, "%s%016" PRIx64, kind == API_CHAT ? "chatcmpl-" : kind == API_MESSAGES ? "msg_" : "cmpl-", idn);
+    if (kind == API_RESPONSES) {
+        g->resp = resp_out_new(resp_req, idn, a->alias, g->created, g->p.so.temp, g->p.so.top_p);
+        snprintf(g->id, sizeof g->id, "%s", resp_id(g->resp));
+    }
     tokdec_init(&g->dec, a->tok);
     g->dec.special = false; /* control tokens (<|im_end|>) are no text */
     sched_req *r = sched_req_new(ids, n_ids, marks, n_marks);
@@ -700,7 +728,7 @@ static void gen_run(app *a, const http_call *c, http_out *o, api_kind kind, gen_
     r->n_predict = g->p.n_predict;
     r->ignore_eos = g->p.ignore_eos;
     r->slot_wanted = g->p.slot;
-    r->exact = kind == API_CHAT || kind == API_MESSAGES;
+    r->exact = chat;
     r->no_reuse = !g->p.cache_prompt;
     r->top_logprobs = g->p.top_logprobs;
     /* the sampling constraints: the grammar applies after the reasoning when the prompt opens it */
@@ -792,6 +820,9 @@ static void gen_run(app *a, const http_call *c, http_out *o, api_kind kind, gen_
         else cJSON_AddNullToObject(j, "stop_sequence");
         cJSON_AddItemToObject(j, "usage", messages_usage(g));
         cJSON_AddItemToObject(j, "timings", timings_json(g));
+    } else if (kind == API_RESPONSES) {
+        const resp_usage u = responses_usage(g);
+        j = resp_end(g->resp, g->fin == SCHED_LENGTH, &u, timings_json(g), NULL);
     } else if (kind == API_OAI_COMPLETION) {
         j = text_chunk(g, g->content.p ? g->content.p : "", g->content.len, finish_reason(g));
         if (g->r->top_logprobs >= 0) {
@@ -816,8 +847,9 @@ static bool ends_in_open_think(const char *text) {
 
 /* ---------------------------------------------------------------- endpoints */
 
-/* A chat request (OpenAI's, or Anthropic's as chat_prompt reads it): rendered, then run. */
-static void chat_generate(app *a, const http_call *c, http_out *o, api_kind kind, const cJSON *q) {
+/* A chat request (OpenAI's, or Anthropic's or a Responses request as read into one):
+ * rendered, then run; resp_req: the Responses request itself, else NULL. */
+static void chat_generate(app *a, const http_call *c, http_out *o, api_kind kind, const cJSON *q, const cJSON *resp_req) {
     herr e;
     gen_params p = {0};
     char *text = NULL;
@@ -832,7 +864,7 @@ static void chat_generate(app *a, const http_call *c, http_out *o, api_kind kind
         free(starts);
     } else {
         gen_run(a, c, o, kind, &p, ids, n_ids, starts, n_starts, ends_in_open_think(text),
-                req_tool_choice_none(q) ? NULL : cJSON_GetObjectItemCaseSensitive(q, "tools"));
+                req_tool_choice_none(q) ? NULL : cJSON_GetObjectItemCaseSensitive(q, "tools"), resp_req);
     }
     free(text);
 }
@@ -840,7 +872,7 @@ static void chat_generate(app *a, const http_call *c, http_out *o, api_kind kind
 static void on_chat(void *ap, const http_call *c, http_out *o) {
     cJSON *j = parse_body(c, o);
     if (!j) return;
-    chat_generate(ap, c, o, API_CHAT, j);
+    chat_generate(ap, c, o, API_CHAT, j, NULL);
     cJSON_Delete(j);
 }
 
@@ -856,7 +888,7 @@ static void on_completion(app *a, const http_call *c, http_out *o, api_kind kind
         http_error(o, c, 400, "invalid_request_error", "%s", e.msg);
         req_params_free(&p);
     } else {
-        gen_run(a, c, o, kind, &p, ids, n, NULL, 0, false, NULL);
+        gen_run(a, c, o, kind, &p, ids, n, NULL, 0, false, NULL, NULL);
     }
     cJSON_Delete(j);
 }
@@ -1162,7 +1194,20 @@ static void on_messages(void *ap, const http_call *c, http_out *o) {
         q = NULL;
     }
     if (!q) http_error(o, c, 400, "invalid_request_error", "%s", e.msg);
-    else chat_generate(ap, c, o, API_MESSAGES, q);
+    else chat_generate(ap, c, o, API_MESSAGES, q, NULL);
+    cJSON_Delete(q);
+    cJSON_Delete(j);
+}
+
+/* OpenAI's Responses API: the request read into a chat request (responses.c) */
+static void on_responses(void *ap, const http_call *c, http_out *o) {
+    app *a = ap;
+    cJSON *j = parse_body(c, o);
+    if (!j) return;
+    herr e;
+    cJSON *q = resp_to_chat(&a->rx, j, &e);
+    if (!q) http_error(o, c, 400, "invalid_request_error", "%s", e.msg);
+    else chat_generate(a, c, o, API_RESPONSES, q, j);
     cJSON_Delete(q);
     cJSON_Delete(j);
 }
@@ -1211,6 +1256,8 @@ static const http_route routes[] = {
     {"POST", "/v1/chat/completions", on_chat, false},
     {"POST", "/v1/messages", on_messages, false},
     {"POST", "/v1/messages/count_tokens", on_count_tokens, false},
+    {"POST", "/v1/responses", on_responses, false},
+    {"POST", "/responses", on_responses, false},
     {NULL, NULL, NULL, false},
 };
 

@@ -28,7 +28,7 @@ typedef struct buf {
 void buf_add(buf *b, const char *s, size_t n);
 void buf_str(buf *b, const char *s);
 
-typedef enum api_kind { API_CHAT, API_COMPLETION, API_OAI_COMPLETION, API_MESSAGES } api_kind;
+typedef enum api_kind { API_CHAT, API_COMPLETION, API_OAI_COMPLETION, API_MESSAGES, API_RESPONSES } api_kind;
 
 /* The chat prompts lately tokenized, text and ids, shared by the HTTP threads: a
  * conversation's next turn encodes its new messages only (tokenizer_encode_after). */
