@@ -67,7 +67,7 @@ with_forms() { # name, seconds, command...: once as built, then once per form in
 for s in $steps; do
     case $s in
     build) t0=$(date +%s)
-           targets="build/hearth build/tests/test_cuda build/tests/test_engine build/gates build/mut/test_engine"
+           targets="build/hearth build/tests/test_cuda build/tests/test_engine build/gates build/mut/test_engine build/mut/hearth"
            grep -q 'test_gdn_chunk' Makefile && targets="$targets build/tests/test_gdn_chunk"
            make -j12 $targets >"$out/make.log" 2>&1 || { tail -30 "$out/make.log"; exit 1; }
            echo "== build: $(( $(date +%s) - t0 )) s" ;;
