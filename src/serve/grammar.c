@@ -12,6 +12,8 @@
 
 #include <immintrin.h>
 #include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -817,6 +819,7 @@ struct gvocab {
     char **piece;
     uint32_t *piece_len;
     bool *eog;
+    struct pshare *share;   /* position entries shared by its matchers (the one mutable part) */
 };
 
 int32_t gvocab_n(const gvocab *v) { return v->n_vocab; }
@@ -832,6 +835,9 @@ static int piece_cmp(const void *a, const void *b) {
     if (x->len != y->len) return x->len < y->len ? -1 : 1;
     return x->id < y->id ? -1 : x->id > y->id;
 }
+
+static struct pshare *pshare_new(void);
+static void pshare_free(struct pshare *sh);
 
 gvocab *gvocab_from(int32_t n, const char *const *pieces, const size_t *lens, const bool *eog) {
     gvocab *v = xcalloc(1, sizeof *v);
@@ -900,6 +906,7 @@ gvocab *gvocab_from(int32_t n, const char *const *pieces, const size_t *lens, co
      * no token of its own has tok_off[i] == tok_off[i + 1] */
     v->n_nodes = nn;
     free(order);
+    v->share = pshare_new();
     return v;
 }
 
@@ -931,6 +938,7 @@ void gvocab_free(gvocab *v) {
     free(v->end);
     free(v->tok_off);
     free(v->tok);
+    pshare_free(v->share);
     free(v);
 }
 
@@ -987,9 +995,10 @@ struct gmatch {
     bool overflow;          /* a cap was hit inside a step: the step fails */
     /* the position cache (pentry, below) */
     bool whole_walks;       /* every mask a whole trie walk (tests, benchmarks) */
+    bool no_share;          /* entries neither taken from nor given to the vocabulary's table */
     int plant;              /* a planted defect (gmatch_plant_defect), 0 none */
     struct gmatch *am;      /* the abstract matcher: one stack's top over a context (its node 0) */
-    struct pentry *pe;
+    struct pslot *pe;       /* this matcher's entries by key */
     int32_t n_pe, cap_pe;
     int64_t pe_bytes;
     int32_t *peh;           /* open addressing over entries by key, peh_cap (power of 2) */
@@ -997,8 +1006,8 @@ struct gmatch {
     int32_t *node_pe;       /* per node: its stack's entry, -1 not looked up (cap_nodes) */
     int32_t *path_node;     /* per trie depth, while an entry is made: the node on the path */
     bool *path_in, *path_pop;
-    int32_t *acc_tmp, *unc_tmp, *ent_tmp;
-    int64_t cap_acc_tmp, cap_unc_tmp, cap_ent_tmp;
+    int32_t *acc_tmp, *unc_tmp, *ent_tmp, *sig, *canon, *queue;
+    int64_t cap_acc_tmp, cap_unc_tmp, cap_ent_tmp, cap_sig, cap_queue;
 };
 
 static inline uint32_t hash2(int32_t a, int32_t b) {
@@ -1344,6 +1353,9 @@ void gmatch_free(gmatch *m) {
     free(m->acc_tmp);
     free(m->unc_tmp);
     free(m->ent_tmp);
+    free(m->sig);
+    free(m->canon);
+    free(m->queue);
     free(m->pos);
     free(m->parent);
     free(m->clo_off);
@@ -1436,7 +1448,11 @@ int gmatch_token(gmatch *m, int32_t id) {
 #define PEH_CAP 1024                       /* hash slots (> 2 PE_MAX) */
 
 typedef struct pentry {
-    int32_t key[PKEY_DEPTH], klen;
+    atomic_int refs;        /* the matchers' slots and the shared table holding it */
+    int32_t *sig;           /* the local grammar it was made for (local_sig) */
+    int64_t n_sig;
+    uint64_t hash;
+    int64_t bytes;
     int64_t n_acc;
     uint64_t *acc_bits;     /* the accepted tokens as bits when over 2 x words of them */
     int32_t *acc_ids;       /* else their ids */
@@ -1446,13 +1462,89 @@ typedef struct pentry {
     bool whole;             /* the abstract walk overflowed: the state's mask walks the trie */
 } pentry;
 
-static void pcache_clear(gmatch *m) {
-    for (int32_t i = 0; i < m->n_pe; i++) {
-        free(m->pe[i].acc_bits);
-        free(m->pe[i].acc_ids);
-        free(m->pe[i].unc);
-        free(m->pe[i].unc_skip);
+typedef struct pslot {
+    int32_t key[PKEY_DEPTH], klen;
+    pentry *e;
+} pslot;
+
+static void pentry_release(pentry *e) {
+    if (!e || atomic_fetch_sub(&e->refs, 1) != 1) return;
+    free(e->sig);
+    free(e->acc_bits);
+    free(e->acc_ids);
+    free(e->unc);
+    free(e->unc_skip);
+    free(e);
+}
+
+/* Entries shared by every matcher of a vocabulary, found by their local grammar (so every
+ * request whose grammar holds the same string rule finds its entry made): at most
+ * SHARE_MAX entries and SHARE_MAX_BYTES, then the table is emptied (entries in use live on
+ * in their matchers). */
+#define SHARE_MAX 4096
+#define SHARE_MAX_BYTES ((int64_t)128 << 20)
+#define SHARE_HCAP 16384 /* > 2 SHARE_MAX */
+
+typedef struct pshare {
+    pthread_mutex_t mu;
+    pentry **e;
+    int32_t n;
+    int32_t *h;             /* open addressing over e, SHARE_HCAP */
+    int64_t bytes;
+} pshare;
+
+static pshare *pshare_new(void) {
+    pshare *sh = xcalloc(1, sizeof *sh);
+    pthread_mutex_init(&sh->mu, NULL);
+    sh->e = xmalloc(sizeof *sh->e * SHARE_MAX);
+    sh->h = xmalloc(sizeof *sh->h * SHARE_HCAP);
+    for (int32_t i = 0; i < SHARE_HCAP; i++) sh->h[i] = -1;
+    return sh;
+}
+
+static void pshare_empty(pshare *sh) {
+    for (int32_t i = 0; i < sh->n; i++) pentry_release(sh->e[i]);
+    sh->n = 0;
+    sh->bytes = 0;
+    for (int32_t i = 0; i < SHARE_HCAP; i++) sh->h[i] = -1;
+}
+
+static void pshare_free(pshare *sh) {
+    if (!sh) return;
+    pshare_empty(sh);
+    pthread_mutex_destroy(&sh->mu);
+    free(sh->e);
+    free(sh->h);
+    free(sh);
+}
+
+/* the entry made for sig (a reference taken), or NULL */
+static pentry *pshare_find(pshare *sh, const int32_t *sig, int64_t n, uint64_t hash) {
+    pentry *found = NULL;
+    pthread_mutex_lock(&sh->mu);
+    for (uint32_t h = (uint32_t)hash & (SHARE_HCAP - 1); sh->h[h] >= 0 && !found; h = (h + 1) & (SHARE_HCAP - 1)) {
+        pentry *e = sh->e[sh->h[h]];
+        if (e->hash == hash && e->n_sig == n && !memcmp(e->sig, sig, sizeof *sig * (size_t)n)) found = e;
     }
+    if (found) atomic_fetch_add(&found->refs, 1);
+    pthread_mutex_unlock(&sh->mu);
+    return found;
+}
+
+static void pshare_add(pshare *sh, pentry *e) {
+    pthread_mutex_lock(&sh->mu);
+    if (sh->n == SHARE_MAX || sh->bytes + e->bytes > SHARE_MAX_BYTES) pshare_empty(sh);
+    uint32_t h = (uint32_t)e->hash & (SHARE_HCAP - 1);
+    while (sh->h[h] >= 0) h = (h + 1) & (SHARE_HCAP - 1);
+    sh->h[h] = sh->n;
+    sh->e[sh->n++] = e;
+    sh->bytes += e->bytes;
+    atomic_fetch_add(&e->refs, 1);
+    pthread_mutex_unlock(&sh->mu);
+}
+
+static void pcache_clear(gmatch *m) {
+    for (int32_t i = 0; i < m->n_pe; i++) pentry_release(m->pe[i].e);
     m->n_pe = 0;
     m->pe_bytes = 0;
     if (m->peh)
@@ -1474,8 +1566,61 @@ static inline void set_tokens(const gvocab *v, uint64_t *b, int64_t i) {
     }
 }
 
+/* An alternative's elements from position p to its END into m->sig: TERM its byte set,
+ * REF the rule's number in the order first met (rules met are queued). */
+static void sig_elems(gmatch *m, int64_t *n, int64_t *nq, int32_t p) {
+    const grammar *g = m->g;
+    for (;; p++) {
+        const gelem *el = &g->el[p];
+        if (el->kind == GE_END) { push_tmp(&m->sig, n, &m->cap_sig, 0); return; }
+        if (el->kind == GE_TERM) {
+            push_tmp(&m->sig, n, &m->cap_sig, 1);
+            for (int w = 0; w < 4; w++) {
+                push_tmp(&m->sig, n, &m->cap_sig, (int32_t)(uint32_t)g->sets[el->arg].w[w]);
+                push_tmp(&m->sig, n, &m->cap_sig, (int32_t)(uint32_t)(g->sets[el->arg].w[w] >> 32));
+            }
+            continue;
+        }
+        const int32_t r = el->arg;
+        if (m->canon[r] < 0) {
+            m->canon[r] = (int32_t)*nq;
+            push_tmp(&m->queue, nq, &m->cap_queue, r);
+        }
+        push_tmp(&m->sig, n, &m->cap_sig, 2);
+        push_tmp(&m->sig, n, &m->cap_sig, m->canon[r]);
+    }
+}
+
+/* The local grammar of key[0..kl) in m->sig: all an abstract walk from it reads (the rest
+ * of the top's alternative, of each alternative it returns to, and every rule they reach),
+ * rules numbered as met. Equal signatures walk alike over any vocabulary, whatever grammar
+ * they come from, so entries are shared by signature. Its length. */
+static int64_t local_sig(gmatch *m, const int32_t *key, int32_t kl) {
+    const grammar *g = m->g;
+    if (!m->canon) {
+        m->canon = xmalloc(sizeof *m->canon * (size_t)g->n_rules);
+        for (int32_t r = 0; r < g->n_rules; r++) m->canon[r] = -1;
+    }
+    int64_t n = 0, nq = 0;
+    push_tmp(&m->sig, &n, &m->cap_sig, kl);
+    for (int32_t j = 0; j < kl; j++) sig_elems(m, &n, &nq, j ? key[j] + 1 : key[0]);
+    for (int64_t q = 0; q < nq; q++) {
+        const int32_t r = m->queue[q];
+        push_tmp(&m->sig, &n, &m->cap_sig, -1 - g->rule_n_alt[r]);
+        for (int32_t k = 0; k < g->rule_n_alt[r]; k++) sig_elems(m, &n, &nq, g->alt[g->rule_alt[r] + k]);
+    }
+    for (int64_t q = 0; q < nq; q++) m->canon[m->queue[q]] = -1;
+    return n;
+}
+
+static uint64_t sig_hash(const int32_t *s, int64_t n) {
+    uint64_t h = 1469598103934665603ull;
+    for (int64_t i = 0; i < n; i++) h = (h ^ (uint32_t)s[i]) * 1099511628211ull;
+    return h ^ (h >> 31);
+}
+
 /* the entry of key[0..kl) (top first): the abstract walk of the trie described above */
-static void pentry_make(gmatch *m, pentry *pe) {
+static void pentry_make(gmatch *m, pentry *pe, const int32_t *key, int32_t kl) {
     const gvocab *v = m->v;
     if (!m->am) {
         m->am = matcher_make(m->g, v, false);
@@ -1490,7 +1635,7 @@ static void pentry_make(gmatch *m, pentry *pe) {
     }
     a->overflow = false;
     int32_t y = 0;
-    for (int32_t j = pe->klen - 1; j >= 0 && y >= 0; j--) y = node(a, pe->key[j], y);
+    for (int32_t j = kl - 1; j >= 0 && y >= 0; j--) y = node(a, key[j], y);
     const int32_t s0 = y < 0 ? DEAD : state_of(a, &y, 1, false);
     if (s0 == DEAD) { pe->whole = true; return; }
     int64_t na = 0, nu = 0, visits = 0;
@@ -1526,18 +1671,18 @@ static void pentry_make(gmatch *m, pentry *pe) {
     if (na > 2 * m->words) {
         pe->acc_bits = xcalloc((size_t)m->words, sizeof *pe->acc_bits);
         for (int64_t k = 0; k < na; k++) pe->acc_bits[m->acc_tmp[k] >> 6] |= 1ull << (m->acc_tmp[k] & 63);
-        m->pe_bytes += 8 * m->words;
+        pe->bytes += 8 * m->words;
     } else if (na) {
         pe->acc_ids = xmalloc(sizeof *pe->acc_ids * (size_t)na);
         memcpy(pe->acc_ids, m->acc_tmp, sizeof *pe->acc_ids * (size_t)na);
-        m->pe_bytes += 4 * na;
+        pe->bytes += 4 * na;
     }
     pe->n_unc = (int32_t)nu;
     if (nu) {
         pe->unc = xmalloc(sizeof *pe->unc * (size_t)nu);
         pe->unc_skip = xmalloc(sizeof *pe->unc_skip * (size_t)nu);
         memcpy(pe->unc, m->unc_tmp, sizeof *pe->unc * (size_t)nu);
-        m->pe_bytes += 8 * nu;
+        pe->bytes += 8 * nu;
         /* skip links: the open ancestors on a stack (path_node reused), closed by the first
          * item past their subtree */
         int32_t *open = m->path_node, n_open = 0;
@@ -1551,7 +1696,8 @@ static void pentry_make(gmatch *m, pentry *pe) {
     }
 }
 
-/* stack x's entry (found by its key, or made), or -1 */
+/* stack x's entry: this matcher's by x's key, else the vocabulary's by the key's local
+ * grammar, else made (and shared); -1 when this matcher holds PE_MAX already */
 static int32_t pentry_get(gmatch *m, int32_t x) {
     if (m->node_pe[x] >= 0) return m->node_pe[x];
     if (!m->peh) {
@@ -1565,15 +1711,31 @@ static int32_t pentry_get(gmatch *m, int32_t x) {
     for (int32_t id; (id = m->peh[h]) >= 0; h = (h + 1) & (uint32_t)(m->peh_cap - 1))
         if (m->pe[id].klen == kl && !memcmp(m->pe[id].key, key, sizeof *key * (size_t)kl)) return m->node_pe[x] = id;
     if (m->n_pe == PE_MAX) return -1;
+    const int64_t n_sig = local_sig(m, key, kl);
+    const uint64_t hash = sig_hash(m->sig, n_sig);
+    pshare *sh = m->v->share;
+    pentry *e = m->no_share ? NULL : pshare_find(sh, m->sig, n_sig, hash);
+    if (e) {
+        m->stats.entries_shared++;
+    } else {
+        e = xcalloc(1, sizeof *e);
+        atomic_init(&e->refs, 1);
+        e->hash = hash;
+        e->n_sig = n_sig;
+        e->sig = xmalloc(sizeof *e->sig * (size_t)n_sig);
+        memcpy(e->sig, m->sig, sizeof *e->sig * (size_t)n_sig);
+        pentry_make(m, e, key, kl);
+        e->bytes += 4 * n_sig + (int64_t)sizeof *e;
+        if (!m->no_share) pshare_add(sh, e);
+    }
     if (m->n_pe == m->cap_pe) {
         m->cap_pe = m->cap_pe ? 2 * m->cap_pe : 16;
         m->pe = xrealloc(m->pe, sizeof *m->pe * (size_t)m->cap_pe);
     }
     const int32_t id = m->n_pe++;
-    pentry *pe = &m->pe[id];
-    *pe = (pentry){.klen = kl};
-    memcpy(pe->key, key, sizeof *key * (size_t)kl);
-    pentry_make(m, pe);
+    m->pe[id] = (pslot){.klen = kl, .e = e};
+    memcpy(m->pe[id].key, key, sizeof *key * (size_t)kl);
+    m->pe_bytes += e->bytes;
     m->peh[h] = id;
     return m->node_pe[x] = id;
 }
@@ -1632,20 +1794,20 @@ static int mask_by_positions(gmatch *m, uint64_t *b) {
     int64_t ne = 0;
     for (int32_t k = 0; k < n; k++) {
         const int32_t id = pentry_get(m, m->set[off + k]);
-        if (id < 0 || m->pe[id].whole) return 1;
+        if (id < 0 || m->pe[id].e->whole) return 1;
         bool seen = false;
         for (int64_t q = 0; q < ne && !seen; q++) seen = m->ent_tmp[q] == id;
         if (!seen) push_tmp(&m->ent_tmp, &ne, &m->cap_ent_tmp, id);
     }
     for (int64_t q = 0; q < ne; q++) { /* the tokens the tops accept alone */
-        const pentry *pe = &m->pe[m->ent_tmp[q]];
+        const pentry *pe = m->pe[m->ent_tmp[q]].e;
         if (pe->acc_bits)
             for (int64_t w = 0; w < m->words; w++) b[w] |= pe->acc_bits[w];
         else
             for (int64_t k = 0; k < pe->n_acc; k++) b[pe->acc_ids[k] >> 6] |= 1ull << (pe->acc_ids[k] & 63);
     }
     if (m->plant == 1) return 0; /* planted: the context-dependent tokens refused unchecked */
-    for (int64_t q = 0; q < ne && !m->overflow; q++) walk_unc(m, b, &m->pe[m->ent_tmp[q]]);
+    for (int64_t q = 0; q < ne && !m->overflow; q++) walk_unc(m, b, m->pe[m->ent_tmp[q]].e);
     return 0;
 }
 
@@ -1752,6 +1914,10 @@ int64_t gmatch_apply(gmatch *m, float *logits, herr *e) {
 }
 
 void gmatch_set_whole_walks(gmatch *m, bool on) { m->whole_walks = on; }
-void gmatch_plant_defect(gmatch *m, int defect) { m->plant = defect; }
+void gmatch_plant_defect(gmatch *m, int defect) {
+    m->plant = defect;
+    m->no_share = defect != 0; /* a defect's entries stay its own */
+}
+void gmatch_set_share(gmatch *m, bool on) { m->no_share = !on; }
 
 gmatch_stats gmatch_get_stats(const gmatch *m) { return m->stats; }

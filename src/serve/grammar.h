@@ -78,6 +78,7 @@ typedef struct gmatch_stats {
     int64_t masks_whole;    /* masks made by walking the whole trie (no position entries) */
     int64_t entries;        /* position entries made (grammar.c: the position cache) */
     int64_t entry_visits;   /* trie nodes their abstract walks visited */
+    int64_t entries_shared; /* entries found made in the vocabulary's table */
 } gmatch_stats;
 gmatch_stats gmatch_get_stats(const gmatch *m);
 
@@ -87,6 +88,9 @@ void gmatch_set_whole_walks(gmatch *m, bool on);
 /* Tests: a planted defect in the position cache, to see the mask comparison go red:
  * 1 its context-dependent tokens refused unchecked, 2 accepted unchecked; 0 none. */
 void gmatch_plant_defect(gmatch *m, int defect);
+/* Benchmarks: position entries taken from and given to the vocabulary's shared table (the
+ * default), or made by this matcher alone (a request's first masks as on a fresh server). */
+void gmatch_set_share(gmatch *m, bool on);
 
 /* The bytes of GBNF string-literal text for s[0..n) (quotes not included): a new string. */
 char *gbnf_escape(const char *s, size_t n);
