@@ -2,7 +2,8 @@
 // package (chat, streamed chat, a multi-turn chat that resumes from the cache and answers as a
 // cold server, tools passed through, a streamed tool call joined by the client's own stream
 // helper) and `@anthropic-ai/sdk` (messages, streamed messages and tool_use,
-// count_tokens, an error). Run by clients.sh with NODE_PATH at the installed packages.
+// count_tokens, an error), and the Responses API (responses.create, responses.stream, a function
+// call and its output). Run by clients.sh with NODE_PATH at the installed packages.
 // Prints "ok"/"FAIL" lines and "N passed, N failed".
 import { spawn } from "node:child_process";
 import { createRequire } from "node:module";
@@ -142,6 +143,7 @@ async function main() {
   }
   await s.stop();
   await toolCalls(model);
+  await responses(model);
   console.log(`${passed} passed, ${failed} failed`);
   process.exit(failed ? 1 : 0);
 }
@@ -177,6 +179,75 @@ async function toolCalls(model) {
         JSON.stringify(use.input) === want && jsonDeltas >= 3 && fm.stop_reason === "tool_use",
         JSON.stringify(fm.content).slice(0, 300));
   await s.stop();
+}
+
+// OpenAI's Responses API through the client's own responses.create and responses.stream:
+// the stream's finalResponse() must be the Response create() gives (ids and times aside), a
+// function call must come back as a function_call item whose arguments the client joined from
+// its deltas, and its output sent back as a function_call_output item must be served.
+// (output_parsed and parsed: what the stream helper adds, the client's, not the server's)
+function sameResponse(r) {
+  const j = JSON.parse(JSON.stringify(r).replace(/"(resp|rs|msg|fc|call)_[0-9a-f]{16}/g, '"$1_X'));
+  delete j.created_at; delete j.timings; delete j.usage.input_tokens_details.cached_tokens; delete j.output_parsed;
+  for (const it of j.output) for (const c of it.type === "message" ? it.content : []) delete c.parsed;
+  return JSON.stringify(j);
+}
+
+async function responses(model) {
+  const s = await server(model, "-np", "1", "--api-key", "k-123");
+  const oai = new OpenAI({ apiKey: "k-123", baseURL: `http://127.0.0.1:${s.port}/v1`, maxRetries: 0 });
+  const body = { model: "m", instructions: "You are terse.", input: "Name a hearth.", max_output_tokens: 12,
+                 temperature: 0, reasoning: { effort: "low" } };
+  const r = await oai.responses.create(body);
+  check("openai: responses.create", r.object === "response" && r.id.startsWith("resp_") &&
+        ["completed", "incomplete"].includes(r.status) && r.output.length > 0 && typeof r.output_text === "string" &&
+        r.usage.output_tokens <= 12 && r.usage.output_tokens_details.reasoning_tokens <= r.usage.output_tokens,
+        JSON.stringify(r).slice(0, 300));
+  for (const effort of ["low", "none"]) { // a reasoning item; a message item (output_text)
+    const b = { ...body, reasoning: { effort } };
+    const w = await oai.responses.create(b);
+    const st = oai.responses.stream(b);
+    const seen = [];
+    st.on("event", (e) => seen.push(e.type));
+    const f = await st.finalResponse();
+    check(`openai: responses.stream's finalResponse equals responses.create (effort ${effort})`,
+          sameResponse(f) === sameResponse(w) && f.output_text === w.output_text && seen[0] === "response.created" &&
+          seen.length > 6 && w.output[0].type === (effort === "none" ? "message" : "reasoning") &&
+          (effort === "low" || w.output_text.length > 0), `${sameResponse(f).slice(0, 300)} vs ${sameResponse(w).slice(0, 300)}`);
+  }
+  const t2 = await oai.responses.create({ ...body, input: [{ role: "user", content: "Name a hearth." }, ...r.output,
+                                                          { role: "user", content: "Another?" }] });
+  check("openai: a second turn with the first's output items reads from the cache",
+        t2.usage.input_tokens_details.cached_tokens > 0, JSON.stringify(t2.usage));
+  try {
+    await oai.responses.create({ model: "m", input: "x", previous_response_id: r.id });
+    check("openai: previous_response_id is refused", false);
+  } catch (e) {
+    check("openai: previous_response_id is a 400 naming it", e.status === 400 && /previous_response_id/.test(e.message),
+          e.message);
+  }
+  await s.stop();
+  const reply = path.join(TMP, "clients-responses-reply.txt");
+  writeFileSync(reply, "ok\n</think>\n\n<tool_call>\n<function=get_weather>\n<parameter=city>\nSan Jose\n</parameter>\n" +
+                "<parameter=days>\n3\n</parameter>\n</function>\n</tool_call>");
+  const t = await serverEnv(model, { HEARTH_TEST_REPLY: reply }, "-np", "1");
+  const oc = new OpenAI({ apiKey: "x", baseURL: `http://127.0.0.1:${t.port}/v1`, maxRetries: 0 });
+  const tools = [{ type: "function", name: "get_weather", description: "weather by city", strict: false,
+                   parameters: { type: "object", properties: { city: { type: "string" }, days: { type: "integer" } } } }];
+  const ts = oc.responses.stream({ model: "m", input: "weather?", tools, max_output_tokens: 100 });
+  let pieces = 0;
+  ts.on("response.function_call_arguments.delta", () => pieces++);
+  const fr = await ts.finalResponse();
+  const call = fr.output.find((it) => it.type === "function_call");
+  check("openai: responses.stream joins a streamed function call", call && call.name === "get_weather" &&
+        JSON.stringify(JSON.parse(call.arguments)) === JSON.stringify({ city: "San Jose", days: 3 }) &&
+        call.call_id && pieces >= 3 && fr.status === "completed", JSON.stringify(fr.output).slice(0, 300));
+  const back = await oc.responses.create({ model: "m", tools, max_output_tokens: 100, input: [
+    { role: "user", content: "weather?" }, ...fr.output,
+    { type: "function_call_output", call_id: call?.call_id ?? "x", output: "sunny, 21 C" }] });
+  check("openai: the call's function_call_output sent back is served", back.status === "completed" &&
+        back.usage.input_tokens > fr.usage.input_tokens, JSON.stringify(back.usage));
+  await t.stop();
 }
 
 main().catch((e) => { console.log(`FAIL clients.mjs: ${e.stack || e}`); console.log(`${passed} passed, ${failed + 1} failed`); process.exit(1); });

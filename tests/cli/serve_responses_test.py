@@ -55,7 +55,8 @@ def stream(s, body):
 def assemble(events):
     """the Response a client puts together from the events, as the npm client's
     ResponseStream does: items added, their text and arguments from the deltas, replaced by
-    output_item.done, the final lifecycle event's Response around them"""
+    output_item.done, the final lifecycle event's Response around them; (items, None) when an
+    item the deltas made differs from its output_item.done"""
     items, final = [], None
     for _, e in events:
         t = e["type"]
@@ -69,6 +70,9 @@ def assemble(events):
         elif t == "response.function_call_arguments.delta":
             items[e["output_index"]]["arguments"] += e["delta"]
         elif t == "response.output_item.done":
+            # what the deltas made must be the item done (but for its status)
+            if {**items[e["output_index"]], "status": e["item"]["status"]} != e["item"]:
+                return items, None
             items[e["output_index"]] = e["item"]
         elif t in ("response.completed", "response.incomplete", "response.failed"):
             final = e["response"]
