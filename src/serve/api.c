@@ -27,6 +27,15 @@
 
 #define KEEPALIVE_S 5.0     /* a stream with nothing new for this long gets an SSE comment */
 
+/* what /slots says of a slot's last request, as llama-server does (id_task, params, ...) */
+typedef struct slot_seen {
+    int64_t id_task;        /* -1: none ran yet */
+    int64_t n_prompt, n_cached; /* its prompt's rows, those resumed from */
+    int64_t n_decoded;      /* tokens it generated so far */
+    bool new_line;          /* its answer holds a newline */
+    cJSON *params;          /* its sampling settings (params_json), or NULL */
+} slot_seen;
+
 typedef struct app {
     const serve_opts *o;
     model *m;
@@ -45,6 +54,12 @@ typedef struct app {
     int32_t end_ids[64];    /* what the template renders after an answer (sched_opts.end_ids) */
     pthread_mutex_t billing_mu;
     bool billing_logged;    /* a billing line was dropped and said so */
+    pthread_mutex_t seen_mu; /* guards the three below */
+    slot_seen *seen;        /* per slot (/slots) */
+    int64_t n_tasks;        /* requests started: the next id_task */
+    int64_t n_tokens_max;   /* the longest prompt + answer so far (llamacpp:n_tokens_max) */
+    cJSON *caps;            /* /props' chat_template_caps (template_caps) */
+    int64_t n_params, n_bytes; /* the model's weights: elements and bytes of its tensors */
 } app;
 
 /* ---------------------------------------------------------------- small things */
@@ -132,6 +147,9 @@ typedef struct gen {
     buf call_args;
     size_t lp_off;          /* legacy completions' text_offset of the next token */
     bool new_line;          /* a newline was generated (t_max_predict_ms) */
+    int64_t id_task;        /* /slots' id_task */
+    int64_t tok_sent;       /* /completion streams: the ids the chunks carried so far */
+    bool slot_noted;        /* /slots knows this request runs on its slot */
     resp_out *resp;         /* /v1/responses: the Response being made (responses.h), else NULL */
 } gen;
 
@@ -152,10 +170,102 @@ static void gen_free(gen *g) {
     free(g);
 }
 
+/* ids as text, control tokens included (llama-server's /completion "prompt") */
+static cJSON *ids_text(const app *a, const int32_t *ids, int64_t n) {
+    tokdec d;
+    tokdec_init(&d, a->tok);
+    buf b = {0};
+    char piece[512];
+    size_t nb;
+    for (int64_t k = 0; k < n; k++) {
+        nb = tokdec_push(&d, ids[k], piece, sizeof piece);
+        buf_add(&b, piece, nb);
+    }
+    while ((nb = tokdec_flush(&d, piece, sizeof piece)) > 0) buf_add(&b, piece, nb);
+    tokdec_free(&d);
+    cJSON *j = json_text(b.p ? b.p : "", b.len);
+    free(b.p);
+    return j;
+}
+
+/* The sampling settings in llama-server's shape (/props' default_generation_settings.params,
+ * /slots' params, /completion's generation_settings), with the values a request runs with.
+ * llama-server's samplers hearth refuses (dry, xtc, mirostat, dynatemp, top_n_sigma) are left
+ * out rather than reported at values that would claim they exist (tests/cli/shapes_test.py
+ * lists them). seed_fresh: a fresh seed each request (reported as llama.cpp's "random",
+ * 4294967295). r: the request (its stop strings and logit_bias are added), or NULL. */
+static cJSON *params_json(const app *a, const gen_params *p, const sched_req *r, bool seed_fresh) {
+    const sampler_opts *so = &p->so;
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddNumberToObject(j, "seed", seed_fresh ? 4294967295.0 : (double)so->seed);
+    cJSON_AddNumberToObject(j, "temperature", so->temp);
+    cJSON_AddNumberToObject(j, "top_k", so->top_k);
+    cJSON_AddNumberToObject(j, "top_p", so->top_p);
+    cJSON_AddNumberToObject(j, "min_p", so->min_p);
+    cJSON_AddNumberToObject(j, "typical_p", 1);
+    cJSON_AddNumberToObject(j, "repeat_last_n", so->repeat_last_n);
+    cJSON_AddNumberToObject(j, "repeat_penalty", so->repeat_penalty);
+    cJSON_AddNumberToObject(j, "presence_penalty", so->presence_penalty);
+    cJSON_AddNumberToObject(j, "frequency_penalty", so->frequency_penalty);
+    if (r) {
+        cJSON *st = cJSON_AddArrayToObject(j, "stop");
+        for (int k = 0; k < p->n_stop; k++) cJSON_AddItemToArray(st, cJSON_CreateString(p->stop[k]));
+    }
+    cJSON_AddNumberToObject(j, "max_tokens", (double)p->n_predict);
+    cJSON_AddNumberToObject(j, "n_predict", (double)p->n_predict);
+    cJSON_AddNumberToObject(j, "n_keep", 0); /* hearth never shifts the context (README) */
+    cJSON_AddNumberToObject(j, "n_discard", 0);
+    cJSON_AddBoolToObject(j, "ignore_eos", p->ignore_eos);
+    cJSON_AddBoolToObject(j, "stream", p->stream);
+    if (r) {
+        cJSON *lb = cJSON_AddArrayToObject(j, "logit_bias"); /* [[id, bias]] pairs, false = never */
+        for (int k = 0; k < r->n_bias; k++) {
+            cJSON *pair = cJSON_CreateArray();
+            cJSON_AddItemToArray(pair, cJSON_CreateNumber(r->bias_id[k]));
+            cJSON_AddItemToArray(pair, isinf(r->bias[k]) ? cJSON_CreateFalse() : cJSON_CreateNumber(r->bias[k]));
+            cJSON_AddItemToArray(lb, pair);
+        }
+    }
+    cJSON_AddNumberToObject(j, "n_probs", p->top_logprobs < 0 ? 0 : p->top_logprobs);
+    cJSON_AddStringToObject(j, "reasoning_format", a->o->reasoning_none ? "none" : "deepseek");
+    /* the stages in the order they run (sampler.h): the request's order where it named one,
+     * else hearth's own */
+    cJSON *sm = cJSON_AddArrayToObject(j, "samplers");
+    if (!so->ordered || sampler_penalizes(so)) cJSON_AddItemToArray(sm, cJSON_CreateString("penalties"));
+    for (const char *c = so->ordered ? so->order : "tkmp"; *c; c++)
+        cJSON_AddItemToArray(sm, cJSON_CreateString(*c == 'k' ? "top_k" : *c == 'p' ? "top_p" : *c == 'm' ? "min_p" : "temperature"));
+    cJSON_AddBoolToObject(j, "post_sampling_probs", false);
+    return j;
+}
+
+/* /slots' record of g's slot: g's task and settings once it runs there, its cached rows and
+ * newline as they come; the longest sequence for /metrics. slot, n_cached: read under r->mu. */
+static void gen_note(gen *g, int slot, int64_t n_cached) {
+    app *a = g->a;
+    if (slot < 0 || slot >= a->o->n_slots) return;
+    pthread_mutex_lock(&a->seen_mu);
+    slot_seen *ss = &a->seen[slot];
+    if (!g->slot_noted) {
+        g->slot_noted = true;
+        ss->id_task = g->id_task;
+        cJSON_Delete(ss->params);
+        ss->params = params_json(a, &g->p, NULL, false);
+    }
+    if (ss->id_task == g->id_task) {
+        ss->n_prompt = g->r->n_ids;
+        ss->n_cached = n_cached;
+        ss->n_decoded = g->n_seen;
+        ss->new_line = g->new_line;
+    }
+    if (g->r->n_ids + g->n_seen > a->n_tokens_max) a->n_tokens_max = g->r->n_ids + g->n_seen;
+    pthread_mutex_unlock(&a->seen_mu);
+}
+
 static cJSON *token_json(const gen *g, int32_t id, float lp, bool with_bytes) {
     size_t n;
     const char *p = tokenizer_piece(g->a->tok, id, true, &n);
     cJSON *t = cJSON_CreateObject();
+    cJSON_AddNumberToObject(t, "id", id);
     cJSON_AddItemToObject(t, "token", json_text(p, n));
     cJSON_AddNumberToObject(t, "logprob", lp);
     if (with_bytes) {
@@ -165,8 +275,8 @@ static cJSON *token_json(const gen *g, int32_t id, float lp, bool with_bytes) {
     return t;
 }
 
-/* chat's choices[0].logprobs of tokens [from, to): {"content": [{token, logprob, bytes,
- * top_logprobs}]} */
+/* chat's choices[0].logprobs of tokens [from, to): {"content": [{id, token, logprob, bytes,
+ * top_logprobs}]} (id as llama-server adds it) */
 static cJSON *chat_logprobs(const gen *g, int64_t from, int64_t to) {
     const sched_req *r = g->r;
     const int K = r->top_logprobs;
@@ -216,12 +326,7 @@ static cJSON *completion_probs(const gen *g, int64_t from, int64_t to) {
     cJSON *o = cJSON_CreateObject(), *c = cJSON_AddArrayToObject(o, "completion_probabilities");
     for (int64_t k = from; k < to; k++) {
         cJSON *t = token_json(g, r->out[k], r->lp[k], true), *top = cJSON_CreateArray();
-        cJSON_AddNumberToObject(t, "id", r->out[k]);
-        for (int j = 0; j < K; j++) {
-            cJSON *a = token_json(g, r->top_id[k * K + j], r->top_lp[k * K + j], true);
-            cJSON_AddNumberToObject(a, "id", r->top_id[k * K + j]);
-            cJSON_AddItemToArray(top, a);
-        }
+        for (int j = 0; j < K; j++) cJSON_AddItemToArray(top, token_json(g, r->top_id[k * K + j], r->top_lp[k * K + j], true));
         cJSON_AddItemToObject(t, "top_logprobs", top);
         cJSON_AddItemToArray(c, t);
     }
@@ -250,6 +355,8 @@ static void gen_pull(gen *g, double timeout_s) {
     if (n > g->n_seen) memcpy(ids, g->r->out + g->n_seen, sizeof(int32_t) * (size_t)(n - g->n_seen));
     const sched_finish fin = g->r->finish;
     const double t_first = g->r->t_first;
+    const int slot = g->r->slot;
+    const int64_t n_cached = g->r->n_cached;
     if (g->p.stream && g->r->top_logprobs >= 0 && n > g->n_seen) /* sent with the next chunk */
         g->lp_pending = lp_merge(g->lp_pending, g->kind == API_CHAT ? chat_logprobs(g, g->n_seen, n)
                                                 : g->kind == API_COMPLETION ? completion_probs(g, g->n_seen, n)
@@ -268,6 +375,7 @@ static void gen_pull(gen *g, double timeout_s) {
         while ((nb = tokdec_flush(&g->dec, piece, sizeof piece)) > 0) buf_add(&text, piece, nb);
     }
     if (text.len && memchr(text.p, '\n', text.len)) g->new_line = true;
+    gen_note(g, slot, n_cached);
     /* t_max_predict_ms (llama-server's): past this long since the first token, the answer
      * ends once it has a newline, as at max_tokens */
     const bool over_time = fin == SCHED_RUNNING && g->p.t_max_predict_ms > 0 && g->new_line &&
@@ -439,11 +547,26 @@ static cJSON *text_chunk(gen *g, const char *s, size_t n, const char *finish) {
     return j;
 }
 
+/* /completion's answer in llama-server's shape: every chunk index, content, tokens (a
+ * stream's: the ids since the last chunk; a whole answer's: all of them with return_tokens,
+ * else none), id_slot, stop, tokens_predicted, tokens_evaluated; the last also model,
+ * generation_settings, prompt (the prompt's ids as text), has_new_line, truncated,
+ * stop_type, stopping_word, tokens_cached, timings */
 static cJSON *completion_json(gen *g, const char *s, size_t n, bool stop) {
     cJSON *j = cJSON_CreateObject();
+    cJSON_AddNumberToObject(j, "index", 0);
     cJSON_AddItemToObject(j, "content", json_text(s, n));
+    cJSON *toks = cJSON_AddArrayToObject(j, "tokens");
+    pthread_mutex_lock(&g->r->mu); /* out may move while the engine appends */
+    if (g->p.stream || g->p.return_tokens)
+        for (int64_t k = g->p.stream ? g->tok_sent : 0; k < g->n_seen; k++)
+            cJSON_AddItemToArray(toks, cJSON_CreateNumber(g->r->out[k]));
+    pthread_mutex_unlock(&g->r->mu);
+    g->tok_sent = g->n_seen;
     cJSON_AddNumberToObject(j, "id_slot", g->r->slot);
     cJSON_AddBoolToObject(j, "stop", stop);
+    cJSON_AddNumberToObject(j, "tokens_predicted", (double)g->n_seen);
+    cJSON_AddNumberToObject(j, "tokens_evaluated", (double)g->r->n_ids);
     if (g->r->top_logprobs >= 0) { /* n_probs: a chunk's tokens, or (whole) every token */
         cJSON *lp = g->p.stream ? g->lp_pending : stop ? completion_probs(g, 0, g->n_seen) : NULL;
         if (g->p.stream) g->lp_pending = NULL;
@@ -454,16 +577,13 @@ static cJSON *completion_json(gen *g, const char *s, size_t n, bool stop) {
     }
     if (!stop) return j;
     cJSON_AddStringToObject(j, "model", g->a->alias);
-    cJSON_AddNumberToObject(j, "tokens_predicted", (double)g->n_seen);
-    cJSON_AddNumberToObject(j, "tokens_evaluated", (double)g->r->n_ids);
+    cJSON_AddItemToObject(j, "generation_settings", params_json(g->a, &g->p, g->r, false));
+    cJSON_AddItemToObject(j, "prompt", ids_text(g->a, g->r->ids, g->r->n_ids));
+    cJSON_AddBoolToObject(j, "has_new_line", g->new_line);
     cJSON_AddNumberToObject(j, "tokens_cached", (double)g->r->n_cached);
     cJSON_AddBoolToObject(j, "truncated", false);
     cJSON_AddStringToObject(j, "stop_type", g->ans.stop_word ? "word" : g->fin == SCHED_LENGTH ? "limit" : "eos");
     cJSON_AddStringToObject(j, "stopping_word", g->ans.stop_word ? g->ans.stop_word : "");
-    if (g->p.return_tokens) {
-        cJSON *a = cJSON_AddArrayToObject(j, "tokens");
-        for (int64_t k = 0; k < g->n_seen; k++) cJSON_AddItemToArray(a, cJSON_CreateNumber(g->r->out[k]));
-    }
     cJSON_AddItemToObject(j, "timings", timings_json(g));
     return j;
 }
@@ -609,13 +729,15 @@ static void gen_stream_end(gen *g) {
         cJSON_AddStringToObject(err, "type", cancelled ? "unavailable_error" : "server_error");
         sse(g, j);
     } else if (g->kind == API_CHAT) {
+        /* the timings go on the last chunk, as llama-server's: the usage chunk where asked */
         cJSON *j = chat_chunk(g, cJSON_CreateObject(), finish_reason(g));
-        cJSON_AddItemToObject(j, "timings", timings_json(g));
+        if (!g->p.include_usage) cJSON_AddItemToObject(j, "timings", timings_json(g));
         sse(g, j);
         if (g->p.include_usage) {
             j = oai_object(g, "chat.completion.chunk");
             cJSON_AddArrayToObject(j, "choices");
             cJSON_AddItemToObject(j, "usage", usage_json(g));
+            cJSON_AddItemToObject(j, "timings", timings_json(g));
             sse(g, j);
         }
     } else if (g->kind == API_RESPONSES) { /* response.completed or response.incomplete, no [DONE] */
@@ -715,6 +837,9 @@ static void gen_run(app *a, const http_call *c, http_out *o, api_kind kind, gen_
                             .n_stop = g->p.n_stop};
     answer_init(&g->ans, &ao, gen_part, g);
     g->created = (int64_t)time(NULL);
+    pthread_mutex_lock(&a->seen_mu);
+    g->id_task = a->n_tasks++;
+    pthread_mutex_unlock(&a->seen_mu);
     const uint64_t idn = new_id(a) * 0x9e3779b97f4a7c15ull;
     snprintf(g->id, sizeof g->id, "%s%016" PRIx64, kind == API_CHAT ? "chatcmpl-" : kind == API_MESSAGES ? "msg_" : "cmpl-", idn);
     if (kind == API_RESPONSES) {
@@ -896,6 +1021,18 @@ static void on_completion(app *a, const http_call *c, http_out *o, api_kind kind
 static void on_llama_completion(void *ap, const http_call *c, http_out *o) { on_completion(ap, c, o, API_COMPLETION); }
 static void on_oai_completion(void *ap, const http_call *c, http_out *o) { on_completion(ap, c, o, API_OAI_COMPLETION); }
 
+/* what a request that sets nothing samples with (/props) */
+static cJSON *default_params(app *a) {
+    gen_params p;
+    herr e;
+    cJSON *none = cJSON_CreateObject();
+    cJSON *j = req_params(&a->rx, none, API_COMPLETION, 0, &p, &e) < 0 ? cJSON_CreateObject()
+                                                                        : params_json(a, &p, NULL, !a->rx.seed_set);
+    req_params_free(&p);
+    cJSON_Delete(none);
+    return j;
+}
+
 static void on_health(void *ap, const http_call *c, http_out *o) {
     app *a = ap;
     char why[600];
@@ -915,15 +1052,41 @@ static void on_models(void *ap, const http_call *c, http_out *o) {
     cJSON_AddStringToObject(j, "object", "list");
     cJSON_AddStringToObject(m, "id", a->alias);
     cJSON_AddStringToObject(m, "object", "model");
+    cJSON *aliases = cJSON_AddArrayToObject(m, "aliases");
+    cJSON_AddItemToArray(aliases, cJSON_CreateString(a->alias));
+    cJSON_AddArrayToObject(m, "tags");
     cJSON_AddNumberToObject(m, "created", (double)time(NULL));
     cJSON_AddStringToObject(m, "owned_by", "hearth");
     cJSON_AddNumberToObject(meta, "n_vocab", (double)a->m->hp.n_vocab);
+    cJSON_AddNumberToObject(meta, "n_ctx", (double)a->info.n_ctx);
     cJSON_AddNumberToObject(meta, "n_ctx_train", (double)a->m->hp.n_ctx_train);
+    cJSON_AddNumberToObject(meta, "n_params", (double)a->n_params);
+    cJSON_AddNumberToObject(meta, "size", (double)a->n_bytes);
     cJSON_AddNumberToObject(meta, "n_embd", (double)a->m->hp.n_embd);
     cJSON_AddNumberToObject(meta, "n_layer", (double)a->m->hp.n_layer);
     cJSON_AddNumberToObject(meta, "n_expert", (double)a->m->hp.n_expert);
     cJSON_AddItemToObject(m, "meta", meta);
     cJSON_AddItemToArray(data, m);
+    /* llama-server's "models" list beside OpenAI's "data" (Ollama's shape; its fields that
+     * name nothing hearth knows left empty, as llama-server leaves them) */
+    cJSON *models = cJSON_AddArrayToObject(j, "models"), *om = cJSON_CreateObject(), *det = cJSON_CreateObject();
+    cJSON_AddStringToObject(om, "name", a->alias);
+    cJSON_AddStringToObject(om, "model", a->alias);
+    static const char *const empty[] = {"modified_at", "size", "digest"};
+    for (size_t k = 0; k < 3; k++) cJSON_AddStringToObject(om, empty[k], "");
+    cJSON_AddStringToObject(om, "type", "model");
+    cJSON_AddStringToObject(om, "description", "");
+    cJSON_AddItemToObject(om, "tags", cJSON_CreateStringArray((const char *const[]){""}, 1));
+    cJSON_AddItemToObject(om, "capabilities", cJSON_CreateStringArray((const char *const[]){"completion"}, 1));
+    cJSON_AddStringToObject(om, "parameters", "");
+    cJSON_AddStringToObject(det, "parent_model", "");
+    cJSON_AddStringToObject(det, "format", "gguf");
+    cJSON_AddStringToObject(det, "family", "");
+    cJSON_AddItemToObject(det, "families", cJSON_CreateStringArray((const char *const[]){""}, 1));
+    cJSON_AddStringToObject(det, "parameter_size", "");
+    cJSON_AddStringToObject(det, "quantization_level", "");
+    cJSON_AddItemToObject(om, "details", det);
+    cJSON_AddItemToArray(models, om);
     cJSON_AddItemToObject(j, "data", data);
     http_json(o, 200, j);
 }
@@ -932,8 +1095,8 @@ static void on_props(void *ap, const http_call *c, http_out *o) {
     (void)c;
     app *a = ap;
     cJSON *j = cJSON_CreateObject(), *d = cJSON_CreateObject();
+    cJSON_AddItemToObject(d, "params", default_params(a));
     cJSON_AddNumberToObject(d, "n_ctx", (double)a->info.n_ctx);
-    cJSON_AddNumberToObject(d, "n_predict", (double)a->o->n_predict);
     cJSON_AddItemToObject(j, "default_generation_settings", d);
     cJSON_AddNumberToObject(j, "total_slots", a->o->n_slots);
     cJSON_AddStringToObject(j, "model_path", a->o->model_path);
@@ -945,6 +1108,13 @@ static void on_props(void *ap, const http_call *c, http_out *o) {
     t[n] = 0;
     cJSON_AddStringToObject(j, "chat_template", t);
     free(t);
+    cJSON *mod = cJSON_AddObjectToObject(j, "modalities"); /* text only: media parts are refused */
+    cJSON_AddBoolToObject(mod, "vision", false);
+    cJSON_AddBoolToObject(mod, "video", false);
+    cJSON_AddBoolToObject(mod, "audio", false);
+    cJSON_AddItemToObject(j, "chat_template_caps", cJSON_Duplicate(a->caps, true));
+    cJSON_AddStringToObject(j, "bos_token", a->bos_text ? a->bos_text : "");
+    cJSON_AddStringToObject(j, "eos_token", a->eos_text ? a->eos_text : "");
     cJSON_AddStringToObject(j, "backend", a->info.backend);
     cJSON_AddStringToObject(j, "build_info", "hearth");
     http_json(o, 200, j);
@@ -963,6 +1133,25 @@ static void on_slots(void *ap, const http_call *c, http_out *o) {
         cJSON_AddBoolToObject(s, "is_processing", si[k].busy);
         cJSON_AddNumberToObject(s, "n_tokens", (double)si[k].n_held);
         cJSON_AddNumberToObject(s, "n_points", (double)si[k].n_points);
+        /* the last request the slot ran, as llama-server says it (none before the first) */
+        pthread_mutex_lock(&a->seen_mu);
+        const slot_seen ss = k < a->o->n_slots ? a->seen[k] : (slot_seen){.id_task = -1};
+        cJSON *params = ss.id_task >= 0 ? cJSON_Duplicate(ss.params, true) : NULL;
+        pthread_mutex_unlock(&a->seen_mu);
+        if (params) {
+            const cJSON *np = cJSON_GetObjectItemCaseSensitive(params, "n_predict");
+            const int64_t n_predict = cJSON_IsNumber(np) ? (int64_t)np->valuedouble : -1;
+            cJSON_AddNumberToObject(s, "id_task", (double)ss.id_task);
+            cJSON_AddNumberToObject(s, "n_prompt_tokens", (double)ss.n_prompt);
+            cJSON_AddNumberToObject(s, "n_prompt_tokens_cache", (double)ss.n_cached);
+            cJSON_AddItemToObject(s, "params", params);
+            cJSON *nt = cJSON_AddArrayToObject(s, "next_token"), *t = cJSON_CreateObject();
+            cJSON_AddBoolToObject(t, "has_next_token", si[k].busy);
+            cJSON_AddBoolToObject(t, "has_new_line", ss.new_line);
+            cJSON_AddNumberToObject(t, "n_remain", si[k].busy && n_predict >= 0 ? (double)(n_predict - ss.n_decoded) : -1);
+            cJSON_AddNumberToObject(t, "n_decoded", (double)ss.n_decoded);
+            cJSON_AddItemToArray(nt, t);
+        }
         cJSON_AddItemToArray(arr, s);
     }
     http_json(o, 200, arr);
@@ -1087,6 +1276,35 @@ static void on_metrics(void *ap, const http_call *c, http_out *o) {
                  hists[i].h->count);
         buf_str(&b, line);
     }
+    /* the same figures under llama-server's names, so its dashboards work unchanged */
+    pthread_mutex_lock(&a->seen_mu);
+    const int64_t n_tokens_max = a->n_tokens_max;
+    pthread_mutex_unlock(&a->seen_mu);
+    const struct { const char *name, *type, *help; double val; } llama[] = {
+        {"prompt_tokens_total", "counter", "prompt tokens prefilled (not resumed from the cache)", (double)st.n_prompt_tokens},
+        {"prompt_tokens_cached_total", "counter", "prompt tokens resumed from the cache", (double)st.n_cached_tokens},
+        {"prompt_seconds_total", "counter", "seconds of engine calls with prompt rows", st.t_prompt},
+        {"tokens_predicted_total", "counter", "tokens generated", (double)st.n_gen_tokens},
+        {"tokens_predicted_seconds_total", "counter", "seconds of engine calls of decode rows only", st.t_gen},
+        {"n_decode_total", "counter", "engine calls", (double)st.n_steps},
+        {"n_tokens_max", "counter", "the longest prompt + answer seen", (double)n_tokens_max},
+        {"spec_decode_num_draft_tokens_total", "counter", "no speculative decoding: 0", 0},
+        {"spec_decode_num_accepted_tokens_total", "counter", "no speculative decoding: 0", 0},
+        {"spec_decode_num_drafts_total", "counter", "no speculative decoding: 0", 0},
+        {"prompt_tokens_seconds", "gauge", "prompt tokens per second of prompt engine calls",
+         st.t_prompt > 0 ? (double)st.n_prompt_tokens / st.t_prompt : 0},
+        {"predicted_tokens_seconds", "gauge", "tokens generated per second of decode-only engine calls",
+         st.t_gen > 0 ? (double)st.n_gen_tokens / st.t_gen : 0},
+        {"requests_processing", "gauge", "slots busy", (double)st.slots_busy},
+        {"requests_deferred", "gauge", "requests waiting for a slot", (double)st.queue_depth},
+        {"n_busy_slots_per_decode", "gauge", "slots per engine call, on average",
+         st.n_steps ? (double)st.n_step_spans / (double)st.n_steps : 0},
+    };
+    for (size_t i = 0; i < sizeof llama / sizeof llama[0]; i++) {
+        snprintf(line, sizeof line, "# HELP llamacpp:%s %s\n# TYPE llamacpp:%s %s\nllamacpp:%s %.17g\n", llama[i].name,
+                 llama[i].help, llama[i].name, llama[i].type, llama[i].name, llama[i].val);
+        buf_str(&b, line);
+    }
     o->status = 200;
     o->content_type = "text/plain; version=0.0.4";
     o->body = b.p ? b.p : xstrdup("");
@@ -1111,7 +1329,14 @@ static void on_tokenize(void *ap, const http_call *c, http_out *o) {
             const char *pc = tokenizer_piece(a->tok, ids[k], true, &len);
             cJSON *t = cJSON_CreateObject();
             cJSON_AddNumberToObject(t, "id", ids[k]);
-            cJSON_AddItemToObject(t, "piece", json_text(pc, len));
+            size_t v = 0, w;
+            while (v < len && pc[v] && (w = utf8_valid((const unsigned char *)pc + v, len - v)) > 0) v += w;
+            if (v == len) { /* llama-server's: the text where it is valid UTF-8, else the byte list */
+                cJSON_AddItemToObject(t, "piece", json_text(pc, len));
+            } else {
+                cJSON *bytes = cJSON_AddArrayToObject(t, "piece");
+                for (size_t i = 0; i < len; i++) cJSON_AddItemToArray(bytes, cJSON_CreateNumber((unsigned char)pc[i]));
+            }
             cJSON_AddItemToArray(arr, t);
         }
         free(ids);
@@ -1274,6 +1499,59 @@ static char *token_text(const tokenizer *t, int32_t id) {
     return r;
 }
 
+/* whether the template renders the probe conversation msgs (JSON) with tools (JSON or NULL)
+ * into a text holding each of the marks (NULL-ended); a refusal is false */
+static bool renders(const app *a, const char *msgs, const char *tools, const char *const *marks) {
+    cJSON *m = cJSON_Parse(msgs), *t = tools ? cJSON_Parse(tools) : NULL;
+    const chat_input in = {.messages = m, .tools = t, .add_generation_prompt = true, .enable_thinking = -1,
+                           .bos_token = a->bos_text, .eos_token = a->eos_text};
+    char *out = NULL;
+    size_t n;
+    herr e;
+    bool ok = m && chat_render(a->tmpl, &in, &out, &n, &e) == 0;
+    for (const char *const *k = marks; ok && *k; k++) ok = strstr(out, *k) != NULL;
+    free(out);
+    cJSON_Delete(m);
+    cJSON_Delete(t);
+    return ok;
+}
+
+/* /props' chat_template_caps, llama-server's names, each found by rendering a probe
+ * conversation and looking for what it should show (hearth's own probes) */
+static cJSON *template_caps(const app *a) {
+#define CALL(name, args) "{\"id\":\"c_" name "\",\"type\":\"function\",\"function\":{\"name\":\"" name "\",\"arguments\":" args "}}"
+    static const char user[] = "{\"role\":\"user\",\"content\":\"hi\"}";
+    static const char tool[] = "[{\"type\":\"function\",\"function\":{\"name\":\"probe_tool_fn\",\"description\":\"d\","
+                               "\"parameters\":{\"type\":\"object\",\"properties\":{}}}}]";
+    static const char calls[] = "[{\"role\":\"user\",\"content\":\"hi\"},{\"role\":\"assistant\",\"content\":\"\",\"tool_calls\":["
+                                CALL("probe_call_a", "{\"probe_arg\":\"v\"}") "," CALL("probe_call_b", "{}") "]},"
+                                "{\"role\":\"tool\",\"tool_call_id\":\"c_probe_call_a\",\"content\":\"r\"}]";
+#undef CALL
+    char probe[512];
+    cJSON *c = cJSON_CreateObject();
+    cJSON_AddBoolToObject(c, "supports_object_arguments", renders(a, calls, NULL, (const char *const[]){"probe_arg", NULL}));
+    cJSON_AddBoolToObject(c, "supports_parallel_tool_calls",
+                          renders(a, calls, NULL, (const char *const[]){"probe_call_a", "probe_call_b", NULL}));
+    snprintf(probe, sizeof probe, "[%s,{\"role\":\"assistant\",\"content\":\"a\",\"reasoning_content\":\"probe_think\"},%s]", user, user);
+    cJSON_AddBoolToObject(c, "supports_preserve_reasoning", renders(a, probe, NULL, (const char *const[]){"probe_think", NULL}));
+    size_t n;
+    const char *src = chat_template_source(a->tmpl, &n);
+    bool effort = false;
+    for (size_t i = 0; i + 16 <= n && !effort; i++) effort = !memcmp(src + i, "reasoning_effort", 16);
+    cJSON_AddBoolToObject(c, "supports_reasoning_effort", effort);
+    cJSON_AddBoolToObject(c, "supports_string_content",
+                          renders(a, "[{\"role\":\"user\",\"content\":\"probe_str\"}]", NULL, (const char *const[]){"probe_str", NULL}));
+    snprintf(probe, sizeof probe, "[{\"role\":\"system\",\"content\":\"probe_sys\"},%s]", user);
+    cJSON_AddBoolToObject(c, "supports_system_role", renders(a, probe, NULL, (const char *const[]){"probe_sys", NULL}));
+    cJSON_AddBoolToObject(c, "supports_tool_calls", renders(a, calls, NULL, (const char *const[]){"probe_call_a", NULL}));
+    snprintf(probe, sizeof probe, "[%s]", user);
+    cJSON_AddBoolToObject(c, "supports_tools", renders(a, probe, tool, (const char *const[]){"probe_tool_fn", NULL}));
+    cJSON_AddBoolToObject(c, "supports_typed_content",
+                          renders(a, "[{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"probe_typed\"}]}]", NULL,
+                                  (const char *const[]){"probe_typed", NULL}));
+    return c;
+}
+
 /* A read of the mapped model file past its end: the file was truncated in place between two of
  * the scheduler's checks (model_file_ok). A clear last word and exit 1, not a bare "Bus error". */
 static void on_sigbus(int sig) {
@@ -1301,6 +1579,9 @@ int serve_main(const serve_opts *o) {
     app a = {.o = o};
     pthread_mutex_init(&a.id_mu, NULL);
     pthread_mutex_init(&a.billing_mu, NULL);
+    pthread_mutex_init(&a.seen_mu, NULL);
+    a.seen = xcalloc((size_t)(o->n_slots > 0 ? o->n_slots : 1), sizeof *a.seen);
+    for (int k = 0; k < o->n_slots; k++) a.seen[k].id_task = -1;
     a.next_id = (uint64_t)time(NULL);
     int rc = 1;
     http_server *hs = NULL;
@@ -1330,6 +1611,14 @@ int serve_main(const serve_opts *o) {
     }
     a.bos_text = token_text(a.tok, tokenizer_bos(a.tok));
     a.eos_text = token_text(a.tok, tokenizer_eos(a.tok));
+    a.caps = template_caps(&a);
+    for (int64_t k = 0; k < gguf_n_tensors(a.m->file); k++) { /* llama-server's meta.n_params and size */
+        const gguf_tensor *t = gguf_tensor_at(a.m->file, k);
+        int64_t ne = 1;
+        for (uint32_t d = 0; d < t->n_dims; d++) ne *= t->ne[d];
+        a.n_params += ne;
+        a.n_bytes += (int64_t)t->nbytes;
+    }
     const char *base = strrchr(o->model_path, '/');
     a.alias = o->alias ? o->alias : base ? base + 1 : o->model_path;
     /* -c 0: the model's trained context (llama-server's meaning; the engine's own 0 caps it);
@@ -1406,5 +1695,9 @@ out:
     model_free(a.m);
     pthread_mutex_destroy(&a.id_mu);
     pthread_mutex_destroy(&a.billing_mu);
+    for (int k = 0; k < o->n_slots; k++) cJSON_Delete(a.seen[k].params);
+    free(a.seen);
+    cJSON_Delete(a.caps);
+    pthread_mutex_destroy(&a.seen_mu);
     return rc;
 }

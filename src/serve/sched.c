@@ -826,6 +826,8 @@ static void step(sched *s, bool stopping) {
     pthread_mutex_lock(&s->mu);
     if (prompt_rows) s->st.t_prompt += dt;
     else s->st.t_gen += dt;
+    s->st.n_steps++;
+    s->st.n_step_spans += n;
     pthread_mutex_unlock(&s->mu);
     token_lp tl;
     for (int i = 0; i < n; i++) {

@@ -134,6 +134,7 @@ typedef struct sched_stats {
     int64_t n_requests, n_refused, n_prompt_tokens, n_cached_tokens, n_gen_tokens;
     int64_t n_hits, n_misses, n_points, n_point_evictions;
     double t_prompt, t_gen;   /* seconds of engine calls that had prompt rows / only decode rows */
+    int64_t n_steps, n_step_spans; /* engine calls, and the slots' spans they ran (all calls together) */
     int64_t queue_depth, slots_busy;
     int64_t cache_bytes;
     int64_t n_cache_hits;     /* resumed from the shared cache (another conversation's state) */

@@ -33,15 +33,17 @@ DELIBERATE = {
     # llama-server's sampling stages hearth does not have: it refuses a request that sets them
     # (README: typical_p other than 1, mirostat, dry_multiplier, xtc_probability, top_n_sigma,
     # dynatemp_range), so it reports none rather than settings it never applies
-    **{f"{where}.{k}": "a sampler hearth refuses by name; reporting its settings would claim it exists"
-       for where in ("props.default_generation_settings.params", "completion.generation_settings",
-                     "completion_stream.final.generation_settings", "slots[].params")
+    **{f"{where}.{k}": "a sampler or feature hearth refuses by name or has not (speculative decoding, LoRA, "
+                       "lazy grammars, llama.cpp's chat formats): reporting its settings would claim it exists"
+       for where in ("params", "generation_settings")
        for k in ("dynatemp_range", "dynatemp_exponent", "top_n_sigma", "xtc_probability", "xtc_threshold",
                  "dry_multiplier", "dry_base", "dry_allowed_length", "dry_penalty_last_n", "dry_sequence_breakers",
                  "mirostat", "mirostat_tau", "mirostat_eta", "adaptive_target", "adaptive_decay",
                  "speculative.types", "backend_sampling", "lora", "chat_format", "generation_prompt",
                  "reasoning_in_content", "grammar_lazy", "grammar_triggers", "preserved_tokens",
                  "timings_per_token", "min_keep")},
+    "generation_settings.grammar": "hearth compiles GBNF and JSON Schema into its own matcher and keeps no GBNF text "
+                                   "of a schema to report",
     # llama-server's web UI, its media marker and its sleep mode: hearth has none of them
     "props.media_marker": "no multimodal input: hearth refuses image and audio parts",
     "props.ui": "no web UI (--no-webui is accepted and changes nothing)",
@@ -156,8 +158,9 @@ def compare(name, peer_json, hearth_json):
     for p, what in diffs:
         if what.startswith("only in hearth") and any(p == k or p.endswith("." + k) for k in OWN):
             continue
-        if p in DELIBERATE:
-            print(f"note {p}: {what}: deliberate: {DELIBERATE[p]}")
+        why = next((w for k, w in DELIBERATE.items() if p == k or p.endswith("." + k)), None)
+        if why:
+            print(f"note {p}: {what}: deliberate: {why}")
             continue
         bad.append(f"{p}: {what}")
     check(f"{name}: llama-server's shape", not bad, "\n     " + "\n     ".join(bad))
@@ -346,9 +349,12 @@ def run_checks(sv):
     compare("models", pj, hj)
     names = lambda j: ([m.get("id") for m in j.get("data", [])], [m.get("name") for m in j.get("models", [])])
     check("/v1/models: the model named as --alias gives it", names(hj) == ([ALIAS], [ALIAS]), str(names(hj)))
+    meta = lambda j: {k: (j.get("data") or [{}])[0].get("meta", {}).get(k) for k in ("n_params", "size", "n_vocab")}
+    check("/v1/models: meta.n_params, size, n_vocab as llama-server counts them in the same file",
+          meta(pj) == meta(hj), f"{meta(pj)} / {meta(hj)}")
     (_, pj), (_, hj) = both(sv, "GET", "/props")
     compare("props", pj, hj)
-    for k in ("bos_token", "eos_token", "model_alias"):
+    for k in ("bos_token", "eos_token", "model_alias", "chat_template_caps"):
         check(f"/props: {k} as llama-server's", pj.get(k) == hj.get(k), f"{pj.get(k)!r} / {hj.get(k)!r}")
     (_, pj), (_, hj) = both(sv, "GET", "/slots")
     compare("slots", pj, hj)
