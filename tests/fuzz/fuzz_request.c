@@ -2,7 +2,7 @@
  * what every endpoint does with a body before the scheduler sees it, with the Qwen3.5
  * vocabulary and chat template and no engine. The first byte picks the endpoint (chat,
  * /completion, /v1/completions, /v1/messages, count_tokens, /tokenize, /detokenize,
- * /apply-template, /slots save), the rest is the body. Properties: bad input is refused
+ * /apply-template, /slots save, /v1/responses), the rest is the body. Properties: bad input is refused
  * with a message (never a crash); what is accepted is in range: lengths within the context,
  * ids in the vocabulary, message starts ascending inside the prompt, stop strings bounded.
  * Seeds: tests/fuzz/corpus/request. */
@@ -12,6 +12,7 @@
 
 #include "fuzz.h"
 #include "serve/request.h"
+#include "serve/responses.h"
 #include "serve/sched.h"
 
 static req_ctx rx;
@@ -84,12 +85,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     int64_t n;
     int32_t *ids = NULL;
     bool pieces;
-    switch (data[0] % 9) {
+    switch (data[0] % 10) {
     case 0: chat(j, API_CHAT, true); break;
     case 1:
     case 2: {
         gen_params p;
-        const api_kind kind = data[0] % 9 == 1 ? API_COMPLETION : API_OAI_COMPLETION;
+        const api_kind kind = data[0] % 10 == 1 ? API_COMPLETION : API_OAI_COMPLETION;
         if (req_params(&rx, j, kind, 1, &p, &e) == 0) check_params(&p);
         req_params_free(&p);
         if ((ids = req_prompt_ids(&rx, cJSON_GetObjectItemCaseSensitive(j, "prompt"), &n, &e))) check_ids(ids, n);
@@ -98,7 +99,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     case 3:
     case 4: {
         cJSON *q = req_messages_to_chat(j, &e);
-        if (q) chat(q, API_MESSAGES, data[0] % 9 == 3);
+        if (q) chat(q, API_MESSAGES, data[0] % 10 == 3);
         cJSON_Delete(q);
         break;
     }
@@ -125,6 +126,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     case 8: {
         const char *fn = req_slot_file(j);
         if (fn) FUZZ_CHECK(fn[0] != '.' && !strchr(fn, '/') && strlen(fn) < 200, "file name %s", fn);
+        break;
+    }
+    case 9: { /* a Responses request read into a chat request, which must be one chat reads */
+        cJSON *q = resp_to_chat(&rx, j, &e);
+        if (q) {
+            FUZZ_CHECK(cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(q, "messages")) > 0, "no messages");
+            chat(q, API_RESPONSES, true);
+        } else {
+            FUZZ_CHECK(e.msg[0], "a refusal without a message");
+        }
+        cJSON_Delete(q);
         break;
     }
     }

@@ -78,6 +78,16 @@ def main():
         (6, {"tokens": [9707, 1879, 0, 151643]}),
         (7, {"messages": msgs, "tools": tools}),
         (8, {"filename": "conv-a.bin"}),
+        (9, {"model": "m", "instructions": "Be brief.", "max_output_tokens": 16, "temperature": 0, "top_p": 0.9,
+             "reasoning": {"effort": "low", "summary": "auto"}, "store": True, "metadata": {"k": "v"}, "user": "u",
+             "parallel_tool_calls": False, "tool_choice": {"type": "function", "name": "f"},
+             "tools": [{"type": "function", "name": "f", "description": "d", "parameters": tools[0]["function"]["parameters"]}],
+             "text": {"format": {"type": "json_schema", "name": "o", "schema": {"type": "object"}}},
+             "input": [{"role": "developer", "content": "d"}, {"role": "user", "content": [{"type": "input_text", "text": "hi"}]},
+                       {"type": "reasoning", "id": "rs_1", "summary": [], "content": [{"type": "reasoning_text", "text": "t"}]},
+                       {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "ok"}]},
+                       {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{\"x\": 1}"},
+                       {"type": "function_call_output", "call_id": "c1", "output": "42"}]}),
     ]
     for sel, b in bodies:
         put("request", f"endpoint-{sel}.bin", bytes([sel]) + json.dumps(b).encode())
