@@ -93,8 +93,10 @@ static void emit_escaped(answer *a, const char *s, size_t n) {
     char out[256];
     size_t k = 0;
     for (size_t i = 0; i < n; i++) {
-        if (k + 8 > sizeof out) { emit(a, ANSWER_CALL_ARGS, out, k); k = 0; }
         const unsigned char c = (unsigned char)s[i];
+        /* a piece ends between characters (before a byte that is no continuation byte; a run
+         * of them longer than a character's is cut anyway) */
+        if ((k + 12 > sizeof out && (c & 0xc0) != 0x80) || k + 8 > sizeof out) { emit(a, ANSWER_CALL_ARGS, out, k); k = 0; }
         const char *esc = c == '"' ? "\\\"" : c == '\\' ? "\\\\" : c == '\b' ? "\\b" : c == '\f' ? "\\f"
                           : c == '\n' ? "\\n" : c == '\r' ? "\\r" : c == '\t' ? "\\t" : NULL;
         if (esc) { memcpy(out + k, esc, 2); k += 2; }
@@ -148,19 +150,9 @@ static const char *name_end(const char *p, size_t n, size_t prefix, bool *bad) {
     return NULL;
 }
 
-/* the length of an incomplete UTF-8 character at the end of p[0..n) */
-static size_t utf8_tail(const char *p, size_t n) {
-    for (size_t k = 1; k <= 3 && k <= n; k++) {
-        const unsigned char c = (unsigned char)p[n - k];
-        if ((c & 0xc0) == 0x80) continue; /* a continuation byte: look further back */
-        const size_t len = c >= 0xf0 ? 4 : c >= 0xe0 ? 3 : c >= 0xc0 ? 2 : 1;
-        return len > k ? k : 0;
-    }
-    return 0;
-}
-
-/* One step of a Qwen3.5 call at p[0..n) (a->emitted); false: wait for more text. */
-static bool call_step(answer *a, const char *p, size_t n) {
+/* One step of a Qwen3.5 call at p[0..n) (a->emitted): the rest of its block, whole, up to its
+ * </tool_call> (the caller steps past that), so nothing waits for more text. */
+static void call_step(answer *a, const char *p, size_t n) {
     static const char FN_CLOSE[] = "</function>", PARAM_OPEN[] = "<parameter=", PARAM_CLOSE[] = "</parameter>";
     if (a->call == CALL_PARAMS) { /* between parameters */
         size_t ws = 0;
@@ -168,18 +160,16 @@ static bool call_step(answer *a, const char *p, size_t n) {
         a->emitted += ws;
         p += ws, n -= ws;
         if (!n) {
-            if (!a->finished) return false;
             close_args(a);
             end_call(a);
-            return true;
+            return;
         }
         size_t m = tag_at(p, n, FN_CLOSE);
         if (m == STR_LEN(FN_CLOSE)) {
             a->emitted += m;
             close_args(a);
-            return true;
+            return;
         }
-        if (m == n && !a->finished) return false;
         m = tag_at(p, n, PARAM_OPEN);
         if (m == STR_LEN(PARAM_OPEN)) {
             bool bad;
@@ -188,78 +178,50 @@ static bool call_step(answer *a, const char *p, size_t n) {
                 a->param = trimmed(p + m, (size_t)(gt - p) - m);
                 const char *ty = param_type(a->o.tools, a->call_name, a->param);
                 a->param_text = ty && !strcmp(ty, "string");
-                a->value_open = false;
                 a->emitted += (size_t)(gt - p) + 1;
                 a->call = CALL_VALUE;
-                return true;
+                return;
             }
-            if (!bad && !a->finished) return false;
-        } else if (m == n && !a->finished) {
-            return false;
         }
         close_args(a); /* anything else ends the arguments */
-        return true;
+        return;
     }
     if (a->call == CALL_VALUE) { /* a parameter's value, up to </parameter> */
         const char *end = memmem(p, n, PARAM_CLOSE, STR_LEN(PARAM_CLOSE));
-        if (!a->param_text) { /* JSON where it parses: the value is needed whole */
-            if (!end && !a->finished) return false;
-            const size_t len = end ? (size_t)(end - p) : n;
+        const char *fn = end ? NULL : memmem(p, n, FN_CLOSE, STR_LEN(FN_CLOSE)); /* no </parameter> */
+        const size_t len = end ? (size_t)(end - p) : fn ? (size_t)(fn - p) : n;
+        emit_key(a, a->param);
+        if (a->param_text) { /* text, less its leading and trailing blanks (a NUL byte kept) */
+            size_t v0 = 0, v1 = len;
+            while (v0 < v1 && is_space(p[v0])) v0++;
+            while (v1 > v0 && is_space(p[v1 - 1])) v1--;
+            emit(a, ANSWER_CALL_ARGS, "\"", 1);
+            emit_escaped(a, p + v0, v1 - v0);
+            emit(a, ANSWER_CALL_ARGS, "\"", 1);
+        } else { /* JSON where it parses */
             char *val = trimmed(p, len);
             cJSON *v = cJSON_Parse(val);
             if (!v) v = cJSON_CreateString(val);
             char *js = cJSON_PrintUnformatted(v);
-            emit_key(a, a->param);
             emit(a, ANSWER_CALL_ARGS, js, strlen(js));
             free(js);
             cJSON_Delete(v);
             free(val);
-            a->emitted += len + (end ? STR_LEN(PARAM_CLOSE) : 0);
-        } else { /* text: out as it comes, less the leading and trailing blanks */
-            if (!a->value_open) {
-                size_t ws = 0;
-                while (ws < (end ? (size_t)(end - p) : n) && is_space(p[ws])) ws++;
-                a->emitted += ws;
-                p += ws, n -= ws;
-                if (!end && !n && !a->finished) return false;
-                emit_key(a, a->param);
-                emit(a, ANSWER_CALL_ARGS, "\"", 1);
-                a->value_open = true;
-            }
-            size_t len = end ? (size_t)(end - p) : n, keep = 0;
-            if (!end && !a->finished) keep = partial_tag(p, n, PARAM_CLOSE, STR_LEN(PARAM_CLOSE));
-            size_t out = len - keep;
-            while (out && is_space(p[out - 1])) out--; /* blanks: out only when text follows */
-            if (!end && !a->finished) out -= utf8_tail(p, out);
-            emit_escaped(a, p, out);
-            if (!end && !a->finished) {
-                a->emitted += out;
-                return false;
-            }
-            emit(a, ANSWER_CALL_ARGS, "\"", 1);
-            a->emitted += len + (end ? STR_LEN(PARAM_CLOSE) : 0);
         }
+        a->emitted += len + (end ? STR_LEN(PARAM_CLOSE) : 0);
         free(a->param);
         a->param = NULL;
         a->call = CALL_PARAMS;
-        return true;
+        return;
     }
-    /* CALL_TAIL: what follows </function>, up to and with </tool_call>, is dropped */
-    const char *end = memmem(p, n, CALL_CLOSE, STR_LEN(CALL_CLOSE));
-    if (end) {
-        a->emitted += (size_t)(end - p) + STR_LEN(CALL_CLOSE);
-        end_call(a);
-        return true;
-    }
-    const size_t keep = a->finished ? 0 : partial_tag(p, n, CALL_CLOSE, STR_LEN(CALL_CLOSE));
-    a->emitted += n - keep;
-    if (a->finished) end_call(a);
-    return a->finished;
+    /* CALL_TAIL: what follows </function> up to </tool_call> is dropped */
+    a->emitted += n;
+    end_call(a);
 }
 
 /* Hands out text [emitted, safe). */
 static void split(answer *a, size_t safe) {
-    while (a->emitted < safe || (a->finished && a->call)) { /* (a call cut off is closed) */
+    while (a->emitted < safe) {
         if (a->skip_nl && a->emitted < safe) { /* the newlines after a closing tag, however they arrive */
             if (a->text[a->emitted] == '\n') { a->emitted++; continue; }
             a->skip_nl = false;
@@ -290,10 +252,6 @@ static void split(answer *a, size_t safe) {
             a->emitted += n - keep;
             return;
         }
-        if (a->call) {
-            if (!call_step(a, p, n)) return;
-            continue;
-        }
         if (!a->o.tools) {
             emit(a, ANSWER_CONTENT, p, n);
             a->emitted = safe;
@@ -308,35 +266,40 @@ static void split(answer *a, size_t safe) {
         }
         emit(a, ANSWER_CONTENT, p, (size_t)(at - p));
         a->emitted += (size_t)(at - p);
+        /* a call is handed out only once its block is closed: one cut off (by the length
+         * limit, a stop string or the model's end) is no call, its text stays content */
         const char *body = at + STR_LEN(CALL_OPEN);
         const size_t avail = safe - (size_t)(body - a->text);
+        const char *end = memmem(body, avail, CALL_CLOSE, STR_LEN(CALL_CLOSE));
+        if (!end && !a->finished) return; /* the call is still coming */
+        if (!end) {
+            emit(a, ANSWER_CONTENT, at, safe - (size_t)(at - a->text));
+            a->emitted = safe;
+            return;
+        }
+        const size_t body_len = (size_t)(end - body), whole = STR_LEN(CALL_OPEN) + body_len + STR_LEN(CALL_CLOSE);
         size_t ws = 0;
-        while (ws < avail && is_space(body[ws])) ws++;
-        if (ws == avail && !a->finished) return; /* which format is not known yet */
-        /* Qwen3.5's <function=NAME>: the call starts here and streams */
+        while (ws < body_len && is_space(body[ws])) ws++;
+        /* Qwen3.5's <function=NAME>, then its parameters */
         static const char FN_OPEN[] = "<function=";
-        const size_t m = tag_at(body + ws, avail - ws, FN_OPEN);
-        if (m && m < STR_LEN(FN_OPEN) && !a->finished) return;
-        if (m == STR_LEN(FN_OPEN)) {
+        if (tag_at(body + ws, body_len - ws, FN_OPEN) == STR_LEN(FN_OPEN)) {
             bool bad;
-            const char *gt = name_end(body + ws, avail - ws, m, &bad);
-            if (!gt && !bad && !a->finished) return;
-            char *name = gt ? trimmed(body + ws + m, (size_t)(gt - body - ws) - m) : NULL;
+            const char *gt = name_end(body + ws, body_len - ws, STR_LEN(FN_OPEN), &bad);
+            char *name = gt ? trimmed(body + ws + STR_LEN(FN_OPEN), (size_t)(gt - body - ws) - STR_LEN(FN_OPEN)) : NULL;
             if (name && name[0]) {
                 a->n_calls++;
                 a->sink(a->cls, ANSWER_CALL_START, name, strlen(name));
                 a->call_name = name;
                 a->call = CALL_PARAMS;
                 a->emitted = (size_t)(gt + 1 - a->text);
+                const size_t body_end = (size_t)(end - a->text);
+                while (a->call) call_step(a, a->text + a->emitted, body_end - a->emitted);
+                a->emitted = body_end + STR_LEN(CALL_CLOSE);
                 continue;
             }
             free(name);
         }
-        /* else the block is needed whole: Qwen3's JSON, or content */
-        const char *end = memmem(body, avail, CALL_CLOSE, STR_LEN(CALL_CLOSE));
-        if (!end && !a->finished) return; /* the call is still coming */
-        const size_t body_len = end ? (size_t)(end - body) : avail;
-        const size_t whole = STR_LEN(CALL_OPEN) + body_len + (end ? STR_LEN(CALL_CLOSE) : 0);
+        /* else Qwen3's JSON, or content */
         char *name, *args;
         if (call_json(body, body_len, &name, &args)) {
             a->n_calls++;

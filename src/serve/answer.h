@@ -8,12 +8,12 @@
  *   Qwen3:        {"name": "f", "arguments": {"x": 1}}
  *   Qwen3.5/3.6:  <function=f><parameter=x>1</parameter></function>
  * A call is handed out as CALL_START (its name), CALL_ARGS (pieces of its arguments' JSON
- * text, which joined make one object) and CALL_END. A Qwen3.5 call starts as soon as its
- * <function=NAME> is read, and its arguments follow a parameter at a time, a string
- * parameter's text as it comes, so a client sees a long argument being written. A parameter's
+ * text, which joined make one object) and CALL_END, all once its </tool_call> is read: a call
+ * cut off (by the length limit, a stop string or the model's end) is no call, and its text
+ * is handed out as content, so a stream never sends a call that its end takes back (a
+ * stream's call comes at once when it closes, not as it is written). A Qwen3.5 parameter's
  * value is text when the tool's schema says "string", else JSON where it parses as JSON (else
- * text). A call cut off (by the length limit or a stop string) is closed where it ends. A
- * Qwen3 call comes whole once it ends; a block in neither format is handed out as content. */
+ * text). A block in neither format is handed out as content. */
 #ifndef HEARTH_SERVE_ANSWER_H
 #define HEARTH_SERVE_ANSWER_H
 
@@ -59,8 +59,7 @@ typedef struct answer {
     enum { CALL_NONE, CALL_PARAMS, CALL_VALUE, CALL_TAIL } call;
     char *call_name, *param;
     bool args_open;         /* "{" handed out */
-    bool param_text;        /* the value is a string, handed out as it comes */
-    bool value_open;        /* its opening quote handed out */
+    bool param_text;        /* the value is a string (text), else JSON where it parses */
 } answer;
 
 void answer_init(answer *a, const answer_opts *o, answer_sink sink, void *cls);

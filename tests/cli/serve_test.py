@@ -669,6 +669,7 @@ def main():
     template_kwargs(model)
     billing_header(model)
     tool_calls(model)
+    cut_calls(model)
     sigterm_under_load(model)
     slow_readers(model)
     print(f"{passed} passed, {failed} failed")
@@ -999,7 +1000,7 @@ def tool_calls(model):
     """Tool calls through the whole server: the random model cannot write one, so the test
     seam HEARTH_TEST_REPLY makes every answer the tokens of a given text (the engine still
     runs each step). Whole and streamed answers must carry the same calls; streamed, the call
-    arrives in pieces (its name first, then its arguments as they are written)."""
+    arrives in pieces (its name first, then its arguments), once its </tool_call> is written."""
     reply = os.path.join(TMP, "reply.txt")
     with open(reply, "w") as f:  # the template's prompt ends inside <think>: the reply starts in it
         f.write("plan it\n</think>\n\nLooking.\n<tool_call>\n<function=get_weather>\n<parameter=city>\n"
@@ -1107,6 +1108,57 @@ def tool_calls(model):
           st == 200 and st2 == 200 and whole == streamed and whole.endswith("before\ufffdafter the NUL"),
           f"{whole!r} vs {streamed!r}")
     s.stop()
+
+
+def cut_calls(model):
+    """An unfinished tool call is not a call (F14 item 6): cut by max_tokens, or by the model
+    ending inside it, its text stays in the content, and the answer says length or stop,
+    never tool_calls / tool_use; whole and streamed alike (the stream holds a call's pieces
+    back until its </tool_call>, so no call is sent that the end takes back)."""
+    tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object", "properties": {
+        "city": {"type": "string"}, "days": {"type": "integer"}}}}}]
+    atools = [{"name": "get_weather", "input_schema": tools[0]["function"]["parameters"]}]
+    msgs = [{"role": "user", "content": "weather?"}]
+    head = "plan it\n</think>\n\nLooking.\n"
+    call = ("<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n<parameter=days>\n3\n"
+            "</parameter>\n</function>\n</tool_call>")
+    reply = os.path.join(TMP, "reply-cut.txt")
+    for how, text in (("cut by max_tokens", head + call), ("the model ending inside it", head + call[:call.index("</par")])):
+        with open(reply, "w") as f:
+            f.write(text)
+        s = Server(model, "-np", "1", env={"HEARTH_TEST_REPLY": reply})
+        n = 200
+        if how == "cut by max_tokens":  # the answer ends inside "Paris"
+            _, tk = s.post("/tokenize", {"content": head + call[:call.index("Paris") + 3], "parse_special": True})
+            n = len(tk["tokens"])
+        fin, afin = ("length", "max_tokens") if n < 200 else ("stop", "end_turn")
+        body = {"messages": msgs, "tools": tools, "max_tokens": n, "temperature": 0}
+        st, j = s.post("/v1/chat/completions", body)
+        m = j["choices"][0]["message"] if st == 200 else {}
+        c = m.get("content") or ""
+        check(f"a tool call {how}: no tool_calls, its text in the content, finish_reason {fin}", st == 200 and
+              not m.get("tool_calls") and c.startswith("Looking.\n<tool_call>\n<function=get_weather>\n<parameter=city>\nPar")
+              and call.startswith(c[len("Looking.\n"):]) and j["choices"][0]["finish_reason"] == fin, str(j)[-400:])
+        st, _, ev = s.stream("/v1/chat/completions", {**body, "stream": True})
+        ch = [x for e in ev if e != "[DONE]" for x in e["choices"]]
+        check(f"a tool call {how}, streamed: no tool_calls delta, the same content, finish_reason {fin}", st == 200 and
+              not any(x["delta"].get("tool_calls") for x in ch) and
+              "".join(x["delta"].get("content") or "" for x in ch) == c and
+              [x["finish_reason"] for x in ch if x["finish_reason"]] == [fin], str(ev)[-400:])
+        abody = {"model": "m", "max_tokens": n, "messages": msgs, "tools": atools}
+        st, j = s.post("/v1/messages", abody)
+        blocks = j.get("content", []) if st == 200 else []
+        check(f"messages, a tool call {how}: no tool_use block, its text in a text block, stop_reason {afin}",
+              st == 200 and [b["type"] for b in blocks] == ["thinking", "text"] and blocks[1]["text"] == c and
+              j["stop_reason"] == afin, str(j)[-400:])
+        st, _, ev = s.stream("/v1/messages", {**abody, "stream": True})
+        ev = [e for e in ev if e != "[DONE]"]
+        text = "".join(e["delta"].get("text", "") for e in ev if e["type"] == "content_block_delta")
+        check(f"messages streamed, a tool call {how}: no tool_use block, the same text, stop_reason {afin}",
+              st == 200 and not any(e["type"] == "content_block_start" and e["content_block"]["type"] == "tool_use"
+                                    for e in ev) and text == c and
+              [e["delta"]["stop_reason"] for e in ev if e["type"] == "message_delta"] == [afin], str(ev)[-400:])
+        s.stop()
 
 
 def sse_data(text):

@@ -14,6 +14,8 @@ typedef struct parts {
     size_t nr, nc, nk;
     int n_calls;
     bool split_char;        /* an argument piece ended inside a UTF-8 character */
+    size_t pushed;          /* bytes pushed so far (run) */
+    size_t call_at;         /* pushed when the first call started, or 0 */
 } parts;
 
 static void add(char *dst, size_t *len, const char *s, size_t n) {
@@ -29,7 +31,11 @@ static void sink(void *cls, answer_part part, const char *s, size_t n) {
     switch (part) {
     case ANSWER_REASONING: add(p->reasoning, &p->nr, s, n); break;
     case ANSWER_CONTENT: add(p->content, &p->nc, s, n); break;
-    case ANSWER_CALL_START: add(p->calls, &p->nk, s, n); add(p->calls, &p->nk, "(", 1); p->n_calls++; break;
+    case ANSWER_CALL_START:
+        add(p->calls, &p->nk, s, n);
+        add(p->calls, &p->nk, "(", 1);
+        if (!p->n_calls++) p->call_at = p->pushed;
+        break;
     case ANSWER_CALL_ARGS:
         add(p->calls, &p->nk, s, n);
         for (size_t k = 1; k <= 3 && k <= n; k++) { /* the last character's lead byte: is it whole? */
@@ -73,6 +79,7 @@ static const char *run(const answer_opts *o, const char *text, size_t piece, par
     bool stopped = false;
     while (i < n && !stopped) {
         size_t k = n - i < piece ? n - i : piece;
+        p->pushed = i + k;
         stopped = answer_push(&a, text + i, k, false);
         i += k;
     }
@@ -145,12 +152,38 @@ TEST(tool_calls_both_formats) {
     /* neither format: the block stays content */
     expect(&o, "<tool_call>not a call</tool_call>", "", "<tool_call>not a call</tool_call>", "");
     expect(&o, "<tool_call><function=bad\nname></tool_call>", "", "<tool_call><function=bad\nname></tool_call>", "");
-    /* a Qwen3.5 call cut off is closed where it ends: mid-value, between parameters, in the name */
-    expect(&o, "x <tool_call>\n<function=get_weather>\n<parameter=city>\nPar", "", "x ", "get_weather({\"city\":\"Par\"});");
-    expect(&o, "<tool_call><function=get_weather><parameter=days>4</parameter><para", "", "",
-           "get_weather({\"days\":4});");
+    /* a call cut off (here: the text ends) is no call, its text content: mid-value, between
+     * parameters, in the name, after </function>, a Qwen3 one whose JSON is whole; a whole
+     * call before it stays a call */
+    expect(&o, "x <tool_call>\n<function=get_weather>\n<parameter=city>\nPar", "",
+           "x <tool_call>\n<function=get_weather>\n<parameter=city>\nPar", "");
+    expect(&o, "<tool_call><function=get_weather><parameter=days>4</parameter><para", "",
+           "<tool_call><function=get_weather><parameter=days>4</parameter><para", "");
     expect(&o, "<tool_call><function=get_wea", "", "<tool_call><function=get_wea", "");
-    /* a stop string inside a call's value cuts the call there */
+    expect(&o, "<tool_call><function=get_weather></function>\n</tool", "",
+           "<tool_call><function=get_weather></function>\n</tool", "");
+    expect(&o, "<tool_call>{\"name\": \"get_weather\", \"arguments\": {}}", "",
+           "<tool_call>{\"name\": \"get_weather\", \"arguments\": {}}", "");
+    expect(&o, "<tool_call><function=get_weather><parameter=days>4</parameter></function></tool_call>\n"
+               "<tool_call><function=get_weather><parameter=days>5", "",
+           "<tool_call><function=get_weather><parameter=days>5", "get_weather({\"days\":4});");
+    /* a value missing its </parameter> ends at </function> */
+    expect(&o, "<tool_call><function=get_weather><parameter=city>Rome</function></tool_call>", "", "",
+           "get_weather({\"city\":\"Rome\"});");
+    /* streamed, no piece of a call goes out before its </tool_call> has come (the call could
+     * still be cut off) */
+    {
+        const char *text = "a<tool_call>\n<function=get_weather>\n<parameter=city>\nLong city name\n</parameter>\n"
+                           "</function>\n</tool_call>b";
+        const size_t close_end = (size_t)(strstr(text, "</tool_call>") - text) + strlen("</tool_call>");
+        for (size_t piece = 1; piece <= 13; piece++) {
+            parts p;
+            run(&o, text, piece, &p);
+            CHECK_MSG(p.n_calls == 1 && p.call_at >= close_end, "pieces of %zu: the call started after %zu bytes of %zu",
+                      piece, p.call_at, close_end);
+        }
+    }
+    /* a stop string inside a call's value cuts the call there: no call */
     const char *stop[] = {"STOP"};
     /* arguments as a string (OpenAI's form): a JSON object in it is the call's; anything else
      * leaves the text as text (found by tests/fuzz/fuzz_answer: the string went out as is) */
@@ -159,8 +192,8 @@ TEST(tool_calls_both_formats) {
     expect(&o, "<tool_call>{\"name\": \"f\", \"arguments\": \"f\"}</tool_call>", "",
            "<tool_call>{\"name\": \"f\", \"arguments\": \"f\"}</tool_call>", "");
     answer_opts os = {.split_think = true, .tools = t, .stop = stop, .n_stop = 1};
-    expect(&os, "<tool_call><function=get_weather><parameter=city>Ro STOP me</parameter></function></tool_call>", "", "",
-           "get_weather({\"city\":\"Ro\"});");
+    expect(&os, "<tool_call><function=get_weather><parameter=city>Ro STOP me</parameter></function></tool_call>", "",
+           "<tool_call><function=get_weather><parameter=city>Ro ", "");
     /* without tools in the request, a tool call is only text */
     o.tools = NULL;
     expect(&o, "<tool_call>{\"name\": \"f\"}</tool_call>", "", "<tool_call>{\"name\": \"f\"}</tool_call>", "");
