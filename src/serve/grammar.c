@@ -823,6 +823,10 @@ struct gvocab {
 };
 
 int32_t gvocab_n(const gvocab *v) { return v->n_vocab; }
+const char *gvocab_piece(const gvocab *v, int32_t id, size_t *len) {
+    *len = v->piece_len[id];
+    return v->piece[id];
+}
 int64_t gvocab_trie_nodes(const gvocab *v) { return v->n_nodes; }
 
 typedef struct tpiece { const char *p; uint32_t len; int32_t id; } tpiece;

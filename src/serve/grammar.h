@@ -47,6 +47,8 @@ gvocab *gvocab_new(const tokenizer *t);
 gvocab *gvocab_from(int32_t n, const char *const *pieces, const size_t *lens, const bool *eog);
 void gvocab_free(gvocab *v);
 int32_t gvocab_n(const gvocab *v);
+/* token id's bytes as the vocabulary holds them (*len set) */
+const char *gvocab_piece(const gvocab *v, int32_t id, size_t *len);
 int64_t gvocab_trie_nodes(const gvocab *v);
 
 /* A matcher at the grammar's start (NULL with e set when even the start is too ambiguous). */
