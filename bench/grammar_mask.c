@@ -35,6 +35,13 @@ static double now(void) {
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
+/* this thread's CPU time: a walk's own cost, whatever else the box runs */
+static double cpu_now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
 static int dcmp(const void *a, const void *b) {
     const double x = *(const double *)a, y = *(const double *)b;
     return x < y ? -1 : x > y;
@@ -183,6 +190,41 @@ static void run(const char *label, const char *gbnf, const char *doc, const toke
     grammar_free(g);
 }
 
+/* The walks that bound a mask's worst case, at the state inside a JSON string (almost every
+ * token allowed): the fastest of reps fresh matchers each (the box's load filtered) */
+static void walks(const tokenizer *t, gvocab *v, int reps) {
+    herr e;
+    cJSON *js = cJSON_Parse("{}");
+    char *gb = schema_to_gbnf(js, "json_schema", &e);
+    cJSON_Delete(js);
+    grammar *g = grammar_parse(gb, strlen(gb), &e);
+    const char *pre = "{\"k\": \"";
+    double best[N_MODES];
+    int64_t visits[N_MODES] = {0}, allowed = 0;
+    for (int k = 0; k < N_MODES; k++) {
+        best[k] = 1e9;
+        for (int r = 0; r < reps; r++) {
+            gmatch *m = matcher(g, v, k);
+            gmatch_bytes(m, pre, strlen(pre));
+            const uint64_t *bits;
+            const double t0 = cpu_now();
+            allowed = gmatch_mask(m, &bits, &e);
+            const double dt = cpu_now() - t0;
+            if (dt < best[k]) best[k] = dt;
+            const gmatch_stats st = gmatch_get_stats(m);
+            visits[k] = st.trie_visits + st.entry_visits;
+            gmatch_free(m);
+        }
+    }
+    printf("\nthe first mask inside a JSON string (%lld of %d tokens allowed), fastest of %d: whole walk %.0f us, "
+           "entries made (fresh) %.0f us, entries found (shared) %.0f us; trie nodes visited %lld / %lld / %lld\n",
+           (long long)allowed, gvocab_n(v), reps, best[M_WHOLE] * 1e6, best[M_FRESH] * 1e6, best[M_SHARED] * 1e6,
+           (long long)visits[M_WHOLE], (long long)visits[M_FRESH], (long long)visits[M_SHARED]);
+    fflush(stdout);
+    grammar_free(g);
+    free(gb);
+}
+
 int main(int argc, char **argv) {
     const int reps = argc > 1 ? atoi(argv[1]) : 3;
     tokenizer *t = load_vocab();
@@ -227,6 +269,8 @@ int main(int argc, char **argv) {
     printf("CPU %s, one thread; vocabulary %d tokens (%d real), trie %lld nodes, built in %.0f ms (once per vocabulary)\n",
            cpu, V_TARGET, nr, (long long)gvocab_trie_nodes(v), t_vocab * 1e3);
     herr e;
+    walks(t, v, reps < 5 ? 5 : reps);
+    if (getenv("GM_WALKS_ONLY")) return 0;
     cJSON *s = cJSON_Parse("{\"type\": \"object\", \"properties\": {\"name\": {\"type\": \"string\"}, \"age\": {\"type\": "
                            "\"integer\"}, \"email\": {\"type\": \"string\"}, \"tags\": {\"type\": \"array\", \"items\": "
                            "{\"type\": \"string\"}, \"maxItems\": 8}, \"address\": {\"type\": \"object\", \"properties\": "

@@ -957,7 +957,6 @@ void gvocab_free(gvocab *v) {
 typedef struct gstate {
     int32_t off, n;         /* its stacks: set[off .. off + n) */
     bool accept;            /* the grammar may end here */
-    int32_t *trans;         /* 256 next states (UNKNOWN until computed), NULL until the first */
     int32_t mask;           /* its mask's slot, or -1 */
 } gstate;
 
@@ -983,6 +982,9 @@ struct gmatch {
     int64_t n_set, cap_set;
     int32_t *sh;            /* open addressing over state ids */
     int32_t sh_cap;
+    int32_t *tt;            /* transitions: state s's 256 next states at tt[256 s ..], UNKNOWN until
+                             * computed (one table, so a walk's step is one read of it) */
+    int32_t cap_tt;         /* states it has room for */
     int32_t cur;            /* the current state */
     bool ended;
     /* masks */
@@ -1172,6 +1174,11 @@ static int32_t state_of(gmatch *m, const int32_t *s, int32_t n, bool acc) {
         m->set = xrealloc(m->set, sizeof *m->set * (size_t)m->cap_set);
     }
     const int32_t id = m->n_st++;
+    if (id >= m->cap_tt) {
+        m->cap_tt = m->cap_tt ? 2 * m->cap_tt : 64;
+        m->tt = xrealloc(m->tt, sizeof *m->tt * 256 * (size_t)m->cap_tt);
+    }
+    for (int i = 0; i < 256; i++) m->tt[256 * (int64_t)id + i] = UNKNOWN;
     if (n) memcpy(m->set + m->n_set, s, sizeof *s * (size_t)n);
     m->st[id] = (gstate){.off = (int32_t)m->n_set, .n = n, .accept = acc, .mask = -1};
     m->n_set += n;
@@ -1222,17 +1229,12 @@ static int32_t step_compute(gmatch *m, int32_t s, unsigned c) {
     }
     const int32_t t = nt ? state_from_nodes(m, nt) : DEAD;
     if (m->overflow) return DEAD;
-    if (!m->st[s].trans) {
-        m->st[s].trans = xmalloc(sizeof(int32_t) * 256);
-        for (int i = 0; i < 256; i++) m->st[s].trans[i] = UNKNOWN;
-    }
-    m->st[s].trans[c] = t;
+    m->tt[256 * (int64_t)s + c] = t;
     return t;
 }
 
 static inline int32_t step(gmatch *m, int32_t s, unsigned c) {
-    const int32_t *tr = m->st[s].trans;
-    const int32_t t = tr ? tr[c] : UNKNOWN;
+    const int32_t t = m->tt[256 * (int64_t)s + c];
     return t != UNKNOWN ? t : step_compute(m, s, c);
 }
 
@@ -1258,7 +1260,6 @@ static void tables_alloc(gmatch *m) {
 }
 
 static void states_clear(gmatch *m) {
-    for (int32_t i = 0; i < m->n_st; i++) free(m->st[i].trans);
     m->n_st = 0;
     m->n_set = 0;
     for (int32_t i = 0; i < m->sh_cap; i++) m->sh[i] = -1;
@@ -1369,6 +1370,7 @@ void gmatch_free(gmatch *m) {
     free(m->mark);
     free(m->nh);
     free(m->st);
+    free(m->tt);
     free(m->set);
     free(m->sh);
     free(m->masks);
