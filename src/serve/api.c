@@ -801,6 +801,7 @@ static ssize_t gen_produce(void *cls, char *out, size_t max) {
             cJSON_AddStringToObject(d, "role", "assistant");
             cJSON_AddNullToObject(d, "content");
             sse(g, chat_chunk(g, d, NULL));
+            if (g->p.prefill) gen_emit(g, false, g->p.prefill, strlen(g->p.prefill)); /* then the prefill */
         }
         g->stage = 1;
         if (g->pending.len) continue;
@@ -836,6 +837,9 @@ static void gen_run(app *a, const http_call *c, http_out *o, api_kind kind, gen_
                             .tools = chat ? g->tools : NULL, .stop = (const char *const *)g->p.stop,
                             .n_stop = g->p.n_stop};
     answer_init(&g->ans, &ao, gen_part, g);
+    /* a chat's content begins with the assistant prefill it continues, as llama-server's
+     * (a stream sends it after the role, gen_produce) */
+    if (g->p.prefill && !g->p.stream) gen_emit(g, false, g->p.prefill, strlen(g->p.prefill));
     g->created = (int64_t)time(NULL);
     pthread_mutex_lock(&a->seen_mu);
     g->id_task = a->n_tasks++;
@@ -988,6 +992,7 @@ static void chat_generate(app *a, const http_call *c, http_out *o, api_kind kind
         free(ids);
         free(starts);
     } else {
+        if (kind == API_CHAT) p.prefill = req_chat_prefill(q); /* Anthropic's and Responses' answers leave it out */
         gen_run(a, c, o, kind, &p, ids, n_ids, starts, n_starts, ends_in_open_think(text),
                 req_tool_choice_none(q) ? NULL : cJSON_GetObjectItemCaseSensitive(q, "tools"), resp_req);
     }

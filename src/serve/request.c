@@ -332,6 +332,8 @@ int req_params(const req_ctx *x, const cJSON *j, api_kind kind, uint64_t seed, g
 }
 
 void req_params_free(gen_params *g) {
+    free(g->prefill);
+    g->prefill = NULL;
     for (int k = 0; k < g->n_stop; k++) free(g->stop[k]);
     g->n_stop = 0;
     grammar_free(g->grammar);
@@ -470,10 +472,29 @@ static int32_t *chat_encode(const req_ctx *x, const char *text, size_t len, int6
     return ids;
 }
 
+char *req_chat_prefill(const cJSON *j) {
+    const cJSON *msgs = cJSON_GetObjectItemCaseSensitive(j, "messages");
+    const cJSON *last = cJSON_IsArray(msgs) ? cJSON_GetArrayItem(msgs, cJSON_GetArraySize(msgs) - 1) : NULL;
+    const cJSON *role = cJSON_IsObject(last) ? cJSON_GetObjectItemCaseSensitive(last, "role") : NULL;
+    const cJSON *tcs = cJSON_IsObject(last) ? cJSON_GetObjectItemCaseSensitive(last, "tool_calls") : NULL;
+    if (!cJSON_IsString(role) || strcmp(role->valuestring, "assistant") || (cJSON_IsArray(tcs) && cJSON_GetArraySize(tcs) > 0))
+        return NULL;
+    const cJSON *c = cJSON_GetObjectItemCaseSensitive(last, "content"), *part;
+    buf b = {0};
+    buf_add(&b, "", 0);
+    if (cJSON_IsString(c)) buf_str(&b, c->valuestring);
+    cJSON_ArrayForEach(part, (cJSON_IsArray(c) ? c : NULL)) {
+        const cJSON *tx = cJSON_IsObject(part) ? cJSON_GetObjectItemCaseSensitive(part, "text") : NULL;
+        if (cJSON_IsString(tx)) buf_str(&b, tx->valuestring);
+    }
+    return b.p;
+}
+
 int req_chat_prompt(const req_ctx *x, const cJSON *j, bool gen_prompt, char **text, int32_t **ids, int64_t *n_ids,
                     int64_t **starts, int *n_starts, herr *e) {
     const cJSON *msgs = cJSON_GetObjectItemCaseSensitive(j, "messages");
     if (!cJSON_IsArray(msgs) || cJSON_GetArraySize(msgs) == 0) return herr_set(e, "\"messages\" must be a non-empty array");
+    if (get_bool(j, "add_generation_prompt", &gen_prompt, e) < 0) return -1;
     /* a copy the template reads: roles checked, "reasoning" passed on as reasoning_content */
     cJSON *copy = cJSON_CreateArray();
     int k = 0;
@@ -533,11 +554,31 @@ int req_chat_prompt(const req_ctx *x, const cJSON *j, bool gen_prompt, char **te
         cJSON_AddItemToArray(copy, mc);
         k++;
     }
+    /* assistant prefill (llama-server's): a last assistant message is continued, not closed.
+     * The messages before it are rendered with the generation prompt and its text follows,
+     * whatever add_generation_prompt says; one assistant message only, as llama-server */
+    char *prefill = req_chat_prefill(j);
+    if (prefill) {
+        const cJSON *before = cJSON_GetArrayItem(msgs, cJSON_GetArraySize(msgs) - 2);
+        const cJSON *brole = before ? cJSON_GetObjectItemCaseSensitive(before, "role") : NULL;
+        if (cJSON_IsString(brole) && !strcmp(brole->valuestring, "assistant")) {
+            free(prefill);
+            cJSON_Delete(copy);
+            return herr_set(e, "\"messages\" ends in two assistant messages: only the last one is continued "
+                               "(assistant prefill)");
+        }
+        cJSON_DeleteItemFromArray(copy, cJSON_GetArraySize(copy) - 1);
+        gen_prompt = true;
+    }
     chat_input in = {.messages = copy, .add_generation_prompt = gen_prompt, .enable_thinking = -1,
                      .bos_token = x->bos_text, .eos_token = x->eos_text};
     const cJSON *tools = cJSON_GetObjectItemCaseSensitive(j, "tools");
     if (tools && !cJSON_IsNull(tools)) {
-        if (!cJSON_IsArray(tools)) { cJSON_Delete(copy); return herr_set(e, "\"tools\" must be an array"); }
+        if (!cJSON_IsArray(tools)) {
+            cJSON_Delete(copy);
+            free(prefill);
+            return herr_set(e, "\"tools\" must be an array");
+        }
         /* OpenAI's {"type": "function", "function": {"name", "description"?, "parameters"?}}:
          * a malformed tool would be rendered into the prompt as it is */
         int tk = 0;
@@ -555,7 +596,11 @@ int req_chat_prompt(const req_ctx *x, const cJSON *j, bool gen_prompt, char **te
                               : pa && !cJSON_IsNull(pa) && !cJSON_IsObject(pa) ? ".function.parameters must be an object"
                               : de && !cJSON_IsNull(de) && !cJSON_IsString(de) ? ".function.description must be a string"
                               : NULL;
-            if (bad) { cJSON_Delete(copy); return herr_set(e, "\"tools\"[%d]%s%s", tk, *bad == '.' ? "" : " ", bad); }
+            if (bad) {
+                cJSON_Delete(copy);
+                free(prefill);
+                return herr_set(e, "\"tools\"[%d]%s%s", tk, *bad == '.' ? "" : " ", bad);
+            }
             tk++;
         }
         if (cJSON_GetArraySize(tools) > 0 && !req_tool_choice_none(j)) in.tools = tools;
@@ -567,6 +612,7 @@ int req_chat_prompt(const req_ctx *x, const cJSON *j, bool gen_prompt, char **te
         if (!cJSON_IsObject(kw)) {
             cJSON_Delete(copy);
             cJSON_Delete(extra);
+            free(prefill);
             return herr_set(e, "\"chat_template_kwargs\" must be an object");
         }
         if (!extra) extra = cJSON_CreateObject();
@@ -580,6 +626,7 @@ int req_chat_prompt(const req_ctx *x, const cJSON *j, bool gen_prompt, char **te
         if (!cJSON_IsBool(et)) {
             cJSON_Delete(copy);
             cJSON_Delete(extra);
+            free(prefill);
             return herr_set(e, "\"chat_template_kwargs\".enable_thinking must be true or false");
         }
         in.enable_thinking = cJSON_IsTrue(et);
@@ -587,6 +634,24 @@ int req_chat_prompt(const req_ctx *x, const cJSON *j, bool gen_prompt, char **te
     in.extra = extra;
     size_t len;
     int rc = chat_render(x->tmpl, &in, text, &len, e);
+    if (rc == 0 && prefill) {
+        /* into an open thinking block the prefill would be thinking: refused, as llama-server
+         * refuses a prefill with enable_thinking */
+        size_t t = len;
+        while (t > 0 && ((*text)[t - 1] == '\n' || (*text)[t - 1] == ' ')) t--;
+        if (t >= 7 && !memcmp(*text + t - 7, "<think>", 7)) {
+            rc = herr_set(e, "\"messages\" ends in an assistant message to continue (assistant prefill), but the "
+                             "generation prompt opens a thinking block: set chat_template_kwargs.enable_thinking false");
+            free(*text);
+            *text = NULL;
+        } else {
+            const size_t np = strlen(prefill);
+            *text = xrealloc(*text, len + np + 1);
+            memcpy(*text + len, prefill, np + 1);
+            len += np;
+        }
+    }
+    free(prefill);
     if (rc == 0 && ids) {
         *ids = chat_encode(x, *text, len, n_ids);
         *starts = xmalloc(sizeof(int64_t) * (size_t)(*n_ids + 1));

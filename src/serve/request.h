@@ -66,6 +66,7 @@ typedef struct gen_params {
     int32_t *bias_id;       /* logit_bias: added to these ids' logits (-inf: never) */
     float *bias;
     int n_bias;
+    char *prefill;          /* chat: the assistant prefill the content begins with (req_chat_prefill), or NULL */
 } gen_params;
 
 /* The body as a JSON object, or NULL with e saying why (naming the byte where JSON fails). */
@@ -95,8 +96,14 @@ int32_t *req_prompt_ids(const req_ctx *x, const cJSON *pr, int64_t *n, herr *e);
  * tools and the answer is not parsed for calls (req_params refuses every value but "auto"
  * and "none") */
 bool req_tool_choice_none(const cJSON *j);
+/* gen_prompt: the generation prompt unless the request's add_generation_prompt says otherwise;
+ * a last assistant message (with no tool calls) is continued instead (req_chat_prefill). */
 int req_chat_prompt(const req_ctx *x, const cJSON *j, bool gen_prompt, char **text, int32_t **ids, int64_t *n_ids,
                     int64_t **starts, int *n_starts, herr *e);
+/* Assistant prefill, llama-server's: the text of the request's last message when it is an
+ * assistant's with no tool calls (malloc'd; its text parts joined), which the prompt
+ * continues rather than closes; else NULL. */
+char *req_chat_prefill(const cJSON *j);
 
 /* Anthropic's messages request as the chat request req_chat_prompt and req_params take
  * (a new object), or NULL with e set. */

@@ -216,9 +216,10 @@ class Server:
     def stop(self):
         self.p.send_signal(signal.SIGTERM)
         try:
-            self.p.wait(timeout=20)
+            return self.p.wait(timeout=20)
         except subprocess.TimeoutExpired:
             self.p.kill()
+            return None
 
 
 def both(servers, method, path, body=None):
@@ -274,8 +275,10 @@ def main():
     try:
         run_checks(sv)
     finally:
-        for s in sv:
-            s.stop()
+        peer.stop()
+        rc = ours.stop()
+    # under the sanitizers (HEARTH=build-asan/hearth) a leak or memory error is a non-zero exit
+    check("hearth serve exits 0 on SIGTERM", rc == 0, f"exit {rc}; log {ours.log.name}")
     print(f"{passed} passed, {failed} failed")
     return 0 if failed == 0 else 1
 
@@ -388,6 +391,19 @@ def run_checks(sv):
                               if isinstance(e, dict) and e.get("choices"))
     check("chat prefill streamed: the content continues the prefill", text(he).startswith("Hello the"),
           f"{text(pe)!r} / {text(he)!r}")
+    # a prefill after another assistant message: 400 on both
+    body = {"messages": pre + [{"role": "assistant", "content": "x"}], "max_tokens": 2}
+    (ps, pj), (hs, hj) = both(sv, "POST", "/v1/chat/completions", body)
+    check("chat prefill after another assistant message: 400 as llama-server's", ps == hs == 400,
+          f"{ps} {str(pj)[:200]} / {hs} {str(hj)[:200]}")
+    # Deliberate: a prefill into a generation prompt that opens a thinking block is refused,
+    # naming enable_thinking. llama-server refuses it only where it detects the template's
+    # thinking (Qwen3.5's own template); on the demo template it writes the prefill inside
+    # <think> and answers, which hearth's split of reasoning from content would misread.
+    body = {"messages": pre, "chat_template_kwargs": {"enable_thinking": True}, "max_tokens": 2}
+    (ps, pj), (hs, hj) = both(sv, "POST", "/v1/chat/completions", body)
+    check("chat prefill into an open thinking block: 400 naming enable_thinking (deliberate; llama-server: "
+          f"{ps} on this template)", hs == 400 and "enable_thinking" in str(hj), f"{hs} {str(hj)[:300]}")
 
 
 def selftest():
