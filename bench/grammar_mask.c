@@ -213,6 +213,7 @@ static void walks(const tokenizer *t, gvocab *v, int reps) {
             if (dt < best[k]) best[k] = dt;
             const gmatch_stats st = gmatch_get_stats(m);
             visits[k] = st.trie_visits + st.entry_visits;
+            if (r == 0) printf("  %s: %lld states, %lld transitions computed (abstract matcher's not counted)\n", mode_name[k], (long long)st.states, (long long)st.transitions);
             gmatch_free(m);
         }
     }

@@ -808,6 +808,22 @@ char *gbnf_escape(const char *s, size_t n) {
 
 /* Preorder layout: node i's subtree is [i, end[i]); node 0 is the root (no byte). The tokens
  * whose bytes end at node i are tok[tok_off[i] .. tok_off[i + 1]). */
+/* Bytes in 8 classes, for skipping whole subtrees: a walk at a state that every byte of the
+ * classes below a trie node leaves unchanged (inside a JSON string, letters, digits, spaces
+ * and most punctuation) takes the node's whole subtree without visiting it. */
+enum { BC_ALNUM, BC_SPACE, BC_QUOTE, BC_BSLASH, BC_LT, BC_PUNCT, BC_CTRL, BC_HIGH };
+
+static uint8_t byte_class(unsigned c) {
+    if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9')) return BC_ALNUM;
+    if (c == ' ') return BC_SPACE;
+    if (c == '"') return BC_QUOTE;
+    if (c == '\\') return BC_BSLASH;
+    if (c == '<') return BC_LT;
+    if (c >= 0x80) return BC_HIGH;
+    if (c < 0x20 || c == 0x7f) return BC_CTRL;
+    return BC_PUNCT;
+}
+
 struct gvocab {
     int32_t n_vocab;
     int64_t n_nodes;
@@ -815,6 +831,7 @@ struct gvocab {
     int32_t *end;
     int32_t *tok_off, *tok;
     int32_t max_depth;
+    uint8_t *below;         /* the byte classes (byte_class) met below node i in its subtree */
     /* per token: its bytes (for the one-token check) */
     char **piece;
     uint32_t *piece_len;
@@ -910,6 +927,10 @@ gvocab *gvocab_from(int32_t n, const char *const *pieces, const size_t *lens, co
      * no token of its own has tok_off[i] == tok_off[i + 1] */
     v->n_nodes = nn;
     free(order);
+    /* below[i]: the classes of i's children and below theirs (children: i + 1, then end[c]) */
+    v->below = xcalloc((size_t)nn, 1);
+    for (int64_t i = nn - 1; i >= 0; i--)
+        for (int64_t c = i + 1; c < v->end[i]; c = v->end[c]) v->below[i] |= (uint8_t)(1u << byte_class(v->byte[c])) | v->below[c];
     v->share = pshare_new();
     return v;
 }
@@ -939,6 +960,7 @@ void gvocab_free(gvocab *v) {
     free(v->eog);
     free(v->byte);
     free(v->depth);
+    free(v->below);
     free(v->end);
     free(v->tok_off);
     free(v->tok);
@@ -958,6 +980,7 @@ typedef struct gstate {
     int32_t off, n;         /* its stacks: set[off .. off + n) */
     bool accept;            /* the grammar may end here */
     int32_t mask;           /* its mask's slot, or -1 */
+    int16_t loop;           /* the byte classes all of whose bytes lead back to it, -1 unknown */
 } gstate;
 
 struct gmatch {
@@ -1180,7 +1203,7 @@ static int32_t state_of(gmatch *m, const int32_t *s, int32_t n, bool acc) {
     }
     for (int i = 0; i < 256; i++) m->tt[256 * (int64_t)id + i] = UNKNOWN;
     if (n) memcpy(m->set + m->n_set, s, sizeof *s * (size_t)n);
-    m->st[id] = (gstate){.off = (int32_t)m->n_set, .n = n, .accept = acc, .mask = -1};
+    m->st[id] = (gstate){.off = (int32_t)m->n_set, .n = n, .accept = acc, .mask = -1, .loop = -1};
     m->n_set += n;
     m->sh[h] = id;
     m->stats.states++;
@@ -1230,12 +1253,36 @@ static int32_t step_compute(gmatch *m, int32_t s, unsigned c) {
     const int32_t t = nt ? state_from_nodes(m, nt) : DEAD;
     if (m->overflow) return DEAD;
     m->tt[256 * (int64_t)s + c] = t;
+    m->stats.transitions++;
     return t;
 }
 
 static inline int32_t step(gmatch *m, int32_t s, unsigned c) {
     const int32_t t = m->tt[256 * (int64_t)s + c];
     return t != UNKNOWN ? t : step_compute(m, s, c);
+}
+
+#define SKIP_MIN 4 /* trie nodes below a node before a walk tests its subtree whole */
+
+/* The byte classes that leave state s as it is (each byte of them stepped once; a class
+ * is out at its first byte that leads elsewhere) */
+static unsigned loop_classes(gmatch *m, int32_t s) {
+    if (m->st[s].loop >= 0) return (unsigned)m->st[s].loop;
+    unsigned out = 0;
+    for (unsigned c = 0; c < 256; c++) {
+        const unsigned k = 1u << byte_class(c);
+        if (out & k) continue;
+        if (step(m, s, c) != s) out |= k;
+        if (m->overflow) return 0;
+    }
+    m->st[s].loop = (int16_t)(~out & 0xff);
+    return ~out & 0xff;
+}
+
+/* node i's subtree may be taken whole from state t (t alive after i's byte) */
+static inline bool subtree_loops(gmatch *m, int64_t i, int32_t t) {
+    const gvocab *v = m->v;
+    return v->end[i] - i > SKIP_MIN && !(v->below[i] & ~loop_classes(m, t));
 }
 
 /* ---------------------------------------------------------------- tables: make, rebuild */
@@ -1665,6 +1712,11 @@ static void pentry_make(gmatch *m, pentry *pe, const int32_t *key, int32_t kl) {
             i = v->end[i];
             continue;
         }
+        if (subtree_loops(a, i, t)) { /* every token below stays in t: accepted */
+            for (int32_t k = v->tok_off[i]; k < v->tok_off[v->end[i]]; k++) push_tmp(&m->acc_tmp, &na, &m->cap_acc_tmp, v->tok[k]);
+            i = v->end[i];
+            continue;
+        }
         a->walk[d] = t;
         m->path_pop[d] = m->path_pop[d - 1] || a->st[t].accept;
         for (int32_t k = v->tok_off[i]; k < v->tok_off[i + 1]; k++) push_tmp(&m->acc_tmp, &na, &m->cap_acc_tmp, v->tok[k]);
@@ -1746,20 +1798,44 @@ static int32_t pentry_get(gmatch *m, int32_t x) {
     return m->node_pe[x] = id;
 }
 
-/* the tokens of trie nodes [lo, hi) the current walk takes (walk[depth[lo] - 1] set) */
+/* the tokens of trie nodes [lo, hi) the current walk takes (walk[depth[lo] - 1] set). The
+ * hot loop of every walk: the tables in locals, read again only after a transition or a
+ * state's loop classes are computed (which may move them) */
 static int64_t walk_range(gmatch *m, uint64_t *b, int64_t lo, int64_t hi) {
     const gvocab *v = m->v;
+    const uint8_t *const byte = v->byte, *const depth = v->depth, *const below = v->below;
+    const int32_t *const end = v->end, *const tok_off = v->tok_off, *const tok = v->tok;
+    int32_t *const walk = m->walk;
+    const int32_t *tt = m->tt;
+    const gstate *st = m->st;
     int64_t visits = 0;
     for (int64_t i = lo; i < hi;) {
         visits++;
-        const int32_t t = step(m, m->walk[v->depth[i] - 1], v->byte[i]);
+        const unsigned d = depth[i], c = byte[i];
+        int32_t t = tt[256 * (int64_t)walk[d - 1] + c];
+        if (t == UNKNOWN) {
+            t = step_compute(m, walk[d - 1], c);
+            tt = m->tt, st = m->st;
+        }
         if (t == DEAD) {
             if (m->overflow) break;
-            i = v->end[i];
+            i = end[i];
             continue;
         }
-        m->walk[v->depth[i]] = t;
-        set_tokens(v, b, i);
+        if (end[i] - i > SKIP_MIN) {
+            int lp = st[t].loop;
+            if (lp < 0) {
+                lp = (int)loop_classes(m, t);
+                tt = m->tt, st = m->st;
+            }
+            if (!(below[i] & ~lp)) { /* every token below stays in t */
+                for (int32_t q = tok_off[i]; q < tok_off[end[i]]; q++) b[tok[q] >> 6] |= 1ull << (tok[q] & 63);
+                i = end[i];
+                continue;
+            }
+        }
+        walk[d] = t;
+        for (int32_t q = tok_off[i]; q < tok_off[i + 1]; q++) b[tok[q] >> 6] |= 1ull << (tok[q] & 63);
         i++;
     }
     return visits;

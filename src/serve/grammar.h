@@ -81,6 +81,7 @@ typedef struct gmatch_stats {
     int64_t entries;        /* position entries made (grammar.c: the position cache) */
     int64_t entry_visits;   /* trie nodes their abstract walks visited */
     int64_t entries_shared; /* entries found made in the vocabulary's table */
+    int64_t transitions;    /* DFA transitions computed (each once) */
 } gmatch_stats;
 gmatch_stats gmatch_get_stats(const gmatch *m);
 
