@@ -50,11 +50,13 @@ import json
 import os
 import random
 import shlex
+import shutil
 import signal
 import socket
 import statistics
 import subprocess
 import sys
+import threading
 import time
 import urllib.parse
 
@@ -241,6 +243,40 @@ def agent_tools(ws):
     ]
 
 
+def tool_turn(r, turn, lo=1500, hi=3000):
+    """One step of the agent loop: the assistant's message (reasoning_content and one call of the
+    tool the turn number picks) and the tool's result of about lo..hi tokens; and the estimated
+    tokens the two add."""
+    kind = ("read_file", "run_shell", "search", "read_file", "write_file", "run_shell")[(turn - 1) % 6]
+    size = r.randint(lo, hi)
+    path = f"{r.choice(DIRS)}/{r.choice(MODS)}.{r.choice(['c', 'c', 'c', 'py'])}"
+    if kind == "read_file":
+        args = {"path": path}
+        result = code_file(r, size, path)
+    elif kind == "run_shell":
+        args = {"command": r.choice(["make -j8 test 2>&1 | tail -400", "tests/run serve 2>&1",
+                                     f"build/hearth serve -m /tmp/m.gguf --port 0 2>&1 | head -300",
+                                     "python3 tests/cli/serve_test.py -v 2>&1"]), "timeout_s": 600}
+        result = log_text(r, size)
+    elif kind == "search":
+        pat = ident(r)
+        args = {"pattern": pat, "glob": "*.{c,h,py}"}
+        result = search_hits(r, size, pat)
+    else:
+        body = "\n".join(c_function(r) + c_function(r))
+        args = {"path": path, "content": body}
+        result = (f"wrote {len(body)} bytes to {path}\n$ make -j8 build/hearth && tests/run unit\n"
+                  + log_text(r, size - len(body) / CPT["code"]))
+    call_id = f"call_{turn:02d}{r.getrandbits(40):010x}"
+    asst = {"role": "assistant", "content": "",
+            "reasoning_content": prose(r, r.randint(60, 260)),
+            "tool_calls": [{"id": call_id, "type": "function",
+                            "function": {"name": kind, "arguments": json.dumps(args)}}]}
+    tool = {"role": "tool", "tool_call_id": call_id, "content": result}
+    return asst, tool, (len(asst["reasoning_content"]) / CPT["prose"] + len(json.dumps(args)) / CPT["code"] + 40
+                        + size)
+
+
 def agent_trace(seed, session, target_tokens):
     """[(messages, tools)] per request: the history up to each tool result. The content depends
     on seed only; session (a number) is written into the workspace path at the head of the
@@ -260,35 +296,10 @@ def agent_trace(seed, session, target_tokens):
     turn = 0
     while est < target_tokens * 1.04:  # the estimate errs 2-3% high: the last prompt reaches the target
         turn += 1
-        kind = ("read_file", "run_shell", "search", "read_file", "write_file", "run_shell")[(turn - 1) % 6]
-        size = r.randint(1500, 3000)
-        path = f"{r.choice(DIRS)}/{r.choice(MODS)}.{r.choice(['c', 'c', 'c', 'py'])}"
-        if kind == "read_file":
-            args = {"path": path}
-            result = code_file(r, size, path)
-        elif kind == "run_shell":
-            args = {"command": r.choice(["make -j8 test 2>&1 | tail -400", "tests/run serve 2>&1",
-                                         f"build/hearth serve -m /tmp/m.gguf --port 0 2>&1 | head -300",
-                                         "python3 tests/cli/serve_test.py -v 2>&1"]), "timeout_s": 600}
-            result = log_text(r, size)
-        elif kind == "search":
-            pat = ident(r)
-            args = {"pattern": pat, "glob": "*.{c,h,py}"}
-            result = search_hits(r, size, pat)
-        else:
-            body = "\n".join(c_function(r) + c_function(r))
-            args = {"path": path, "content": body}
-            result = (f"wrote {len(body)} bytes to {path}\n$ make -j8 build/hearth && tests/run unit\n"
-                      + log_text(r, size - len(body) / CPT["code"]))
-        call_id = f"call_{turn:02d}{r.getrandbits(40):010x}"
-        msgs.append({"role": "assistant", "content": "",
-                     "reasoning_content": prose(r, r.randint(60, 260)),
-                     "tool_calls": [{"id": call_id, "type": "function",
-                                     "function": {"name": kind, "arguments": json.dumps(args)}}]})
-        msgs.append({"role": "tool", "tool_call_id": call_id, "content": result})
+        asst, tool, grow = tool_turn(r, turn)
+        msgs += [asst, tool]
         out.append([dict(m) for m in msgs])
-        est += (len(msgs[-2]["reasoning_content"]) / CPT["prose"] + len(json.dumps(args)) / CPT["code"] + 40
-                + size)
+        est += grow
     return [(m, tools) for m in out]
 
 
@@ -354,14 +365,85 @@ def billing_trace(seed, session, target_tokens):
     return out
 
 
+def interleave_plan(a, session):
+    """(F13 3c) --conversations agent loops (each its own seed and workspace), sent round-robin one
+    request at a time: A's turn 0, B's, C's, D's, A's turn 1, ... A conversation that ends
+    earlier drops out of the round."""
+    convs = [agent_trace(a.seed * 7919 + 17 * k, session * 10 + k, a.target_tokens)
+             for k in range(a.conversations)]
+    steps = []
+    for t in range(max(len(c) for c in convs)):
+        for k, c in enumerate(convs):
+            if t < len(c):
+                steps.append({"label": f"{chr(65 + k)}{t:02d}", "conv": chr(65 + k), "msgs": c[t][0],
+                              "tools": c[t][1], "phase": ""})
+    return steps
+
+
+def restart_plan(a, session):
+    """(F13 3e) the agent loop; the server restarted before request --restart-after (default: half
+    the requests). Requests before it are marked phase "before" (not in the scenario's totals)."""
+    reqs = agent_trace(a.seed, session, a.target_tokens)
+    k = min(max(1, a.restart_after or len(reqs) // 2), len(reqs) - 1) if len(reqs) > 1 else 1
+    return [{"label": t, "conv": "A", "msgs": m, "tools": tl, "phase": "before" if t < k else "after",
+             "restart": t == k} for t, (m, tl) in enumerate(reqs)]
+
+
+def subagent_plans(a, session):
+    """(F13 3f) --subagents conversations sharing one system prompt of about --shared-tokens (the
+    session number at its head, then prose) and one tool list; each its own task and then
+    --subagent-turns - 1 tool steps with results of 300-1200 tokens. [[step]] per sub-agent."""
+    r = random.Random(a.seed * 104729 + 3)
+    tools = agent_tools(f"/srv/ws-{session:06d}")
+    system = (f"Session {session:06d}. You are one of {a.subagents} sub-agents of a coding agent in a C11 "
+              f"repository; each works on its own task and reports back in a few lines.\n\n"
+              + prose(r, max(100, a.shared_tokens - 700)))  # ~700: the tools block and the template's text
+    plans = []
+    for k in range(a.subagents):
+        rk = random.Random(a.seed * 104729 + 1000 + k)
+        user = (f"Sub-task {k + 1} of {a.subagents}: find every caller of `{ident(rk)}` in "
+                f"{rk.choice(DIRS)}/{rk.choice(MODS)}.c and check its error paths.\n\n" + prose(rk, 80))
+        msgs = [{"role": "system", "content": system}, {"role": "user", "content": user}]
+        steps = [[dict(m) for m in msgs]]
+        for turn in range(1, a.subagent_turns):
+            asst, tool, _ = tool_turn(rk, turn, 300, 1200)
+            msgs += [asst, tool]
+            steps.append([dict(m) for m in msgs])
+        conv = chr(65 + k) if k < 26 else f"S{k}"
+        plans.append([{"label": f"{conv}{t:02d}", "conv": conv, "msgs": m, "tools": tools, "phase": ""}
+                      for t, m in enumerate(steps)])
+    return plans
+
+
+TRACES = ("agent", "chat", "interleave", "edit", "restart", "subagents", "billing")  # F13 3a..3g in order
+
+
 def make_trace(name, a, session):
+    """[(messages, tools)] in send order (for subagents: the sub-agents' requests one after another)"""
+    plan = make_plan(name, a, session)
+    if name == "subagents":
+        plan = [x for p in plan for x in p]
+    return [(x["msgs"], x["tools"]) for x in plan]
+
+
+def make_plan(name, a, session):
+    """[step] in send order, a step {label, conv, msgs, tools, phase[, restart]}; for subagents
+    [[step]] per sub-agent (sent concurrently)"""
+    if name == "interleave":
+        return interleave_plan(a, session)
+    if name == "restart":
+        return restart_plan(a, session)
+    if name == "subagents":
+        return subagent_plans(a, session)
     if name == "agent":
-        return agent_trace(a.seed, session, a.target_tokens)
-    if name == "edit":
-        return edit_trace(a.seed, session, a.target_tokens)
-    if name == "billing":
-        return billing_trace(a.seed, session, a.target_tokens)
-    return chat_trace(a.seed, session, a.chat_tokens, a.chat_turns)
+        reqs = agent_trace(a.seed, session, a.target_tokens)
+    elif name == "edit":
+        reqs = edit_trace(a.seed, session, a.target_tokens)
+    elif name == "billing":
+        reqs = billing_trace(a.seed, session, a.target_tokens)
+    else:
+        reqs = chat_trace(a.seed, session, a.chat_tokens, a.chat_turns)
+    return [{"label": t, "conv": "", "msgs": m, "tools": tl, "phase": ""} for t, (m, tl) in enumerate(reqs)]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -378,6 +460,7 @@ def free_port():
 class Server:
     def __init__(self, name, cmd, url, log_path, start_timeout):
         self.name, self.cmd, self.log_path, self.start_timeout = name, cmd, log_path, start_timeout
+        self.base_cmd = cmd  # as given; self.cmd: the one running (a scenario's slots or folder set in it)
         self.proc = None
         if url:
             u = urllib.parse.urlparse(url)
@@ -399,6 +482,17 @@ class Server:
         self.proc = subprocess.Popen(argv, stdout=log, stderr=log, stdin=subprocess.DEVNULL, start_new_session=True)
         log.close()
         self.wait_health()
+
+    def use(self, cmd):
+        """Have this command running: a server started with another (or none) is restarted."""
+        if not self.base_cmd:
+            self.wait_health()
+            return
+        if self.proc is not None and self.proc.poll() is None and cmd == self.cmd:
+            return
+        self.stop()
+        self.cmd = cmd
+        self.start()
 
     def wait_health(self):
         t0 = time.time()
@@ -454,6 +548,115 @@ def request_body(msgs, tools):
     return b
 
 
+def get_opt(argv, names):
+    val = None
+    for i, x in enumerate(argv):
+        if x in names and i + 1 < len(argv):
+            val = argv[i + 1]
+        for n in names:
+            if x.startswith(n + "="):
+                val = x[len(n) + 1:]
+    return val
+
+
+def set_opt(argv, names, value):
+    """argv with every NAME VALUE / NAME=VALUE of names set to value, or names[0] VALUE appended"""
+    found = False
+    for i, x in enumerate(argv):
+        if x in names and i + 1 < len(argv):
+            argv[i + 1], found = str(value), True
+        for n in names:
+            if x.startswith(n + "="):
+                argv[i], found = f"{n}={value}", True
+    return argv if found else argv + [names[0], str(value)]
+
+
+def scenario_slots(tr, a):
+    """-np a scenario runs with; None: the command's own"""
+    if tr == "interleave":
+        return a.slots or 2
+    if tr == "subagents":
+        return a.slots or a.subagents
+    if tr == "restart":
+        return 1  # one conversation, and llama-server's save and restore name its slot 0
+    return None
+
+
+def scenario_cmd(srv, tr, a, folder=None):
+    """srv's command for a scenario: -np set to its slots (llama-server's -c then scaled with it:
+    there -c is the KV of all slots unless --kv-unified, in hearth the context of each, so each slot
+    keeps the context the command gave it); for restart hearth's --cache-dir or llama-server's
+    --slot-save-path set to folder."""
+    if not srv.base_cmd:
+        return None
+    argv = shlex.split(srv.base_cmd)
+    np_ = scenario_slots(tr, a)
+    if np_:
+        old = int(get_opt(argv, ("-np", "--parallel")) or 1)
+        argv = set_opt(argv, ("-np", "--parallel"), np_)
+        ctx = get_opt(argv, ("-c", "--ctx-size"))
+        if srv.name == "llama" and ctx and int(ctx) > 0 and not {"-kvu", "--kv-unified"} & set(argv):
+            argv = set_opt(argv, ("-c", "--ctx-size"), int(ctx) // max(1, old) * np_)
+    if tr == "restart" and folder:
+        argv = set_opt(argv, ("--cache-dir",) if srv.name == "hearth" else ("--slot-save-path",), folder)
+    return shlex.join(argv).replace("'{port}'", "{port}")
+
+
+def run_plan(tr, plan, srv, conv_id, a, emit):
+    """Send one scenario's requests to srv; emit(step, result) per request. restart: srv stopped and
+    started again (same command) before the step marked restart, not timed; llama-server saves its
+    slot 0 after every request (filename per conversation, the wall in save_ms, not in wall_ms) and
+    restores it before the first request after the restart (the restore's wall in restore_ms and
+    added to that request's wall_ms: it is on that request's path). subagents: one thread per
+    sub-agent, all started at once, each sending its requests back to back."""
+    t_base = time.perf_counter()
+    if tr == "subagents":
+        lock = threading.Lock()
+        out, errors = [], []
+        gate = threading.Barrier(len(plan))
+
+        def agent(steps):
+            try:
+                gate.wait()
+                for st in steps:
+                    t0 = (time.perf_counter() - t_base) * 1000
+                    res = one_turn(srv, st["msgs"], st["tools"], f"{conv_id}-{st['conv']}")
+                    with lock:
+                        out.append((st, dict(res, t0_ms=round(t0, 1))))
+            except Exception as e:  # noqa: BLE001 (raised again in the main thread)
+                errors.append(e)
+                gate.abort()
+
+        threads = [threading.Thread(target=agent, args=(p,)) for p in plan]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+        if errors:
+            raise errors[0]
+        order = {id(st): i for i, st in enumerate(x for p in plan for x in p)}
+        for st, res in sorted(out, key=lambda x: order[id(x[0])]):
+            emit(st, res)
+        return
+    fname = f"{conv_id}.bin"
+    for st in plan:
+        restore_ms, save_ms = "", ""
+        if st.get("restart"):
+            srv.stop()
+            srv.start()
+            if srv.name == "llama":
+                j, restore_ms = srv.post("/slots/0?action=restore", {"filename": fname})
+                restore_ms = round(restore_ms, 3)
+        t0 = (time.perf_counter() - t_base) * 1000
+        res = one_turn(srv, st["msgs"], st["tools"], f"{conv_id}-{st['conv']}" if st["conv"] else conv_id)
+        if restore_ms != "":
+            res["wall_ms"] = round(res["wall_ms"] + restore_ms, 3)
+        if tr == "restart" and srv.name == "llama":
+            _, save_ms = srv.post("/slots/0?action=save", {"filename": fname})
+            save_ms = round(save_ms, 3)
+        emit(st, dict(res, t0_ms=round(t0, 1), restore_ms=restore_ms, save_ms=save_ms))
+
+
 def one_turn(srv, msgs, tools, conv):
     if tools == MESSAGES:  # Anthropic's usage: input_tokens are those not read from the cache
         j, wall = srv.post("/v1/messages", msgs, {"X-Session-Id": conv})
@@ -497,7 +700,14 @@ def template_check(servers, msgs, tools):
 # tables
 
 COLS = ["trace", "rep", "server", "turn", "messages", "prompt_tokens", "prompt_n", "cache_n", "cached_tokens",
-        "prompt_ms", "wall_ms", "predicted_n", "load1", "cache_info"]
+        "prompt_ms", "wall_ms", "predicted_n", "load1", "cache_info", "conv", "phase", "t0_ms", "restore_ms", "save_ms"]
+
+SCENARIO = {"agent": "3a the append-only agent loop", "chat": "3b a chat with thinking",
+            "interleave": "3c conversations interleaved round-robin on fewer slots",
+            "edit": "3d an early message edited, then the conversation goes on",
+            "restart": "3e the server restarted mid-session (totals: the requests after it)",
+            "subagents": "3f sub-agents sharing one system prompt and tool list, sent concurrently",
+            "billing": "3g Claude Code's requests, the billing line new each time"}
 
 
 def num(v):
@@ -581,6 +791,91 @@ def tables(samples, trace, names):
     return lines, notes
 
 
+def quantile(vals, q):
+    """linear between the closest ranks (numpy's default); p99 of fewer than 100 values leans on the largest"""
+    v = sorted(vals)
+    if not v:
+        return None
+    x = q * (len(v) - 1)
+    i = int(x)
+    return v[i] if i + 1 >= len(v) else v[i] + (v[i + 1] - v[i]) * (x - i)
+
+
+def summary(samples, traces, names):
+    """One row per scenario: rows prefilled (sum of prompt_n), total time to first token (sum of
+    the requests' wall_ms: max_tokens 1, so the answer is the first token), p50 and p99 of the
+    requests' wall_ms; each the median over the measured reps with (min..max), and the ratio
+    hearth/llama paired per rep. restart counts only the requests after the restart."""
+    keys = (("prompt_n", "rows prefilled", "{:.0f}"), ("ttft", "TTFT total ms", "{:.0f}"),
+            ("p50", "TTFT p50 ms", "{:.1f}"), ("p99", "TTFT p99 ms", "{:.1f}"))
+    hdr, sep = "| scenario | requests |", "|---|---:|"
+    for _, title, _ in keys:
+        for n in names:
+            hdr += f" {n} {title} |"
+            sep += "---:|"
+        if len(names) == 2:
+            hdr += " h/l |"
+            sep += "---:|"
+    lines = [hdr, sep]
+    for tr in traces:
+        rows = [x for x in samples if x["trace"] == tr and x["rep"] != 0 and x["phase"] != "before"]
+        if not rows:
+            continue
+        want = max(len([x for x in rows if x["server"] == n and x["rep"] == rp]) for n in names
+                   for rp in {x["rep"] for x in rows})
+        per = {n: {} for n in names}
+        for n in names:
+            for rp in sorted({x["rep"] for x in rows if x["server"] == n}):
+                rr = [x for x in rows if x["server"] == n and x["rep"] == rp]
+                if len(rr) != want:  # an incomplete rep (deadline, error) is left out
+                    continue
+                w = [x["wall_ms"] for x in rr]
+                per[n][rp] = {"prompt_n": sum(num(x["prompt_n"]) or 0 for x in rr), "ttft": sum(w),
+                              "p50": quantile(w, 0.5), "p99": quantile(w, 0.99)}
+        line = f"| {tr} | {want} |"
+        for k, _, fmt in keys:
+            for n in names:
+                line += f" {cell([v[k] for v in per[n].values()], fmt)} |"
+            if len(names) == 2:
+                h, l_ = names
+                q = [per[h][rp][k] / per[l_][rp][k] for rp in set(per[h]) & set(per[l_]) if per[l_][rp][k]]
+                line += f" **{cell(q, '{:.2f}')}** |"
+        lines.append(line)
+    return lines
+
+
+def scenario_notes(samples, tr, names):
+    """lines above a scenario's per-request table: what its labels mean and what is not in its totals"""
+    rows = [x for x in samples if x["trace"] == tr and x["rep"] != 0]
+    out = []
+    if tr == "interleave":
+        out.append("Sent one at a time in the order A00, B00, C00, D00, A01, ...; the table lists each "
+                   "conversation's requests together (a letter: the conversation, the number: its request).")
+    elif tr == "restart":
+        after = sorted({x["turn"] for x in rows if x["phase"] == "after"})
+        if after:
+            out.append(f"The server restarted (not timed) before request {after[0]}; the totals count requests "
+                       f"{after[0]}..{after[-1]}.")
+        for n in names:
+            rs = [num(x["restore_ms"]) for x in rows if x["server"] == n and num(x["restore_ms"]) is not None]
+            sv = [num(x["save_ms"]) for x in rows if x["server"] == n and num(x["save_ms"]) is not None]
+            if rs or sv:
+                out.append(f"{n}: /slots/0?action=restore {cell(rs, '{:.1f}')} ms (in the first request's wall); "
+                           f"?action=save after every request {cell(sv, '{:.1f}')} ms each (not in any wall).")
+    elif tr == "subagents":
+        out.append("The sub-agents' requests sent concurrently (one thread each, started together, each "
+                   "sending its next request when its answer came); a letter: the sub-agent, the number: its request.")
+        for n in names:
+            spans = []
+            for rp in sorted({x["rep"] for x in rows if x["server"] == n}):
+                rr = [x for x in rows if x["server"] == n and x["rep"] == rp and num(x["t0_ms"]) is not None]
+                if rr:
+                    spans.append(max(num(x["t0_ms"]) + x["wall_ms"] for x in rr))
+            if spans:
+                out.append(f"{n}: first request sent to last answer {cell(spans)} ms.")
+    return out + ([""] if out else [])
+
+
 def binary_version(cmd):
     """The first lines of `BINARY --version` (hearth: its version and commit; llama-server: its
     build), for the conditions."""
@@ -609,11 +904,20 @@ def main():
     ap.add_argument("--hearth-url", help="a hearth serve already running, e.g. http://127.0.0.1:8080")
     ap.add_argument("--llama-url", help="a llama-server already running")
     ap.add_argument("--reps", type=int, default=2, help="measured reps per server, after the dropped rep 0 (default 2)")
-    ap.add_argument("--trace", choices=("agent", "chat", "edit", "billing", "both", "all"), default="both",
-                    help="both: agent and chat; all: the four")
+    ap.add_argument("--trace", choices=TRACES + ("both", "all"), default="both",
+                    help="both: agent and chat; all: the seven, in F13 3a..3g's order")
     ap.add_argument("--target-tokens", type=int, default=40000, help="agent trace: prompt tokens at its end (estimated)")
     ap.add_argument("--chat-tokens", type=int, default=6000, help="chat trace: prompt tokens at its end (estimated)")
     ap.add_argument("--chat-turns", type=int, default=12)
+    ap.add_argument("--conversations", type=int, default=4, help="interleave: agent loops sent round-robin (default 4)")
+    ap.add_argument("--slots", type=int, default=0,
+                    help="-np of interleave and subagents (default: 2 and --subagents); set on both servers' commands")
+    ap.add_argument("--restart-after", type=int, default=0,
+                    help="restart: the request before which the server restarts (default: half the requests)")
+    ap.add_argument("--subagents", type=int, default=8, help="subagents: conversations sent concurrently (default 8)")
+    ap.add_argument("--subagent-turns", type=int, default=4, help="subagents: requests of each (default 4)")
+    ap.add_argument("--shared-tokens", type=int, default=10000,
+                    help="subagents: the shared system prompt and tool list, tokens (estimated; default 10000)")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--fresh", choices=("conversation", "server"), default="conversation",
                     help="what makes each rep cold: a new conversation (default) or a new server process")
@@ -623,8 +927,7 @@ def main():
     ap.add_argument("--label", default="", help="a line of conditions written above the tables")
     ap.add_argument("--print-trace", action="store_true", help="print rep 1's requests as JSON lines and exit")
     a = ap.parse_args()
-    traces = ["agent", "chat"] if a.trace == "both" else ["agent", "chat", "edit", "billing"] if a.trace == "all" \
-        else [a.trace]
+    traces = ["agent", "chat"] if a.trace == "both" else list(TRACES) if a.trace == "all" else [a.trace]
 
     if a.print_trace:
         for tr in traces:
@@ -642,6 +945,8 @@ def main():
         ap.error("give --hearth-cmd/--hearth-url and/or --llama-cmd/--llama-url")
     if a.fresh == "server" and any(not s.cmd for s in servers):
         ap.error("--fresh server needs --hearth-cmd/--llama-cmd (servers this script starts)")
+    if "restart" in traces and any(not s.cmd for s in servers):
+        ap.error("the restart trace needs --hearth-cmd/--llama-cmd (servers this script starts and restarts)")
     names = [s.name for s in servers]
     versions = {s.name: binary_version(s.cmd) for s in servers if s.cmd}
 
@@ -659,14 +964,22 @@ def main():
     tsv = open(tsv_path, "w")
     tsv.write("\t".join(COLS) + "\n")
     checks = {}
+    cmds = {}  # (trace, server): the command a scenario ran with, where it differs from the one given
     loads = []
     stopped_early = ""
     try:
-        if a.fresh == "conversation":
+        for s in servers:
+            t0 = time.time()
+            s.use(s.base_cmd)
+            print(f"{s.name}: up in {time.time() - t0:.1f} s on port {s.port}", flush=True)
+        for tr in traces:  # the template checked once per trace, on the servers as given
+            last = make_trace(tr, a, 0)[-1]
+            if len(servers) == 2 and last[1] != MESSAGES:
+                checks[tr] = template_check(servers, *last)
+                print(f"{tr}: the last prompt rendered by both servers: {checks[tr]}", flush=True)
+        if a.fresh == "server":
             for s in servers:
-                t0 = time.time()
-                s.start()
-                print(f"{s.name}: up in {time.time() - t0:.1f} s on port {s.port}", flush=True)
+                s.stop()
         for tr in traces:
             for rep in range(a.reps + 1):
                 if a.deadline and time.time() - t_start > a.deadline:
@@ -675,34 +988,40 @@ def main():
                     break
                 for s in servers:
                     # each (trace, rep, server) its own session: nothing resumes across reps or servers
-                    session = (1 + traces.index(tr)) * 100000 + rep * 10 + names.index(s.name)
-                    reqs = make_trace(tr, a, session)
-                    if a.fresh == "server":
-                        s.start()
-                    if tr not in checks and len(servers) == 2 and s is servers[0] and reqs[-1][1] != MESSAGES:
-                        if a.fresh == "server":
-                            servers[1].start()
-                        checks[tr] = template_check(servers, *reqs[-1])
-                        print(f"{tr}: the last prompt rendered by both servers: {checks[tr]}", flush=True)
-                        if a.fresh == "server":
-                            servers[1].stop()
+                    session = (1 + TRACES.index(tr)) * 100000 + rep * 10 + names.index(s.name)
+                    plan = make_plan(tr, a, session)
+                    folder = None
+                    if tr == "restart":  # a new folder per rep, removed after it
+                        folder = os.path.abspath(os.path.join(a.out, f"restart-{s.name}-{rep}"))
+                        shutil.rmtree(folder, ignore_errors=True)
+                        os.makedirs(folder)
+                    cmd = scenario_cmd(s, tr, a, folder)
+                    if s.base_cmd:
+                        cmds.setdefault((tr, s.name), cmd)
+                    s.use(cmd)
                     t0 = time.time()
                     load1 = round(os.getloadavg()[0], 2)  # the box's load as this conversation starts
                     loads.append(load1)
-                    for t, (msgs, tools) in enumerate(reqs):
-                        res = one_turn(s, msgs, tools, f"{tr}-{session}")
-                        row = {"trace": tr, "rep": rep, "server": s.name, "turn": t, "messages": len(msgs), **res,
-                               "load1": load1}
+
+                    def emit(st, res):
+                        row = {"trace": tr, "rep": rep, "server": s.name, "turn": st["label"], "conv": st["conv"],
+                               "phase": st["phase"], "messages": len(st["msgs"]["messages"] if st["tools"] == MESSAGES
+                                                                     else st["msgs"]), **res, "load1": load1}
                         samples.append(row)
-                        tsv.write("\t".join(str(row[c]) for c in COLS) + "\n")
+                        tsv.write("\t".join(str(row.get(c, "")) for c in COLS) + "\n")
                         tsv.flush()
-                    if a.fresh == "server":
+
+                    run_plan(tr, plan, s, f"{tr}-{session}", a, emit)
+                    span = time.time() - t0
+                    if a.fresh == "server" or tr == "restart":
                         s.stop()
+                    if folder:
+                        shutil.rmtree(folder, ignore_errors=True)
                     last = [x for x in samples if x["trace"] == tr and x["rep"] == rep and x["server"] == s.name]
-                    print(f"{tr} rep {rep} {s.name}: {len(last)} turns, {last[-1]['prompt_tokens']} tokens at the end, "
+                    print(f"{tr} rep {rep} {s.name}: {len(last)} requests, {last[-1]['prompt_tokens']} tokens in the last, "
                           f"prefilled {sum(num(x['prompt_n']) or 0 for x in last):.0f} rows, "
-                          f"wall {sum(x['wall_ms'] for x in last) / 1000:.2f} s (load {load1} at its start)",
-                          flush=True)
+                          f"wall {sum(x['wall_ms'] for x in last) / 1000:.2f} s summed, {span:.2f} s from first "
+                          f"to last (load {load1} at its start)", flush=True)
     except Stopped:
         stopped_early = "stopped by SIGTERM"
         print(stopped_early, file=sys.stderr, flush=True)
@@ -721,13 +1040,30 @@ def main():
           + (f"; load average {min(loads):.2f}..{max(loads):.2f} at the conversations' starts" if loads else ""),
           ""]
     for s in servers:
-        md.append(f"- {s.name}: `{s.cmd or 'at ' + s.host + ':' + str(s.port)}`" + (f" ({versions[s.name]})" if versions.get(s.name) else ""))
+        md.append(f"- {s.name}: `{s.base_cmd or 'at ' + s.host + ':' + str(s.port)}`" + (f" ({versions[s.name]})" if versions.get(s.name) else ""))
+    md.append("")
+    md.append("#### per scenario (F13 3)")
+    md.append("")
+    md.append("rows prefilled: the sum of timings.prompt_n; TTFT: each request's wall time to its answer "
+              "(max_tokens 1, not streamed: the answer is the first token), total the sum over the requests; "
+              "each the median over the measured reps (min..max); h/l: hearth over llama-server, paired per rep. "
+              "restart: the requests after the restart only, llama-server's restore on the first one's path.")
+    md.append("")
+    md += summary(samples, traces, names)
     md.append("")
     for tr in traces:
         lines, notes = tables(samples, tr, names)
-        md.append(f"#### trace {tr}" + (f" (--chat-tokens {a.chat_tokens}, {a.chat_turns} turns)" if tr == "chat" else
-                                         f" (--target-tokens {a.target_tokens})"))
+        size = (f"--chat-tokens {a.chat_tokens}, {a.chat_turns} turns" if tr == "chat" else
+                f"{a.conversations} conversations of --target-tokens {a.target_tokens}" if tr == "interleave" else
+                f"{a.subagents} sub-agents, {a.subagent_turns} requests each, --shared-tokens {a.shared_tokens}"
+                if tr == "subagents" else f"--target-tokens {a.target_tokens}")
+        md.append(f"#### trace {tr}: {SCENARIO[tr]} ({size})")
         md.append("")
+        for n in names:
+            if cmds.get((tr, n)) and cmds[(tr, n)] != next(x.base_cmd for x in servers if x.name == n):
+                md.append(f"{n} ran as `{cmds[(tr, n)]}`" + (" (the folder new each rep)" if tr == "restart" else "") + ".")
+                md.append("")
+        md += scenario_notes(samples, tr, names)
         if tr in checks:
             md.append(f"The last prompt as both servers render it (/apply-template): {checks[tr]}.")
             md.append("")
