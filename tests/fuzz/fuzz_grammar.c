@@ -3,8 +3,9 @@
  * (low 2 bits: 0 GBNF text, 1 a JSON schema, 2 a tools array for a forced call; bit 2 the
  * XML call form), the text, a NUL, then bytes to feed the matcher. Properties: bad input is
  * refused with a message, never a crash; whatever a converter makes compiles; the matcher's
- * mask over a byte vocabulary (each byte a token, and an end token) equals each token
- * checked alone, at the start and after each byte it takes. Seeds: tests/fuzz/corpus/grammar. */
+ * mask over a vocabulary of every byte, an end token and multi-byte tokens that run past a
+ * rule's end (`",`, `"}`, `a)`: the position cache's context-dependent tokens) equals each
+ * token checked alone, at the start and after each byte it takes. Seeds: tests/fuzz/corpus/grammar. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,31 +16,45 @@
 
 static gvocab *bytes_vocab;
 
+/* tokens of several bytes, beside the 256 bytes and the end token (id 256) */
+static const char *const multi[] = {
+    "\"", "\",", "\":", "\"}", "\", \"", "{\"", "[\"", "\"]", "\\\"", "\\n", "\\u00", "ab", "abc", "a\"", "xyz\"",
+    "\"a\"", "\xc3\xa9", "\xe6\x97\xa5\xe6\x9c\xac", "\xc3", "\xa9\"", "</", "<t", ">\n", "  ", "\n\n", "true", "null",
+    ",\"", "}]", "}}", "]}", "1.5", "-1", "e+", "0,", "))", "((", "(a", "a)", "a b", " \"", "\"\n", "\n<", "=x", "_n",
+};
+#define N_MULTI ((int)(sizeof multi / sizeof multi[0]))
+
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
     (void)argc, (void)argv;
     static char b[256];
-    const char *p[257];
-    size_t l[257];
-    bool eog[257] = {0};
+    const char *p[257 + N_MULTI];
+    size_t l[257 + N_MULTI];
+    bool eog[257 + N_MULTI] = {0};
     for (int i = 0; i < 256; i++) b[i] = (char)i, p[i] = &b[i], l[i] = 1;
     p[256] = "", l[256] = 0, eog[256] = true;
-    bytes_vocab = gvocab_from(257, p, l, eog);
+    for (int i = 0; i < N_MULTI; i++) p[257 + i] = multi[i], l[257 + i] = strlen(multi[i]);
+    bytes_vocab = gvocab_from(257 + N_MULTI, p, l, eog);
     return 0;
 }
 
-/* the mask against each token alone */
-static void check_mask(gmatch *m) {
-    const uint64_t *bits;
+/* The mask (the position cache) against each token alone and against the whole walk of
+ * the trie by a twin matcher fed the same bytes. Where the whole walk is refused as too
+ * ambiguous (over the stack cap) a token's check alone may be too, while the cache, which
+ * runs fewer bytes against the whole state, still answers: no comparison there. */
+static void check_mask(gmatch *m, gmatch *whole) {
+    const uint64_t *bits, *wbits;
     herr e;
+    const int64_t nw = gmatch_mask(whole, &wbits, &e);
     const int64_t n = gmatch_mask(m, &bits, &e);
-    if (n < 0) return; /* too ambiguous: refused with a message */
+    if (nw < 0 || n < 0) return; /* too ambiguous: refused with a message */
     int64_t count = 0;
-    for (int32_t id = 0; id < 257; id++) {
-        const bool in = (bits[id >> 6] >> (id & 63)) & 1;
+    for (int32_t id = 0; id < gvocab_n(bytes_vocab); id++) {
+        const bool in = (bits[id >> 6] >> (id & 63)) & 1, w = (wbits[id >> 6] >> (id & 63)) & 1;
         count += in;
+        FUZZ_CHECK(in == w, "token %d: mask %d, whole walk %d", id, in, w);
         FUZZ_CHECK(in == gmatch_token_ok(m, id), "token %d: mask %d, alone %d", id, in, !in);
     }
-    FUZZ_CHECK(count == n, "mask count %lld, bits %lld", (long long)n, (long long)count);
+    FUZZ_CHECK(count == n && nw == n, "mask count %lld, bits %lld, whole walk %lld", (long long)n, (long long)count, (long long)nw);
     FUZZ_CHECK(((bits[256 >> 6] >> (256 & 63)) & 1) == gmatch_complete(m), "the end token iff complete");
 }
 
@@ -69,12 +84,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         FUZZ_CHECK(mode == 0, "the converter made a grammar that does not compile: %s\n%s", e.msg, gbnf);
     }
     if (g) {
-        gmatch *m = gmatch_new(g, bytes_vocab, &e);
-        for (size_t i = 0; m && i <= rest_len && i < 256; i++) {
-            check_mask(m);
+        gmatch *m = gmatch_new(g, bytes_vocab, &e), *whole = m ? gmatch_new(g, bytes_vocab, &e) : NULL;
+        if (whole) gmatch_set_whole_walks(whole, true);
+        for (size_t i = 0; m && whole && i <= rest_len && i < 256; i++) {
+            check_mask(m, whole);
             if (i == rest_len || gmatch_bytes(m, (const char *)rest + i, 1) < 0) break;
+            FUZZ_CHECK(gmatch_bytes(whole, (const char *)rest + i, 1) == 0, "the twin refused a byte the matcher took");
         }
         gmatch_free(m);
+        gmatch_free(whole);
         grammar_free(g);
     }
     free(gbnf);
