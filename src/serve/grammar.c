@@ -1512,6 +1512,7 @@ typedef struct pentry {
     int32_t n_unc;
     int32_t *unc;           /* trie nodes, preorder: i an ancestor, ~i a subtree walked whole */
     int32_t *unc_skip;      /* the item after unc[k]'s subtree */
+    int64_t cost;           /* trie nodes the walk of unc may visit at most */
     bool whole;             /* the abstract walk overflowed: the state's mask walks the trie */
 } pentry;
 
@@ -1741,6 +1742,7 @@ static void pentry_make(gmatch *m, pentry *pe, const int32_t *key, int32_t kl) {
         pe->unc_skip = xmalloc(sizeof *pe->unc_skip * (size_t)nu);
         memcpy(pe->unc, m->unc_tmp, sizeof *pe->unc * (size_t)nu);
         pe->bytes += 8 * nu;
+        for (int64_t k = 0; k < nu; k++) pe->cost += pe->unc[k] < 0 ? v->end[~pe->unc[k]] - ~pe->unc[k] : 1;
         /* skip links: the open ancestors on a stack (path_node reused), closed by the first
          * item past their subtree */
         int32_t *open = m->path_node, n_open = 0;
@@ -1755,8 +1757,9 @@ static void pentry_make(gmatch *m, pentry *pe, const int32_t *key, int32_t kl) {
 }
 
 /* stack x's entry: this matcher's by x's key, else the vocabulary's by the key's local
- * grammar, else made (and shared); -1 when this matcher holds PE_MAX already */
-static int32_t pentry_get(gmatch *m, int32_t x) {
+ * grammar, else made (and shared) when may_make; -1 when this matcher holds PE_MAX
+ * already or it would have to be made */
+static int32_t pentry_get(gmatch *m, int32_t x, bool may_make) {
     if (m->node_pe[x] >= 0) return m->node_pe[x];
     if (!m->peh) {
         m->peh_cap = PEH_CAP;
@@ -1775,6 +1778,8 @@ static int32_t pentry_get(gmatch *m, int32_t x) {
     pentry *e = m->no_share ? NULL : pshare_find(sh, m->sig, n_sig, hash);
     if (e) {
         m->stats.entries_shared++;
+    } else if (!may_make) {
+        return -1;
     } else {
         e = xcalloc(1, sizeof *e);
         atomic_init(&e->refs, 1);
@@ -1873,14 +1878,19 @@ static int mask_by_positions(gmatch *m, uint64_t *b) {
     const int32_t n = m->st[m->cur].n, off = m->st[m->cur].off;
     if (n > PE_MAX / 2) return 1;
     if (m->n_pe + n > PE_MAX || m->pe_bytes > PE_MAX_BYTES) pcache_clear(m);
-    int64_t ne = 0;
+    int64_t ne = 0, cost = 0;
+    const int64_t visits0 = m->stats.entry_visits;
     for (int32_t k = 0; k < n; k++) {
-        const int32_t id = pentry_get(m, m->set[off + k]);
+        /* the worst case bounded: entries are made while this mask's abstract walks have
+         * visited fewer nodes than the trie holds, then the whole walk instead (the entries
+         * made stay for the next masks): at most about three walks of the trie a mask */
+        const int32_t id = pentry_get(m, m->set[off + k], m->stats.entry_visits - visits0 < m->v->n_nodes);
         if (id < 0 || m->pe[id].e->whole) return 1;
         bool seen = false;
         for (int64_t q = 0; q < ne && !seen; q++) seen = m->ent_tmp[q] == id;
-        if (!seen) push_tmp(&m->ent_tmp, &ne, &m->cap_ent_tmp, id);
+        if (!seen) push_tmp(&m->ent_tmp, &ne, &m->cap_ent_tmp, id), cost += m->pe[id].e->cost;
     }
+    if (cost > m->v->n_nodes) return 1; /* the context-dependent walks would cost more than the whole one */
     for (int64_t q = 0; q < ne; q++) { /* the tokens the tops accept alone */
         const pentry *pe = m->pe[m->ent_tmp[q]].e;
         if (pe->acc_bits)
