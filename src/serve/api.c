@@ -1505,8 +1505,9 @@ static char *token_text(const tokenizer *t, int32_t id) {
 }
 
 /* whether the template renders the probe conversation msgs (JSON) with tools (JSON or NULL)
- * into a text holding each of the marks (NULL-ended); a refusal is false */
-static bool renders(const app *a, const char *msgs, const char *tools, const char *const *marks) {
+ * into a text holding each of the marks (NULL-ended) and not the text `not` (or NULL); a
+ * refusal is false */
+static bool renders(const app *a, const char *msgs, const char *tools, const char *const *marks, const char *not) {
     cJSON *m = cJSON_Parse(msgs), *t = tools ? cJSON_Parse(tools) : NULL;
     const chat_input in = {.messages = m, .tools = t, .add_generation_prompt = true, .enable_thinking = -1,
                            .bos_token = a->bos_text, .eos_token = a->eos_text};
@@ -1515,6 +1516,7 @@ static bool renders(const app *a, const char *msgs, const char *tools, const cha
     herr e;
     bool ok = m && chat_render(a->tmpl, &in, &out, &n, &e) == 0;
     for (const char *const *k = marks; ok && *k; k++) ok = strstr(out, *k) != NULL;
+    if (ok && not) ok = !strstr(out, not);
     free(out);
     cJSON_Delete(m);
     cJSON_Delete(t);
@@ -1525,35 +1527,39 @@ static bool renders(const app *a, const char *msgs, const char *tools, const cha
  * conversation and looking for what it should show (hearth's own probes) */
 static cJSON *template_caps(const app *a) {
 #define CALL(name, args) "{\"id\":\"c_" name "\",\"type\":\"function\",\"function\":{\"name\":\"" name "\",\"arguments\":" args "}}"
+#define CALLS(...) "[{\"role\":\"user\",\"content\":\"hi\"},{\"role\":\"assistant\",\"content\":\"\",\"tool_calls\":[" __VA_ARGS__ "]}," \
+                   "{\"role\":\"tool\",\"tool_call_id\":\"c_probe_call_a\",\"content\":\"r\"}]"
     static const char user[] = "{\"role\":\"user\",\"content\":\"hi\"}";
     static const char tool[] = "[{\"type\":\"function\",\"function\":{\"name\":\"probe_tool_fn\",\"description\":\"d\","
                                "\"parameters\":{\"type\":\"object\",\"properties\":{}}}}]";
-    static const char calls[] = "[{\"role\":\"user\",\"content\":\"hi\"},{\"role\":\"assistant\",\"content\":\"\",\"tool_calls\":["
-                                CALL("probe_call_a", "{\"probe_arg\":\"v\"}") "," CALL("probe_call_b", "{}") "]},"
-                                "{\"role\":\"tool\",\"tool_call_id\":\"c_probe_call_a\",\"content\":\"r\"}]";
+    /* one call (some templates refuse two), and two for the parallel calls */
+    static const char one[] = CALLS(CALL("probe_call_a", "{\"probe_arg\":\"v\"}"));
+    static const char two[] = CALLS(CALL("probe_call_a", "{\"probe_arg\":\"v\"}") "," CALL("probe_call_b", "{}"));
+#undef CALLS
 #undef CALL
     char probe[512];
     cJSON *c = cJSON_CreateObject();
-    cJSON_AddBoolToObject(c, "supports_object_arguments", renders(a, calls, NULL, (const char *const[]){"probe_arg", NULL}));
+    cJSON_AddBoolToObject(c, "supports_object_arguments", renders(a, one, NULL, (const char *const[]){"probe_arg", NULL}, NULL));
     cJSON_AddBoolToObject(c, "supports_parallel_tool_calls",
-                          renders(a, calls, NULL, (const char *const[]){"probe_call_a", "probe_call_b", NULL}));
+                          renders(a, two, NULL, (const char *const[]){"probe_call_a", "probe_call_b", NULL}, NULL));
     snprintf(probe, sizeof probe, "[%s,{\"role\":\"assistant\",\"content\":\"a\",\"reasoning_content\":\"probe_think\"},%s]", user, user);
-    cJSON_AddBoolToObject(c, "supports_preserve_reasoning", renders(a, probe, NULL, (const char *const[]){"probe_think", NULL}));
+    cJSON_AddBoolToObject(c, "supports_preserve_reasoning", renders(a, probe, NULL, (const char *const[]){"probe_think", NULL}, NULL));
     size_t n;
     const char *src = chat_template_source(a->tmpl, &n);
     bool effort = false;
     for (size_t i = 0; i + 16 <= n && !effort; i++) effort = !memcmp(src + i, "reasoning_effort", 16);
     cJSON_AddBoolToObject(c, "supports_reasoning_effort", effort);
     cJSON_AddBoolToObject(c, "supports_string_content",
-                          renders(a, "[{\"role\":\"user\",\"content\":\"probe_str\"}]", NULL, (const char *const[]){"probe_str", NULL}));
+                          renders(a, "[{\"role\":\"user\",\"content\":\"probe_str\"}]", NULL, (const char *const[]){"probe_str", NULL}, NULL));
     snprintf(probe, sizeof probe, "[{\"role\":\"system\",\"content\":\"probe_sys\"},%s]", user);
-    cJSON_AddBoolToObject(c, "supports_system_role", renders(a, probe, NULL, (const char *const[]){"probe_sys", NULL}));
-    cJSON_AddBoolToObject(c, "supports_tool_calls", renders(a, calls, NULL, (const char *const[]){"probe_call_a", NULL}));
+    cJSON_AddBoolToObject(c, "supports_system_role", renders(a, probe, NULL, (const char *const[]){"probe_sys", NULL}, NULL));
+    cJSON_AddBoolToObject(c, "supports_tool_calls", renders(a, one, NULL, (const char *const[]){"probe_call_a", NULL}, NULL));
     snprintf(probe, sizeof probe, "[%s]", user);
-    cJSON_AddBoolToObject(c, "supports_tools", renders(a, probe, tool, (const char *const[]){"probe_tool_fn", NULL}));
+    cJSON_AddBoolToObject(c, "supports_tools", renders(a, probe, tool, (const char *const[]){"probe_tool_fn", NULL}, NULL));
+    /* typed content: the part's text, not the list printed as it is */
     cJSON_AddBoolToObject(c, "supports_typed_content",
                           renders(a, "[{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"probe_typed\"}]}]", NULL,
-                                  (const char *const[]){"probe_typed", NULL}));
+                                  (const char *const[]){"probe_typed", NULL}, "'text'"));
     return c;
 }
 

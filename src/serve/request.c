@@ -631,17 +631,23 @@ int req_chat_prompt(const req_ctx *x, const cJSON *j, bool gen_prompt, char **te
         }
         in.enable_thinking = cJSON_IsTrue(et);
     }
+    /* a prefill is the answer's content: thinking off, whatever the kwargs say (as
+     * llama-server renders a prefill on Qwen's templates: the think block closed before it) */
+    if (prefill) {
+        in.enable_thinking = 0;
+        if (extra) cJSON_DeleteItemFromObjectCaseSensitive(extra, "enable_thinking");
+    }
     in.extra = extra;
     size_t len;
     int rc = chat_render(x->tmpl, &in, text, &len, e);
     if (rc == 0 && prefill) {
-        /* into an open thinking block the prefill would be thinking: refused, as llama-server
-         * refuses a prefill with enable_thinking */
+        /* a template that opens a thinking block even so: the prefill would be thinking, which
+         * the answer's split of reasoning from content would misread; refused */
         size_t t = len;
         while (t > 0 && ((*text)[t - 1] == '\n' || (*text)[t - 1] == ' ')) t--;
         if (t >= 7 && !memcmp(*text + t - 7, "<think>", 7)) {
             rc = herr_set(e, "\"messages\" ends in an assistant message to continue (assistant prefill), but the "
-                             "generation prompt opens a thinking block: set chat_template_kwargs.enable_thinking false");
+                             "chat template opens a thinking block before it even with enable_thinking false");
             free(*text);
             *text = NULL;
         } else {

@@ -97,7 +97,8 @@ int32_t *req_prompt_ids(const req_ctx *x, const cJSON *pr, int64_t *n, herr *e);
  * and "none") */
 bool req_tool_choice_none(const cJSON *j);
 /* gen_prompt: the generation prompt unless the request's add_generation_prompt says otherwise;
- * a last assistant message (with no tool calls) is continued instead (req_chat_prefill). */
+ * a last assistant message (with no tool calls) is continued instead (req_chat_prefill),
+ * rendered with thinking off (enable_thinking false over the kwargs, as llama-server). */
 int req_chat_prompt(const req_ctx *x, const cJSON *j, bool gen_prompt, char **text, int32_t **ids, int64_t *n_ids,
                     int64_t **starts, int *n_starts, herr *e);
 /* Assistant prefill, llama-server's: the text of the request's last message when it is an
