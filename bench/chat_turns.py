@@ -11,7 +11,8 @@ Per turn it reports the prompt tokens, the tokens each server prefilled, and the
 (each server's own timings.prompt_ms, medians over the repetitions), and hearth's prompt time
 against the time to prefill only the rows it prefilled with no cache machinery: a second
 server given the context's ids, then the whole prompt as a /completion, which resumes from
-that slot's live state and prefills exactly those rows (the goal: <= 1.1). That second
+the point at that context's last row (a message start) and prefills exactly those rows (the
+goal: <= 1.1). That second
 request is sent after the other servers' turns, as hearth's cached turn is; the same rows
 right after their own context (a process that just ran a pass) are reported beside it.
 
@@ -138,7 +139,7 @@ def main():
                         "chat_template_kwargs": {"enable_thinking": True}}
                 # the denominator: the same rows hearth prefilled, after the same context, with
                 # no cache machinery, on a second hearth: the context's ids alone, then all of
-                # them, resumed from that slot's live state: its prompt time is those rows'. Its
+                # them, resumed from the point at the context's end: its prompt time is those rows'. Its
                 # context goes in before hearth's turn and the measured request after the other
                 # servers' turns, so that, like hearth's cached turn, it runs after other
                 # processes had the box (a request right after its own process's last pass runs

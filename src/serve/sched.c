@@ -33,7 +33,6 @@ typedef struct slot {
     double t_used;
     /* the request in flight */
     int64_t pf_base, pf_pos;    /* resumed at, next prompt row */
-    int64_t pf_seg;             /* the row the current piece's pass cuts count from */
     int64_t *marks;             /* points to take: positions in (pf_base, n_ids], ascending */
     int n_marks, mark_i;
     int32_t next_id;            /* sampled, not yet run */
@@ -276,17 +275,46 @@ static bool is_mark(const sched_req *r, int64_t pos) {
     return lo < r->n_marks && r->marks[lo] == pos;
 }
 
-/* Where r would resume on sl: the row, and the point to restore (-1: the live state, or
- * row 0). */
-static int64_t slot_resume(const slot *sl, const sched_req *r, int *pt) {
+/* Whether a point at pos resumes r with a cold pass's bits: where a cold pass of r has a chunk
+ * boundary (the chunks laid from row 0 and restarted at each mark: engine_piece_end's grid).
+ * A chat resumes only at its marks (its message starts); a prompt of /completion at a mark
+ * (an <|im_start|>) or a whole number of chunks past the last one before pos. Every point
+ * was made on this grid (sched_submit gives a prompt the marks a chat would have at the same
+ * ids), so its state is a cold pass's at pos. */
+static bool resume_ok(const sched *s, const sched_req *r, int64_t pos) {
+    if (is_mark(r, pos)) return true;
+    if (r->exact) return false;
+    int lo = 0, hi = r->n_marks; /* the last mark before pos */
+    while (lo < hi) {
+        const int mid = (lo + hi) / 2;
+        if (r->marks[mid] < pos) lo = mid + 1;
+        else hi = mid;
+    }
+    const int64_t from = lo > 0 ? r->marks[lo - 1] : 0;
+    return (pos - from) % s->info.chunk == 0;
+}
+
+typedef struct resume_cls {
+    const sched *s;
+    const sched_req *r;
+} resume_cls;
+
+static bool resume_ok_cb(const void *cls, int64_t pos) {
+    const resume_cls *c = cls;
+    return resume_ok(c->s, c->r, pos);
+}
+
+/* Where r would resume on sl: the row, and the point to restore (-1: row 0). Never the live
+ * state: its rows past the last point were decoded one by one (or cut off the grid), which
+ * a cold pass's chunks do not reproduce. */
+static int64_t slot_resume(const sched *s, const slot *sl, const sched_req *r, int *pt) {
     *pt = -1;
     if (r->no_reuse) return 0;
     const int64_t common = ids_common_prefix(sl->ids, sl->n, r->ids, r->n_ids);
-    if (!r->exact && sl->n > 0 && common == sl->n && sl->n < r->n_ids) return sl->n; /* the live state */
     const int64_t lim = common < r->n_ids - 1 ? common : r->n_ids - 1;
     for (int i = sl->n_pts - 1; i >= 0; i--) {
         const int64_t pos = sl->pts[i].p->pos;
-        if (pos <= lim && (!r->exact || is_mark(r, pos))) { *pt = i; return pos; }
+        if (pos <= lim && resume_ok(s, r, pos)) { *pt = i; return pos; }
     }
     return 0;
 }
@@ -305,13 +333,12 @@ static void slot_spill(sched *s, slot *sl, int64_t keep) {
     pcache_put(s->pc, sl->id, sl->ids, sl->n, moved, n);
 }
 
-static bool mark_ok(const void *r, int64_t pos) { return is_mark(r, pos); }
-
 /* The shared cache's best resume for r (0: none). */
 static int64_t cache_resume(sched *s, const sched_req *r, int *ei, int *pi) {
     *ei = *pi = -1;
     if (r->no_reuse) return 0;
-    return pcache_best(s->pc, r->ids, r->n_ids, r->exact ? mark_ok : NULL, r, ei, pi);
+    const resume_cls c = {s, r};
+    return pcache_best(s->pc, r->ids, r->n_ids, resume_ok_cb, &c, ei, pi);
 }
 
 /* engine thread, under s->mu (from admit): r starts on sl at the best resume row: the slot's
@@ -319,7 +346,7 @@ static int64_t cache_resume(sched *s, const sched_req *r, int *ei, int *pi) {
 static void slot_start(sched *s, slot *sl, sched_req *r, bool from_cache, int ei, int pi) {
     int pt;
     const int64_t common = ids_common_prefix(sl->ids, sl->n, r->ids, r->n_ids);
-    int64_t at = from_cache ? 0 : slot_resume(sl, r, &pt);
+    int64_t at = from_cache ? 0 : slot_resume(s, sl, r, &pt);
     char w[sizeof r->cache_why];
     herr e;
     int64_t gone;
@@ -347,11 +374,12 @@ static void slot_start(sched *s, slot *sl, sched_req *r, bool from_cache, int ei
             snprintf(w, sizeof w, "point at %lld of slot %d (diverged at token %lld)", (long long)at, sl->id,
                      (long long)common);
         }
-    } else if (at > 0) {
-        snprintf(w, sizeof w, "live state of slot %d at %lld", sl->id, (long long)at);
+    } else if (!r->exact && s->o.start_id < 0) {
+        snprintf(w, sizeof w, "a prompt is never resumed under a chat template without <|im_start|> (a chat's "
+                              "message starts cannot be found in its ids, so a chat's points are no cold pass's)");
     } else if (r->no_reuse) {
         snprintf(w, sizeof w, "cache_prompt is false");
-    } else if ((gone = pcache_evicted_best(s->pc, r->ids, r->n_ids, r->exact ? mark_ok : NULL, r)) > 0) {
+    } else if ((gone = pcache_evicted_best(s->pc, r->ids, r->n_ids, resume_ok_cb, &(resume_cls){s, r})) > 0) {
         snprintf(w, sizeof w, "evicted: the cache's entry up to row %lld was dropped for --cache-ram", (long long)gone);
     } else if (sl->n == 0) {
         snprintf(w, sizeof w, "no point (empty slot %d, nothing shared in the cache)", sl->id);
@@ -369,7 +397,7 @@ static void slot_start(sched *s, slot *sl, sched_req *r, bool from_cache, int ei
     sl->n = at;
     sl->req = r;
     sl->state = SLOT_PREFILL;
-    sl->pf_base = sl->pf_pos = sl->pf_seg = at;
+    sl->pf_base = sl->pf_pos = at;
     sl->t_used = time_now();
     /* marks past the resume row, and the last prompt row */
     free(sl->marks);
@@ -378,7 +406,7 @@ static void slot_start(sched *s, slot *sl, sched_req *r, bool from_cache, int ei
     sl->mark_i = 0;
     for (int i = 0; i < r->n_marks; i++)
         if (r->marks[i] > at && r->marks[i] < r->n_ids) sl->marks[sl->n_marks++] = r->marks[i];
-    sl->marks[sl->n_marks++] = r->n_ids;
+    if (r->exact || s->o.start_id >= 0) sl->marks[sl->n_marks++] = r->n_ids; /* (else no point: see sched_submit) */
     sampler_init(&sl->sm, &r->so, s->V);
     sl->gm_on = !r->grammar_after_think;
     sl->gm_lead = false;
@@ -723,7 +751,7 @@ static void admit(sched *s) {
             slot *sl = &s->slots[k];
             if (sl->state != SLOT_IDLE || (r->slot_wanted >= 0 && r->slot_wanted != k)) continue;
             int pt;
-            const int64_t at = slot_resume(sl, r, &pt);
+            const int64_t at = slot_resume(s, sl, r, &pt);
             if (at > best_at || (at == best_at && sl->t_used < best->t_used)) { best = sl; best_at = at; }
         }
         if (!best || close_holds(s, r)) return;
@@ -776,21 +804,16 @@ static void step(sched *s, bool stopping) {
         const engine_logits last = slot_greedy(s, sl) ? ENGINE_LOGITS_ARGMAX : ENGINE_LOGITS_LAST;
         if (sl->state == SLOT_PREFILL) {
             /* the next piece ends where the engine would end a pass's piece: on the chunk
-             * grid laid from the resume row (exact requests: from row 0 and restarted at
-             * every message start, which the span carries as anchors) */
+             * grid laid from row 0 and restarted at every mark, which the span carries as
+             * anchors (the resume row is on it: resume_ok) */
             const int64_t a = sl->pf_pos;
-            int64_t b;
             sl->span_anchors = 0;
-            if (r->exact) {
-                b = engine_piece_end(r->marks, r->n_marks, r->n_ids, a, rpp, s->info.chunk);
-                /* a span takes at most SLOT_POINTS points: past them it ends at a mark (on the grid) */
-                if (sl->n_marks - sl->mark_i > SLOT_POINTS && sl->marks[sl->mark_i + SLOT_POINTS - 1] < b)
-                    b = sl->marks[sl->mark_i + SLOT_POINTS - 1];
-                for (int i = 0; i < r->n_marks; i++)
-                    if (r->marks[i] > a && r->marks[i] < b) sl->span_anchor[sl->span_anchors++] = r->marks[i] - a;
-            } else {
-                b = sl->pf_seg + engine_piece_end(NULL, 0, r->n_ids - sl->pf_seg, a - sl->pf_seg, rpp, s->info.chunk);
-            }
+            int64_t b = engine_piece_end(r->marks, r->n_marks, r->n_ids, a, rpp, s->info.chunk);
+            /* a span takes at most SLOT_POINTS points: past them it ends at a mark (on the grid) */
+            if (sl->n_marks - sl->mark_i > SLOT_POINTS && sl->marks[sl->mark_i + SLOT_POINTS - 1] < b)
+                b = sl->marks[sl->mark_i + SLOT_POINTS - 1];
+            for (int i = 0; i < r->n_marks; i++)
+                if (r->marks[i] > a && r->marks[i] < b) sl->span_anchor[sl->span_anchors++] = r->marks[i] - a;
             sl->span_b = b;
             sl->span_marks = 0;
             while (sl->mark_i < sl->n_marks && sl->marks[sl->mark_i] <= b) {
@@ -1016,8 +1039,34 @@ void sched_free(sched *s) {
     free(s);
 }
 
+/* A prompt (not a chat's) gets the marks a chat would have at the same ids: every <|im_start|>
+ * row (its cold pass then lays its chunks as a chat's does, so the points of either serve
+ * the other with a cold pass's bits), and the last row a whole number of chunks past the last
+ * of them (where a later prompt extending this one resumes). Under a template without
+ * <|im_start|> a chat's message starts are no function of its ids: such a prompt runs cold
+ * and leaves no point (slot_start). */
+static void prompt_marks(const sched *s, sched_req *r) {
+    free(r->marks);
+    r->marks = NULL;
+    r->n_marks = 0;
+    if (s->o.start_id < 0) {
+        r->no_reuse = true;
+        return;
+    }
+    int64_t n = 0;
+    for (int64_t i = 1; i < r->n_ids; i++) n += r->ids[i] == s->o.start_id;
+    if (n >= INT32_MAX - 1) return; /* (cannot be: the context is smaller) */
+    r->marks = xmalloc(sizeof(int64_t) * (size_t)(n + 1));
+    for (int64_t i = 1; i < r->n_ids; i++)
+        if (r->ids[i] == s->o.start_id) r->marks[r->n_marks++] = i;
+    const int64_t from = r->n_marks ? r->marks[r->n_marks - 1] : 0;
+    const int64_t g = from + (r->n_ids - from) / s->info.chunk * s->info.chunk;
+    if (g > from && g < r->n_ids) r->marks[r->n_marks++] = g;
+}
+
 int sched_submit(sched *s, sched_req *r, herr *e) {
     if (r->n_ids < 1) return herr_set(e, "the prompt is empty");
+    if (!r->exact) prompt_marks(s, r);
     if (r->n_ids >= s->info.n_ctx)
         return herr_set(e, "the prompt has %lld tokens, the context of a slot %lld (-c)", (long long)r->n_ids,
                         (long long)s->info.n_ctx);

@@ -62,15 +62,18 @@ typedef struct sched_req {
     /* input, set before sched_submit and not changed after */
     int32_t *ids;           /* the prompt (owned, freed with the request) */
     int64_t n_ids;
-    int64_t *marks;         /* message starts, positions in (0, n_ids), ascending (owned; may be NULL) */
+    int64_t *marks;         /* message starts, positions in (0, n_ids), ascending (owned; may be NULL;
+                             * a prompt's are sched_submit's) */
     int n_marks;
     sampler_opts so;
     int64_t n_predict;      /* -1: until the context fills */
     bool ignore_eos;        /* an end-of-generation token is never sampled (llama-server's meaning) */
     int slot_wanted;        /* -1: any */
-    bool exact;             /* chat: prompts are cut at the marks, and resumed only from a
-                             * point at one of them, so the answer is the bits a cold server
-                             * gives (else any point or the live state will do) */
+    bool exact;             /* chat: the marks are its message starts, and it resumes only
+                             * from a point at one of them; else a prompt (/completion), given
+                             * the marks a chat would have at its ids by sched_submit, resumes
+                             * on their chunk grid. Either way the prompt is cut on that grid,
+                             * so the answer is the bits a cold server gives */
     bool no_reuse;          /* start at row 0 (cache_prompt: false) */
     int top_logprobs;       /* -1: none; else each token's log-probability (of the model's
                              * softmax, before penalties and temperature) and this many

@@ -666,6 +666,7 @@ def main():
     check("one slot, a queue of 1: the third request gets 503", sorted(outs) == [200, 200, 503], str(outs))
     k.stop()
     answer_end_points()
+    completion_exact()
     template_kwargs(model)
     billing_header(model)
     tool_calls(model)
@@ -744,6 +745,76 @@ def answer_end_points():
                   f"{'' if c['content'] != got[k + 1]['content'] else ' (the same text, other log-probabilities)'}",
                   file=sys.stderr)
     check("answer-end point: every warm turn's greedy answer and log-probabilities equal a cold server's", same)
+
+
+def completion_exact():
+    """/completion warm equals cold (F14 item 11), on the demo model: a prompt resumes only
+    where a cold pass of it has a chunk boundary (the delta rule's chunks laid from row 0 and
+    restarted at each <|im_start|>, as a chat's at its message starts), so each warm answer's
+    text and log-probabilities (every bit of a logits row shows in them) are a cold pass's.
+    Prompts that extend the last one and its answer (resumed a whole number of chunks past
+    the start or an <|im_start|>), a chat's rendering (resumed at a message start), and chat
+    and /completion on one slot, each resuming from the other's points."""
+    if not os.path.exists(DEMO):
+        check(f"the demo model {DEMO} is there (/completion exact)", False)
+        return
+    warm, cold = Server(DEMO, "-np", "1"), Server(DEMO, "-np", "1")
+
+    def done(srv, prompt, **kw):
+        body = {"prompt": prompt, "n_predict": 24, "temperature": 0, "n_probs": 2, **kw}
+        st, j = srv.post("/completion", body)
+        assert st == 200, j
+        return j
+
+    def same(a, b):
+        return a["content"] == b["content"] and a["completion_probabilities"] == b["completion_probabilities"]
+
+    _, im = warm.post("/tokenize", {"content": "<|im_start|>"})
+    im = im["tokens"][0]
+    text = ("In the beginning God created the heaven and the earth. And the earth was without form, and void; and "
+            "darkness was upon the face of the deep. And the Spirit of God moved upon the face of the waters. And God "
+            "said, Let there be light: and there was light. And God saw the light, that it was good: and God divided "
+            "the light from the darkness.")
+    msgs = [{"role": "user", "content": "Who are you?"}]
+    chat_text = warm.post("/apply-template", {"messages": msgs})[1]["prompt"]
+    prompts, got = [text], []
+    for k in range(5):
+        if k == 3:  # a chat's rendering, then its next turn's: resumed at a message start
+            prompts.append(chat_text)
+        elif k == 4:
+            prompts.append(warm.post("/apply-template", {"messages": msgs + [
+                {"role": "assistant", "content": got[-1]["content"]}, {"role": "user", "content": "And then?"}]})[1]["prompt"])
+        elif k:
+            prompts.append(prompts[-1] + got[-1]["content"] + " And")
+        w = done(warm, prompts[-1], return_tokens=True)
+        c = done(cold, prompts[-1], cache_prompt=False)
+        got.append(w)
+        _, ids = warm.post("/tokenize", {"content": prompts[-1]})
+        ids = ids["tokens"]
+        n = w["tokens_cached"]
+        anchor = max([0] + [i for i in range(1, min(n, len(ids) - 1) + 1) if ids[i] == im])  # the last at or before n
+        check(f"/completion {k + 1}: warm resumes on the grid (row {n} of {len(ids)}) and equals cold, text and "
+              f"log-probabilities", (k in (0, 3) or n > 0) and (n - anchor) % 64 == 0 and same(w, c) and  # chunk 64
+              c["tokens_cached"] == 0, f"{w['timings']['cache']}: {w['content']!r} vs {c['content']!r}"
+              f"{' (the same text, other log-probabilities)' if w['content'] == c['content'] else ''}")
+    # chat after /completion, /completion after chat, on one slot: each resumes from the
+    # other's point and answers as a cold server
+    chat = {"messages": msgs + [{"role": "assistant", "content": got[3]["content"]},
+                                {"role": "user", "content": "And then?"}, ], "max_tokens": 24, "temperature": 0,
+            "logprobs": True, "top_logprobs": 2}
+    _, wj = warm.post("/v1/chat/completions", chat)
+    _, cj = cold.post("/v1/chat/completions", {**chat, "cache_prompt": False})
+    check("chat after /completion of its prompt: resumed from its point, equal to cold",
+          wj["usage"]["prompt_tokens_details"]["cached_tokens"] > 0 and
+          wj["choices"][0]["message"] == cj["choices"][0]["message"] and
+          wj["choices"][0]["logprobs"] == cj["choices"][0]["logprobs"], f"{wj['timings']['cache']}")
+    follow = warm.post("/apply-template", {"messages": chat["messages"] + [
+        {"role": "assistant", "content": wj["choices"][0]["message"]["content"]}, {"role": "user", "content": "Why?"}]})[1]
+    w, c = done(warm, follow["prompt"]), done(cold, follow["prompt"], cache_prompt=False)
+    check("/completion after a chat: resumed from the chat's point, equal to cold",
+          w["tokens_cached"] > 0 and same(w, c), f"{w['timings']['cache']}")
+    warm.stop()
+    cold.stop()
 
 
 def template_kwargs(model):
