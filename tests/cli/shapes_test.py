@@ -434,6 +434,28 @@ def run_templates(env):
             raise
         try:
             (_, pj), (_, hj) = both([peer, ours], "GET", "/props")
+            if name == "chatml.jinja":
+                # Deliberate: without --alias llama-server names the model by the -m path as given,
+                # hearth by the file's name (README, --help; clients.mjs and serve_test rely on it):
+                # a path tells every client the server's folders, and replicas holding the same file
+                # under different paths would answer under different names
+                (_, pm), (_, hm) = both([peer, ours], "GET", "/v1/models")
+                ids = [(j.get("model_alias"), (m.get("data") or [{}])[0].get("id")) for j, m in ((pj, pm), (hj, hm))]
+                base = os.path.basename(MODEL)
+                check("without --alias: llama-server names the -m path, hearth the file's name (deliberate)",
+                      ids == [(MODEL, MODEL), (base, base)], str(ids))
+            if name.startswith("Qwen3.5"):  # thinking on: the answer's text is reasoning_content on both
+                body = {"messages": hi, "max_tokens": 3, "temperature": 0, "logprobs": True, "top_logprobs": 1}
+                (_, pw), (_, hw) = both([peer, ours], "POST", "/v1/chat/completions", body)
+                compare("qwen35_chat", pw, hw)
+                body.update({"stream": True, "stream_options": {"include_usage": True}})
+                (_, pe), (_, he) = [x.stream("/v1/chat/completions", body) for x in (peer, ours)]
+                pg, hg = chat_stream_groups(pe), chat_stream_groups(he)
+                for part in ("role", "content", "finish", "usage"):
+                    if pg[part] is None or hg[part] is None:
+                        check(f"{name}: a {part} chunk on both", False, f"{pe}\n     {he}")
+                    else:
+                        compare(f"qwen35_chat_stream.{part}", pg[part], hg[part])
             check(f"{name}: chat_template_caps as llama-server's", pj.get("chat_template_caps") == hj.get("chat_template_caps"),
                   f"{pj.get('chat_template_caps')}\n     {hj.get('chat_template_caps')}")
             for tag, body in (("prefill", {"messages": pre, "chat_template_kwargs": day}),
