@@ -1036,7 +1036,7 @@ struct gmatch {
     int32_t *path_node;     /* per trie depth, while an entry is made: the node on the path */
     bool *path_in, *path_pop;
     int32_t *acc_tmp, *unc_tmp, *ent_tmp, *sig, *canon, *queue;
-    int64_t cap_acc_tmp, cap_unc_tmp, cap_ent_tmp, cap_sig, cap_queue;
+    int64_t cap_unc_tmp, cap_ent_tmp, cap_sig, cap_queue; /* acc_tmp: n_vocab */
 };
 
 static inline uint32_t hash2(int32_t a, int32_t b) {
@@ -1693,34 +1693,54 @@ static void pentry_make(gmatch *m, pentry *pe, const int32_t *key, int32_t kl) {
     const int32_t s0 = y < 0 ? DEAD : state_of(a, &y, 1, false);
     if (s0 == DEAD) { pe->whole = true; return; }
     int64_t na = 0, nu = 0, visits = 0;
-    a->walk[0] = s0;
-    m->path_pop[0] = false;
+    if (!m->acc_tmp) m->acc_tmp = xmalloc(sizeof *m->acc_tmp * (size_t)v->n_vocab); /* each token once */
+    /* the hot loop as walk_range's: tables in locals, read again after a computation */
+    const uint8_t *const byte = v->byte, *const depth = v->depth, *const below = v->below;
+    const int32_t *const end = v->end, *const tok_off = v->tok_off, *const tok = v->tok;
+    int32_t *const walk = a->walk, *const path_node = m->path_node, *const acc = m->acc_tmp;
+    bool *const path_in = m->path_in, *const path_pop = m->path_pop;
+    const int32_t *tt = a->tt;
+    const gstate *st = a->st;
+    walk[0] = s0;
+    path_pop[0] = false;
     for (int64_t i = 1; i < v->n_nodes;) {
         visits++;
-        const int d = v->depth[i];
-        const int32_t t = step(a, a->walk[d - 1], v->byte[i]);
-        if (a->overflow) { pe->whole = true; break; }
-        m->path_node[d] = (int32_t)i, m->path_in[d] = false;
+        const unsigned d = depth[i], c = byte[i];
+        int32_t t = tt[256 * (int64_t)walk[d - 1] + c];
+        if (t == UNKNOWN) {
+            t = step_compute(a, walk[d - 1], c);
+            tt = a->tt, st = a->st;
+            if (a->overflow) { pe->whole = true; break; }
+        }
+        path_node[d] = (int32_t)i, path_in[d] = false;
         if (t == DEAD) {
-            if (m->path_pop[d - 1]) { /* a path went into the context above: the context decides */
-                for (int k = 1; k < d; k++)
-                    if (!m->path_in[k]) {
-                        push_tmp(&m->unc_tmp, &nu, &m->cap_unc_tmp, m->path_node[k]);
-                        m->path_in[k] = true;
+            if (path_pop[d - 1]) { /* a path went into the context above: the context decides */
+                for (unsigned k = 1; k < d; k++)
+                    if (!path_in[k]) {
+                        push_tmp(&m->unc_tmp, &nu, &m->cap_unc_tmp, path_node[k]);
+                        path_in[k] = true;
                     }
                 push_tmp(&m->unc_tmp, &nu, &m->cap_unc_tmp, ~(int32_t)i);
             }
-            i = v->end[i];
+            i = end[i];
             continue;
         }
-        if (subtree_loops(a, i, t)) { /* every token below stays in t: accepted */
-            for (int32_t k = v->tok_off[i]; k < v->tok_off[v->end[i]]; k++) push_tmp(&m->acc_tmp, &na, &m->cap_acc_tmp, v->tok[k]);
-            i = v->end[i];
-            continue;
+        if (end[i] - i > SKIP_MIN) {
+            int lp = st[t].loop;
+            if (lp < 0) {
+                lp = (int)loop_classes(a, t);
+                tt = a->tt, st = a->st;
+                if (a->overflow) { pe->whole = true; break; }
+            }
+            if (!(below[i] & ~lp)) { /* every token below stays in t: accepted */
+                for (int32_t q = tok_off[i]; q < tok_off[end[i]]; q++) acc[na++] = tok[q];
+                i = end[i];
+                continue;
+            }
         }
-        a->walk[d] = t;
-        m->path_pop[d] = m->path_pop[d - 1] || a->st[t].accept;
-        for (int32_t k = v->tok_off[i]; k < v->tok_off[i + 1]; k++) push_tmp(&m->acc_tmp, &na, &m->cap_acc_tmp, v->tok[k]);
+        walk[d] = t;
+        path_pop[d] = path_pop[d - 1] || st[t].accept;
+        for (int32_t q = tok_off[i]; q < tok_off[i + 1]; q++) acc[na++] = tok[q];
         i++;
     }
     m->stats.entries++;
