@@ -1,5 +1,5 @@
-/* sampler.c: greedy and temperature sampling with top-k, top-p and min-p, in hearth's fixed order
- * or in the order a request names (llama-server's "samplers"). */
+/* sampler.c: greedy and temperature sampling with top-k, top-p and min-p, in llama.cpp's way: in
+ * the order a request names (llama-server's "samplers"), else in llama-server's default order. */
 #include "engine/sampler.h"
 #include "base/util.h"
 
@@ -35,13 +35,17 @@ static int cand_cmp(const void *a, const void *b) {
 
 bool sampler_greedy(const sampler_opts *o) { return !(o->temp > 0) && (!o->ordered || strchr(o->order, 't')); }
 
-/* o.ordered: llama.cpp's stages in the order given, on logits (cand[].p holds a logit) */
-static int32_t sample_ordered(sampler *s, const float *logits) {
+/* llama-server's default --samplers, less the stages hearth refuses (penalties run before, on
+ * the logits: sampler_penalize; dry, top_n_sigma, typ_p and xtc are refused when asked for) */
+static const char DEFAULT_ORDER[] = "kpmt";
+
+/* llama.cpp's stages in the given order, on logits (cand[].p holds a logit) */
+static int32_t sample_ordered(sampler *s, const float *logits, const char *order) {
     const int64_t V = s->n_vocab;
     int64_t n = V;
     bool sorted = false;
     for (int64_t i = 0; i < V; i++) s->cand[i] = (struct sampler_cand){(int32_t)i, logits[i]};
-    for (const char *c = s->o.order; *c; c++) {
+    for (const char *c = order; *c; c++) {
         if ((*c == 'k' && s->o.top_k > 0 && s->o.top_k < n) || (*c == 'p' && s->o.top_p < 1)) {
             if (!sorted) qsort(s->cand, (size_t)n, sizeof *s->cand, cand_cmp);
             sorted = true;
@@ -89,44 +93,8 @@ static int32_t sample_ordered(sampler *s, const float *logits) {
 }
 
 int32_t sampler_sample(sampler *s, const float *logits) {
-    const int64_t V = s->n_vocab;
-    if (sampler_greedy(&s->o)) return sampler_argmax(logits, V); /* every stage keeps the best */
-    if (s->o.ordered) return sample_ordered(s, logits);
-    float mx = logits[sampler_argmax(logits, V)];
-    int64_t n = 0;
-    double sum = 0;
-    for (int64_t i = 0; i < V; i++) {
-        float p = expf((logits[i] - mx) / s->o.temp);
-        s->cand[n++] = (struct sampler_cand){(int32_t)i, p};
-        sum += p;
-    }
-    qsort(s->cand, (size_t)n, sizeof *s->cand, cand_cmp);
-    if (s->o.top_k > 0 && s->o.top_k < n) n = s->o.top_k;
-    if (s->o.min_p > 0) {
-        float floor_p = s->cand[0].p * s->o.min_p;
-        int64_t k = 1;
-        while (k < n && s->cand[k].p >= floor_p) k++;
-        n = k;
-    }
-    sum = 0;
-    for (int64_t i = 0; i < n; i++) sum += s->cand[i].p;
-    if (s->o.top_p < 1) {
-        double acc = 0;
-        int64_t k = 0;
-        while (k < n) {
-            acc += s->cand[k++].p;
-            if (acc >= s->o.top_p * sum) break;
-        }
-        n = k;
-        sum = acc;
-    }
-    double r = (double)(rng_at(s->o.seed, s->n_drawn++) >> 11) * (1.0 / 9007199254740992.0) * sum;
-    double acc = 0;
-    for (int64_t i = 0; i < n; i++) {
-        acc += s->cand[i].p;
-        if (r < acc) return s->cand[i].id;
-    }
-    return s->cand[n - 1].id;
+    if (sampler_greedy(&s->o)) return sampler_argmax(logits, s->n_vocab); /* every stage keeps the best */
+    return sample_ordered(s, logits, s->o.ordered ? s->o.order : DEFAULT_ORDER);
 }
 
 static int id_cmp(const void *a, const void *b) {

@@ -1,6 +1,6 @@
 /* sampler.h: picks the next token from a logits row: greedy when temperature is 0 (ties go
- * to the lowest id), else top-k, top-p, min-p and temperature with a seeded RNG, so the
- * same seed and logits give the same token on every machine. */
+ * to the lowest id), else top-k, top-p, min-p and temperature (llama-server's default order)
+ * with a seeded RNG, so the same seed and logits give the same token on every machine. */
 #ifndef HEARTH_SAMPLER_H
 #define HEARTH_SAMPLER_H
 
@@ -21,7 +21,7 @@ typedef struct sampler_opts {
     /* llama-server's "samplers": when ordered, the stages run in llama.cpp's way in this
      * order ('k' top_k, 'p' top_p, 'm' min_p, 't' temperature; a stage left out is not run,
      * so without 't' the draw is at temperature 1), each on the logits the stages before
-     * it left; else hearth's fixed order (the temperature first, then top-k, min-p, top-p) */
+     * it left; else llama-server's default order: top-k, top-p, min-p, then the temperature */
     bool ordered;
     char order[5];
 } sampler_opts;

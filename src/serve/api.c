@@ -229,10 +229,10 @@ static cJSON *params_json(const app *a, const gen_params *p, const sched_req *r,
     cJSON_AddNumberToObject(j, "n_probs", p->top_logprobs < 0 ? 0 : p->top_logprobs);
     cJSON_AddStringToObject(j, "reasoning_format", a->o->reasoning_none ? "none" : "deepseek");
     /* the stages in the order they run (sampler.h): the request's order where it named one,
-     * else hearth's own */
+     * else llama-server's default (less the stages hearth does not have) */
     cJSON *sm = cJSON_AddArrayToObject(j, "samplers");
     if (!so->ordered || sampler_penalizes(so)) cJSON_AddItemToArray(sm, cJSON_CreateString("penalties"));
-    for (const char *c = so->ordered ? so->order : "tkmp"; *c; c++)
+    for (const char *c = so->ordered ? so->order : "kpmt"; *c; c++)
         cJSON_AddItemToArray(sm, cJSON_CreateString(*c == 'k' ? "top_k" : *c == 'p' ? "top_p" : *c == 'm' ? "min_p" : "temperature"));
     cJSON_AddBoolToObject(j, "post_sampling_probs", false);
     return j;

@@ -119,6 +119,22 @@ def bodies(s, model):
         st_, j = s.post("/completion", {**base, "samplers": bad})
         check(f"samplers {json.dumps(bad)} -> 400 naming samplers", st_ == 400 and '"samplers"' in err_msg(j),
               f"{st_} {j}")
+    # without samplers, llama-server's default order (top_k, top_p, min_p, then the
+    # temperature), on the server and in hearth run (the same seed, ids and KV type): at a high
+    # temperature the cuts made before it differ from those made after (the old default)
+    hot = {**base, "temperature": 3, "top_k": 40, "top_p": 0.9, "min_p": 0.2, "seed": 5, "n_predict": 24}
+    _, ids = s.post("/tokenize", {"content": base["prompt"]})
+    got = {}
+    for name, order in (("default", None), ("llama", ["top_k", "top_p", "min_p", "temperature"]),
+                        ("temperature first", ["temperature", "top_k", "min_p", "top_p"])):
+        st_, j = s.post("/completion", {**hot, "samplers": order} if order else hot)
+        got[name] = j.get("tokens") if st_ == 200 else f"{st_} {j}"
+    r = subprocess.run([HEARTH, "run", "-m", model, "--ids", ",".join(map(str, ids["tokens"])), "-n", "24", "-t", "2",
+                        "--kv", "f16", "--ids-out", "--ignore-eos", "--temp", "3", "--top-k", "40", "--top-p", "0.9",
+                        "--min-p", "0.2", "--seed", "5"], capture_output=True, text=True)
+    got["run"] = json.loads(r.stdout) if r.returncode == 0 else r.stderr
+    check("no samplers: llama-server's default order on the server and in hearth run (not the temperature first)",
+          got["default"] == got["llama"] == got["run"] and got["default"] != got["temperature first"], str(got))
 
     # hostile shapes that broke the peers: each a clear 4xx or a correct answer
     hostile = [
