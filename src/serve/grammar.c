@@ -7,7 +7,9 @@
  * rules (X* is R ::= X R | ""), and a character class becomes a rule whose alternatives are
  * the UTF-8 byte sequences of its code points (ASCII in one TERM). A stack is a node (a
  * position, the node it returns to), hash-consed; a state is a sorted set of stacks whose
- * top is a TERM, plus whether the grammar may end there. */
+ * top is a TERM, plus whether the grammar may end there. Masks: the position cache (its
+ * section below says how a stack top's tokens are sorted once into accepted, refused and
+ * context-dependent, and shared per vocabulary), then walks of the context-dependent ones. */
 #include "serve/grammar.h"
 
 #include <immintrin.h>

@@ -7,8 +7,13 @@
  * first use), so a byte already seen from a state costs one table read.
  *
  * The vocabulary side (gvocab) is built once per vocabulary: every token's bytes in a trie
- * laid out in preorder, so a mask walks the trie once, a trie node a transition, and skips
- * a whole subtree at the first byte the grammar refuses. Masks are cached per DFA state.
+ * laid out in preorder, so a walk takes a trie node a transition, skips a whole subtree at
+ * the first byte the grammar refuses, and takes one whole where every byte class below it
+ * leaves the state unchanged. A mask comes from a position cache (grammar.c): per stack
+ * top, the tokens it accepts or refuses whatever lies below are found once by one walk
+ * and shared through the gvocab by every request whose grammar holds the same rules; only
+ * the tokens that run past the top's rule are walked against the whole state. Masks are
+ * also cached per DFA state. Worst case a mask: about three walks of the trie.
  *
  * Limits: no left recursion (refused by name at compile time, as is a rule that repeats
  * the empty string); at most GRAMMAR_MAX_ELEMS elements; a matcher whose tables outgrow
@@ -30,7 +35,8 @@
 #define GMATCH_MAX_STACKS 4096       /* stacks one state may hold */
 
 typedef struct grammar grammar;   /* compiled, immutable: share it between matchers */
-typedef struct gvocab gvocab;     /* a vocabulary's token bytes and trie, immutable */
+typedef struct gvocab gvocab;     /* a vocabulary's token bytes and trie (immutable), and the position
+                                   * entries its matchers share (behind a mutex) */
 typedef struct gmatch gmatch;     /* one generation's state over a grammar */
 
 /* Compiles GBNF text[0..len) whose start rule is "root". NULL with e naming the rule, line
