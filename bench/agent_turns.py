@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""bench/agent_turns.py: hearth serve against llama-server on agent-shaped traffic. Two traces,
-made deterministically from a seed (no downloads), are sent turn by turn the way an agent sends
-them: each request is the whole history so far, max_tokens 1 (the cost measured is the
+"""bench/agent_turns.py: hearth serve against llama-server on agent-shaped traffic: the sessions
+of F13 item 3 (3a..3g), made deterministically from a seed (no downloads), sent the way an agent
+sends them: each request is the whole history so far, max_tokens 1 (the cost measured is the
 prompt's), temperature 0, the same chat template on both servers.
 
   agent  a coding-agent loop: four tools in OpenAI's `tools` field (read_file, write_file,
@@ -19,6 +19,27 @@ prompt's), temperature 0, the same chat template on both servers.
   billing (F13 3g) the agent loop as Claude Code sends it: POST /v1/messages (thinking and
          tool_use blocks, tool_result blocks), the system prompt's first block the
          x-anthropic-billing-header line, its cch= hash new in every request
+  interleave (F13 3c) --conversations (4) agent loops, each its own seed and workspace, sent
+         round-robin one request at a time (A's turn 0, B's, C's, D's, A's turn 1, ...) to both
+         servers run with -np --slots (default 2)
+  restart (F13 3e) the agent loop, the server stopped (SIGTERM) and started again before request
+         --restart-after (default: half of them), both on -np 1: hearth with --cache-dir DIR (the
+         same folder again); llama-server with --slot-save-path DIR, this script saving slot 0
+         after every request (POST /slots/0?action=save, one file per conversation; save_ms, in no
+         wall) and restoring it before the first request after the restart (?action=restore; its
+         wall in restore_ms and in that request's wall_ms). The restart is not timed; the
+         scenario's totals count the requests after it
+  subagents (F13 3f) --subagents (8) conversations on -np --slots (default --subagents) sharing
+         one system prompt of about --shared-tokens (10000, the session number at its head) and the
+         tool list, each its own task and then tool steps (300-1200-token results), --subagent-turns
+         (4) requests each; one thread per sub-agent, all started together, each sending its next
+         request when its answer came
+
+--trace takes one name, several joined by commas, both (agent,chat) or all (the seven, 3a..3g).
+Where a scenario names its slots, the script sets -np on both commands (replacing the one given)
+and restarts the servers for it; llama-server's -c is then multiplied by the slots over the -np
+given, as there -c is the KV of all slots (unless --kv-unified) while hearth's is each slot's, so
+a slot keeps the context the commands gave it. Give both commands --cache-ram.
 
 Per turn and server it records timings.prompt_n (rows prefilled), timings.cache_n and
 usage.prompt_tokens_details.cached_tokens (rows resumed), timings.prompt_ms and the wall time of
@@ -30,17 +51,21 @@ them; totals per trace; the ratio hearth/llama of total wall time (per rep, pair
 
 Servers: --hearth-cmd / --llama-cmd are command lines started by this script ("{port}" is
 replaced by a free port, else `--port N` is appended), waited for on /health and stopped with
-SIGTERM; or --hearth-url / --llama-url for servers already running (then --fresh server is not
-possible). Either side may be left out (then only the other is measured). Example:
+SIGTERM; or --hearth-url / --llama-url for servers already running (then neither --fresh server
+nor the restart trace is possible, and interleave and subagents run on the servers' own slots).
+Either side may be left out (then only the other is measured). Example:
 
-  bench/agent_turns.py --trace both --reps 2 --target-tokens 15000 --out /tmp/at \\
+  bench/agent_turns.py --trace all --reps 2 --target-tokens 15000 --out /tmp/at \\
     --hearth-cmd "build/hearth serve -m /tmp/small.gguf -c 32768 -np 1 -t 2 --device cpu \\
-                  --chat-template-file tests/fixtures/templates/Qwen3.5-4B.jinja --port {port}" \\
+                  --cache-ram 8192 --chat-template-file tests/fixtures/templates/Qwen3.5-4B.jinja --port {port}" \\
     --llama-cmd "$(tools/peer/path.sh)/llama-server -m /tmp/small.gguf -c 32768 -np 1 -t 2 --jinja \\
-                  --chat-template-file tests/fixtures/templates/Qwen3.5-4B.jinja --port {port}"
+                  --cache-ram 8192 --chat-template-file tests/fixtures/templates/Qwen3.5-4B.jinja --port {port}"
 
-Writes to --out: samples.tsv (one row per request), results.md (the tables and the
-conditions), hearth.log and llama.log (the servers' output); the tables go to stdout too.
+Writes to --out: samples.tsv (one row per request), results.md (the conditions, a table per
+scenario of rows prefilled (sum of timings.prompt_n), total time to first token (the sum of the
+requests' wall times to the answer, max_tokens 1), p50 and p99 of the requests' wall times, hearth
+beside llama-server with the ratio; then the per-request tables), hearth.log and llama.log (the
+servers' output); the tables go to stdout too.
 --deadline S stops starting new conversations after S seconds and still writes the tables.
 --print-trace dumps the requests of one rep as JSON lines and exits (no server needed).
 Python 3 standard library only."""
@@ -904,8 +929,9 @@ def main():
     ap.add_argument("--hearth-url", help="a hearth serve already running, e.g. http://127.0.0.1:8080")
     ap.add_argument("--llama-url", help="a llama-server already running")
     ap.add_argument("--reps", type=int, default=2, help="measured reps per server, after the dropped rep 0 (default 2)")
-    ap.add_argument("--trace", choices=TRACES + ("both", "all"), default="both",
-                    help="both: agent and chat; all: the seven, in F13 3a..3g's order")
+    ap.add_argument("--trace", default="both",
+                    help=f"{', '.join(TRACES)}, or several joined by commas; both: agent and chat; "
+                         f"all: the seven, in F13 3a..3g's order")
     ap.add_argument("--target-tokens", type=int, default=40000, help="agent trace: prompt tokens at its end (estimated)")
     ap.add_argument("--chat-tokens", type=int, default=6000, help="chat trace: prompt tokens at its end (estimated)")
     ap.add_argument("--chat-turns", type=int, default=12)
@@ -927,7 +953,9 @@ def main():
     ap.add_argument("--label", default="", help="a line of conditions written above the tables")
     ap.add_argument("--print-trace", action="store_true", help="print rep 1's requests as JSON lines and exit")
     a = ap.parse_args()
-    traces = ["agent", "chat"] if a.trace == "both" else list(TRACES) if a.trace == "all" else [a.trace]
+    traces = ["agent", "chat"] if a.trace == "both" else list(TRACES) if a.trace == "all" else a.trace.split(",")
+    if any(t not in TRACES for t in traces):
+        ap.error(f"--trace: {a.trace!r}: name one or more of {', '.join(TRACES)} (or both, all)")
 
     if a.print_trace:
         for tr in traces:
