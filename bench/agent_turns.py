@@ -879,8 +879,8 @@ def scenario_notes(samples, tr, names):
     elif tr == "restart":
         after = sorted({x["turn"] for x in rows if x["phase"] == "after"})
         if after:
-            out.append(f"The server restarted (not timed) before request {after[0]}; the totals count requests "
-                       f"{after[0]}..{after[-1]}.")
+            out.append(f"The server restarted (not timed) before request {after[0]}; the per-scenario table counts "
+                       f"requests {after[0]}..{after[-1]}, the total row below all of them.")
         for n in names:
             rs = [num(x["restore_ms"]) for x in rows if x["server"] == n and num(x["restore_ms"]) is not None]
             sv = [num(x["save_ms"]) for x in rows if x["server"] == n and num(x["save_ms"]) is not None]
