@@ -1120,6 +1120,14 @@ static void on_props(void *ap, const http_call *c, http_out *o) {
     cJSON_AddItemToObject(j, "chat_template_caps", cJSON_Duplicate(a->caps, true));
     cJSON_AddStringToObject(j, "bos_token", a->bos_text ? a->bos_text : "");
     cJSON_AddStringToObject(j, "eos_token", a->eos_text ? a->eos_text : "");
+    /* which of llama-server's optional parts this server has: /slots always, POST /props
+     * never, /metrics with --metrics; no web UI, sleep mode or CORS proxy */
+    cJSON_AddBoolToObject(j, "endpoint_slots", true);
+    cJSON_AddBoolToObject(j, "endpoint_props", false);
+    cJSON_AddBoolToObject(j, "endpoint_metrics", a->o->metrics);
+    cJSON_AddBoolToObject(j, "ui", false);
+    cJSON_AddBoolToObject(j, "is_sleeping", false);
+    cJSON_AddBoolToObject(j, "cors_proxy_enabled", false);
     cJSON_AddStringToObject(j, "backend", a->info.backend);
     cJSON_AddStringToObject(j, "build_info", "hearth");
     http_json(o, 200, j);
@@ -1135,6 +1143,7 @@ static void on_slots(void *ap, const http_call *c, http_out *o) {
         cJSON *s = cJSON_CreateObject();
         cJSON_AddNumberToObject(s, "id", si[k].id);
         cJSON_AddNumberToObject(s, "n_ctx", (double)a->info.n_ctx);
+        cJSON_AddBoolToObject(s, "speculative", false); /* no speculative decoding */
         cJSON_AddBoolToObject(s, "is_processing", si[k].busy);
         cJSON_AddNumberToObject(s, "n_tokens", (double)si[k].n_held);
         cJSON_AddNumberToObject(s, "n_points", (double)si[k].n_points);
@@ -1148,6 +1157,7 @@ static void on_slots(void *ap, const http_call *c, http_out *o) {
             const int64_t n_predict = cJSON_IsNumber(np) ? (int64_t)np->valuedouble : -1;
             cJSON_AddNumberToObject(s, "id_task", (double)ss.id_task);
             cJSON_AddNumberToObject(s, "n_prompt_tokens", (double)ss.n_prompt);
+            cJSON_AddNumberToObject(s, "n_prompt_tokens_processed", (double)(ss.n_prompt - ss.n_cached));
             cJSON_AddNumberToObject(s, "n_prompt_tokens_cache", (double)ss.n_cached);
             cJSON_AddItemToObject(s, "params", params);
             cJSON *nt = cJSON_AddArrayToObject(s, "next_token"), *t = cJSON_CreateObject();
