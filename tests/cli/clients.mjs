@@ -3,7 +3,9 @@
 // cold server, tools passed through, a streamed tool call joined by the client's own stream
 // helper) and `@anthropic-ai/sdk` (messages, streamed messages and tool_use,
 // count_tokens, an error), and the Responses API (responses.create, responses.stream, a function
-// call and its output). Run by clients.sh with NODE_PATH at the installed packages.
+// call and its output), and structured output on the demo model (response_format json_schema
+// read back by the openai client's parse and stream helpers; Anthropic's tool_choice naming a
+// tool). Run by clients.sh with NODE_PATH at the installed packages.
 // Prints "ok"/"FAIL" lines and "N passed, N failed".
 import { spawn } from "node:child_process";
 import { createRequire } from "node:module";
@@ -144,6 +146,7 @@ async function main() {
   await s.stop();
   await toolCalls(model);
   await responses(model);
+  await structured();
   console.log(`${passed} passed, ${failed} failed`);
   process.exit(failed ? 1 : 0);
 }
@@ -248,6 +251,66 @@ async function responses(model) {
   check("openai: the call's function_call_output sent back is served", back.status === "completed" &&
         back.usage.input_tokens > fr.usage.input_tokens, JSON.stringify(back.usage));
   await t.stop();
+}
+
+// Structured output through the clients, on the demo model (unconstrained it writes no JSON
+// and no call, so an answer that parses and fits its schema is the mask's work): the openai
+// client's response_format json_schema, read back by its own chat.completions.parse and
+// stream helpers (message.parsed), and @anthropic-ai/sdk's tool_choice {type: "tool", name}.
+async function structured() {
+  const demo = process.env.HEARTH_DEMO || "demo/hearth-demo-q8_0.gguf";
+  if (!existsSync(demo)) { check(`the demo model ${demo} is there (structured output)`, false); return; }
+  const s = await server(demo, "-np", "1", "--chat-template-file", "tests/fixtures/templates/Qwen3.5-4B.jinja");
+  const oai = new OpenAI({ apiKey: "x", baseURL: `http://127.0.0.1:${s.port}/v1`, maxRetries: 0 });
+  const person = { type: "object", properties: { name: { type: "string", maxLength: 12 }, age: { type: "integer" },
+                                                 pet: { enum: ["cat", "dog", "none"] } },
+                   required: ["name", "age", "pet"], additionalProperties: false };
+  const personOk = (o) => o !== null && typeof o === "object" && !Array.isArray(o) &&
+    JSON.stringify(Object.keys(o).sort()) === JSON.stringify(["age", "name", "pet"]) && typeof o.name === "string" &&
+    o.name.length <= 12 && Number.isInteger(o.age) && ["cat", "dog", "none"].includes(o.pet);
+  const body = { model: "m", messages: [{ role: "user", content: "Describe a person as JSON with name, age and pet." }],
+                 max_tokens: 120, temperature: 0, chat_template_kwargs: { enable_thinking: false } };
+  const plain = await oai.chat.completions.create(body);
+  let plainJson = null;
+  try { plainJson = JSON.parse(plain.choices[0].message.content); } catch { /* no JSON: what the mask must fix */ }
+  check("openai: unconstrained, the demo model writes no such JSON", !personOk(plainJson),
+        JSON.stringify(plain.choices[0].message.content).slice(0, 200));
+  const rf = { ...body, response_format: { type: "json_schema", json_schema: { name: "person", strict: true, schema: person } } };
+  // (the helpers throw where the content is no JSON or was cut: a failed check, named)
+  const settle = (q) => q.then((v) => [v, ""], (e) => [null, String(e)]);
+  const [p, perr] = await settle(oai.chat.completions.parse(rf));
+  const parsed = p?.choices[0].message.parsed;
+  check("openai: chat.completions.parse with response_format json_schema: message.parsed fits the schema",
+        p && personOk(parsed) && p.choices[0].finish_reason === "stop", perr || JSON.stringify(p.choices[0]).slice(0, 300));
+  const [fc, ferr] = await settle(oai.chat.completions.stream(rf).finalChatCompletion());
+  check("openai: chat.completions.stream with json_schema: the same message.parsed",
+        p && fc && JSON.stringify(fc.choices[0].message.parsed) === JSON.stringify(parsed) &&
+        fc.choices[0].message.content === p.choices[0].message.content, ferr || JSON.stringify(fc.choices[0]).slice(0, 300));
+  const an = new Anthropic({ apiKey: "x", baseURL: `http://127.0.0.1:${s.port}`, maxRetries: 0 });
+  const tools = [
+    { name: "get_weather", input_schema: { type: "object", properties: { unit: { type: "string", enum: ["C", "F"] },
+                                                                          days: { type: "integer" } }, required: ["unit", "days"] } },
+    { name: "get_time", input_schema: { type: "object", properties: { zone: { type: "string", enum: ["UTC", "CET"] } },
+                                        required: ["zone"] } }];
+  const ab = { model: "m", max_tokens: 120, temperature: 0, thinking: { type: "disabled" }, tools,
+               messages: [{ role: "user", content: "Weather in Oslo?" }] };
+  const free = await an.messages.create(ab);
+  check("anthropic: unconstrained, the demo model calls no tool", !free.content.some((b) => b.type === "tool_use"),
+        JSON.stringify(free.content).slice(0, 200));
+  const forced = { ...ab, tool_choice: { type: "tool", name: "get_time" } };
+  const m = await an.messages.create(forced);
+  const use = m.content.filter((b) => b.type === "tool_use");
+  check("anthropic: tool_choice {type: tool, name}: one tool_use of that tool, its input fitting the schema",
+        use.length === 1 && use[0].name === "get_time" && JSON.stringify(Object.keys(use[0].input)) === '["zone"]' &&
+        ["UTC", "CET"].includes(use[0].input.zone) && use[0].id.startsWith("toolu_") && m.stop_reason === "tool_use",
+        JSON.stringify(m).slice(0, 300));
+  const f = await an.messages.stream(forced).finalMessage();
+  const fuse = f.content.filter((b) => b.type === "tool_use");
+  check("anthropic: messages.stream with tool_choice {type: tool, name}: the same tool_use",
+        fuse.length === 1 && use.length === 1 && fuse[0].name === use[0].name &&
+        JSON.stringify(fuse[0].input) === JSON.stringify(use[0].input) && f.stop_reason === "tool_use",
+        JSON.stringify(f.content).slice(0, 300));
+  await s.stop();
 }
 
 main().catch((e) => { console.log(`FAIL clients.mjs: ${e.stack || e}`); console.log(`${passed} passed, ${failed + 1} failed`); process.exit(1); });
