@@ -747,6 +747,7 @@ static void gen_stream_end(gen *g) {
     } else if (g->kind == API_OAI_COMPLETION) {
         cJSON *j = text_chunk(g, "", 0, finish_reason(g));
         if (g->p.include_usage) cJSON_AddItemToObject(j, "usage", usage_json(g));
+        cJSON_AddItemToObject(j, "timings", timings_json(g)); /* as llama-server's last chunk */
         sse(g, j);
     } else if (g->kind == API_MESSAGES) {
         block_close(g);

@@ -49,6 +49,12 @@ DELIBERATE = {
     "props.ui_settings": "no web UI (\"ui\": false) to configure",
     "props.model_ftype": "hearth names quant types per tensor, not one ftype (inspect does)",
     "models.data[].meta.ftype": "as props.model_ftype",
+    # /v1/completions' logprobs: OpenAI's legacy shape, which its API reference and the openai
+    # npm client's types give (tests/cli/clients.sh), where llama-server sends chat's shape
+    **{f"{where}.choices[].logprobs.{k}": "OpenAI's legacy completions shape (its API reference), not chat's as "
+                                          "llama-server"
+       for where in ("oai_completion", "oai_completion_stream.first", "oai_completion_stream.last")
+       for k in ("content", "tokens", "token_logprobs", "top_logprobs", "text_offset")},
     "models.data[].meta.vocab_type": "one tokenizer kind (byte-level BPE): a llama.cpp enum number means nothing here",
 }
 # hearth's own additions, which a llama-server client ignores
@@ -334,6 +340,29 @@ def run_checks(sv):
         compare("completion_stream.final", pfin[-1], hfin[-1])
     else:
         check("/completion stream: a final chunk each", False, f"{pe[-1:]} / {he[-1:]}")
+
+    # OpenAI's legacy completions, whole and streamed
+    body = {"prompt": "Hello there", "max_tokens": 3, "temperature": 0, "logprobs": 2}
+    (_, pj), (_, hj) = both(sv, "POST", "/v1/completions", body)
+    compare("oai_completion", pj, hj)
+    body.update({"stream": True, "stream_options": {"include_usage": True}})
+    (_, pe), (_, he) = [s.stream("/v1/completions", body) for s in sv]
+    pe, he = [e for e in pe if isinstance(e, dict)], [e for e in he if isinstance(e, dict)]
+    if pe and he:
+        compare("oai_completion_stream.first", pe[0], he[0])
+        compare("oai_completion_stream.last", pe[-1], he[-1])
+    else:
+        check("/v1/completions stream: chunks on both", False, f"{pe[:2]} / {he[:2]}")
+
+    # /detokenize, /health, and an error's body (a field of the wrong type)
+    (_, pj), (_, hj) = both(sv, "POST", "/detokenize", {"tokens": [104, 281, 111]})
+    compare("detokenize", pj, hj)
+    check("/detokenize: llama-server's text", pj == hj, f"{pj} / {hj}")
+    (_, pj), (_, hj) = both(sv, "GET", "/health")
+    compare("health", pj, hj)
+    (ps, pj), (hs, hj) = both(sv, "POST", "/completion", {"prompt": "x", "n_predict": "many"})
+    check("a bad field: 400 on both", ps == hs == 400, f"{ps} {pj} / {hs} {hj}")
+    compare("error", pj, hj)
 
     # /tokenize with pieces: a piece that is no valid UTF-8 is its byte list; same ids, same pieces
     body = {"content": "héllo 日本 🙂 ok", "with_pieces": True}
