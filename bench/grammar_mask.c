@@ -190,6 +190,46 @@ static void run(const char *label, const char *gbnf, const char *doc, const toke
     grammar_free(g);
 }
 
+/* the -inf pass as it was before gmatch_apply_bits (a bit test a logit, words of all ones
+ * skipped): the reference the vectorized pass is timed against */
+static void apply_scalar(const uint64_t *b, float *logits, int32_t V) {
+    for (int32_t w = 0; w < (V + 63) / 64; w++) {
+        const uint64_t x = b[w];
+        if (x == ~0ull) continue;
+        const int32_t lo = w * 64, hi = lo + 64 < V ? lo + 64 : V;
+        for (int32_t i = lo; i < hi; i++)
+            if (!((x >> (i - lo)) & 1)) logits[i] = -INFINITY;
+    }
+}
+
+/* the apply split: the scalar pass and gmatch_apply_bits over the same bits, fastest of reps
+ * (wall time; the row rewritten before each) */
+static void applies(gvocab *v, const char *gbnf, const char *pre, const char *label, int reps) {
+    herr e;
+    grammar *g = grammar_parse(gbnf, strlen(gbnf), &e);
+    gmatch *m = matcher(g, v, M_SHARED);
+    gmatch_bytes(m, pre, strlen(pre));
+    const uint64_t *bits;
+    const int64_t allowed = gmatch_mask(m, &bits, &e);
+    const int32_t V = gvocab_n(v);
+    float *lg = xmalloc(sizeof *lg * (size_t)V);
+    double best[2] = {1e9, 1e9};
+    for (int r = 0; r < reps; r++)
+        for (int k = 0; k < 2; k++) {
+            for (int32_t j = 0; j < V; j++) lg[j] = (float)(j & 7);
+            const double t0 = now();
+            if (k) gmatch_apply_bits(bits, lg, V);
+            else apply_scalar(bits, lg, V);
+            const double dt = now() - t0;
+            if (dt < best[k]) best[k] = dt;
+        }
+    printf("apply over %d logits, %s (%lld allowed), fastest of %d: scalar %.1f us, vectorized %.1f us\n", V, label,
+           (long long)allowed, reps, best[0] * 1e6, best[1] * 1e6);
+    free(lg);
+    gmatch_free(m);
+    grammar_free(g);
+}
+
 /* The walks that bound a mask's worst case, at the state inside a JSON string (almost every
  * token allowed): the fastest of reps fresh matchers each (the box's load filtered) */
 static void walks(const tokenizer *t, gvocab *v, int reps) {
@@ -271,6 +311,15 @@ int main(int argc, char **argv) {
            cpu, V_TARGET, nr, (long long)gvocab_trie_nodes(v), t_vocab * 1e3);
     herr e;
     walks(t, v, reps < 5 ? 5 : reps);
+    {
+        cJSON *js = cJSON_Parse("{}");
+        char *gb = schema_to_gbnf(js, "json_schema", &e);
+        cJSON_Delete(js);
+        applies(v, gb, "{\"k\": \"", "inside a JSON string", 20);
+        applies(v, gb, "{\"k\": ", "at a JSON value", 20);
+        applies(v, gb, "{\"k\": 1", "after a digit", 20);
+        free(gb);
+    }
     if (getenv("GM_WALKS_ONLY")) return 0;
     cJSON *s = cJSON_Parse("{\"type\": \"object\", \"properties\": {\"name\": {\"type\": \"string\"}, \"age\": {\"type\": "
                            "\"integer\"}, \"email\": {\"type\": \"string\"}, \"tags\": {\"type\": \"array\", \"items\": "
