@@ -65,6 +65,12 @@ OWN = {
     "props.backend": "the engine (cpu or cuda)",
     "models.data[].meta.n_layer": "the model's shape",
     "models.data[].meta.n_expert": "the model's shape",
+    # Anthropic's messages: fields of Anthropic's own API that llama-server leaves out
+    "usage.cache_creation_input_tokens": "Anthropic's usage field (0: writing hearth's cache costs nothing)",
+    "message_delta.usage.input_tokens": "Anthropic's message_delta usage carries the input counts too",
+    "message_delta.usage.cache_read_input_tokens": "as above",
+    "messages.timings": "llama-server's timings, on every answer of hearth's (README)",
+    "message_delta.timings": "as above, on the stream's last usage",
 }
 
 
@@ -353,6 +359,22 @@ def run_checks(sv):
         compare("oai_completion_stream.last", pe[-1], he[-1])
     else:
         check("/v1/completions stream: chunks on both", False, f"{pe[:2]} / {he[:2]}")
+
+    # Anthropic's messages, whole and streamed (events by type), and count_tokens
+    body = {"model": ALIAS, "max_tokens": 3, "temperature": 0, "messages": hi}
+    (_, pj), (_, hj) = both(sv, "POST", "/v1/messages", body)
+    compare("messages", pj, hj)
+    body["stream"] = True
+    (_, pe), (_, he) = [s.stream("/v1/messages", body) for s in sv]
+    by_type = lambda ev: {e.get("type"): e for e in ev if isinstance(e, dict)}
+    pt, ht = by_type(pe), by_type(he)
+    check("messages stream: the same event types as llama-server's", list(pt) == list(ht), f"{list(pt)} / {list(ht)}")
+    for t in pt:
+        if t in ht:
+            compare(f"messages_stream.{t}", pt[t], ht[t])
+    (_, pj), (_, hj) = both(sv, "POST", "/v1/messages/count_tokens", {"model": ALIAS, "messages": hi})
+    compare("count_tokens", pj, hj)
+    check("count_tokens: llama-server's count", pj == hj, f"{pj} / {hj}")
 
     # /detokenize, /health, and an error's body (a field of the wrong type)
     (_, pj), (_, hj) = both(sv, "POST", "/detokenize", {"tokens": [104, 281, 111]})
