@@ -322,6 +322,30 @@ TEST(mask_matches_token_checks) {
         {"tool_call", tool, "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis, \"<France>\"\n</parameter>\n"
                             "</function>\n</tool_call>"},
     };
+    /* the cache's limits: a state of over PE_MAX / 2 stacks (140 words: the whole walk), the
+     * matcher's entries cleared past PE_MAX (120 words: 120 + 120 + 100 tops), and a state
+     * whose free-text tops cost more than the trie to make (the rest walked whole) */
+    char *many = xmalloc(140 * 12 + 64), *fewer = xmalloc(120 * 12 + 64);
+    strcpy(many, "root ::= (");
+    strcpy(fewer, "root ::= (");
+    for (int w = 0; w < 140; w++) {
+        sprintf(many + strlen(many), "%s\"w%03d\"", w ? " | " : "", w);
+        if (w < 120) sprintf(fewer + strlen(fewer), "%s\"w%03d\"", w ? " | " : "", w);
+    }
+    strcat(many, ") \":\" [a-z]+");
+    strcat(fewer, ") \":\" [a-z]+");
+    const struct { const char *name, *gbnf, *doc; } limits[] = {
+        {"140 words", many, "w042:abc"},
+        {"120 words", fewer, "w042:abc"},
+        {"free texts", "root ::= [^!]* \"!\" | [^?]* \"?\" | [^.]* \".\"", "Día de sol, \"ok\"? No: 日本語!"},
+    };
+    for (size_t c = 0; c < sizeof limits / sizeof limits[0]; c++) {
+        int64_t steps = 0;
+        fprintf(stderr, "    %s:\n", limits[c].name);
+        const int64_t bad = mask_mismatches(t, v, limits[c].gbnf, limits[c].doc, 0, &steps);
+        CHECK_MSG(bad == 0 && steps > 3, "%s: %lld of %lld steps differ", limits[c].name, (long long)bad, (long long)steps);
+    }
+    free(many), free(fewer);
     int64_t red1 = 0, red2 = 0;
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         int64_t steps = 0;
