@@ -1063,6 +1063,7 @@ static void on_models(void *ap, const http_call *c, http_out *o) {
     cJSON_AddArrayToObject(m, "tags");
     cJSON_AddNumberToObject(m, "created", (double)time(NULL));
     cJSON_AddStringToObject(m, "owned_by", "hearth");
+    cJSON_AddNumberToObject(meta, "vocab_type", 2); /* llama.cpp's number for BPE, hearth's one tokenizer kind */
     cJSON_AddNumberToObject(meta, "n_vocab", (double)a->m->hp.n_vocab);
     cJSON_AddNumberToObject(meta, "n_ctx", (double)a->info.n_ctx);
     cJSON_AddNumberToObject(meta, "n_ctx_train", (double)a->m->hp.n_ctx_train);
