@@ -16,7 +16,10 @@
  *           request on a fresh server);
  *   shared: the position cache with the vocabulary's table warm (a server that has seen the
  *           grammar's rules before: any JSON schema after the first).
- * Build: make build/grammar_mask; run: build/grammar_mask [reps]. One thread. */
+ * Before them: the first mask inside a JSON string timed alone (thread CPU time) in each
+ * mode, and the -inf pass split out (the scalar loop of before against gmatch_apply_bits).
+ * Build: make build/grammar_mask; run: build/grammar_mask [reps]. One thread. GM_WALKS_ONLY=1
+ * stops after the walks and the split; GM_DEBUG=1 names every step over 1 ms. */
 #include "serve/grammar.h"
 #include "serve/schema.h"
 #include "format/gguf.h"
