@@ -20,6 +20,7 @@ typedef enum slot_state { SLOT_IDLE = 0, SLOT_PREFILL, SLOT_GEN, SLOT_CLOSE } sl
 typedef struct slot_point {
     engine_point *p;
     double t_used;          /* made or restored from (time_now): the least recent goes first */
+    int64_t msg_at;         /* a point at an answer's end: where its assistant message starts; else -1 */
 } slot_point;
 
 typedef struct slot {
@@ -256,12 +257,13 @@ static engine_point *point_alloc(sched *s, slot *self) {
     }
 }
 
-static void slot_add_point(sched *s, slot *sl, engine_point *p) {
+/* msg_at: slot_point's */
+static void slot_add_point(sched *s, slot *sl, engine_point *p, int64_t msg_at) {
     if (sl->n_pts == SLOT_POINTS) slot_drop_point(s, sl, 0);
     int i = sl->n_pts;
     while (i > 0 && sl->pts[i - 1].p->pos > p->pos) i--;
     memmove(&sl->pts[i + 1], &sl->pts[i], sizeof sl->pts[0] * (size_t)(sl->n_pts - i));
-    sl->pts[i] = (slot_point){.p = p, .t_used = time_now()};
+    sl->pts[i] = (slot_point){.p = p, .t_used = time_now(), .msg_at = msg_at};
     sl->n_pts++;
 }
 
@@ -319,6 +321,17 @@ static int64_t slot_resume(const sched *s, const slot *sl, const sched_req *r, i
     return 0;
 }
 
+/* A point at an answer's end whose message the next request enters and leaves before it (it
+ * shares the message's start and more, then differs: the template rendered the answer
+ * otherwise, as one that drops the thinking of earlier turns does) is one no later turn of
+ * this conversation reaches, the template being the same: dropped, not moved to the shared
+ * cache (there and on disk it would cost a point and a file every turn, and crowd out the
+ * entries that serve). common: the ids the slot and the request share. */
+static void slot_drop_rewritten(sched *s, slot *sl, int64_t common) {
+    for (int i = sl->n_pts - 1; i >= 0; i--)
+        if (sl->pts[i].msg_at >= 0 && sl->pts[i].msg_at < common && common < sl->pts[i].p->pos) slot_drop_point(s, sl, i);
+}
+
 /* The slot's points past row keep, with their KV rows, into the shared cache (before its
  * sequence changes; the rows stay shared with it until pcache_seq_cut); the slot keeps the
  * rest. */
@@ -350,6 +363,7 @@ static void slot_start(sched *s, slot *sl, sched_req *r, bool from_cache, int ei
     char w[sizeof r->cache_why];
     herr e;
     int64_t gone;
+    slot_drop_rewritten(s, sl, common);
     slot_spill(s, sl, from_cache ? 0 : at);
     /* the rows past the resume row that the cache still uses are copied out before they go
      * (a shared entry's restore does this itself) */
@@ -719,7 +733,7 @@ static void close_ran(sched *s, slot *sl, const engine_span *sp, int rc) {
     }
     memcpy(sl->ids + sl->n, sp->ids, sizeof(int32_t) * (size_t)sp->n);
     sl->n += sp->n;
-    for (int j = 0; j < sl->span_marks; j++) slot_add_point(s, sl, sl->span_pts[j]);
+    for (int j = 0; j < sl->span_marks; j++) slot_add_point(s, sl, sl->span_pts[j], sl->close_at);
     pthread_mutex_lock(&s->mu);
     s->st.n_points += sl->span_marks;
     pthread_mutex_unlock(&s->mu);
@@ -869,7 +883,7 @@ static void step(sched *s, bool stopping) {
         memcpy(sl->ids + sl->n, sp->ids, sizeof(int32_t) * (size_t)sp->n);
         sl->n += sp->n;
         if (sl->state == SLOT_PREFILL) {
-            for (int j = 0; j < sl->span_marks; j++) slot_add_point(s, sl, sl->span_pts[j]);
+            for (int j = 0; j < sl->span_marks; j++) slot_add_point(s, sl, sl->span_pts[j], -1);
             pthread_mutex_lock(&s->mu);
             s->st.n_points += sl->span_marks;
             pthread_mutex_unlock(&s->mu);
