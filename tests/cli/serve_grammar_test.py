@@ -175,6 +175,37 @@ def bias_and_probs(s):
     check("n_probs on chat: 400 pointing at logprobs", code == 400 and "logprobs" in j["error"]["message"])
 
 
+def concurrent(model):
+    """Two slots sampling under grammars at once: their matchers share the vocabulary's
+    position entries (grammar.c), made by whichever request met a stack top first."""
+    import threading
+    s = Server(model, "-np", "2")
+    msgs = [{"role": "user", "content": "Describe a person as JSON with name, age and pet."}]
+    base = {"messages": msgs, "max_tokens": 120, "temperature": 0, "chat_template_kwargs": NO_THINK}
+    rf = {"type": "json_schema", "json_schema": {"name": "person", "strict": True, "schema": PERSON}}
+    bodies = [{**base, "response_format": rf}, {**base, "max_tokens": 200, "response_format": {"type": "json_object"}},
+              {**base, "response_format": rf, "temperature": 0.8, "seed": 7},
+              {**base, "max_tokens": 200, "temperature": 0.8, "seed": 9, "response_format": {"type": "json_object"}}]
+    out = [None] * len(bodies)
+
+    def go(k):
+        out[k] = s.post("/v1/chat/completions", bodies[k], timeout=300)
+
+    th = [threading.Thread(target=go, args=(k,)) for k in range(len(bodies))]
+    for t in th:
+        t.start()
+    for t in th:
+        t.join()
+    s.stop()
+    for k, (code, j) in enumerate(out):
+        c = j["choices"][0]["message"]["content"] if code == 200 else ""
+        o = loads(c)
+        ok = code == 200 and (person_ok(o) if k % 2 == 0 else (isinstance(o, dict) or (
+            j["choices"][0]["finish_reason"] == "length" and c.startswith("{"))))
+        check(f"-np 2, four grammar requests at once: answer {k} ({'json_schema' if k % 2 == 0 else 'json_object'}"
+              f"{', sampled' if k >= 2 else ''}) valid", ok, repr(c or j)[:200])
+
+
 def main():
     if not os.path.exists(DEMO):
         print(f"SKIP serve_grammar_test: {DEMO} missing")
@@ -186,6 +217,7 @@ def main():
     s.stop()
     tools(DEMO)
     thinking(DEMO)
+    concurrent(DEMO)
     print(f"{st.passed} passed, {st.failed} failed")
     return 1 if st.failed else 0
 
