@@ -270,8 +270,13 @@ static void split(answer *a, size_t safe) {
          * limit, a stop string or the model's end) is no call, its text stays content */
         const char *body = at + STR_LEN(CALL_OPEN);
         const size_t avail = safe - (size_t)(body - a->text);
-        const char *end = memmem(body, avail, CALL_CLOSE, STR_LEN(CALL_CLOSE));
-        if (!end && !a->finished) return; /* the call is still coming */
+        /* searched from where the last push's search left off (a long call comes token by token) */
+        const size_t from = a->call_scan > (size_t)(body - a->text) ? a->call_scan - (size_t)(body - a->text) : 0;
+        const char *end = from < avail ? memmem(body + from, avail - from, CALL_CLOSE, STR_LEN(CALL_CLOSE)) : NULL;
+        if (!end && !a->finished) { /* the call is still coming */
+            a->call_scan = safe > STR_LEN(CALL_CLOSE) ? safe - (STR_LEN(CALL_CLOSE) - 1) : 0;
+            return;
+        }
         if (!end) {
             emit(a, ANSWER_CONTENT, at, safe - (size_t)(at - a->text));
             a->emitted = safe;

@@ -54,6 +54,7 @@ typedef struct answer {
     bool finished;
     const char *stop_word;  /* the stop string found, or NULL */
     int n_calls;            /* calls started */
+    size_t call_scan;       /* a call held back: its </tool_call> searched for below this offset */
     /* a Qwen3.5 call being read: between its parameters, in a parameter's value, or after
      * </function> up to </tool_call> */
     enum { CALL_NONE, CALL_PARAMS, CALL_VALUE, CALL_TAIL } call;
