@@ -306,7 +306,45 @@ def round_trip(model):
           code == 200 and code2 == 200 and "rain, 4 C" in p.get("prompt", "") and
           c["usage"]["prompt_tokens"] == r["usage"]["input_tokens"] and
           c["choices"][0]["message"]["content"] == texts(r)[1], f"{str(r)[:300]} vs {str(c)[:300]}")
+    # tool_choice naming a function: the grammar of the template's call form makes the demo
+    # model write one, which comes back as a function_call item with arguments of its schema
+    cities = [{"type": "function", "name": "get_weather", "parameters": {
+        "type": "object", "properties": {"city": {"enum": ["Oslo", "Paris", "Rome"]}}, "required": ["city"]}}]
+    code, r = s.post("/v1/responses", {"model": "m", "input": "weather in Oslo?", "tools": cities, "temperature": 0,
+                                       "tool_choice": {"type": "function", "name": "get_weather"},
+                                       "max_output_tokens": 200, "reasoning": {"effort": "none"}})
+    calls = [it for it in r.get("output", []) if it["type"] == "function_call"] if code == 200 else []
+    args = json.loads(calls[0]["arguments"]) if calls else None
+    check("tool_choice a function: the demo model's forced call is a function_call item fitting its schema",
+          len(calls) == 1 and calls[0]["name"] == "get_weather" and isinstance(args, dict) and list(args) == ["city"]
+          and args["city"] in ("Oslo", "Paris", "Rome") and r["status"] == "completed", str(r)[:400])
     s.stop()
+
+
+def sigterm_mid_stream(model):
+    """SIGTERM while a Response streams: the stream ends with response.failed (status failed,
+    the error's message), its open item closed incomplete, the numbering unbroken"""
+    s = Server(model, "-np", "1")
+    c = http.client.HTTPConnection("127.0.0.1", s.port, timeout=60)
+    c.request("POST", "/v1/responses", body=json.dumps({
+        "model": "m", "input": "a long story", "max_output_tokens": 3000, "ignore_eos": True, "stream": True,
+        "reasoning": {"effort": "none"}}).encode(), headers={"Content-Type": "application/json"})
+    r = c.getresponse()
+    first = r.readline()  # the stream is under way
+    rc = s.stop()
+    text = first.decode() + r.read().decode()
+    c.close()
+    ev = []
+    for block in text.split("\n\n"):
+        for line in block.split("\n"):
+            if line.startswith("data: "):
+                ev.append(json.loads(line[6:]))
+    last = ev[-1] if ev else {}
+    resp = last.get("response", {})
+    check("SIGTERM mid-stream: response.failed last, status failed with the error, the message item incomplete",
+          rc == 0 and last.get("type") == "response.failed" and resp.get("status") == "failed" and
+          resp.get("error", {}).get("message") and resp["output"] and resp["output"][-1]["status"] == "incomplete" and
+          [e["sequence_number"] for e in ev] == list(range(len(ev))), f"rc {rc} {str(last)[:300]}")
 
 
 def main():
@@ -322,6 +360,7 @@ def main():
     s.stop()
     tool_calls(DEMO)
     round_trip(DEMO)
+    sigterm_mid_stream(DEMO)
     print(f"{st.passed} passed, {st.failed} failed")
     return 1 if st.failed else 0
 
