@@ -382,8 +382,8 @@ cJSON *resp_to_chat(const req_ctx *x, const cJSON *j, herr *e) {
     cJSON *rf;
     if (response_format(j, &rf, e) < 0) goto bad;
     if (rf) cJSON_AddItemToObject(out, "response_format", rf);
-    /* the sampling fields chat reads by the same names (top_k, min_p, seed: hearth's) */
-    static const char *const same[] = {"temperature", "top_p", "top_k", "min_p", "seed", "stream"};
+    /* the sampling fields chat reads by the same names (top_k, min_p, seed, ignore_eos: llama-server's) */
+    static const char *const same[] = {"temperature", "top_p", "top_k", "min_p", "seed", "ignore_eos", "stream"};
     for (size_t k = 0; k < sizeof same / sizeof same[0]; k++) {
         const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, same[k]);
         if (v) cJSON_AddItemToObject(out, same[k], cJSON_Duplicate(v, true));
