@@ -222,6 +222,18 @@ async function responses(model) {
                                                           { role: "user", content: "Another?" }] });
   check("openai: a second turn with the first's output items reads from the cache",
         t2.usage.input_tokens_details.cached_tokens > 0, JSON.stringify(t2.usage));
+  // structured output: text.format json_schema, parsed by the client's own responses.parse
+  // and responses.stream (output_parsed); the random model writes the JSON only through the mask
+  const schema = { type: "object", properties: { ok: { type: "boolean" }, n: { enum: [1, 2, 3] } },
+                   required: ["ok", "n"], additionalProperties: false };
+  const sbody = { model: "m", input: "JSON please", max_output_tokens: 60, temperature: 0, reasoning: { effort: "none" },
+                  text: { format: { type: "json_schema", name: "flag", schema, strict: true } } };
+  const pr = await oai.responses.parse(sbody);
+  const ps = await oai.responses.stream(sbody).finalResponse();
+  const fits = (o) => o && typeof o.ok === "boolean" && [1, 2, 3].includes(o.n) && Object.keys(o).length === 2;
+  check("openai: text.format json_schema, output_parsed by responses.parse and responses.stream",
+        pr.status === "completed" && fits(pr.output_parsed) && JSON.stringify(ps.output_parsed) === JSON.stringify(pr.output_parsed),
+        `${pr.output_text} / ${JSON.stringify(ps.output_parsed)}`);
   try {
     await oai.responses.create({ model: "m", input: "x", previous_response_id: r.id });
     check("openai: previous_response_id is refused", false);
