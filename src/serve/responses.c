@@ -6,7 +6,9 @@
  * answer side keeps the output items, the open one growing, and writes the stream's events
  * (each with its sequence_number) as they happen; the whole Response is made of the same
  * items. The thinking text goes in the reasoning item's content (reasoning_text, as
- * OpenAI's open-weight models give it); hearth writes no summaries, so summary is empty. */
+ * OpenAI's open-weight models give it); hearth writes no summaries, so summary is empty,
+ * unless the request asks for one (reasoning.summary): then the thinking text stands in
+ * the summary (summary_text) instead, for the clients that show only summaries. */
 #include "serve/responses.h"
 
 #include <inttypes.h>
@@ -417,6 +419,7 @@ struct resp_out {
     char *name;             /* the open call's */
     buf text;               /* the open item's text or arguments */
     bool had_reasoning;
+    bool summary;           /* reasoning.summary was asked: the thinking goes in summary */
 };
 
 static cJSON *dup_or(const cJSON *j, const char *name, cJSON *dflt) {
@@ -444,6 +447,7 @@ resp_out *resp_out_new(const cJSON *j, uint64_t id, const char *model, int64_t c
     const cJSON *rq = cJSON_GetObjectItemCaseSensitive(j, "reasoning");
     cJSON_AddItemToObject(rs, "effort", dup_or(rq, "effort", cJSON_CreateNull()));
     cJSON_AddItemToObject(rs, "summary", dup_or(rq, "summary", cJSON_CreateNull()));
+    r->summary = cJSON_IsString(cJSON_GetObjectItemCaseSensitive(rq, "summary"));
     cJSON_AddItemToObject(o, "reasoning", rs);
     cJSON_AddFalseToObject(o, "store"); /* whatever was asked: nothing is kept */
     cJSON_AddNumberToObject(o, "temperature", round((double)temperature * 1e6) / 1e6);
@@ -508,13 +512,32 @@ static cJSON *event_new(const char *type) {
     return j;
 }
 
-/* an event of the open item: type, item_id, output_index (and content_index) */
-static cJSON *item_event(const resp_out *r, const char *type, bool content) {
+/* an event of the open item: type, item_id, output_index (and its part's index: content_index,
+ * or a summary's summary_index) */
+static cJSON *item_event(const resp_out *r, const char *type, bool part) {
     cJSON *j = event_new(type);
     cJSON_AddStringToObject(j, "item_id", r->item_id);
     cJSON_AddNumberToObject(j, "output_index", r->n_items - 1);
-    if (content) cJSON_AddNumberToObject(j, "content_index", 0);
+    if (part) cJSON_AddNumberToObject(j, r->open == ITEM_REASONING && r->summary ? "summary_index" : "content_index", 0);
     return j;
+}
+
+/* the open item's event names: its part added / done, text delta / done */
+typedef struct item_names {
+    const char *part_added, *part_done, *delta, *done;
+} item_names;
+
+static item_names names_of(const resp_out *r) {
+    if (r->open == ITEM_MESSAGE)
+        return (item_names){"response.content_part.added", "response.content_part.done", "response.output_text.delta",
+                            "response.output_text.done"};
+    if (r->open == ITEM_CALL)
+        return (item_names){NULL, NULL, "response.function_call_arguments.delta", "response.function_call_arguments.done"};
+    if (r->summary)
+        return (item_names){"response.reasoning_summary_part.added", "response.reasoning_summary_part.done",
+                            "response.reasoning_summary_text.delta", "response.reasoning_summary_text.done"};
+    return (item_names){"response.content_part.added", "response.content_part.done", "response.reasoning_text.delta",
+                        "response.reasoning_text.done"};
 }
 
 /* "event: TYPE" and its data with the next sequence_number; j taken */
@@ -534,7 +557,7 @@ static void ev_send(resp_out *r, buf *sse, cJSON *j) {
 static cJSON *part_json(const resp_out *r) {
     cJSON *p = cJSON_CreateObject();
     if (r->open == ITEM_REASONING) {
-        cJSON_AddStringToObject(p, "type", "reasoning_text");
+        cJSON_AddStringToObject(p, "type", r->summary ? "summary_text" : "reasoning_text");
         cJSON_AddItemToObject(p, "text", json_text(r->text.p, r->text.len));
     } else {
         cJSON_AddStringToObject(p, "type", "output_text");
@@ -551,9 +574,12 @@ static cJSON *item_json(const resp_out *r, const char *status, bool done) {
     cJSON_AddStringToObject(it, "id", r->item_id);
     if (r->open == ITEM_REASONING) {
         cJSON_AddStringToObject(it, "type", "reasoning");
-        cJSON_AddArrayToObject(it, "summary");
-        cJSON *c = cJSON_AddArrayToObject(it, "content");
-        if (done) cJSON_AddItemToArray(c, part_json(r));
+        cJSON *su = cJSON_AddArrayToObject(it, "summary");
+        if (done && r->summary) cJSON_AddItemToArray(su, part_json(r));
+        if (!r->summary) {
+            cJSON *c = cJSON_AddArrayToObject(it, "content");
+            if (done) cJSON_AddItemToArray(c, part_json(r));
+        }
     } else if (r->open == ITEM_MESSAGE) {
         cJSON_AddStringToObject(it, "type", "message");
         cJSON_AddStringToObject(it, "role", "assistant");
@@ -590,7 +616,7 @@ static void item_open(resp_out *r, item_kind kind, const char *name, size_t name
     cJSON_AddItemToObject(j, "item", item_json(r, "in_progress", false));
     ev_send(r, sse, j);
     if (kind == ITEM_CALL) return;
-    j = item_event(r, "response.content_part.added", true);
+    j = item_event(r, names_of(r).part_added, true);
     cJSON_AddItemToObject(j, "part", part_json(r));
     ev_send(r, sse, j);
 }
@@ -598,16 +624,13 @@ static void item_open(resp_out *r, item_kind kind, const char *name, size_t name
 static void item_close(resp_out *r, const char *status, buf *sse) {
     if (r->open == ITEM_NONE) return;
     if (sse) {
-        cJSON *j;
-        if (r->open == ITEM_CALL) {
-            j = item_event(r, "response.function_call_arguments.done", false);
-            cJSON_AddItemToObject(j, "arguments", json_text(r->text.p, r->text.len));
-        } else {
-            j = item_event(r, r->open == ITEM_REASONING ? "response.reasoning_text.done" : "response.output_text.done", true);
-            cJSON_AddItemToObject(j, "text", json_text(r->text.p, r->text.len));
-            if (r->open == ITEM_MESSAGE) cJSON_AddArrayToObject(j, "logprobs");
+        const item_names nm = names_of(r);
+        cJSON *j = item_event(r, nm.done, r->open != ITEM_CALL);
+        cJSON_AddItemToObject(j, r->open == ITEM_CALL ? "arguments" : "text", json_text(r->text.p, r->text.len));
+        if (r->open == ITEM_MESSAGE) cJSON_AddArrayToObject(j, "logprobs");
+        if (r->open != ITEM_CALL) {
             ev_send(r, sse, j);
-            j = item_event(r, "response.content_part.done", true);
+            j = item_event(r, nm.part_done, true);
             cJSON_AddItemToObject(j, "part", part_json(r));
         }
         ev_send(r, sse, j);
@@ -649,10 +672,7 @@ void resp_part(resp_out *r, answer_part part, const char *s, size_t n, buf *sse)
     if (r->open == ITEM_NONE || n == 0) return; /* (arguments with no call open: none are handed out) */
     buf_add(&r->text, s, n);
     if (!sse) return;
-    const char *type = r->open == ITEM_CALL ? "response.function_call_arguments.delta"
-                       : r->open == ITEM_REASONING ? "response.reasoning_text.delta"
-                                                   : "response.output_text.delta";
-    cJSON *j = item_event(r, type, r->open != ITEM_CALL);
+    cJSON *j = item_event(r, names_of(r).delta, r->open != ITEM_CALL);
     cJSON_AddItemToObject(j, "delta", json_text(s, n));
     if (r->open == ITEM_MESSAGE) cJSON_AddArrayToObject(j, "logprobs");
     ev_send(r, sse, j);

@@ -206,17 +206,19 @@ async function responses(model) {
         ["completed", "incomplete"].includes(r.status) && r.output.length > 0 && typeof r.output_text === "string" &&
         r.usage.output_tokens <= 12 && r.usage.output_tokens_details.reasoning_tokens <= r.usage.output_tokens,
         JSON.stringify(r).slice(0, 300));
-  for (const effort of ["low", "none"]) { // a reasoning item; a message item (output_text)
-    const b = { ...body, reasoning: { effort } };
+  // a reasoning item (its text as content; as summary where asked); a message item (output_text)
+  for (const [effort, summary] of [["low", undefined], ["low", "auto"], ["none", undefined]]) {
+    const b = { ...body, reasoning: { effort, summary } };
     const w = await oai.responses.create(b);
     const st = oai.responses.stream(b);
     const seen = [];
     st.on("event", (e) => seen.push(e.type));
     const f = await st.finalResponse();
-    check(`openai: responses.stream's finalResponse equals responses.create (effort ${effort})`,
+    check(`openai: responses.stream's finalResponse equals responses.create (effort ${effort}${summary ? ", summary" : ""})`,
           sameResponse(f) === sameResponse(w) && f.output_text === w.output_text && seen[0] === "response.created" &&
           seen.length > 6 && w.output[0].type === (effort === "none" ? "message" : "reasoning") &&
-          (effort === "low" || w.output_text.length > 0), `${sameResponse(f).slice(0, 300)} vs ${sameResponse(w).slice(0, 300)}`);
+          (effort === "low" || w.output_text.length > 0) &&
+          (!summary || (w.output[0].summary.length === 1 && w.output[0].summary[0].type === "summary_text")), `${sameResponse(f).slice(0, 300)} vs ${sameResponse(w).slice(0, 300)}`);
   }
   const t2 = await oai.responses.create({ ...body, input: [{ role: "user", content: "Name a hearth." }, ...r.output,
                                                           { role: "user", content: "Another?" }] });

@@ -28,6 +28,8 @@ EVENTS = {"response.created", "response.in_progress", "response.output_item.adde
           "response.output_text.delta", "response.output_text.done", "response.content_part.done",
           "response.output_item.done", "response.function_call_arguments.delta",
           "response.function_call_arguments.done", "response.reasoning_text.delta", "response.reasoning_text.done",
+          "response.reasoning_summary_part.added", "response.reasoning_summary_text.delta",
+          "response.reasoning_summary_text.done", "response.reasoning_summary_part.done",
           "response.completed", "response.incomplete", "response.failed"}
 
 
@@ -65,8 +67,12 @@ def assemble(events):
             items.append(json.loads(json.dumps(e["item"])))
         elif t == "response.content_part.added":
             items[e["output_index"]]["content"].append(e["part"])
+        elif t == "response.reasoning_summary_part.added":
+            items[e["output_index"]]["summary"].append(e["part"])
         elif t in ("response.output_text.delta", "response.reasoning_text.delta"):
             items[e["output_index"]]["content"][e["content_index"]]["text"] += e["delta"]
+        elif t == "response.reasoning_summary_text.delta":
+            items[e["output_index"]]["summary"][e["summary_index"]]["text"] += e["delta"]
         elif t == "response.function_call_arguments.delta":
             items[e["output_index"]]["arguments"] += e["delta"]
         elif t == "response.output_item.done":
@@ -92,7 +98,7 @@ def no_ids(r):
 
 def texts(r):
     """(reasoning, message text) of a Response's output"""
-    rs = "".join(c["text"] for it in r.get("output", []) if it["type"] == "reasoning" for c in it["content"])
+    rs = "".join(c["text"] for it in r.get("output", []) if it["type"] == "reasoning" for c in it.get("content", []))
     tx = "".join(c["text"] for it in r.get("output", []) if it["type"] == "message" for c in it["content"])
     return rs, tx
 
@@ -146,6 +152,17 @@ def whole_and_streamed(s):
     check("streamed: output_text deltas each name the message item and content part",
           all(d["item_id"].startswith("msg_") and d["content_index"] == 0 for d in deltas) and
           "".join(d["delta"] for d in deltas) == tx, str(deltas)[:300])
+    # reasoning.summary asked: the thinking stands in the summary (hearth writes none of its own)
+    code, rsum = s.post("/v1/responses", {**body, "reasoning": {"effort": "low", "summary": "auto"}})
+    it = rsum["output"][0] if code == 200 else {}
+    code, ev = stream(s, {**body, "reasoning": {"effort": "low", "summary": "auto"}})
+    items, final = assemble(ev)
+    names = [n for n, _ in ev]
+    check("reasoning.summary auto: the thinking as the summary (summary_text), whole and streamed alike",
+          it.get("type") == "reasoning" and it["summary"] == [{"type": "summary_text", "text": rs}] and
+          "content" not in it and texts(rsum)[1] == tx and final is not None and no_ids(final) == no_ids(rsum) and
+          "response.reasoning_summary_text.delta" in names and "response.reasoning_text.delta" not in names,
+          f"{str(it)[:200]} {names[:8]}")
     # effort none: thinking off, no reasoning item
     code, r = s.post("/v1/responses", {**body, "reasoning": {"effort": "none"}})
     check("reasoning effort none: no reasoning item, reasoning_tokens 0", code == 200 and
