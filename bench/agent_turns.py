@@ -686,6 +686,8 @@ def one_turn(srv, msgs, tools, conv):
     if tools == MESSAGES:  # Anthropic's usage: input_tokens are those not read from the cache
         j, wall = srv.post("/v1/messages", msgs, {"X-Session-Id": conv})
         u = j.get("usage") or {}
+        if "timings" not in j and "input_tokens" in u:  # llama-server: no timings here, the usage says it
+            j["timings"] = {"prompt_n": u["input_tokens"], "cache_n": u.get("cache_read_input_tokens", "")}
         u = {"prompt_tokens": u.get("input_tokens", 0) + u.get("cache_read_input_tokens", 0),
              "prompt_tokens_details": {"cached_tokens": u.get("cache_read_input_tokens", "")}}
     else:
@@ -855,7 +857,8 @@ def summary(samples, traces, names):
                 if len(rr) != want:  # an incomplete rep (deadline, error) is left out
                     continue
                 w = [x["wall_ms"] for x in rr]
-                per[n][rp] = {"prompt_n": sum(num(x["prompt_n"]) or 0 for x in rr), "ttft": sum(w),
+                pn = [num(x["prompt_n"]) for x in rr]
+                per[n][rp] = {"prompt_n": None if None in pn else sum(pn), "ttft": sum(w),
                               "p50": quantile(w, 0.5), "p99": quantile(w, 0.99)}
         line = f"| {tr} | {want} |"
         for k, _, fmt in keys:
@@ -863,7 +866,8 @@ def summary(samples, traces, names):
                 line += f" {cell([v[k] for v in per[n].values()], fmt)} |"
             if len(names) == 2:
                 h, l_ = names
-                q = [per[h][rp][k] / per[l_][rp][k] for rp in set(per[h]) & set(per[l_]) if per[l_][rp][k]]
+                q = [per[h][rp][k] / per[l_][rp][k] for rp in set(per[h]) & set(per[l_])
+                     if per[l_][rp][k] and per[h][rp][k] is not None]
                 line += f" **{cell(q, '{:.2f}')}** |"
         lines.append(line)
     return lines
