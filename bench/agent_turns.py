@@ -670,7 +670,7 @@ def run_plan(tr, plan, srv, conv_id, a, emit):
             srv.stop()
             srv.start()
             if srv.name == "llama":
-                j, restore_ms = srv.post("/slots/0?action=restore", {"filename": fname})
+                _, restore_ms = srv.post("/slots/0?action=restore", {"filename": fname})
                 restore_ms = round(restore_ms, 3)
         t0 = (time.perf_counter() - t_base) * 1000
         res = one_turn(srv, st["msgs"], st["tools"], f"{conv_id}-{st['conv']}" if st["conv"] else conv_id)
@@ -980,6 +980,9 @@ def main():
     if "restart" in traces and any(not s.cmd for s in servers):
         ap.error("the restart trace needs --hearth-cmd/--llama-cmd (servers this script starts and restarts)")
     names = [s.name for s in servers]
+    no_cram = [s.name for s in servers if s.cmd and not {"-cram", "--cache-ram"} & {x.split("=")[0] for x in shlex.split(s.cmd)}]
+    if no_cram:  # F13 3 compares the servers with a prompt cache in RAM on both
+        print(f"note: no --cache-ram in the command of {', '.join(no_cram)}: its default applies", file=sys.stderr)
     versions = {s.name: binary_version(s.cmd) for s in servers if s.cmd}
 
     class Stopped(Exception):
@@ -1073,6 +1076,8 @@ def main():
           ""]
     for s in servers:
         md.append(f"- {s.name}: `{s.base_cmd or 'at ' + s.host + ':' + str(s.port)}`" + (f" ({versions[s.name]})" if versions.get(s.name) else ""))
+    if no_cram:
+        md.append(f"No --cache-ram given to {', '.join(no_cram)} (its default applied).")
     md.append("")
     md.append("#### per scenario (F13 3)")
     md.append("")
