@@ -68,7 +68,11 @@ struct sched {
     engine_info info;
     int64_t V;
     int32_t *eog;           /* the vocabulary's end-of-generation ids: masked under ignore_eos */
-    gvocab *gv;             /* the vocabulary's trie for grammars, made at the first (engine thread) */
+    /* the vocabulary's trie for grammars: made once, under gv_mu, on the thread of the first
+     * request with a grammar before it is queued (sched_submit: 0.1-0.5 s at 248k tokens, which
+     * on the engine thread stalled every slot's decoding); written once, read after the queue */
+    gvocab *gv;
+    pthread_mutex_t gv_mu;
     int n_eog;
     sched_opts o;
     slot *slots;
@@ -426,9 +430,8 @@ static void slot_start(sched *s, slot *sl, sched_req *r, bool from_cache, int ei
     sl->gm_lead = false;
     sl->think_n = 0;
     sl->gm_err[0] = 0;
-    if (r->grammar) { /* the vocabulary's trie once, on this thread */
+    if (r->grammar) { /* (s->gv: made by sched_submit before r was queued) */
         herr ge;
-        if (!s->gv) s->gv = gvocab_new(s->tok);
         if (!(sl->gm = gmatch_new(r->grammar, s->gv, &ge))) snprintf(sl->gm_err, sizeof sl->gm_err, "%s", ge.msg);
     }
     pthread_mutex_lock(&r->mu);
@@ -989,6 +992,7 @@ int sched_start(sched **out, engine *eng, const tokenizer *tok, const sched_opts
     s->snap = xcalloc((size_t)o->n_slots, sizeof *s->snap);
     for (int k = 0; k < o->n_slots; k++) s->snap[k].id = k;
     pthread_mutex_init(&s->mu, NULL);
+    pthread_mutex_init(&s->gv_mu, NULL);
     pthread_cond_init(&s->cv, NULL);
     pthread_cond_init(&s->job_cv, NULL);
     if (o->model_path && stat(o->model_path, &s->model_st) < 0) {
@@ -1043,6 +1047,7 @@ void sched_free(sched *s) {
     free(s->slots);
     free(s->eog);
     gvocab_free(s->gv);
+    pthread_mutex_destroy(&s->gv_mu);
     free(s->q);
     free(s->spans);
     free(s->span_slot);
@@ -1085,6 +1090,11 @@ int sched_submit(sched *s, sched_req *r, herr *e) {
         return herr_set(e, "the prompt has %lld tokens, the context of a slot %lld (-c)", (long long)r->n_ids,
                         (long long)s->info.n_ctx);
     if (r->slot_wanted >= s->o.n_slots) return herr_set(e, "there is no slot %d (-np %d)", r->slot_wanted, s->o.n_slots);
+    if (r->grammar) {
+        pthread_mutex_lock(&s->gv_mu);
+        if (!s->gv) s->gv = gvocab_new(s->tok);
+        pthread_mutex_unlock(&s->gv_mu);
+    }
     pthread_mutex_lock(&s->mu);
     if (s->stopping || !model_file_ok_locked(s) || s->q_n == s->o.queue_max) {
         /* read under mu: sched_stop and model_file_ok write them */
