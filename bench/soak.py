@@ -303,6 +303,18 @@ class Soak:
                     ("unknown sampler", "/completion", b'{"prompt": "x", "samplers": ["wizard"]}', 400),
                     ("50 KB prompt over the context", "/completion",
                      json.dumps({"prompt": "word " * 10000}).encode(), 400),
+                    # the Responses API and structured output: each a 400 naming the field
+                    ("responses: previous_response_id", "/v1/responses",
+                     b'{"input": "x", "previous_response_id": "resp_1"}', 400),
+                    ("responses: unknown item", "/v1/responses", json.dumps({"input": [
+                        {"type": "wizard", "content": "x"}]}).encode(), 400),
+                    ("responses: image part", "/v1/responses", json.dumps({"input": [{"role": "user", "content": [
+                        {"type": "input_image", "image_url": "data:,"}]}]}).encode(), 400),
+                    ("responses: input a number", "/v1/responses", b'{"input": 5}', 400),
+                    ("bad GBNF", "/completion", b'{"prompt": "x", "grammar": "root ::= ("}', 400),
+                    ("schema keyword refused", "/v1/chat/completions", json.dumps({"messages": [
+                        {"role": "user", "content": "x"}], "response_format": {"type": "json_schema", "json_schema": {
+                            "name": "s", "schema": {"type": "string", "pattern": "a+"}}}}).encode(), 400),
                 ])
                 t0 = time.monotonic()
                 try:
