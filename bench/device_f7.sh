@@ -31,6 +31,12 @@
 #              with FORMS' switches exported when ROWS_FORMS=1
 #   mutants    tests/gates/mutants on the cuda engine (with the forms' switches when
 #              ROWS_FORMS=1; with f16 KV rows when MUT_KV=f16)
+# The device's copy of .git is a stale snapshot (its `git log` names an old commit): never run
+# git checkout or git clean there (clean removed the carried .peer). To build the committed HEAD
+# while others edit the tree: here `git diff HEAD --binary > .dev/revert.patch; git ls-files
+# --others --exclude-standard > .dev/untracked.txt`, and there `git apply -R .dev/revert.patch &&
+# xargs -r rm -f < .dev/untracked.txt && ... bash bench/device_f7.sh`, carrying .dev/revert.patch,
+# .dev/untracked.txt and .peer.
 # STEPS picks (default "build unit engine gates points ab rows mutants"). Logs to $OUT (and all of
 # them in $OUT/logs.tgz), one line a step to stdout. Run by the device tool with .peer carried.
 set -uo pipefail
