@@ -112,20 +112,28 @@ typedef struct convo {
 
 static int64_t copied(const pcache *c) { return pcache_get_stats(c).rows_copied; }
 
+/* turn k on sequence 0 from row at: rows [at, n(k)) with points at a(k) (*pa) and n(k) (*pn),
+ * then row n(k), its logits into want[k] */
+static void turn_prefill(engine *eng, convo *cv, int k, int64_t at, engine_point **pa, engine_point **pn) {
+    herr e;
+    cv->n[k] = 150 * (k + 1) + 7 * k;
+    cv->a[k] = cv->n[k] - BACK;
+    *pa = *pn = NULL;
+    CHECK(engine_point_new(eng, pa, &e) == 0 && engine_point_new(eng, pn, &e) == 0);
+    const int64_t marks[2] = {cv->a[k] - at, cv->n[k] - at};
+    engine_point *pts[2] = {*pa, *pn};
+    engine_span sp = {.seq = 0, .ids = cv->ids + at, .n = cv->n[k] - at, .marks = marks, .n_marks = 2, .points = pts};
+    CHECK_MSG(engine_run(eng, &sp, 1, &e) == 0, "%s", e.msg);
+    engine_span one = {.seq = 0, .ids = cv->ids + cv->n[k], .n = 1, .want = ENGINE_LOGITS_LAST, .logits = cv->want[k]};
+    CHECK_MSG(engine_run(eng, &one, 1, &e) == 0, "%s", e.msg);
+}
+
 static void run_turns(engine *eng, pcache *c, convo *cv) {
     herr e;
     int64_t at = 0;
     for (int k = 0; k < TURNS; k++) {
-        cv->n[k] = 150 * (k + 1) + 7 * k;
-        cv->a[k] = cv->n[k] - BACK;
-        engine_point *pa = NULL, *pn = NULL;
-        CHECK(engine_point_new(eng, &pa, &e) == 0 && engine_point_new(eng, &pn, &e) == 0);
-        const int64_t marks[2] = {cv->a[k] - at, cv->n[k] - at};
-        engine_point *pts[2] = {pa, pn};
-        engine_span sp = {.seq = 0, .ids = cv->ids + at, .n = cv->n[k] - at, .marks = marks, .n_marks = 2, .points = pts};
-        CHECK_MSG(engine_run(eng, &sp, 1, &e) == 0, "%s", e.msg);
-        engine_span one = {.seq = 0, .ids = cv->ids + cv->n[k], .n = 1, .want = ENGINE_LOGITS_LAST, .logits = cv->want[k]};
-        CHECK_MSG(engine_run(eng, &one, 1, &e) == 0, "%s", e.msg);
+        engine_point *pa, *pn;
+        turn_prefill(eng, cv, k, at, &pa, &pn);
         const int64_t before = copied(c);
         pcache_put(c, 0, cv->ids, cv->n[k] + 1, &pn, 1);
         CHECK_MSG(copied(c) == before, "turn %d: putting a point copied %lld rows", k, (long long)(copied(c) - before));
@@ -293,16 +301,8 @@ TEST(files_chain) {
     const size_t row = engine_get_info(eng).kv_bytes_per_token;
     int64_t at = 0, disk = 0;
     for (int k = 0; k < TURNS; k++) {
-        cv.n[k] = 150 * (k + 1) + 7 * k;
-        cv.a[k] = cv.n[k] - BACK;
-        engine_point *pa = NULL, *pn = NULL;
-        CHECK(engine_point_new(eng, &pa, &e) == 0 && engine_point_new(eng, &pn, &e) == 0);
-        const int64_t marks[2] = {cv.a[k] - at, cv.n[k] - at};
-        engine_point *pts[2] = {pa, pn};
-        engine_span sp = {.seq = 0, .ids = cv.ids + at, .n = cv.n[k] - at, .marks = marks, .n_marks = 2, .points = pts};
-        CHECK_MSG(engine_run(eng, &sp, 1, &e) == 0, "%s", e.msg);
-        engine_span one = {.seq = 0, .ids = cv.ids + cv.n[k], .n = 1, .want = ENGINE_LOGITS_LAST, .logits = cv.want[k]};
-        CHECK_MSG(engine_run(eng, &one, 1, &e) == 0, "%s", e.msg);
+        engine_point *pa, *pn;
+        turn_prefill(eng, &cv, k, at, &pa, &pn);
         pcache_write_through(c, 0, cv.ids, cv.n[k] + 1, &pn, 1);
         pcache_flush(c); /* written by the writer thread: wait for it */
         const int64_t d = pcache_get_stats(c).disk_bytes - disk;
@@ -638,16 +638,8 @@ TEST(disk_chains) {
     for (int i = 0; i < 1200; i++) cv.ids[i] = (int32_t)((i * 29 + 3) % 983);
     int64_t at = 0;
     for (int k = 0; k < TURNS; k++) { /* files_chain's turns */
-        cv.n[k] = 150 * (k + 1) + 7 * k;
-        cv.a[k] = cv.n[k] - BACK;
-        engine_point *pa = NULL, *pn = NULL;
-        CHECK(engine_point_new(eng, &pa, &e) == 0 && engine_point_new(eng, &pn, &e) == 0);
-        const int64_t marks[2] = {cv.a[k] - at, cv.n[k] - at};
-        engine_point *pts[2] = {pa, pn};
-        engine_span sp = {.seq = 0, .ids = cv.ids + at, .n = cv.n[k] - at, .marks = marks, .n_marks = 2, .points = pts};
-        CHECK_MSG(engine_run(eng, &sp, 1, &e) == 0, "%s", e.msg);
-        engine_span one = {.seq = 0, .ids = cv.ids + cv.n[k], .n = 1, .want = ENGINE_LOGITS_LAST, .logits = cv.want[k]};
-        CHECK_MSG(engine_run(eng, &one, 1, &e) == 0, "%s", e.msg);
+        engine_point *pa, *pn;
+        turn_prefill(eng, &cv, k, at, &pa, &pn);
         pcache_write_through(c, 0, cv.ids, cv.n[k] + 1, &pn, 1);
         pcache_point_free(c, pn);
         pcache_seq_cut(c, 0, cv.a[k]);
