@@ -24,7 +24,7 @@ MUT_OBJ := $(filter-out $(ENG_SRC:%.c=$(BUILD)/obj/%.o),$(LIB_OBJ)) $(ENG_SRC:%.
 CLI_OBJ := $(CLI_SRC:%.c=$(BUILD)/obj/%.o)
 REF_OBJ := $(REF_SRC:%.c=$(BUILD)/obj/%.o)
 TEST_BIN := $(TEST_SRC:tests/unit/%.c=$(BUILD)/tests/%) $(BUILD)/tests/test_gdn_chunk $(BUILD)/tests/test_argmax_emu \
-            $(BUILD)/tests/test_fused_emu $(BUILD)/tests/test_attn_emu
+            $(BUILD)/tests/test_fused_emu $(BUILD)/tests/test_attn_emu $(BUILD)/tests/test_mmq_emu
 
 # `hearth --version` names the commit; main.o is rebuilt when the description changes (the
 # stamp file is rewritten only then). Outside a git checkout: "unknown".
@@ -116,6 +116,12 @@ $(BUILD)/tests/test_fused_emu: tests/unit/test_fused_emu.cc tests/unit/cuda_emu.
 	    -D_GNU_SOURCE -Isrc -Itests/unit -o $@ $< -lm
 
 $(BUILD)/tests/test_attn_emu: tests/unit/test_attn_emu.cc tests/unit/cuda_emu.h tests/unit/harness.h src/engine/cuda/attn_mma.cuh $(EMU_CUH)
+	@mkdir -p $(@D)
+	$(CXX) -std=c++17 -O2 -g -Wall -Wextra -Werror -Wno-unused-parameter -Wno-unknown-pragmas -ffp-contract=off -fno-strict-aliasing \
+	    -D_GNU_SOURCE -Isrc -Itests/unit -o $@ $< -lm
+
+$(BUILD)/tests/test_mmq_emu: tests/unit/test_mmq_emu.cc tests/unit/cuda_emu.h tests/unit/harness.h src/engine/cuda/mmq.cuh \
+                             src/engine/cuda/gemv.cuh $(EMU_CUH)
 	@mkdir -p $(@D)
 	$(CXX) -std=c++17 -O2 -g -Wall -Wextra -Werror -Wno-unused-parameter -Wno-unknown-pragmas -ffp-contract=off -fno-strict-aliasing \
 	    -D_GNU_SOURCE -Isrc -Itests/unit -o $@ $< -lm

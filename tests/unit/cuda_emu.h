@@ -22,7 +22,9 @@
  * bounds carry over, not their bits), ldsm4 and ldsm4t (ldmatrix x4, plain and .trans,
  * every lane's row address exchanged through the warp), cp16 (cp.async of 16 bytes: a plain
  * copy; cp_commit and cp_wait are no-ops), __all_sync (a warp barrier like a shuffle's). Not emulated: other votes, streams, PDL (pdl_wait, pdl_go, pdl_enter are
- * no-ops), the memory model across blocks. */
+ * no-ops), the memory model across blocks. For the prompt rows' quantized products
+ * (src/engine/cuda/mmq.cuh, tests/unit/test_mmq_emu.cc): mma_k32 and mma_k16 (int8 tensor
+ * cores, exact). */
 #ifndef HEARTH_CUDA_EMU_H
 #define HEARTH_CUDA_EMU_H
 
@@ -364,6 +366,34 @@ inline void emu_ldsm4(uint32_t r[4], const void *p, bool tr) {
     emu_warp_done();
     for (int i = 0; i < 4; i++) r[i] = v[i];
 }
+/* d += a b on int8 tensor cores (mma.sync m16n8k32 / m16n8k16, s8 x s8, s32 accumulators:
+ * exact, as the GPU's): for k32, a[0] row lane/4, bytes k 4 (lane%4) .. + 3; a[1] row + 8;
+ * a[2] k + 16; a[3] both; b[0] k 4 (lane%4) .. + 3, col lane/4; b[1] k + 16; d as
+ * mma16816's. k16: a[0], a[1] and b[0] alone. */
+template <int KK> inline void emu_mma_s8(int d[4], const uint32_t *a, const uint32_t *b) {
+    struct ops {
+        const uint32_t *a, *b;
+    } mine = {a, b};
+    const void *all[32];
+    emu_warp_ptrs(&mine, all);
+    const int lane = emu::cur & 31;
+    int r[4];
+    for (int q = 0; q < 4; q++) {
+        const int row = lane / 4 + 8 * (q / 2), col = 2 * (lane % 4) + q % 2;
+        int64_t acc = d[q];
+        for (int k = 0; k < KK; k++) {
+            const ops *pa = (const ops *)all[4 * (row % 8) + (k % 16) / 4], *pb = (const ops *)all[4 * col + (k % 16) / 4];
+            const int8_t x = (int8_t)(pa->a[(row >= 8) + 2 * (k >= 16)] >> (8 * (k % 4)));
+            const int8_t y = (int8_t)(pb->b[k >= 16] >> (8 * (k % 4)));
+            acc += (int64_t)x * y;
+        }
+        r[q] = (int)acc;
+    }
+    emu_warp_done();
+    for (int q = 0; q < 4; q++) d[q] = r[q];
+}
+inline void mma_k32(int c[4], const uint32_t a[4], const uint32_t b[2]) { emu_mma_s8<32>(c, a, b); }
+inline void mma_k16(int c[4], const uint32_t a[2], uint32_t b) { emu_mma_s8<16>(c, a, &b); }
 /* a named barrier of a pair of warps: the whole block's here (every thread calls it) */
 inline void pair_sync(int) { __syncthreads(); }
 inline void ldsm4(uint32_t r[4], const void *p) { emu_ldsm4(r, p, false); }

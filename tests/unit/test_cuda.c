@@ -253,19 +253,23 @@ TEST(qmatmul_matches_ref) {
                     ref[r * M + o] = quant_dot_ref(t, src + (size_t)o * rb, (const uint8_t *)blocks + (size_t)r * arb, K);
             void *dy;
             CHECK(hk_malloc(&dy, sizeof(float) * (size_t)(nmax * M), &e) == 0);
-            for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++) {
-                const int64_t n = ns[ni];
-                CHECK_MSG(hk_matmul(st, &w, NULL, 0, &a, n, dy, M, false, &e) == 0, "%s", e.msg);
-                CHECK_MSG(hk_stream_sync(st, &e) == 0, "%s n=%lld: %s", qtype_name(t), (long long)n, e.msg);
-                hk_d2h(y, dy, sizeof(float) * (size_t)(n * M), &e);
-                int64_t bad = 0, first = -1;
-                for (int64_t i = 0; i < n * M; i++)
-                    if (memcmp(&y[i], &ref[i], 4)) bad++, first = first < 0 ? i : first;
-                CHECK_MSG(bad == 0, "%s K=%lld n=%lld: %lld of %lld products differ from quant_dot_ref (first: row %lld "
-                          "out %lld: %.9g vs %.9g)", qtype_name(t), (long long)K, (long long)n, (long long)bad,
-                          (long long)(n * M), (long long)(first / M), (long long)(first % M), first < 0 ? 0.0 : y[first],
-                          first < 0 ? 0.0 : ref[first]);
-            }
+            for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++)
+                for (int form = 0; form < 2; form++) { /* tensor cores: mmq.cuh's two forms of Q4_K and Q5_K */
+                    const int64_t n = ns[ni];
+                    hk_mmq_form(form == 0);
+                    hk_memset(dy, 0xff, sizeof(float) * (size_t)(n * M), &e);
+                    CHECK_MSG(hk_matmul(st, &w, NULL, 0, &a, n, dy, M, false, &e) == 0, "%s", e.msg);
+                    CHECK_MSG(hk_stream_sync(st, &e) == 0, "%s n=%lld: %s", qtype_name(t), (long long)n, e.msg);
+                    hk_d2h(y, dy, sizeof(float) * (size_t)(n * M), &e);
+                    int64_t bad = 0, first = -1;
+                    for (int64_t i = 0; i < n * M; i++)
+                        if (memcmp(&y[i], &ref[i], 4)) bad++, first = first < 0 ? i : first;
+                    CHECK_MSG(bad == 0, "%s K=%lld n=%lld form %d: %lld of %lld products differ from quant_dot_ref (first: "
+                              "row %lld out %lld: %.9g vs %.9g)", qtype_name(t), (long long)K, (long long)n, form + 1,
+                              (long long)bad, (long long)(n * M), (long long)(first / M), (long long)(first % M),
+                              first < 0 ? 0.0 : y[first], first < 0 ? 0.0 : ref[first]);
+                }
+            hk_mmq_form(true);
             /* two weights in one launch (hk_matmul2: rows past the first's M are the second's, a
              * block of rows straddling the two): both outputs equal the reference */
             for (int pi = 0; pi < 2; pi++) {
@@ -321,9 +325,9 @@ TEST(moe_matmul_matches_ref) {
     SKIP("built without CUDA (nvcc not found)");
 #else
     if (!have_gpu()) return;
-    const uint32_t types[] = {QT_Q4_K, QT_Q6_K, QT_Q8_0};
+    const uint32_t types[] = {QT_Q4_K, QT_Q5_K, QT_Q6_K, QT_Q8_0};
     const int X = 16, Kx = 4;
-    const int64_t M = 72, K = 512, rows_list[] = {3, 8, 40};
+    const int64_t M = 72, K = 512, rows_list[] = {3, 8, 40, 150};
     herr e;
     void *st;
     CHECK(hk_stream_new(&st, &e) == 0);
@@ -360,10 +364,13 @@ TEST(moe_matmul_matches_ref) {
                       hk_malloc(&doffs, 4 * (size_t)(X + 1), &e) == 0 && hk_malloc(&dlist, 4 * (size_t)nr, &e) == 0 &&
                       hk_malloc(&dtiles, 4 * (size_t)(2 * (nr + X) + 2), &e) == 0);
                 hk_h2d(dsel, sel, 4 * (size_t)nr, &e);
-                for (int sorted = 0; sorted < 2; sorted++) {
+                /* pairs; sorted (tensor cores) in tiles of 16 and of 32, each in mmq.cuh's two forms */
+                for (int way = 0; way < 5; way++) {
+                    const int sorted = way > 0, tile = way > 2 ? 32 : 16;
+                    hk_mmq_form(way != 2 && way != 4);
                     hk_moe_sorted so = {.offs = doffs, .list = dlist, .tiles = dtiles,
-                                        .max_tiles = nr / hk_moe_tile_rows() + (X < nr ? X : nr)};
-                    if (sorted) CHECK_MSG(hk_moe_sort(st, dsel, nr, X, doffs, dlist, dtiles, &e) == 0, "%s", e.msg);
+                                        .max_tiles = nr / tile + (X < nr ? X : nr), .tile = tile};
+                    if (sorted) CHECK_MSG(hk_moe_sort(st, dsel, nr, X, tile, doffs, dlist, dtiles, &e) == 0, "%s", e.msg);
                     hk_memset(dy, 0xff, sizeof(float) * (size_t)(np * M), &e); /* NaN: every output must be written */
                     hk_memset(dy2, 0xff, sizeof(float) * (size_t)(np * M), &e);
                     /* gate/up: the same weights twice in one launch (hk_moe_matmul2), both outputs checked */
@@ -380,15 +387,19 @@ TEST(moe_matmul_matches_ref) {
                         int64_t bad = 0;
                         for (int64_t i = 0; i < np * M; i++) bad += memcmp(&y[i], &ref[i], 4) != 0;
                         CHECK_MSG(bad == 0, "%s %s rows=%lld %s: %lld of %lld products differ", qtype_name(t),
-                                  down ? "down" : out ? "up (second weight)" : "gate", (long long)n, sorted ? "sorted" : "pairs",
+                                  down ? "down" : out ? "up (second weight)" : "gate", (long long)n,
+                                  !sorted ? "pairs" : way == 1 ? "tiles of 16" : way == 2 ? "tiles of 16, first form"
+                                  : way == 3 ? "tiles of 32" : "tiles of 32, first form",
                                   (long long)bad, (long long)(np * M));
                     }
                 }
+                hk_mmq_form(true);
                 hk_free(dsel), hk_free(dy), hk_free(dy2), hk_free(doffs), hk_free(dlist), hk_free(dtiles);
                 dev_w_free(&w), dev_w_free(&ws), dev_act_free(&a);
                 free(src), free(ssrc), free(x), free(blocks), free(sel), free(ref), free(y);
             }
-    printf("  experts Q4_K, Q6_K, Q8_0: pair by pair and sorted by expert equal quant_dot_ref bit for bit\n");
+    printf("  experts Q4_K, Q5_K, Q6_K, Q8_0: pair by pair and sorted by expert (tiles of 16 and 32, both forms) equal "
+           "quant_dot_ref bit for bit\n");
     hk_stream_free(st);
 #endif
 }

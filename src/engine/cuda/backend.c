@@ -113,6 +113,7 @@ typedef struct cuda_engine {
     /* the delta rule in the chunked form (gdn_chunk.cuh), its scratch and each pass's chunk
      * table in io; HEARTH_CUDA_GDN_CHUNK=0: row by row (delta_kernel) instead */
     bool gdn_chunk;
+    bool moe_tile16; /* HEARTH_CUDA_MOE_TILE=16: experts' tiles of 16 pairs whatever their count */
     hk_gdn_scratch gsc;
     /* decode's fused launches (passes of at most hk_tail_rows() rows): a layer's input
      * products in one launch, the conv in the chunked delta rule's launch and the gated norm
@@ -605,9 +606,10 @@ static int moe_layer(cuda_engine *ce, int il, const cuda_layer *C, const float *
     /* a prompt's pairs grouped by expert for the tensor cores; a few rows run pair by pair */
     hk_moe_sorted so, *sp = NULL;
     if (n > GEMV_ROWS && !(gu_f && dn_f)) {
-        OP("moe sort", hk_moe_sort(st, ce->sel, nr, (int)X, ce->offs, ce->list, ce->mtiles, e));
+        const int tile = ce->moe_tile16 ? 16 : hk_moe_tile_for(nr, (int)X);
+        OP("moe sort", hk_moe_sort(st, ce->sel, nr, (int)X, tile, ce->offs, ce->list, ce->mtiles, e));
         so = (hk_moe_sorted){.offs = ce->offs, .list = ce->list, .tiles = ce->mtiles,
-                             .max_tiles = nr / hk_moe_tile_rows() + (X < nr ? X : nr)};
+                             .max_tiles = nr / tile + (X < nr ? X : nr), .tile = tile};
         sp = &so;
     }
     const hk_w *wsg = fused ? &C->ffn_gate_shexp : NULL, *wsu = fused ? &C->ffn_up_shexp : NULL;
@@ -1008,8 +1010,12 @@ int engine_open_cuda(engine **out, const model *m, const engine_opts *o, herr *e
     hk_gemv_stage(gs && !strcmp(gs, "1"));
     const char *ft = getenv("HEARTH_CUDA_FM_TILE"); /* 0: float weights' prompt rows through the one-warp form */
     hk_fm_tile(!(ft && !strcmp(ft, "0")));
+    const char *mf = getenv("HEARTH_CUDA_MMQ_NF"); /* 0: mmq.cuh's first form of the Q4_K / Q5_K block */
+    hk_mmq_form(!(mf && !strcmp(mf, "0")));
     const char *gc = getenv("HEARTH_CUDA_GDN_CHUNK");
     ce->gdn_chunk = !(gc && !strcmp(gc, "0"));
+    const char *mt = getenv("HEARTH_CUDA_MOE_TILE");
+    ce->moe_tile16 = mt && !strcmp(mt, "16");
     const char *fu = getenv("HEARTH_CUDA_FUSE");
     ce->fuse = FU_DEFAULT;
     if (fu && fuse_parts(fu, &ce->fuse, e) < 0) {

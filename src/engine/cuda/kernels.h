@@ -138,6 +138,7 @@ int hk_stream_new(void **st, herr *e);
 void hk_pdl(bool on);
 void hk_gemv_stage(bool on); /* one-row products staged through shared memory (mmq.cu) */
 void hk_fm_tile(bool on);    /* float weights over prompt rows in warp tiles (mmq.cu; on by default) */
+void hk_mmq_form(bool nf);   /* the second form of mmq.cuh's Q4_K / Q5_K block (on by default) */
 void hk_stream_free(void *st);
 int hk_h2d(void *d, const void *h, size_t n, herr *e);             /* synchronous: done for every stream */
 int hk_d2h(void *h, const void *d, size_t n, herr *e);
@@ -217,8 +218,9 @@ int hk_tail_rows(void); /* input rows up to which products take one launch a few
 typedef struct hk_moe_sorted {
     const int32_t *offs;   /* X + 1 offsets of each expert's pairs in list */
     const int32_t *list;   /* the routed pairs grouped by expert */
-    const int32_t *tiles;  /* the count, then (expert, first index in list) of each tile of MOE_TILE pairs */
-    int64_t max_tiles;     /* grid size: n_routed / MOE_TILE + min(X, n_routed) bounds the tiles */
+    const int32_t *tiles;  /* the count, then (expert, first index in list) of each tile of `tile` pairs */
+    int64_t max_tiles;     /* grid size: n_routed / tile + min(X, n_routed) bounds the tiles */
+    int tile;              /* pairs per tile: hk_moe_tile_for's (16 or 32), as hk_moe_sort laid them */
 } hk_moe_sorted;
 int hk_moe_matmul(void *st, const hk_w *w, const hk_w *ws, const int32_t *sel, int64_t n_routed, int64_t n_pairs,
                   int in_div, int64_t sh_row0, const hk_act *a, const hk_moe_sorted *sorted, float *y, int64_t ys,
@@ -237,14 +239,16 @@ int hk_moe_down_swiglu(void *st, const hk_w *w, const hk_w *ws, const int32_t *s
 /* the same for float experts over f32 rows x (stride xs), every pair on its own */
 int hk_moe_matmul_f32(void *st, const hk_w *w, const hk_w *ws, const int32_t *sel, int64_t n_routed, int64_t n_pairs,
                       int in_div, int64_t sh_row0, const float *x, int64_t xs, float *y, int64_t ys, herr *e);
-int hk_moe_tile_rows(void);  /* MOE_TILE */
+/* pairs per tensor-core tile for n_routed pairs over X experts: 32 once the experts average
+ * 32 pairs (each expert's weights are then read from L2 by half as many tiles), else 16 */
+int hk_moe_tile_for(int64_t n_routed, int X);
 
 /* ---- moe.cu ---- */
 /* per row (logits at stride ls): softmax over X logits, the top K (ties: the lower id), weights
  * renormalised; X <= 512 */
 int hk_moe_route(void *st, const float *logits, int64_t ls, int64_t n, int X, int K, int32_t *sel, float *wsel, herr *e);
-/* the n_pairs routed pairs grouped by expert (offs, list, tiles of hk_moe_sorted), on the GPU */
-int hk_moe_sort(void *st, const int32_t *sel, int64_t n_pairs, int X, int32_t *offs, int32_t *list, int32_t *tiles,
+/* the n_pairs routed pairs grouped by expert (offs, list, tiles of `tile` pairs: hk_moe_sorted), on the GPU */
+int hk_moe_sort(void *st, const int32_t *sel, int64_t n_pairs, int X, int tile, int32_t *offs, int32_t *list, int32_t *tiles,
                 herr *e);
 /* g = silu(g) * u for n_pairs rows of F, then rounded into a (for the down product) */
 int hk_swiglu_quant(void *st, const float *g, const float *u, int64_t n_pairs, int64_t F, hk_act *a, herr *e);

@@ -17,24 +17,9 @@
 #include "engine/cuda/act.cuh"
 #include "engine/cuda/tail.cuh"
 #include "engine/cuda/gemv.cuh"
+#include "engine/cuda/mmq.cuh"
 
-#define MOE_TILE 16 /* pairs per tensor-core tile of an expert (hk_moe_sort lays the tiles) */
-
-extern "C" int hk_moe_tile_rows(void) { return MOE_TILE; }
-
-// cp.async: 16 or 4 bytes from global to shared memory without a register on the way; a
-// thread's copies since its last commit form a group, and wait_group N returns once at most N
-// of its groups are still in flight
-__device__ __forceinline__ void cp16(void *smem, const void *gmem) {
-    const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(gmem));
-}
-__device__ __forceinline__ void cp4(void *smem, const void *gmem) {
-    const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(s), "l"(gmem));
-}
-__device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;"); }
-__device__ __forceinline__ void cp_wait1() { asm volatile("cp.async.wait_group 1;"); }
+extern "C" int hk_moe_tile_for(int64_t n_routed, int X) { return n_routed >= 32 * (int64_t)X ? 32 : 16; }
 
 // wait until at most n (0..7) of this thread's groups are in flight (the count is an immediate)
 __device__ __forceinline__ void cp_wait_upto(int n) {
@@ -114,247 +99,29 @@ __global__ void __launch_bounds__(128) gemv_staged_kernel(hk_w w, hk_w ws, hk_ac
 
 // ------------------------------------------------------------------ mmq: int8 tensor cores
 
-// mma.sync m16n8k32 / m16n8k16, s8 x s8 -> s32 (PTX ISA's fragments: A rows g and g+8 of
-// the 16, k 4t..4t+3 (and 16+4t..); B column g, the same k; C rows g, g+8, columns 2t, 2t+1;
-// g = lane / 4, t = lane % 4)
-__device__ __forceinline__ void mma_k32(int c[4], const uint32_t a[4], const uint32_t b[2]) {
-    asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
-                 : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
-__device__ __forceinline__ void mma_k16(int c[4], const uint32_t a[2], uint32_t b) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5}, {%6}, {%0,%1,%2,%3};"
-                 : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(b));
-}
+static bool mmq_nf = true; /* the second form of the Q4_K / Q5_K block (mmq.cuh) */
+extern "C" void hk_mmq_form(bool nf) { mmq_nf = nf; }
 
-
-#define MM_BM 64   /* outputs per tile: 16 per warp */
-#define MM_XS 272  /* bytes per input row in shared memory: 256 + 16, so the 8 rows of a fragment hit 8 bank quads */
-
-// a tile's weight bytes per output row per 256 inputs, and their stride in shared memory
-template <int T> struct mq {
-    static constexpr int WB = T == QT_Q4_K ? 144 : T == QT_Q5_K ? 176 : T == QT_Q6_K ? 208 : 256;
-    static constexpr int WS = T == QT_Q8_0 ? 272 : WB;  /* Q8_0's 256 would put the 8 rows on one bank */
-};
-template <int T, int NT> struct mq_smem {
-    static constexpr int BN = 8 * NT;
-    static constexpr int W = MM_BM * mq<T>::WS, X = BN * MM_XS, S = BN * 8 * 4, D = BN * 8 * 4;
-    static constexpr int STAGE = W + X + S + D;
-    static constexpr int TOTAL = 2 * STAGE + 2 * BN * 4;
-};
-
-// Tile of 64 outputs (blockIdx.x) x BN = 8 NT input rows (blockIdx.y): dense, rows y..y+BN
-// of n; or an expert tile (tiles set: entry blockIdx.y of hk_moe_sort's table, pairs
-// list[first..] of expert e, input rows pair / in_div, output rows the pairs). Two stages
-// of shared memory filled by cp.async, one 256-block of K per stage.
-template <int T, int NT>
-__global__ void __launch_bounds__(128) mmq_kernel(hk_w w, hk_act a, int64_t n, const int32_t *offs, const int32_t *list,
-                                                  const int32_t *tiles, int in_div, float *y, int64_t ys, bool add) {
-    pdl_enter();
-    extern __shared__ __align__(16) uint8_t smem[];
-    using L = mq_smem<T, NT>;
-    constexpr int BN = L::BN, WB = mq<T>::WB, WS = mq<T>::WS;
-    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
-    int32_t *arow = (int32_t *)(smem + 2 * L::STAGE), *orow = arow + BN;
-    const uint8_t *W = (const uint8_t *)w.d;
-    const uint16_t *DD = w.dd;
-    int cnt;
-    if (tiles) {
-        if ((int)blockIdx.y >= tiles[0]) return;
-        const int ex = tiles[1 + 2 * blockIdx.y], first = tiles[2 + 2 * blockIdx.y];
-        cnt = min(BN, offs[ex + 1] - first);
-        W += (size_t)ex * w.slice_bytes;
-        if (DD) DD += (size_t)ex * w.dd_slice;
-        for (int i = tid; i < BN; i += 128) {
-            const int p = list[first + min(i, cnt - 1)];
-            arow[i] = p / in_div;
-            orow[i] = p;
-        }
-    } else {
-        const int64_t t0 = (int64_t)blockIdx.y * BN;
-        cnt = (int)min((int64_t)BN, n - t0);
-        for (int i = tid; i < BN; i += 128) arow[i] = orow[i] = (int32_t)(t0 + min(i, cnt - 1));
+template <int T, int NT, bool NF> static int mmq_go(void *st, const hk_w *w, const hk_act *a, int64_t n, const int32_t *offs,
+                                                    const int32_t *list, const int32_t *tiles, int64_t grid_y, int in_div,
+                                                    float *y, int64_t ys, bool add, herr *e) {
+    static bool ready = false;
+    constexpr int bytes = mq_smem<T, NT>::TOTAL;
+    if (!ready) {
+        CUDA_TRY(cudaFuncSetAttribute(mmq_kernel<T, NT, NF>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes), e);
+        ready = true;
     }
-    __syncthreads();
-    const int64_t K = w.K, nkb = K / 256, o0 = (int64_t)blockIdx.x * MM_BM;
-
-    auto load = [&](int s, int64_t kb) {
-        uint8_t *Ws = smem + s * L::STAGE, *Xs = Ws + L::W;
-        int32_t *Ss = (int32_t *)(Xs + L::X);
-        float *Ds = (float *)((uint8_t *)Ss + L::S);
-        for (int i = tid; i < MM_BM * (WB / 16); i += 128) {
-            const int r = i / (WB / 16), ch = i % (WB / 16);
-            const int64_t o = min(o0 + r, w.M - 1);
-            cp16(Ws + r * WS + 16 * ch, W + (size_t)o * w.row_bytes + (size_t)kb * WB + 16 * ch);
-        }
-        for (int i = tid; i < BN * 16; i += 128) {
-            const int r = i >> 4, ch = i & 15;
-            cp16(Xs + r * MM_XS + 16 * ch, a.q + (int64_t)arow[r] * K + kb * 256 + 16 * ch);
-        }
-        if (T == QT_Q4_K || T == QT_Q5_K)
-            for (int i = tid; i < BN * 2; i += 128) {
-                const int r = i >> 1, ch = i & 1;
-                cp16(Ss + r * 8 + 4 * ch, a.s + (int64_t)arow[r] * (K / 32) + kb * 8 + 4 * ch);
-            }
-        if (T == QT_Q8_0)
-            for (int i = tid; i < BN * 2; i += 128) {
-                const int r = i >> 1, ch = i & 1;
-                cp16(Ds + r * 8 + 4 * ch, a.d + (int64_t)arow[r] * (K / 32) + kb * 8 + 4 * ch);
-            }
-        else
-            for (int i = tid; i < BN; i += 128) cp4(Ds + i * 8, a.d + (int64_t)arow[i] * (K / 256) + kb);
-    };
-
-    float acc[NT][4];
-#pragma unroll
-    for (int i = 0; i < NT; i++)
-#pragma unroll
-        for (int k = 0; k < 4; k++) acc[i][k] = 0.0f;
-    const int gr0 = 16 * warp + g, gr1 = gr0 + 8;                 /* this thread's two rows in the tile */
-    const int64_t go0 = min(o0 + gr0, w.M - 1), go1 = min(o0 + gr1, w.M - 1);
-
-    load(0, 0);
-    cp_commit();
-    for (int64_t kb = 0; kb < nkb; kb++) {
-        if (kb + 1 < nkb) load((int)((kb + 1) & 1), kb + 1);
-        cp_commit();
-        cp_wait1();
-        __syncthreads();
-        const uint8_t *Ws = smem + (kb & 1) * L::STAGE, *Xs = Ws + L::W;
-        const int32_t *Ss = (const int32_t *)(Xs + L::X);
-        const float *Ds = (const float *)((const uint8_t *)Ss + L::S);
-        const uint8_t *b0 = Ws + gr0 * WS, *b1 = Ws + gr1 * WS;
-        if (T == QT_Q4_K || T == QT_Q5_K) {
-            constexpr int QS = T == QT_Q4_K ? 16 : 48;
-            int sc0[8], m0[8], sc1[8], m1[8];
-#pragma unroll
-            for (int j = 0; j < 8; j++) scale_min(j, b0 + 4, &sc0[j], &m0[j]), scale_min(j, b1 + 4, &sc1[j], &m1[j]);
-            int sumi[NT][4], summ[NT][4];
-#pragma unroll
-            for (int i = 0; i < NT; i++)
-#pragma unroll
-                for (int k = 0; k < 4; k++) sumi[i][k] = 0, summ[i][k] = 0;
-#pragma unroll
-            for (int j = 0; j < 8; j++) {
-                const int off = QS + (j >> 1) * 32 + 4 * t, sh = (j & 1) * 4;
-                uint32_t af[4] = {(ld32(b0 + off) >> sh) & 0x0F0F0F0Fu, (ld32(b1 + off) >> sh) & 0x0F0F0F0Fu,
-                                  (ld32(b0 + off + 16) >> sh) & 0x0F0F0F0Fu, (ld32(b1 + off + 16) >> sh) & 0x0F0F0F0Fu};
-                if (T == QT_Q5_K) {
-                    af[0] |= ((ld32(b0 + 16 + 4 * t) >> j) & 0x01010101u) << 4;
-                    af[1] |= ((ld32(b1 + 16 + 4 * t) >> j) & 0x01010101u) << 4;
-                    af[2] |= ((ld32(b0 + 32 + 4 * t) >> j) & 0x01010101u) << 4;
-                    af[3] |= ((ld32(b1 + 32 + 4 * t) >> j) & 0x01010101u) << 4;
-                }
-#pragma unroll
-                for (int nt = 0; nt < NT; nt++) {
-                    const uint8_t *xb = Xs + (8 * nt + g) * MM_XS + 32 * j + 4 * t;
-                    const uint32_t bf[2] = {ld32(xb), ld32(xb + 16)};
-                    int c[4] = {0, 0, 0, 0};
-                    mma_k32(c, af, bf);
-                    const int ta = 8 * nt + 2 * t, sa = Ss[ta * 8 + j], sb = Ss[(ta + 1) * 8 + j];
-                    sumi[nt][0] += sc0[j] * c[0], sumi[nt][1] += sc0[j] * c[1];
-                    sumi[nt][2] += sc1[j] * c[2], sumi[nt][3] += sc1[j] * c[3];
-                    summ[nt][0] += m0[j] * sa, summ[nt][1] += m0[j] * sb;
-                    summ[nt][2] += m1[j] * sa, summ[nt][3] += m1[j] * sb;
-                }
-            }
-            const float dw0 = __half2float(__ushort_as_half(*(const uint16_t *)b0));
-            const float dm0 = __half2float(__ushort_as_half(*(const uint16_t *)(b0 + 2)));
-            const float dw1 = __half2float(__ushort_as_half(*(const uint16_t *)b1));
-            const float dm1 = __half2float(__ushort_as_half(*(const uint16_t *)(b1 + 2)));
-#pragma unroll
-            for (int nt = 0; nt < NT; nt++) {
-                const int ta = 8 * nt + 2 * t;
-                const float da = Ds[ta * 8], db = Ds[(ta + 1) * 8];
-                acc[nt][0] = FADD(acc[nt][0], term_kmin(da, dw0, dm0, sumi[nt][0], summ[nt][0]));
-                acc[nt][1] = FADD(acc[nt][1], term_kmin(db, dw0, dm0, sumi[nt][1], summ[nt][1]));
-                acc[nt][2] = FADD(acc[nt][2], term_kmin(da, dw1, dm1, sumi[nt][2], summ[nt][2]));
-                acc[nt][3] = FADD(acc[nt][3], term_kmin(db, dw1, dm1, sumi[nt][3], summ[nt][3]));
-            }
-        } else if (T == QT_Q6_K) {
-            int sumi[NT][4];
-#pragma unroll
-            for (int i = 0; i < NT; i++)
-#pragma unroll
-                for (int k = 0; k < 4; k++) sumi[i][k] = 0;
-#pragma unroll
-            for (int s = 0; s < 16; s++) {
-                const int half = s >> 3, quarter = (s >> 1) & 3, lh = s & 1;
-                const int qlo = 64 * half + 32 * (quarter & 1) + 16 * lh + 4 * t, qho = 128 + 32 * half + 16 * lh + 4 * t;
-                const int nsh = quarter >= 2 ? 4 : 0, hsh = 2 * quarter;
-                const uint32_t af[2] = {q6_word(ld32(b0 + qlo), ld32(b0 + qho), nsh, hsh),
-                                        q6_word(ld32(b1 + qlo), ld32(b1 + qho), nsh, hsh)};
-                const int s0 = (int8_t)b0[192 + s], s1 = (int8_t)b1[192 + s];
-#pragma unroll
-                for (int nt = 0; nt < NT; nt++) {
-                    const uint32_t bf = ld32(Xs + (8 * nt + g) * MM_XS + 16 * s + 4 * t);
-                    int c[4] = {0, 0, 0, 0};
-                    mma_k16(c, af, bf);
-                    sumi[nt][0] += s0 * c[0], sumi[nt][1] += s0 * c[1];
-                    sumi[nt][2] += s1 * c[2], sumi[nt][3] += s1 * c[3];
-                }
-            }
-            const float dw0 = __half2float(__ushort_as_half(DD[go0 * w.dd_row + kb]));
-            const float dw1 = __half2float(__ushort_as_half(DD[go1 * w.dd_row + kb]));
-#pragma unroll
-            for (int nt = 0; nt < NT; nt++) {
-                const int ta = 8 * nt + 2 * t;
-                const float da = Ds[ta * 8], db = Ds[(ta + 1) * 8];
-                acc[nt][0] = FADD(acc[nt][0], term_k6(da, dw0, sumi[nt][0]));
-                acc[nt][1] = FADD(acc[nt][1], term_k6(db, dw0, sumi[nt][1]));
-                acc[nt][2] = FADD(acc[nt][2], term_k6(da, dw1, sumi[nt][2]));
-                acc[nt][3] = FADD(acc[nt][3], term_k6(db, dw1, sumi[nt][3]));
-            }
-        } else { /* Q8_0: eight 32-blocks per stage, each finished on its own, in order */
-#pragma unroll
-            for (int j = 0; j < 8; j++) {
-                const int off = 32 * j + 4 * t;
-                const uint32_t af[4] = {ld32(b0 + off), ld32(b1 + off), ld32(b0 + off + 16), ld32(b1 + off + 16)};
-                const float dw0 = __half2float(__ushort_as_half(DD[go0 * w.dd_row + kb * 8 + j]));
-                const float dw1 = __half2float(__ushort_as_half(DD[go1 * w.dd_row + kb * 8 + j]));
-#pragma unroll
-                for (int nt = 0; nt < NT; nt++) {
-                    const uint8_t *xb = Xs + (8 * nt + g) * MM_XS + off;
-                    const uint32_t bf[2] = {ld32(xb), ld32(xb + 16)};
-                    int c[4] = {0, 0, 0, 0};
-                    mma_k32(c, af, bf);
-                    const int ta = 8 * nt + 2 * t;
-                    const float da = Ds[ta * 8 + j], db = Ds[(ta + 1) * 8 + j];
-                    acc[nt][0] = FADD(acc[nt][0], term_q80(dw0, da, c[0]));
-                    acc[nt][1] = FADD(acc[nt][1], term_q80(dw0, db, c[1]));
-                    acc[nt][2] = FADD(acc[nt][2], term_q80(dw1, da, c[2]));
-                    acc[nt][3] = FADD(acc[nt][3], term_q80(dw1, db, c[3]));
-                }
-            }
-        }
-        __syncthreads();
-    }
-#pragma unroll
-    for (int nt = 0; nt < NT; nt++)
-#pragma unroll
-        for (int k = 0; k < 4; k++) {
-            const int64_t o = o0 + (k < 2 ? gr0 : gr1);
-            const int ti = 8 * nt + 2 * t + (k & 1);
-            if (o < w.M && ti < cnt) {
-                float *yp = y + (int64_t)orow[ti] * ys + o;
-                *yp = add ? FADD(*yp, acc[nt][k]) : acc[nt][k];
-            }
-        }
+    dim3 g(blocks_of(w->M, MM_BM), (unsigned)grid_y);
+    LAUNCH(e, (mmq_kernel<T, NT, NF>), g, 128, bytes, st, *w, *a, n, offs, list, tiles, in_div, y, ys, add);
+    return 0;
 }
 
 template <int T, int NT> static int mmq_launch(void *st, const hk_w *w, const hk_act *a, int64_t n, const int32_t *offs,
                                                const int32_t *list, const int32_t *tiles, int64_t grid_y, int in_div,
                                                float *y, int64_t ys, bool add, herr *e) {
-    static bool ready = false;
-    constexpr int bytes = mq_smem<T, NT>::TOTAL;
-    if (!ready) {
-        CUDA_TRY(cudaFuncSetAttribute(mmq_kernel<T, NT>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes), e);
-        ready = true;
-    }
-    dim3 g(blocks_of(w->M, MM_BM), (unsigned)grid_y);
-    LAUNCH(e, (mmq_kernel<T, NT>), g, 128, bytes, st, *w, *a, n, offs, list, tiles, in_div, y, ys, add);
-    return 0;
+    constexpr bool two = T == QT_Q4_K || T == QT_Q5_K; /* the types with a second form */
+    if (two && mmq_nf) return mmq_go<T, NT, two>(st, w, a, n, offs, list, tiles, grid_y, in_div, y, ys, add, e);
+    return mmq_go<T, NT, false>(st, w, a, n, offs, list, tiles, grid_y, in_div, y, ys, add, e);
 }
 
 // ------------------------------------------------------------------ float weights
@@ -729,11 +496,14 @@ template <int T> static int qmoe(void *st, const hk_w *w, const hk_w *ws, const 
                                  int64_t n_pairs, int in_div, int64_t sh_row0, const hk_act *a, const hk_moe_sorted *so,
                                  float *y, int64_t ys, const hk_w *w2, const hk_w *ws2, float *y2, herr *e) {
     if (!so) return gemv_launch<T>(st, w, ws, a, 1, sel, n_routed, n_pairs, in_div, sh_row0, y, ys, false, w2, ws2, y2, NULL, e);
+    if (so->tile != 16 && so->tile != 32) return herr_set(e, "hk_moe_matmul: tiles of %d pairs (16 or 32)", so->tile);
     for (int k = 0; k < (w2 ? 2 : 1); k++) {
         const hk_w *wk = k ? w2 : w, *wsk = k ? ws2 : ws;
         float *yk = k ? y2 : y;
-        if (n_routed && mmq_launch<T, MOE_TILE / 8>(st, wk, a, n_routed, so->offs, so->list, so->tiles, so->max_tiles, in_div,
-                                                    yk, ys, false, e) < 0)
+        if (n_routed && (so->tile == 32 ? mmq_launch<T, 4>(st, wk, a, n_routed, so->offs, so->list, so->tiles, so->max_tiles,
+                                                           in_div, yk, ys, false, e)
+                                         : mmq_launch<T, 2>(st, wk, a, n_routed, so->offs, so->list, so->tiles, so->max_tiles,
+                                                           in_div, yk, ys, false, e)) < 0)
             return -1;
         if (wsk && n_pairs > n_routed) { /* the shared expert over its rows, into the pairs past the routed ones */
             const hk_act as = act_from(a, sh_row0);

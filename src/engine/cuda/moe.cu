@@ -51,10 +51,11 @@ __global__ void __launch_bounds__(SORT_THREADS) sort_kernel(const int32_t *sel, 
     for (int64_t i = tid; i < n_pairs; i += SORT_THREADS) list[atomicAdd(&at[sel[i]], 1)] = (int32_t)i;
 }
 
-extern "C" int hk_moe_sort(void *st, const int32_t *sel, int64_t n_pairs, int X, int32_t *offs, int32_t *list,
+extern "C" int hk_moe_sort(void *st, const int32_t *sel, int64_t n_pairs, int X, int tile, int32_t *offs, int32_t *list,
                            int32_t *tiles, herr *e) {
     if (X > ROUTE_MAX_X) return herr_set(e, "hk_moe_sort: %d experts", X);
-    LAUNCH(e, sort_kernel, 1, SORT_THREADS, 0, st, sel, n_pairs, X, hk_moe_tile_rows(), offs, list, tiles);
+    if (tile != 16 && tile != 32) return herr_set(e, "hk_moe_sort: tiles of %d pairs (16 or 32)", tile);
+    LAUNCH(e, sort_kernel, 1, SORT_THREADS, 0, st, sel, n_pairs, X, tile, offs, list, tiles);
     return 0;
 }
 
