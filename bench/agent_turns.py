@@ -361,33 +361,37 @@ def edit_trace(seed, session, target_tokens):
     return out
 
 
+def messages_body(msgs, tools, cch, max_tokens=1):
+    """chat messages (a system prompt first; tool calls, tool results) and OpenAI tools as Claude
+    Code's POST /v1/messages body: the billing line with hash cch as the system prompt's first block,
+    thinking and tool_use blocks, tool_result blocks (tests/cli/scenarios_test.py sends these too)"""
+    body = {"model": "m", "max_tokens": max_tokens, "temperature": 0, "stream": False,
+            "system": [{"type": "text", "text": f"x-anthropic-billing-header: cc_version=2.1.37.3a3; "
+                                                f"cc_entrypoint=cli; cch={cch};"},
+                       {"type": "text", "text": msgs[0]["content"]}],
+            "tools": [{"name": x["function"]["name"], "description": x["function"]["description"],
+                       "input_schema": x["function"]["parameters"]} for x in tools],
+            "messages": []}
+    for m in msgs[1:]:
+        if m["role"] == "user":
+            body["messages"].append({"role": "user", "content": m["content"]})
+        elif m["role"] == "assistant":
+            c = m["tool_calls"][0]
+            body["messages"].append({"role": "assistant", "content": [
+                {"type": "thinking", "thinking": m["reasoning_content"], "signature": ""},
+                {"type": "tool_use", "id": c["id"], "name": c["function"]["name"],
+                 "input": json.loads(c["function"]["arguments"])}]})
+        else:
+            body["messages"].append({"role": "user", "content": [
+                {"type": "tool_result", "tool_use_id": m["tool_call_id"], "content": m["content"]}]})
+    return body
+
+
 def billing_trace(seed, session, target_tokens):
     """the agent trace as Anthropic's messages, Claude Code's billing line first in the system
     prompt with a hash that differs in every request"""
-    out = []
-    for t, (msgs, tools) in enumerate(agent_trace(seed, session, target_tokens)):
-        cch = f"{(session * 1000 + t) * 2654435761 % 16 ** 5:05x}"
-        body = {"model": "m", "max_tokens": 1, "temperature": 0, "stream": False,
-                "system": [{"type": "text", "text": f"x-anthropic-billing-header: cc_version=2.1.37.3a3; "
-                                                    f"cc_entrypoint=cli; cch={cch};"},
-                           {"type": "text", "text": msgs[0]["content"]}],
-                "tools": [{"name": x["function"]["name"], "description": x["function"]["description"],
-                           "input_schema": x["function"]["parameters"]} for x in tools],
-                "messages": []}
-        for m in msgs[1:]:
-            if m["role"] == "user":
-                body["messages"].append({"role": "user", "content": m["content"]})
-            elif m["role"] == "assistant":
-                c = m["tool_calls"][0]
-                body["messages"].append({"role": "assistant", "content": [
-                    {"type": "thinking", "thinking": m["reasoning_content"], "signature": ""},
-                    {"type": "tool_use", "id": c["id"], "name": c["function"]["name"],
-                     "input": json.loads(c["function"]["arguments"])}]})
-            else:
-                body["messages"].append({"role": "user", "content": [
-                    {"type": "tool_result", "tool_use_id": m["tool_call_id"], "content": m["content"]}]})
-        out.append((body, MESSAGES))
-    return out
+    return [(messages_body(msgs, tools, f"{(session * 1000 + t) * 2654435761 % 16 ** 5:05x}"), MESSAGES)
+            for t, (msgs, tools) in enumerate(agent_trace(seed, session, target_tokens))]
 
 
 def interleave_plan(a, session):

@@ -222,15 +222,20 @@ static bool ids_same(const int32_t *a, int64_t na, const int32_t *b, int64_t nb)
     return na == nb && (na == 0 || !memcmp(a, b, sizeof *a * (size_t)na));
 }
 
-int64_t chat_answer_end(const chat_template *t, const chat_input *base, const tokenizer *tok, int32_t *ids, int64_t max,
-                        int32_t *start_id) {
-    *start_id = -1;
+/* The end ids after PROBE_TEXT when follow (a user's or a tool's message) comes after it, or 0;
+ * a tool's result follows an answer with some thinking (reasoning_content). *has_start: a
+ * rendering holds <|im_start|> */
+static int64_t answer_end_with(const chat_template *t, const chat_input *base, const tokenizer *tok, const char *follow,
+                               int32_t *ids, int64_t max, bool *has_start) {
     cJSON *msgs = cJSON_CreateArray();
-    static const char *const roles[] = {"user", "assistant", "user"};
+    const bool tool = !strcmp(follow, "tool");
+    static const char *const roles[] = {"user", "assistant", NULL};
     static const char *const texts[] = {"Hello.", PROBE_TEXT, "Hello again."};
     for (int k = 0; k < 3; k++) {
         cJSON *m = cJSON_CreateObject();
-        cJSON_AddStringToObject(m, "role", roles[k]);
+        cJSON_AddStringToObject(m, "role", roles[k] ? roles[k] : follow);
+        if (k == 1 && tool) cJSON_AddStringToObject(m, "reasoning_content", "Thinking first.");
+        if (k == 2 && tool) cJSON_AddStringToObject(m, "tool_call_id", "call_0");
         cJSON_AddStringToObject(m, "content", texts[k]);
         cJSON_AddItemToArray(msgs, m);
     }
@@ -245,6 +250,8 @@ int64_t chat_answer_end(const chat_template *t, const chat_input *base, const to
     cJSON_DeleteItemFromArray(msgs, 2);
     if (rc == 0) rc = render_with(t, &in, msgs, &upto, &upto_len, &e);
     cJSON_Delete(msgs);
+    if (rc == 0 && (memmem(whole, whole_len, "<|im_start|>", 12) || memmem(upto, upto_len, "<|im_start|>", 12)))
+        *has_start = true;
     const char *probe = rc == 0 ? memmem(upto, upto_len, PROBE_TEXT, strlen(PROBE_TEXT)) : NULL;
     /* the end: after the probe in the rendering that stops with the assistant message, which
      * must be where the whole one's next message begins */
@@ -261,10 +268,26 @@ int64_t chat_answer_end(const chat_template *t, const chat_input *base, const to
         free(a);
         free(en);
         free(w);
-        const int32_t im_start = tokenizer_find(tok, "<|im_start|>", 12);
-        if (im_start >= 0 && memmem(whole, whole_len, "<|im_start|>", 12)) *start_id = im_start;
     }
     free(whole);
     free(upto);
+    return n;
+}
+
+/* A user's message after the answer first; then a tool's result: Qwen3's and Qwen3.5's templates
+ * write the assistant message after the last user message with its thinking block and again
+ * without it once a user message follows (no prefix: the probe fails), while a tool's result
+ * follows it as it was (Qwen3's: when it has some thinking), which is where an agent loop's
+ * next request resumes. *start_id is <|im_start|> wherever a rendering holds it, whether or not
+ * an end was found (else a template that rewrites answers would leave /completion prompts
+ * without marks, never resumed). */
+int64_t chat_answer_end(const chat_template *t, const chat_input *base, const tokenizer *tok, int32_t *ids, int64_t max,
+                        int32_t *start_id) {
+    *start_id = -1;
+    bool has_start = false;
+    int64_t n = answer_end_with(t, base, tok, "user", ids, max, &has_start);
+    if (n == 0) n = answer_end_with(t, base, tok, "tool", ids, max, &has_start);
+    const int32_t im_start = tokenizer_find(tok, "<|im_start|>", 12);
+    if (im_start >= 0 && has_start) *start_id = im_start;
     return n;
 }

@@ -90,14 +90,16 @@ int64_t chat_message_starts(const chat_template *t, const chat_input *in, const 
 
 /* What a template renders after an assistant message's content when another message follows
  * (ChatML: "<|im_end|>\n"), as ids: found by rendering a probe conversation (a user message,
- * an assistant message, a user message; base gives the other variables). A server appends
- * them to an answer to make the state a later request's prompt has where its next message
- * begins. Writes up to max ids and returns how many; 0 when the template renders nothing
+ * an assistant message, a user message; else, for templates that write an answer otherwise
+ * once a user message follows, as Qwen3's and Qwen3.5's drop its thinking, the assistant
+ * message with some thinking and a tool's result after it; base gives the other variables).
+ * A server appends them to an answer to make the state a later request's prompt has where its
+ * next message begins. Writes up to max ids and returns how many; 0 when the template renders nothing
  * there that tokenizes apart from the answer's own text (the ids of text + end are not those
  * of text then those of end), when the assistant message is not where the next one begins
  * (the rendering without the last message is no prefix of the whole), or when it refuses
- * the probe. *start_id: the id every message start is (<|im_start|> where the rendering
- * holds it, as chat_message_starts finds them), else -1. */
+ * the probe. *start_id: the id every message start is (<|im_start|> where a rendering
+ * holds it, as chat_message_starts finds them, whether or not an end was found), else -1. */
 int64_t chat_answer_end(const chat_template *t, const chat_input *base, const tokenizer *tok, int32_t *ids, int64_t max,
                         int32_t *start_id);
 

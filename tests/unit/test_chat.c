@@ -431,6 +431,48 @@ TEST(message_starts_qwen3_real) {
     tokenizer_free(tok);
 }
 
+/* chat_answer_end on the qwen35 vocabulary: what follows an answer, and the message-start id.
+ * Qwen3's and Qwen3.5's templates write an answer after the last user message with its thinking
+ * block and without it once a user message follows, so the probe is found with a tool's result
+ * after the answer; their <|im_start|> is the start id either way (it once was -1 there: no
+ * answer-end points and no /completion resume under the family's own templates). */
+TEST(answer_end) {
+    tokenizer *tok = load_vocab_fixture("ggml-vocab-qwen35.gguf");
+    CHECK(tok != NULL);
+    if (!tok) return;
+    int64_t n_want;
+    int32_t *want = tokenizer_encode_alloc(tok, "<|im_end|>\n", 11, true, &n_want);
+    const int32_t im = tokenizer_find(tok, "<|im_start|>", 12);
+    static const char *const files[] = {"tests/fixtures/templates/Qwen3.5-4B.jinja",
+                                        "tests/fixtures/templates/Qwen-Qwen3-0.6B.jinja",
+                                        "tests/fixtures/templates/chatml.jinja",
+                                        "tests/fixtures/templates/meta-llama-Llama-3.1-8B-Instruct.jinja"};
+    for (int f = 0; f < 4; f++) {
+        chat_template *t = load_template(files[f]);
+        CHECK(t != NULL);
+        if (!t) continue;
+        for (int think = -1; think <= 1; think++) {
+            const chat_input base = {.enable_thinking = think};
+            int32_t ids[64], start = -2;
+            const int64_t n = chat_answer_end(t, &base, tok, ids, 64, &start);
+            if (f < 3) {
+                CHECK_MSG(n == n_want && !memcmp(ids, want, sizeof *ids * (size_t)n) && start == im,
+                          "%s, enable_thinking %d: %lld end ids, start id %d (want %lld, %d)", files[f], think,
+                          (long long)n, start, (long long)n_want, im);
+            } else { /* Llama 3: <|eot_id|> ends an answer, and no <|im_start|> */
+                int64_t n_eot;
+                int32_t *eot = tokenizer_encode_alloc(tok, "<|eot_id|>", 10, true, &n_eot);
+                CHECK_MSG(n == n_eot && !memcmp(ids, eot, sizeof *ids * (size_t)n) && start == -1,
+                          "%s: %lld end ids, start id %d", files[f], (long long)n, start);
+                free(eot);
+            }
+        }
+        chat_template_free(t);
+    }
+    free(want);
+    tokenizer_free(tok);
+}
+
 int main(void) {
     snprintf(tmpdir, sizeof tmpdir, "/tmp/hearth-test-chat.XXXXXX");
     if (!mkdtemp(tmpdir)) return 1;
@@ -442,6 +484,7 @@ int main(void) {
     RUN(message_starts_tiny);
     RUN(message_starts_qwen35);
     RUN(message_starts_qwen3_real);
+    RUN(answer_end);
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
     if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmpdir);
