@@ -21,7 +21,7 @@
 #   For a dry run off the GPU (a CPU box with the CPU peer): PRESET (default q36), CTX (65536),
 #   HEARTH_DEV (cuda), LLAMA_DIR (/tmp/llama-cuda: bin/llama-server and the done marker),
 #   LLAMA_ARGS ("-ngl 99 -fa on"), THREADS (unset: no -t), and NVCC= to build hearth without CUDA
-# To $OUT: results.md (the tables), samples.tsv, host.txt, run.log, logs.tgz (every log: make,
+# To $OUT: results.md (the tables), samples.tsv, host.txt, run.log, agent-logs.tgz (every log: make,
 # gen, peer build, both servers'); the device tool returns at most 8 files a call.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -49,7 +49,7 @@ left() { echo $(( deadline - ($(date +%s) - t_start) )); }
 finish() { # the tables and the small files to $OUT, everything else in one archive
     cp "$work/at/results.md" "$work/at/samples.tsv" "$out/" 2>/dev/null
     cp /tmp/peer-build.log "$work/peer.log" 2>/dev/null
-    tar czf "$out/logs.tgz" -C "$work" . 2>/dev/null
+    tar czf "$out/agent-logs.tgz" -C "$work" . 2>/dev/null
     echo "done with $(left) s left"
     exit "${1:-0}"
 }

@@ -15,6 +15,13 @@
 #   gates_small `gates all small` on the cuda engine, as built
 #   gates_f16  `gates all tiny` and `gates all small` on the cuda engine with f16 KV rows
 #              (HEARTH_GATES_KV=f16: the tensor-core attention)
+#   scenarios  tests/cli/scenarios_test.py on the cuda engine (HEARTH_SERVE_EXTRA="--device cuda"):
+#              F13's sessions, every warm turn against a cold pass, bit for bit. The demo model is
+#              not the CUDA engine's (head dim 64, state 64), so a tiny q8_0 file with Qwen3's
+#              tokenizer (.peer/tokenizer-qwen3.tar.xz) stands in; scenario c is left out: its
+#              random answers end in whitespace that Qwen3.5's template trims, so its count of
+#              turns resumed at answers' ends cannot be met with them (on the CPU, with the demo
+#              model, it runs in tests/cli/scenarios.sh)
 #   depth      hearth bench --kv f16 pp2048 after 0, 8192, 32768 rows and tg128 after 32768,
 #              one process each (hearth alone: a first look before the rows against llama.cpp)
 #   prof       HEARTH_CUDA_PROFILE=1 over pp2048 after 32768 rows (the fill's passes included):
@@ -97,6 +104,11 @@ for s in $steps; do
     gates_small) HEARTH_GATES_DEVICE=cuda step gates_small 150 build/gates all small ;;
     gates_f16) HEARTH_GATES_DEVICE=cuda HEARTH_GATES_KV=f16 step gates_tiny_f16 150 build/gates all tiny
                HEARTH_GATES_DEVICE=cuda HEARTH_GATES_KV=f16 step gates_small_f16 150 build/gates all small ;;
+    scenarios) tok=/tmp/tokenizer-qwen3 tiny=/dev/shm/tiny-qwen3.gguf
+               [ -f $tok/tokenizer.json ] || { mkdir -p $tok && tar -xJf .peer/tokenizer-qwen3.tar.xz -C $tok; }
+               [ -f $tiny ] || build/hearth gen --preset tiny --quant q8_0 --seed 1 --tokenizer $tok -o $tiny >"$out/gen_tiny.log" 2>&1
+               HEARTH_DEMO=$tiny HEARTH_SERVE_EXTRA="--device cuda" step scenarios 240 python3 tests/cli/scenarios_test.py a b d e f g
+               [ -f /dev/shm/serve.log ] && tail -20 /dev/shm/serve.log >"$out/scenarios_serve_tail.log" ;;
     depth) [ -f /dev/shm/q36.gguf ] || build/hearth gen --preset q36 --quant q4_k_m --seed 1 -o /dev/shm/q36.gguf >"$out/gen.log" 2>&1
            for d in 0 8192 32768; do
                step depth_$d 90 build/hearth bench --device cuda -m /dev/shm/q36.gguf -p 2048 -n 0 -d $d -r 1 --kv f16

@@ -43,7 +43,9 @@ request made and its log-probabilities must equal cold.
 Red under planted defects (build/mut/hearth, HEARTH_MUTANT=...): copy_late and
 restore_ring_skip in every scenario that resumes, neighbour_leak in f, close_decode in c (that
 one in tests/gates/mutants: `scenarios_test.py c`). Arguments: scenario letters to run (default
-all). Prints one "ok"/"FAIL" line per check and "N passed, N failed" at the end."""
+all). HEARTH_SERVE_EXTRA: flags every server gets (e.g. "--device cuda": the scenarios on the
+CUDA engine, warm and cold both there; bench/device_f7.sh's scenarios step). Prints one
+"ok"/"FAIL" line per check and "N passed, N failed" at the end."""
 import os
 import random
 import sys
@@ -80,8 +82,11 @@ def check(name, cond, detail=""):
 RUNNING = []  # servers started: stopped at the end whatever happened
 
 
+EXTRA = os.environ.get("HEARTH_SERVE_EXTRA", "").split()
+
+
 def server(*flags):
-    s = serve_test.Server(DEMO, "--chat-template-file", TEMPLATE, *flags)
+    s = serve_test.Server(DEMO, "--chat-template-file", TEMPLATE, *EXTRA, *flags)
     RUNNING.append(s)
     return s
 
