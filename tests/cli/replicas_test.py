@@ -19,23 +19,18 @@ import tempfile
 import threading
 import time
 
+import checks
+
 HEARTH = os.environ.get("HEARTH", "build/hearth")
 NGINX = os.environ.get("NGINX", "nginx")
 TMP = tempfile.mkdtemp(prefix="replicas-", dir=os.environ.get("HEARTH_TMP") or None)
 DEPLOY = "deploy/nginx-hearth.conf"
-passed = failed = 0
 procs = []
 stops = {}  # alias: exit status on SIGTERM
 
 
 def check(name, cond, detail=""):
-    global passed, failed
-    if cond:
-        passed += 1
-        print(f"ok   {name}")
-    else:
-        failed += 1
-        print(f"FAIL {name}" + (f": {str(detail)[:600]}" if detail else ""))
+    checks.check(name, cond, str(detail)[:600] if detail else "")  # the details here are logs: their first 600 characters
 
 
 def free_port():
@@ -415,5 +410,4 @@ if __name__ == "__main__":
                     p.kill()
                     p.wait()
         shutil.rmtree(TMP, ignore_errors=True)
-    print(f"{passed} passed, {failed} failed, 0 skipped")
-    sys.exit(1 if failed else 0)
+    sys.exit(1 if checks.summary(skipped=0) else 0)

@@ -58,25 +58,14 @@ sys.path.insert(0, os.path.join(ROOT, "bench"))
 sys.path.insert(0, os.path.join(ROOT, "tests", "cli"))
 import agent_turns as at  # noqa: E402 (the traces' text makers and builders)
 import serve_test  # noqa: E402 (its Server)
+import checks  # noqa: E402
+from checks import check  # noqa: E402
 
 DEMO = os.environ.get("HEARTH_DEMO", "demo/hearth-demo-q8_0.gguf")
 TEMPLATE = "tests/fixtures/templates/Qwen3.5-4B.jinja"
 N_OUT = 3  # tokens per answer
 LOOP_OUT = 60  # tokens per answer of 3c's loops that write their answers back
 A_SIZES = [60, 480, 40, 40]  # 3a's tool results, estimated tokens: the second more than a pass's 512 rows
-passed = failed = 0
-
-
-def check(name, cond, detail=""):
-    global passed, failed
-    if cond:
-        passed += 1
-        print(f"ok   {name}")
-    else:
-        failed += 1
-        print(f"FAIL {name}" + (f": {detail}" if detail else ""))
-        print(f"    check failed: {name} {detail}", file=sys.stderr)
-    sys.stdout.flush()
 
 
 RUNNING = []  # servers started: stopped at the end whatever happened
@@ -444,8 +433,7 @@ def guarded(name, fn, *args):
 def main():
     if not os.path.exists(DEMO):
         check(f"the demo model {DEMO} is there", False)
-        print(f"{passed} passed, {failed} failed")
-        return 1
+        return checks.summary()
     only = set("".join(sys.argv[1:])) or set("abcdefg")  # scenario letters to run (default: all)
     t0 = time.monotonic()
     try:
@@ -465,8 +453,7 @@ def main():
         for x in list(RUNNING):
             stop(x)
     print(f"     {time.monotonic() - t0:.1f} s in all")
-    print(f"{passed} passed, {failed} failed")
-    return 1 if failed else 0
+    return 1 if checks.summary() else 0
 
 
 if __name__ == "__main__":

@@ -12,7 +12,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import serve_test as st  # noqa: E402
+import checks  # noqa: E402
 from serve_test import Server, check, TMP  # noqa: E402
 
 DEMO = os.environ.get("HEARTH_DEMO", "demo/hearth-demo-q8_0.gguf")
@@ -218,8 +218,7 @@ def main():
     tools(DEMO)
     thinking(DEMO)
     concurrent(DEMO)
-    print(f"{st.passed} passed, {st.failed} failed")
-    return 1 if st.failed else 0
+    return 1 if checks.summary() else 0
 
 
 if __name__ == "__main__":

@@ -17,7 +17,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import serve_test as st  # noqa: E402
+import checks  # noqa: E402
 from serve_test import HEARTH, TMP, Server, check  # noqa: E402
 
 MSGS = [{"role": "user", "content": "Name a hearth."}]
@@ -431,8 +431,7 @@ def main():
                      ("idle_sockets", idle_sockets), ("long_generation", long_generation), ("json_errors", json_errors)):
         if not only or name in only:
             fn(model)
-    print(f"{st.passed} passed, {st.failed} failed")
-    return 1 if st.failed else 0
+    return 1 if checks.summary() else 0
 
 
 if __name__ == "__main__":

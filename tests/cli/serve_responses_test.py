@@ -16,7 +16,7 @@ import re
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import serve_test as st  # noqa: E402
+import checks  # noqa: E402
 from serve_test import Server, check, TMP  # noqa: E402
 
 DEMO = os.environ.get("HEARTH_DEMO", "demo/hearth-demo-q8_0.gguf")
@@ -378,8 +378,7 @@ def main():
     tool_calls(DEMO)
     round_trip(DEMO)
     sigterm_mid_stream(DEMO)
-    print(f"{st.passed} passed, {st.failed} failed")
-    return 1 if st.failed else 0
+    return 1 if checks.summary() else 0
 
 
 if __name__ == "__main__":

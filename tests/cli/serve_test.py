@@ -19,20 +19,11 @@ import tempfile
 import threading
 import time
 
+import checks
+from checks import check
+
 HEARTH = os.environ.get("HEARTH", "build/hearth")
 TMP = os.environ.get("HEARTH_TMP") or tempfile.mkdtemp()
-passed = failed = 0
-
-
-def check(name, cond, detail=""):
-    global passed, failed
-    if cond:
-        passed += 1
-        print(f"ok   {name}")
-    else:
-        failed += 1
-        print(f"FAIL {name}" + (f": {detail}" if detail else ""))
-        print(f"    check failed: {name} {detail}", file=sys.stderr)
 
 
 class Server:
@@ -673,8 +664,7 @@ def main():
     cut_calls(model)
     sigterm_under_load(model)
     slow_readers(model)
-    print(f"{passed} passed, {failed} failed")
-    return 1 if failed else 0
+    return 1 if checks.summary() else 0
 
 
 DEMO = os.environ.get("HEARTH_DEMO", "demo/hearth-demo-q8_0.gguf")
@@ -1370,6 +1360,5 @@ def slow_readers(model):
 if __name__ == "__main__":
     if sys.argv[1:] == ["answer_end"]:  # tests/gates/mutants: this part alone
         answer_end_points()
-        print(f"{passed} passed, {failed} failed")
-        sys.exit(1 if failed else 0)
+        sys.exit(1 if checks.summary() else 0)
     sys.exit(main())

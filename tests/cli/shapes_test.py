@@ -20,12 +20,14 @@ import sys
 import tempfile
 import time
 
+import checks
+from checks import check
+
 HEARTH = os.environ.get("HEARTH", "build/hearth")
 PEER_BIN = os.environ.get("PEER_BIN", "")
 MODEL = os.environ.get("SHAPES_MODEL", "demo/hearth-demo-q8_0.gguf")
 TMP = os.environ.get("HEARTH_TMP") or tempfile.mkdtemp()
 ALIAS = "shapes-model"
-passed = failed = 0
 
 # Paths where hearth deliberately differs from llama-server, with why (printed as a note
 # each time it shows).
@@ -73,14 +75,6 @@ OWN = {
 }
 
 
-def check(name, cond, detail=""):
-    global passed, failed
-    if cond:
-        passed += 1
-        print(f"ok   {name}")
-    else:
-        failed += 1
-        print(f"FAIL {name}" + (f": {detail}" if detail else ""))
 
 
 # ---------------------------------------------------------------- shapes
@@ -284,8 +278,7 @@ def main():
         rc = ours.stop()
     # under the sanitizers (HEARTH=build-asan/hearth) a leak or memory error is a non-zero exit
     check("hearth serve exits 0 on SIGTERM", rc == 0, f"exit {rc}; log {ours.log.name}")
-    print(f"{passed} passed, {failed} failed")
-    return 0 if failed == 0 else 1
+    return 1 if checks.summary() else 0
 
 
 def run_checks(sv):
@@ -533,7 +526,7 @@ if __name__ == "__main__":
     try:
         rc = main()
     except Exception as ex:  # a server that would not start is a failure, with its reason
-        print(f"FAIL the servers: {ex}")
-        print(f"{passed} passed, {failed + 1} failed")
+        check("the servers", False, ex)
+        checks.summary()
         rc = 1
     sys.exit(rc)
