@@ -836,7 +836,7 @@ static void gen_run(app *a, const http_call *c, http_out *o, api_kind kind, gen_
     g->block_type = -1;
     const answer_opts ao = {.split_think = chat && !a->o->reasoning_none, .think_open = think_open,
                             .tools = chat ? g->tools : NULL, .stop = (const char *const *)g->p.stop,
-                            .n_stop = g->p.n_stop};
+                            .n_stop = g->p.n_stop, .one_call = g->p.one_call};
     answer_init(&g->ans, &ao, gen_part, g);
     /* a chat's content begins with the assistant prefill it continues, as llama-server's
      * (a stream sends it after the role, gen_produce) */

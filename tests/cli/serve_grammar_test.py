@@ -297,6 +297,60 @@ def startup(model):
           rc == 0 and t_stop < 5 and code == 503 and "stopping" in str(j), f"rc {rc}, {t_stop:.2f} s, {code} {str(j)[:200]}")
 
 
+def one_call(model):
+    """parallel_tool_calls: false (OpenAI chat and Responses; Anthropic's tool_choice
+    disable_parallel_tool_use: true): at most one tool call comes back. The model (scripted by
+    HEARTH_TEST_REPLY) writes two; the answer ends at the first one's </tool_call>, as
+    llama-server's grammar (one call, then the end) makes it."""
+    reply = os.path.join(TMP, "two-calls.txt")
+    with open(reply, "w") as f:
+        f.write("<tool_call>\n<function=get_time>\n<parameter=zone>\nUTC\n</parameter>\n</function>\n</tool_call>\n"
+                "<tool_call>\n<function=get_time>\n<parameter=zone>\nCET\n</parameter>\n</function>\n</tool_call>")
+    s = Server(model, "-np", "1", "--chat-template-file", QWEN35, env={"HEARTH_TEST_REPLY": reply})
+    tl = [{"type": "function", "function": {"name": "get_time", "parameters": {"type": "object", "properties": {
+        "zone": {"type": "string"}}, "required": ["zone"]}}}]
+    base = {"messages": [{"role": "user", "content": "Time in UTC and CET?"}], "tools": tl, "max_tokens": 400,
+            "temperature": 0, "chat_template_kwargs": NO_THINK}
+
+    def zones(j):
+        calls = (j or {}).get("choices", [{}])[0].get("message", {}).get("tool_calls") or []
+        return [loads(c["function"]["arguments"]).get("zone") for c in calls]
+    code, j = s.post("/v1/chat/completions", base)
+    check("two calls written, parallel_tool_calls absent: both returned", code == 200 and zones(j) == ["UTC", "CET"],
+          str(j)[:300])
+    code, j = s.post("/v1/chat/completions", {**base, "parallel_tool_calls": True})
+    check("parallel_tool_calls true: both returned", code == 200 and zones(j) == ["UTC", "CET"], str(j)[:300])
+    code, j = s.post("/v1/chat/completions", {**base, "parallel_tool_calls": False})
+    one = j
+    check("parallel_tool_calls false: only the first call, finish_reason tool_calls",
+          code == 200 and zones(j) == ["UTC"] and j["choices"][0]["finish_reason"] == "tool_calls" and
+          not j["choices"][0]["message"].get("content"), str(j)[:300])
+    code, _, ev = s.stream("/v1/chat/completions", {**base, "parallel_tool_calls": False, "stream": True})
+    tcs = [tc for e in ev if isinstance(e, dict) for ch in e.get("choices", []) for tc in
+           (ch.get("delta", {}).get("tool_calls") or [])]
+    fins = [ch.get("finish_reason") for e in ev if isinstance(e, dict) for ch in e.get("choices", []) if ch.get("finish_reason")]
+    check("parallel_tool_calls false, streamed: one call", code == 200 and len({tc.get("index") for tc in tcs}) == 1 and
+          fins == ["tool_calls"], str(ev)[:400])
+    code, j = s.post("/v1/chat/completions", {**base, "parallel_tool_calls": "no"})
+    check("parallel_tool_calls not a boolean: 400 naming it", code == 400 and "parallel_tool_calls" in str(j), str(j)[:200])
+    atools = [{"name": "get_time", "input_schema": tl[0]["function"]["parameters"]}]
+    abody = {"model": "m", "max_tokens": 400, "messages": base["messages"], "tools": atools,
+             "thinking": {"type": "disabled"}}
+    for tc, want in [({"type": "auto"}, 2), ({"type": "auto", "disable_parallel_tool_use": True}, 1)]:
+        code, j = s.post("/v1/messages", {**abody, "tool_choice": tc})
+        uses = [b for b in (j or {}).get("content", []) if b.get("type") == "tool_use"]
+        check(f"messages tool_choice {json.dumps(tc)}: {want} tool_use block(s)", code == 200 and len(uses) == want and
+              j.get("stop_reason") == "tool_use", str(j)[:300])
+    rbody = {"model": "m", "input": "Time in UTC and CET?", "max_output_tokens": 400, "reasoning": {"effort": "none"},
+             "tools": [{"type": "function", "name": "get_time", "parameters": tl[0]["function"]["parameters"]}]}
+    for ptc, want in [(True, 2), (False, 1)]:
+        code, j = s.post("/v1/responses", {**rbody, "parallel_tool_calls": ptc})
+        fcs = [it for it in (j or {}).get("output", []) if it.get("type") == "function_call"]
+        check(f"responses parallel_tool_calls {ptc}: {want} function_call item(s)", code == 200 and len(fcs) == want and
+              j.get("parallel_tool_calls") is ptc, str(j)[:300])
+    s.stop()
+
+
 def main():
     if not os.path.exists(DEMO):
         print(f"SKIP serve_grammar_test: {DEMO} missing")
@@ -309,6 +363,7 @@ def main():
     s.stop()
     tools(DEMO)
     thinking(DEMO)
+    one_call(DEMO)
     concurrent(DEMO)
     print(f"{st.passed} passed, {st.failed} failed")
     return 1 if st.failed else 0
