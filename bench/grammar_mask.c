@@ -9,19 +9,25 @@
  *   mask = bits + apply; check: gmatch_token_ok of the document's token (what sampling does
  *          first, the mask only when it is refused);
  *   cold:  the mask of each step's state from a fresh matcher (nothing known yet);
- * under three modes, interleaved repetition by repetition:
+ * under four modes, interleaved repetition by repetition:
  *   whole:  every mask a whole walk of the trie from the state (the path before the
  *           position cache; per-state masks cached as before);
  *   fresh:  the position cache, entries made by this matcher alone (a grammar's first
- *           request on a fresh server);
+ *           request on a server that does not prime: before sched.c primed at start-up);
+ *   primed: the position cache, entries found among those primed as the server primes them
+ *           at start-up (schema_prime, SCHED_PRIME_STATES), the others made by this matcher
+ *           alone (a grammar's first request on a server today);
  *   shared: the position cache with the vocabulary's table warm (a server that has seen the
  *           grammar's rules before: any JSON schema after the first).
+ * The vocabulary's start-up cost is printed first: the trie's build and the priming (wall
+ * and CPU time, MiB).
  * Before them: the first mask inside a JSON string timed alone (thread CPU time) in each
  * mode, and the -inf pass split out (the scalar loop of before against gmatch_apply_bits).
  * Build: make build/grammar_mask; run: build/grammar_mask [reps]. One thread. GM_WALKS_ONLY=1
  * stops after the walks and the split; GM_DEBUG=1 names every step over 1 ms. */
 #include "serve/grammar.h"
 #include "serve/schema.h"
+#include "serve/sched.h"
 #include "format/gguf.h"
 
 #include <math.h>
@@ -80,8 +86,8 @@ static stats summarize(double *x, int64_t n) {
     return s;
 }
 
-enum { M_WHOLE, M_FRESH, M_SHARED, N_MODES };
-static const char *const mode_name[N_MODES] = {"whole", "fresh", "shared"};
+enum { M_WHOLE, M_FRESH, M_PRIMED, M_SHARED, N_MODES };
+static const char *const mode_name[N_MODES] = {"whole", "fresh", "primed", "shared"};
 
 static gmatch *matcher(const grammar *g, const gvocab *v, int mode) {
     herr e;
@@ -89,6 +95,7 @@ static gmatch *matcher(const grammar *g, const gvocab *v, int mode) {
     if (!m) { fprintf(stderr, "%s\n", e.msg); exit(1); }
     gmatch_set_whole_walks(m, mode == M_WHOLE);
     gmatch_set_share(m, mode == M_SHARED);
+    if (mode == M_PRIMED) gmatch_set_share_primed(m);
     return m;
 }
 
@@ -261,9 +268,11 @@ static void walks(const tokenizer *t, gvocab *v, int reps) {
         }
     }
     printf("\nthe first mask inside a JSON string (%lld of %d tokens allowed), fastest of %d: whole walk %.0f us, "
-           "entries made (fresh) %.0f us, entries found (shared) %.0f us; trie nodes visited %lld / %lld / %lld\n",
-           (long long)allowed, gvocab_n(v), reps, best[M_WHOLE] * 1e6, best[M_FRESH] * 1e6, best[M_SHARED] * 1e6,
-           (long long)visits[M_WHOLE], (long long)visits[M_FRESH], (long long)visits[M_SHARED]);
+           "entries made (fresh) %.0f us, entries found primed (primed) %.0f us, entries found (shared) %.0f us; trie "
+           "nodes visited %lld / %lld / %lld / %lld\n",
+           (long long)allowed, gvocab_n(v), reps, best[M_WHOLE] * 1e6, best[M_FRESH] * 1e6, best[M_PRIMED] * 1e6,
+           best[M_SHARED] * 1e6, (long long)visits[M_WHOLE], (long long)visits[M_FRESH], (long long)visits[M_PRIMED],
+           (long long)visits[M_SHARED]);
     fflush(stdout);
     grammar_free(g);
     free(gb);
@@ -301,6 +310,15 @@ int main(int argc, char **argv) {
     double t0 = now();
     gvocab *v = gvocab_from(V_TARGET, p, l, eog);
     const double t_vocab = now() - t0;
+    /* what the server does at start-up after the trie (sched.c): the primed entries */
+    const char *ms = getenv("GM_PRIME_STATES");
+    gvocab_prime_stats ps = {0};
+    t0 = now();
+    const double c0 = cpu_now();
+    schema_prime(v, ms ? atoi(ms) : SCHED_PRIME_STATES, NULL, &ps);
+    const double t_prime = now() - t0, c_prime = cpu_now() - c0;
+    int64_t pin_bytes = 0;
+    const int64_t n_pin = gvocab_primed(v, &pin_bytes);
     char cpu[256] = "?";
     FILE *ci = fopen("/proc/cpuinfo", "r");
     for (char line[512]; ci && fgets(line, sizeof line, ci);)
@@ -310,8 +328,12 @@ int main(int argc, char **argv) {
             break;
         }
     if (ci) fclose(ci);
-    printf("CPU %s, one thread; vocabulary %d tokens (%d real), trie %lld nodes, built in %.0f ms (once per vocabulary)\n",
-           cpu, V_TARGET, nr, (long long)gvocab_trie_nodes(v), t_vocab * 1e3);
+    printf("CPU %s, one thread; vocabulary %d tokens (%d real), trie %lld nodes, built in %.0f ms (once per vocabulary), "
+           "%.1f MiB\n", cpu, V_TARGET, nr, (long long)gvocab_trie_nodes(v), t_vocab * 1e3, gvocab_bytes(v) / 1048576.0);
+    printf("primed (start-up, schema_prime, %d states a grammar): %lld DFA states, %lld entries pinned (%lld found pinned "
+           "already), %lld trie nodes walked, %.0f ms (%.0f ms CPU), %.1f MiB%s\n", ms ? atoi(ms) : SCHED_PRIME_STATES,
+           (long long)ps.states, (long long)n_pin, (long long)ps.found, (long long)ps.visits, t_prime * 1e3, c_prime * 1e3,
+           pin_bytes / 1048576.0, ps.full ? " (caps reached)" : "");
     herr e;
     walks(t, v, reps < 5 ? 5 : reps);
     {

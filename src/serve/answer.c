@@ -132,6 +132,18 @@ static void end_call(answer *a) {
     a->skip_nl = true;
 }
 
+/* one_call: the answer ends at the call just closed (the text cut there, as at a stop
+ * string, which cannot lie inside the call: the call would not have closed) */
+static bool one_call_end(answer *a) {
+    if (!a->o.one_call) return false;
+    a->len = a->emitted;
+    a->text[a->len] = 0;
+    a->finished = true;
+    a->call_ended = true;
+    a->stop_word = NULL;
+    return true;
+}
+
 /* how many bytes p[0..n) starts with of tag: n when all of p could begin it, the tag's length
  * when p begins with it, 0 when it cannot be it */
 static size_t tag_at(const char *p, size_t n, const char *tag) {
@@ -300,6 +312,7 @@ static void split(answer *a, size_t safe) {
                 const size_t body_end = (size_t)(end - a->text);
                 while (a->call) call_step(a, a->text + a->emitted, body_end - a->emitted);
                 a->emitted = body_end + STR_LEN(CALL_CLOSE);
+                if (one_call_end(a)) return;
                 continue;
             }
             free(name);
@@ -314,9 +327,11 @@ static void split(answer *a, size_t safe) {
             free(name);
             free(args);
             a->skip_nl = true;
-        } else {
-            emit(a, ANSWER_CONTENT, at, whole);
+            a->emitted += whole;
+            if (one_call_end(a)) return;
+            continue;
         }
+        emit(a, ANSWER_CONTENT, at, whole);
         a->emitted += whole;
     }
 }
@@ -364,5 +379,5 @@ bool answer_push(answer *a, const char *s, size_t n, bool finished) {
         safe = a->len - hold;
     }
     if (safe > a->emitted || a->finished) split(a, safe > a->emitted ? safe : a->emitted);
-    return stopped;
+    return stopped || a->call_ended;
 }

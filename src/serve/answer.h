@@ -38,6 +38,8 @@ typedef struct answer_opts {
     const cJSON *tools;     /* the request's tools, or NULL: no tool calls are parsed */
     const char *const *stop;
     int n_stop;
+    bool one_call;          /* parallel_tool_calls false: the answer ends with its first call
+                             * (what follows its </tool_call> is dropped, as after a stop string) */
 } answer_opts;
 
 typedef struct answer {
@@ -54,6 +56,7 @@ typedef struct answer {
     bool finished;
     const char *stop_word;  /* the stop string found, or NULL */
     int n_calls;            /* calls started */
+    bool call_ended;        /* one_call: the answer ended at its call */
     size_t call_scan;       /* a call held back: its </tool_call> searched for below this offset */
     /* a Qwen3.5 call being read: between its parameters, in a parameter's value, or after
      * </function> up to </tool_call> */
@@ -65,8 +68,9 @@ typedef struct answer {
 
 void answer_init(answer *a, const answer_opts *o, answer_sink sink, void *cls);
 void answer_free(answer *a);
-/* More text; finished: none will follow. Returns true when this push found a stop string
- * (the answer is then finished: the caller stops generating). */
+/* More text; finished: none will follow. Returns true when this push found a stop string,
+ * or (one_call) closed the first call (the answer is then finished: the caller stops
+ * generating). */
 bool answer_push(answer *a, const char *s, size_t n, bool finished);
 
 #endif

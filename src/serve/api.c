@@ -836,7 +836,7 @@ static void gen_run(app *a, const http_call *c, http_out *o, api_kind kind, gen_
     g->block_type = -1;
     const answer_opts ao = {.split_think = chat && !a->o->reasoning_none, .think_open = think_open,
                             .tools = chat ? g->tools : NULL, .stop = (const char *const *)g->p.stop,
-                            .n_stop = g->p.n_stop};
+                            .n_stop = g->p.n_stop, .one_call = g->p.one_call};
     answer_init(&g->ans, &ao, gen_part, g);
     /* a chat's content begins with the assistant prefill it continues, as llama-server's
      * (a stream sends it after the role, gen_produce) */
@@ -1273,6 +1273,18 @@ static void on_metrics(void *ap, const http_call *c, http_out *o) {
            st.pc.gone_bytes);
     METRIC("requests_deferred", "gauge", "requests waiting for a slot", st.queue_depth);
     METRIC("requests_processing", "gauge", "slots busy", st.slots_busy);
+    METRIC("grammar_vocab_ready", "gauge", "the grammar vocabulary (trie and primed entries) is made", st.gv_builds > 0);
+    METRIC("grammar_vocab_builds_total", "counter", "grammar vocabularies built (at start-up, once)", st.gv_builds);
+    METRIC("grammar_vocab_seconds", "gauge", "seconds the grammar vocabulary took to make", st.gv_ready_s);
+    METRIC("grammar_vocab_bytes", "gauge", "bytes of the grammar vocabulary's trie and primed entries", st.gv_bytes);
+    METRIC("grammar_primed_entries", "gauge", "position entries primed at start-up", st.gv_primed);
+    METRIC("grammar_vocab_waits_total", "counter", "grammar requests that waited for the vocabulary", st.gv_waits);
+    METRIC("grammar_masks_total", "counter", "masks computed under grammars (finished requests)", st.gm_masks);
+    METRIC("grammar_entries_found_total", "counter", "position entries found made (primed or shared)",
+           st.gm_entries_found);
+    METRIC("grammar_entries_made_total", "counter", "position entries made by requests", st.gm_entries_made);
+    METRIC("grammar_entry_visits_total", "counter", "trie nodes the entries made by requests visited",
+           st.gm_entry_visits);
 #undef METRIC
     const struct { const char *name, *help; const sched_hist *h; } hists[] = {
         {"time_to_first_token_seconds", "seconds from queued to the first token", &st.ttft},
@@ -1683,6 +1695,11 @@ int serve_main(const serve_opts *o) {
         so.script = a.script;
         free(text);
         fprintf(stderr, "hearth serve: test seam: every answer is the %" PRId64 " tokens of %s\n", so.n_script, script);
+    }
+    const char *gv_delay = getenv("HEARTH_TEST_GRAMMAR_DELAY_MS"); /* sched.h's test seam */
+    if (gv_delay && gv_delay[0]) {
+        so.gv_delay_ms = strtoll(gv_delay, NULL, 10);
+        fprintf(stderr, "hearth serve: test seam: the grammar vocabulary is built after %" PRId64 " ms\n", so.gv_delay_ms);
     }
     if (sched_start(&a.sc, a.eng, a.tok, &so, &e) < 0) { fprintf(stderr, "hearth serve: %s\n", e.msg); goto out; }
     http_opts ho = {.host = o->host, .port = o->port, .body_max = o->body_max, .timeout_s = o->timeout_s,

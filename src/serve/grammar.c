@@ -1027,6 +1027,9 @@ struct gmatch {
     /* the position cache (pentry, below) */
     bool whole_walks;       /* every mask a whole trie walk (tests, benchmarks) */
     bool no_share;          /* entries neither taken from nor given to the vocabulary's table */
+    bool primed_only;       /* entries taken from the primed ones only, none given (benchmarks) */
+    bool pin;               /* gvocab_prime's matcher: entries made are pinned in the table */
+    bool pin_full;          /* the primed entries reached their caps */
     int plant;              /* a planted defect (gmatch_plant_defect), 0 none */
     struct gmatch *am;      /* the abstract matcher: one stack's top over a context (its node 0) */
     struct pslot *pe;       /* this matcher's entries by key */
@@ -1536,10 +1539,14 @@ static void pentry_release(pentry *e) {
 /* Entries shared by every matcher of a vocabulary, found by their local grammar (so every
  * request whose grammar holds the same string rule finds its entry made): at most
  * SHARE_MAX entries and SHARE_MAX_BYTES, then the table is emptied (entries in use live on
- * in their matchers). */
+ * in their matchers). Beside them, the primed entries (gvocab_prime, at start-up): pinned,
+ * never emptied, at most PIN_MAX entries and PIN_MAX_BYTES, looked up first. */
 #define SHARE_MAX 4096
 #define SHARE_MAX_BYTES ((int64_t)128 << 20)
 #define SHARE_HCAP 16384 /* > 2 SHARE_MAX */
+#define PIN_MAX 2048
+#define PIN_MAX_BYTES ((int64_t)64 << 20)
+#define PIN_HCAP 8192    /* > 2 PIN_MAX */
 
 typedef struct pshare {
     pthread_mutex_t mu;
@@ -1547,6 +1554,10 @@ typedef struct pshare {
     int32_t n;
     int32_t *h;             /* open addressing over e, SHARE_HCAP */
     int64_t bytes;
+    pentry **pin;           /* the primed entries */
+    int32_t n_pin;
+    int32_t *pin_h;         /* open addressing over pin, PIN_HCAP */
+    int64_t pin_bytes;
 } pshare;
 
 static pshare *pshare_new(void) {
@@ -1555,6 +1566,9 @@ static pshare *pshare_new(void) {
     sh->e = xmalloc(sizeof *sh->e * SHARE_MAX);
     sh->h = xmalloc(sizeof *sh->h * SHARE_HCAP);
     for (int32_t i = 0; i < SHARE_HCAP; i++) sh->h[i] = -1;
+    sh->pin = xmalloc(sizeof *sh->pin * PIN_MAX);
+    sh->pin_h = xmalloc(sizeof *sh->pin_h * PIN_HCAP);
+    for (int32_t i = 0; i < PIN_HCAP; i++) sh->pin_h[i] = -1;
     return sh;
 }
 
@@ -1568,23 +1582,50 @@ static void pshare_empty(pshare *sh) {
 static void pshare_free(pshare *sh) {
     if (!sh) return;
     pshare_empty(sh);
+    for (int32_t i = 0; i < sh->n_pin; i++) pentry_release(sh->pin[i]);
     pthread_mutex_destroy(&sh->mu);
     free(sh->e);
     free(sh->h);
+    free(sh->pin);
+    free(sh->pin_h);
     free(sh);
 }
 
-/* the entry made for sig (a reference taken), or NULL */
-static pentry *pshare_find(pshare *sh, const int32_t *sig, int64_t n, uint64_t hash) {
-    pentry *found = NULL;
-    pthread_mutex_lock(&sh->mu);
-    for (uint32_t h = (uint32_t)hash & (SHARE_HCAP - 1); sh->h[h] >= 0 && !found; h = (h + 1) & (SHARE_HCAP - 1)) {
-        pentry *e = sh->e[sh->h[h]];
-        if (e->hash == hash && e->n_sig == n && !memcmp(e->sig, sig, sizeof *sig * (size_t)n)) found = e;
+/* the entry of table (e, h, hcap) made for sig, or NULL (under mu) */
+static pentry *pshare_lookup(pentry *const *es, const int32_t *hs, uint32_t hcap, const int32_t *sig, int64_t n,
+                             uint64_t hash) {
+    for (uint32_t h = (uint32_t)hash & (hcap - 1); hs[h] >= 0; h = (h + 1) & (hcap - 1)) {
+        pentry *e = es[hs[h]];
+        if (e->hash == hash && e->n_sig == n && !memcmp(e->sig, sig, sizeof *sig * (size_t)n)) return e;
     }
+    return NULL;
+}
+
+/* the entry made for sig (a reference taken), or NULL: a primed one, else (unless
+ * primed_only) one a matcher made */
+static pentry *pshare_find(pshare *sh, const int32_t *sig, int64_t n, uint64_t hash, bool primed_only) {
+    pthread_mutex_lock(&sh->mu);
+    pentry *found = pshare_lookup(sh->pin, sh->pin_h, PIN_HCAP, sig, n, hash);
+    if (!found && !primed_only) found = pshare_lookup(sh->e, sh->h, SHARE_HCAP, sig, n, hash);
     if (found) atomic_fetch_add(&found->refs, 1);
     pthread_mutex_unlock(&sh->mu);
     return found;
+}
+
+/* e pinned among the primed entries: false when they are full */
+static bool pshare_pin(pshare *sh, pentry *e) {
+    pthread_mutex_lock(&sh->mu);
+    const bool ok = sh->n_pin < PIN_MAX && sh->pin_bytes + e->bytes <= PIN_MAX_BYTES;
+    if (ok) {
+        uint32_t h = (uint32_t)e->hash & (PIN_HCAP - 1);
+        while (sh->pin_h[h] >= 0) h = (h + 1) & (PIN_HCAP - 1);
+        sh->pin_h[h] = sh->n_pin;
+        sh->pin[sh->n_pin++] = e;
+        sh->pin_bytes += e->bytes;
+        atomic_fetch_add(&e->refs, 1);
+    }
+    pthread_mutex_unlock(&sh->mu);
+    return ok;
 }
 
 static void pshare_add(pshare *sh, pentry *e) {
@@ -1797,7 +1838,7 @@ static int32_t pentry_get(gmatch *m, int32_t x, bool may_make) {
     const int64_t n_sig = local_sig(m, key, kl);
     const uint64_t hash = sig_hash(m->sig, n_sig);
     pshare *sh = m->v->share;
-    pentry *e = m->no_share ? NULL : pshare_find(sh, m->sig, n_sig, hash);
+    pentry *e = m->no_share ? NULL : pshare_find(sh, m->sig, n_sig, hash, m->primed_only || m->pin);
     if (e) {
         m->stats.entries_shared++;
     } else if (!may_make) {
@@ -1811,7 +1852,8 @@ static int32_t pentry_get(gmatch *m, int32_t x, bool may_make) {
         memcpy(e->sig, m->sig, sizeof *e->sig * (size_t)n_sig);
         pentry_make(m, e, key, kl);
         e->bytes += 4 * n_sig + (int64_t)sizeof *e;
-        if (!m->no_share) pshare_add(sh, e);
+        if (m->pin) m->pin_full |= !pshare_pin(sh, e);
+        else if (!m->no_share && !m->primed_only) pshare_add(sh, e);
     }
     if (m->n_pe == m->cap_pe) {
         m->cap_pe = m->cap_pe ? 2 * m->cap_pe : 16;
@@ -2032,6 +2074,59 @@ void gmatch_plant_defect(gmatch *m, int defect) {
     m->plant = defect;
     m->no_share = defect != 0; /* a defect's entries stay its own */
 }
-void gmatch_set_share(gmatch *m, bool on) { m->no_share = !on; }
+void gmatch_set_share(gmatch *m, bool on) { m->no_share = !on, m->primed_only = false; }
+void gmatch_set_share_primed(gmatch *m) { m->no_share = false, m->primed_only = true; }
 
 gmatch_stats gmatch_get_stats(const gmatch *m) { return m->stats; }
+
+/* ---------------------------------------------------------------- priming
+ *
+ * A grammar's first request would make the entries of its free-text tops while it samples
+ * (inside a JSON string, a tool call's parameter text: a walk of most of the trie each, ~5
+ * ms at 248k tokens, one or two a grammar). gvocab_prime makes them before any request:
+ * breadth first over the DFA states of g from its start (all 256 bytes from each, so every
+ * state a document reaches early), each stack's entry made and pinned. A request finds an
+ * entry by its local grammar, so it finds those of every top whose local grammar is one
+ * primed: JSON's string, number and formats, a tool call's parameter text (the rules
+ * schema.c writes the same in every grammar). Tops whose 3 positions reach into a schema's
+ * own rules are that schema's, made by its request (cheap: they refuse most bytes). */
+int gvocab_prime(gvocab *v, const grammar *g, int32_t max_states, const atomic_bool *stop, gvocab_prime_stats *ps) {
+    herr e;
+    gmatch *m = gmatch_new(g, v, &e);
+    if (!m) return -1;
+    m->pin = true;
+    int32_t s = m->cur;
+    for (; s < m->n_st && s < max_states && !m->pin_full && !(stop && atomic_load(stop)); s++) {
+        if (m->st[s].n <= PE_MAX / 2) /* (a state of more stacks is walked whole) */
+            for (int32_t k = 0; k < m->st[s].n && !m->pin_full; k++) {
+                if (m->n_pe == PE_MAX || m->pe_bytes > PE_MAX_BYTES) pcache_clear(m);
+                pentry_get(m, m->set[m->st[s].off + k], true);
+            }
+        for (unsigned c = 0; c < 256 && !m->overflow; c++) step(m, s, c);
+        if (m->overflow || m->n_nodes > MAX_NODES / 2) break; /* (its states stay as they are: no rebuild) */
+    }
+    if (ps) {
+        ps->states += s;
+        ps->entries += m->stats.entries;
+        ps->found += m->stats.entries_shared;
+        ps->visits += m->stats.entry_visits;
+        ps->full |= m->pin_full;
+    }
+    gmatch_free(m);
+    return 0;
+}
+
+int64_t gvocab_primed(const gvocab *v, int64_t *bytes) {
+    pshare *sh = v->share;
+    pthread_mutex_lock(&sh->mu);
+    const int64_t n = sh->n_pin;
+    if (bytes) *bytes = sh->pin_bytes;
+    pthread_mutex_unlock(&sh->mu);
+    return n;
+}
+
+int64_t gvocab_bytes(const gvocab *v) {
+    int64_t b = (int64_t)sizeof *v + 11 * v->n_nodes + 4 + 4 * (int64_t)v->tok_off[v->n_nodes];
+    for (int32_t i = 0; i < v->n_vocab; i++) b += v->piece_len[i] + 1 + 8 + 4 + 1;
+    return b;
+}

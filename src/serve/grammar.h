@@ -13,7 +13,9 @@
  * top, the tokens it accepts or refuses whatever lies below are found once by one walk
  * and shared through the gvocab by every request whose grammar holds the same rules; only
  * the tokens that run past the top's rule are walked against the whole state. Masks are
- * also cached per DFA state. Worst case a mask: about three walks of the trie.
+ * also cached per DFA state. Worst case a mask: about three walks of the trie. Entries can
+ * be made before any request (gvocab_prime: the server primes JSON's and tool calls' at
+ * start-up, schema_prime), so a first request finds its free-text tops' made too.
  *
  * Limits: no left recursion (refused by name at compile time, as is a rule that repeats
  * the empty string); at most GRAMMAR_MAX_ELEMS elements; a matcher whose tables outgrow
@@ -22,6 +24,7 @@
 #ifndef HEARTH_SERVE_GRAMMAR_H
 #define HEARTH_SERVE_GRAMMAR_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -100,6 +103,29 @@ void gmatch_plant_defect(gmatch *m, int defect);
 /* Benchmarks: position entries taken from and given to the vocabulary's shared table (the
  * default), or made by this matcher alone (a request's first masks as on a fresh server). */
 void gmatch_set_share(gmatch *m, bool on);
+/* Benchmarks: entries taken from the vocabulary's primed ones only (gvocab_prime), none
+ * given to its table (a grammar's first request on a server that primed at start-up). */
+void gmatch_set_share_primed(gmatch *m);
+
+/* Priming, once per vocabulary (at start-up): the position entries of every stack top of
+ * the states g reaches, breadth first over bytes from its start, within max_states states,
+ * made and pinned in v's shared table (never emptied, at most 2,048 entries and 64 MiB), so
+ * a later request whose grammar holds the same rules (JSON's string, a tool call's text)
+ * finds them made instead of walking the trie for them. 0, or -1 when g's start is too
+ * ambiguous. Counts added to *ps (may be NULL). It ends early once *stop is set (stop may be
+ * NULL). Safe beside matchers of v (the table's mutex), though meant to run before them. */
+typedef struct gvocab_prime_stats {
+    int64_t states;         /* DFA states whose stacks were primed */
+    int64_t entries;        /* entries made (and pinned) */
+    int64_t found;          /* entries found pinned already (by an earlier grammar) */
+    int64_t visits;         /* trie nodes the entries' walks visited */
+    bool full;              /* the pinned entries reached their caps: priming stopped */
+} gvocab_prime_stats;
+int gvocab_prime(gvocab *v, const grammar *g, int32_t max_states, const atomic_bool *stop, gvocab_prime_stats *ps);
+/* The pinned entries' count, and their bytes into *bytes (may be NULL). */
+int64_t gvocab_primed(const gvocab *v, int64_t *bytes);
+/* The trie's and the token pieces' bytes (pinned entries apart). */
+int64_t gvocab_bytes(const gvocab *v);
 
 /* The bytes of GBNF string-literal text for s[0..n) (quotes not included): a new string. */
 char *gbnf_escape(const char *s, size_t n);

@@ -326,6 +326,11 @@ int req_params(const req_ctx *x, const cJSON *j, api_kind kind, uint64_t seed, g
      * the first token and a newline was generated (llama-server's meaning); api.c enforces it */
     if ((rc = get_num(j, "t_max_predict_ms", 0, 1e12, &v, e)) < 0) return -1;
     if (rc) g->t_max_predict_ms = v;
+    /* parallel_tool_calls false: one tool call at most; the answer ends at its </tool_call>
+     * (llama-server's grammar of one call ends it there too). true or absent: any number */
+    const cJSON *ptc = cJSON_GetObjectItemCaseSensitive(j, "parallel_tool_calls");
+    if (ptc && !cJSON_IsNull(ptc) && !cJSON_IsBool(ptc)) return herr_set(e, "\"parallel_tool_calls\" must be true or false");
+    g->one_call = cJSON_IsFalse(ptc);
     if (req_samplers(j, &g->so, e) < 0) return -1;
     (void)kind;
     return 0;
@@ -787,6 +792,9 @@ cJSON *req_messages_to_chat(const cJSON *j, herr *e) {
     if (tools && !cJSON_IsArray(tools)) { herr_set(e, "\"tools\" must be an array"); goto bad; }
     const cJSON *tch = cJSON_GetObjectItemCaseSensitive(j, "tool_choice"); /* {"type": ...}: req_params judges it */
     if (tch) cJSON_AddItemToObject(out, "tool_choice", cJSON_Duplicate(tch, true));
+    const cJSON *dp = cJSON_GetObjectItemCaseSensitive(tch, "disable_parallel_tool_use"); /* chat's parallel_tool_calls */
+    if (dp && !cJSON_IsBool(dp)) { herr_set(e, "\"tool_choice\".disable_parallel_tool_use must be true or false"); goto bad; }
+    if (cJSON_IsTrue(dp)) cJSON_AddFalseToObject(out, "parallel_tool_calls");
     if (cJSON_GetArraySize(tools) > 0) {
         cJSON *ot = cJSON_AddArrayToObject(out, "tools");
         cJSON_ArrayForEach(t, tools) {

@@ -67,6 +67,7 @@ typedef struct gen_params {
     float *bias;
     int n_bias;
     char *prefill;          /* chat: the assistant prefill the content begins with (req_chat_prefill), or NULL */
+    bool one_call;          /* parallel_tool_calls false: at most one tool call (answer_opts) */
 } gen_params;
 
 /* The body as a JSON object, or NULL with e saying why (naming the byte where JSON fails). */

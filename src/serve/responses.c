@@ -359,6 +359,8 @@ cJSON *resp_to_chat(const req_ctx *x, const cJSON *j, herr *e) {
         cJSON_AddItemToObject(out, "tools", ct);
     }
     if (tool_choice(j, out, e) < 0) goto bad;
+    const cJSON *ptc = cJSON_GetObjectItemCaseSensitive(j, "parallel_tool_calls"); /* (a boolean: refused) */
+    if (cJSON_IsBool(ptc)) cJSON_AddItemToObject(out, "parallel_tool_calls", cJSON_Duplicate(ptc, true));
     const cJSON *mo = cJSON_GetObjectItemCaseSensitive(j, "max_output_tokens");
     if (!absent(mo)) {
         const double hi = x ? (double)x->n_ctx : 1e15;

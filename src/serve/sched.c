@@ -1,10 +1,13 @@
 /* sched.c: the engine thread, its slots and queue (sched.h). */
 #include "serve/sched.h"
 #include "serve/grammar.h"
+#include "serve/schema.h"
 #include "engine/mutant.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <math.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -68,11 +71,17 @@ struct sched {
     engine_info info;
     int64_t V;
     int32_t *eog;           /* the vocabulary's end-of-generation ids: masked under ignore_eos */
-    /* the vocabulary's trie for grammars: made once, under gv_mu, on the thread of the first
-     * request with a grammar before it is queued (sched_submit: 0.1-0.5 s at 248k tokens, which
-     * on the engine thread stalled every slot's decoding); written once, read after the queue */
+    /* the vocabulary's trie for grammars and its primed position entries (schema_prime):
+     * made once at start by a thread of their own (gv_th, vocab_build: 0.1-0.5 s at 248k
+     * tokens), so the server answers at once and neither the engine thread (where it
+     * stalled every slot's decoding) nor a request's thread builds them; a grammar request
+     * that comes before gv_ready waits for it (sched_submit). Written once, read after. */
     gvocab *gv;
+    bool gv_ready, gv_started;
+    atomic_bool gv_stop;    /* sched_stop: the thread makes no more of it (it ends soon) */
+    pthread_t gv_th;
     pthread_mutex_t gv_mu;
+    pthread_cond_t gv_cv;
     int n_eog;
     sched_opts o;
     slot *slots;
@@ -430,7 +439,7 @@ static void slot_start(sched *s, slot *sl, sched_req *r, bool from_cache, int ei
     sl->gm_lead = false;
     sl->think_n = 0;
     sl->gm_err[0] = 0;
-    if (r->grammar) { /* (s->gv: made by sched_submit before r was queued) */
+    if (r->grammar) { /* (s->gv: ready before sched_submit queued r) */
         herr ge;
         if (!(sl->gm = gmatch_new(r->grammar, s->gv, &ge))) snprintf(sl->gm_err, sizeof sl->gm_err, "%s", ge.msg);
     }
@@ -536,6 +545,7 @@ static void slot_end(sched *s, slot *sl, sched_finish f, const char *err) {
     sched_req *r = sl->req;
     slot_write_through(s, sl);
     sampler_free(&sl->sm);
+    const gmatch_stats gst = sl->gm ? gmatch_get_stats(sl->gm) : (gmatch_stats){0};
     gmatch_free(sl->gm);
     sl->gm = NULL;
     sl->req = NULL;
@@ -547,6 +557,10 @@ static void slot_end(sched *s, slot *sl, sched_finish f, const char *err) {
     pthread_mutex_lock(&s->mu);
     s->st.slots_busy--;
     s->st.n_gen_tokens += r->n_out;
+    s->st.gm_masks += gst.masks_walked;
+    s->st.gm_entries_made += gst.entries;
+    s->st.gm_entries_found += gst.entries_shared;
+    s->st.gm_entry_visits += gst.entry_visits;
     if (r->n_out > 0) hist_add(&s->st.ttft, r->t_first - r->t_queued);
     hist_add(&s->st.duration, t_end - r->t_queued);
     pthread_mutex_unlock(&s->mu);
@@ -962,6 +976,46 @@ static void *loop(void *arg) {
     return NULL;
 }
 
+/* The grammar vocabulary's thread: the trie, then the entries every JSON and tool-call
+ * grammar reaches, made before any request (a request's first masks otherwise make them:
+ * ~5 ms a free-text top at 248k tokens). Logs when they are ready. */
+static void *vocab_build(void *arg) {
+    sched *s = arg;
+    if (s->o.gv_delay_ms > 0) { /* the test seam: a grammar request comes before the trie is ready */
+        const double until = time_now() + 1e-3 * (double)s->o.gv_delay_ms;
+        while (time_now() < until && !atomic_load(&s->gv_stop)) {
+            const struct timespec d = {0, 10 * 1000000};
+            nanosleep(&d, NULL);
+        }
+    }
+    const double t0 = time_now();
+    gvocab *v = atomic_load(&s->gv_stop) ? NULL : gvocab_new(s->tok);
+    const double t1 = time_now();
+    gvocab_prime_stats ps = {0};
+    if (v) schema_prime(v, SCHED_PRIME_STATES, &s->gv_stop, &ps);
+    const double t2 = time_now();
+    /* published even when stopping (NULL, or partly primed): a request waiting is let go */
+    pthread_mutex_lock(&s->gv_mu);
+    s->gv = v;
+    s->gv_ready = true;
+    pthread_cond_broadcast(&s->gv_cv);
+    pthread_mutex_unlock(&s->gv_mu);
+    if (!v || atomic_load(&s->gv_stop)) return NULL;
+    int64_t pin_bytes = 0;
+    const int64_t n_pin = gvocab_primed(v, &pin_bytes);
+    pthread_mutex_lock(&s->mu);
+    s->st.gv_builds++;
+    s->st.gv_primed = n_pin;
+    s->st.gv_bytes = gvocab_bytes(v) + pin_bytes;
+    s->st.gv_ready_s = t2 - t0;
+    pthread_mutex_unlock(&s->mu);
+    /* (last: once it is logged, /metrics counts it) */
+    fprintf(stderr, "hearth serve: grammar vocabulary ready: trie of %d tokens (%" PRId64 " nodes, %.1f MiB) in %.0f ms, "
+            "%" PRId64 " primed entries (%.1f MiB) in %.0f ms\n", gvocab_n(v), gvocab_trie_nodes(v),
+            (double)gvocab_bytes(v) / 1048576.0, (t1 - t0) * 1e3, n_pin, (double)pin_bytes / 1048576.0, (t2 - t1) * 1e3);
+    return NULL;
+}
+
 /* ---------------------------------------------------------------- public */
 
 int sched_start(sched **out, engine *eng, const tokenizer *tok, const sched_opts *o, herr *e) {
@@ -993,6 +1047,8 @@ int sched_start(sched **out, engine *eng, const tokenizer *tok, const sched_opts
     for (int k = 0; k < o->n_slots; k++) s->snap[k].id = k;
     pthread_mutex_init(&s->mu, NULL);
     pthread_mutex_init(&s->gv_mu, NULL);
+    pthread_cond_init(&s->gv_cv, NULL);
+    atomic_init(&s->gv_stop, false);
     pthread_cond_init(&s->cv, NULL);
     pthread_cond_init(&s->job_cv, NULL);
     if (o->model_path && stat(o->model_path, &s->model_st) < 0) {
@@ -1013,6 +1069,12 @@ int sched_start(sched **out, engine *eng, const tokenizer *tok, const sched_opts
         return -1;
     }
     s->running = true;
+    if (pthread_create(&s->gv_th, NULL, vocab_build, s) != 0) {
+        herr_set(e, "cannot start the grammar vocabulary's thread");
+        sched_free(s);
+        return -1;
+    }
+    s->gv_started = true;
     *out = s;
     return 0;
 }
@@ -1026,7 +1088,23 @@ void sched_stop(sched *s) {
     pthread_cond_broadcast(&s->cv);
     pthread_cond_broadcast(&s->job_cv);
     pthread_mutex_unlock(&s->mu);
+    atomic_store(&s->gv_stop, true); /* after stopping: a request it lets go finds the server stopping */
     if (join) pthread_join(s->th, NULL);
+}
+
+/* the grammar vocabulary, waited for (vocab_build); NULL when the server stopped before it was made */
+static gvocab *vocab_wait(sched *s) {
+    pthread_mutex_lock(&s->gv_mu);
+    const bool waited = !s->gv_ready;
+    while (!s->gv_ready) pthread_cond_wait(&s->gv_cv, &s->gv_mu);
+    gvocab *v = s->gv;
+    pthread_mutex_unlock(&s->gv_mu);
+    if (waited) {
+        pthread_mutex_lock(&s->mu);
+        s->st.gv_waits++;
+        pthread_mutex_unlock(&s->mu);
+    }
+    return v;
 }
 
 void sched_free(sched *s) {
@@ -1046,8 +1124,10 @@ void sched_free(sched *s) {
     }
     free(s->slots);
     free(s->eog);
+    if (s->gv_started) pthread_join(s->gv_th, NULL); /* (bounded: a trie and schema_prime) */
     gvocab_free(s->gv);
     pthread_mutex_destroy(&s->gv_mu);
+    pthread_cond_destroy(&s->gv_cv);
     free(s->q);
     free(s->spans);
     free(s->span_slot);
@@ -1090,10 +1170,9 @@ int sched_submit(sched *s, sched_req *r, herr *e) {
         return herr_set(e, "the prompt has %lld tokens, the context of a slot %lld (-c)", (long long)r->n_ids,
                         (long long)s->info.n_ctx);
     if (r->slot_wanted >= s->o.n_slots) return herr_set(e, "there is no slot %d (-np %d)", r->slot_wanted, s->o.n_slots);
-    if (r->grammar) {
-        pthread_mutex_lock(&s->gv_mu);
-        if (!s->gv) s->gv = gvocab_new(s->tok);
-        pthread_mutex_unlock(&s->gv_mu);
+    if (r->grammar && !vocab_wait(s)) { /* made at start (vocab_build), never here */
+        herr_set(e, "the server is stopping");
+        return SCHED_UNAVAILABLE;
     }
     pthread_mutex_lock(&s->mu);
     if (s->stopping || !model_file_ok_locked(s) || s->q_n == s->o.queue_max) {

@@ -103,6 +103,9 @@ typedef struct sched_req {
 } sched_req;
 
 #define SCHED_MAX_TOP 20
+/* DFA states of each priming grammar (schema_prime) whose stack tops the vocabulary's
+ * thread primes at start (bench/RESULTS.md: its cost and memory at 248,320 tokens) */
+#define SCHED_PRIME_STATES 512
 
 typedef struct sched_opts {
     int n_slots;
@@ -116,6 +119,9 @@ typedef struct sched_opts {
      * a tool call through the whole server, engine included. NULL in use. */
     const int32_t *script;
     int64_t n_script;
+    /* A test seam (HEARTH_TEST_GRAMMAR_DELAY_MS): the grammar vocabulary's thread waits this
+     * long before building, so a grammar request comes before it is ready. 0 in use. */
+    int64_t gv_delay_ms;
     /* Points at the end of answers (chat_answer_end): the ids the template renders after an
      * answer (Qwen: <|im_end|>\n; none: no such points), and the id every message start is
      * (<|im_start|>, or -1: the anchors of a message's ids, as chat_message_starts lays them) */
@@ -144,6 +150,13 @@ typedef struct sched_stats {
     pcache_stats pc;
     sched_hist ttft;          /* queued to first token, requests that got one */
     sched_hist duration;      /* queued to finished, every request that ran */
+    /* grammars: the vocabulary made at start (sched.c, vocab_build) and the requests' masks */
+    int64_t gv_builds;        /* vocabularies built: 1 once ready, never more */
+    int64_t gv_primed;        /* position entries primed at start */
+    int64_t gv_bytes;         /* the trie's and the primed entries' bytes */
+    double gv_ready_s;        /* seconds it took */
+    int64_t gv_waits;         /* grammar requests that came before it was ready and waited */
+    int64_t gm_masks, gm_entries_made, gm_entries_found, gm_entry_visits; /* gmatch_stats, finished requests */
 } sched_stats;
 
 /* Starts the engine thread. The engine (n_seq_max >= n_slots) and tokenizer stay the

@@ -645,3 +645,34 @@ char *schema_tool_gbnf(const cJSON *tools, const char *only, bool xml, herr *e) 
     free(alts.p);
     return finish(&g, root);
 }
+
+/* The priming grammars (schema_prime): what the converters above write for any JSON value,
+ * for each type and format, and for a call's parameters of each kind in both call forms */
+static const char PRIME_SCHEMA[] =
+    "{\"type\": \"object\", \"properties\": {\"s\": {\"type\": \"string\"}, \"i\": {\"type\": \"integer\"}, "
+    "\"n\": {\"type\": \"number\"}, \"b\": {\"type\": \"boolean\"}, \"z\": {\"type\": \"null\"}, \"a\": "
+    "{\"type\": \"array\", \"items\": {\"type\": \"string\"}}, \"d\": {\"type\": \"string\", \"format\": \"date\"}, "
+    "\"t\": {\"type\": \"string\", \"format\": \"time\"}, \"dt\": {\"type\": \"string\", \"format\": "
+    "\"date-time\"}, \"u\": {\"type\": \"string\", \"format\": \"uuid\"}, \"o\": {\"type\": \"object\"}}}";
+static const char PRIME_TOOLS[] =
+    "[{\"type\": \"function\", \"function\": {\"name\": \"f\", \"parameters\": {\"type\": \"object\", "
+    "\"properties\": {\"s\": {\"type\": \"string\"}, \"i\": {\"type\": \"integer\"}, \"n\": {\"type\": "
+    "\"number\"}, \"b\": {\"type\": \"boolean\"}, \"e\": {\"type\": \"string\", \"enum\": [\"x\", \"y\"]}, "
+    "\"a\": {\"type\": \"array\", \"items\": {\"type\": \"string\"}}, \"o\": {\"type\": \"object\"}}}}}]";
+
+void schema_prime(struct gvocab *v, int32_t max_states, const atomic_bool *stop, struct gvocab_prime_stats *ps) {
+    herr e;
+    cJSON *any = cJSON_Parse("{}"), *sch = cJSON_Parse(PRIME_SCHEMA), *tools = cJSON_Parse(PRIME_TOOLS);
+    char *gbnf[4] = {schema_to_gbnf(any, "prime", &e), schema_to_gbnf(sch, "prime", &e),
+                     schema_tool_gbnf(tools, NULL, true, &e), schema_tool_gbnf(tools, NULL, false, &e)};
+    for (int k = 0; k < 4; k++) {
+        grammar *g = gbnf[k] ? grammar_parse(gbnf[k], strlen(gbnf[k]), &e) : NULL;
+        if (!g) HEARTH_DIE("schema_prime: %s", e.msg); /* (the converters' own output: it compiles) */
+        gvocab_prime(v, g, max_states, stop, ps);
+        grammar_free(g);
+        free(gbnf[k]);
+    }
+    cJSON_Delete(any);
+    cJSON_Delete(sch);
+    cJSON_Delete(tools);
+}

@@ -13,7 +13,9 @@
 #ifndef HEARTH_SERVE_SCHEMA_H
 #define HEARTH_SERVE_SCHEMA_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <cjson/cJSON.h>
 
 #include "base/util.h"
@@ -30,5 +32,13 @@ char *schema_to_gbnf(const cJSON *schema, const char *what, herr *e);
  * parameter's text (xml) may not contain "</". NULL with e set (a tool without a name, a
  * name not among the tools, a schema refused). */
 char *schema_tool_gbnf(const cJSON *tools, const char *name, bool xml, herr *e);
+
+/* Primes vocabulary v for the grammars above (gvocab_prime, grammar.h): the stack tops of
+ * any JSON value, of a schema of every type and format, and of tool calls in both forms
+ * with parameters of each kind, within max_states DFA states a grammar. Once per
+ * vocabulary, at start-up; it ends early once *stop is set (may be NULL); counts added to *ps. */
+struct gvocab;
+struct gvocab_prime_stats;
+void schema_prime(struct gvocab *v, int32_t max_states, const atomic_bool *stop, struct gvocab_prime_stats *ps);
 
 #endif

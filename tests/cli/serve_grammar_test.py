@@ -206,17 +206,164 @@ def concurrent(model):
               f"{', sampled' if k >= 2 else ''}) valid", ok, repr(c or j)[:200])
 
 
+READY = "grammar vocabulary ready"
+
+
+def metrics(s):
+    """the grammar figures of /metrics (those it lacks left out)"""
+    code, text = s.request("GET", "/metrics")
+    out = {}
+    for k in ("grammar_vocab_ready", "grammar_vocab_builds_total", "grammar_primed_entries", "grammar_vocab_waits_total",
+              "grammar_masks_total", "grammar_entries_found_total", "grammar_entries_made_total"):
+        try:
+            out[k] = st.metric(text, k) if code == 200 else None
+        except KeyError:
+            pass
+    return out
+
+
+def log_lines(path, needle):
+    with open(path, errors="replace") as f:
+        return [ln for ln in f if needle in ln]
+
+
+def startup(model):
+    """The grammar vocabulary (the trie and the entries every JSON and tool-call grammar
+    reaches) is made at start-up on a thread of its own (sched.c), never on a request's path:
+    the server logs it ready and /metrics counts one build before any request; the first
+    json_object request finds every entry made (json_object's grammar is one of the primed),
+    a schema's finds its strings'. A request that races the build (held back by the test seam
+    HEARTH_TEST_GRAMMAR_DELAY_MS) waits for it, no second is built, and its answer is the
+    same; /health answers meanwhile; a SIGTERM meanwhile lets the waiting request go."""
+    import time
+    msgs = [{"role": "user", "content": "Describe a person as JSON with name, age and pet."}]
+    body = {"messages": msgs, "max_tokens": 40, "temperature": 0, "chat_template_kwargs": NO_THINK,
+            "response_format": {"type": "json_object"}}
+    log = os.path.join(TMP, f"grammar-startup-{os.getpid()}.log")
+    s = Server(model, "-np", "1", "--metrics", log=log)
+    for _ in range(300):
+        if log_lines(log, READY):
+            break
+        time.sleep(0.1)
+    m0 = metrics(s)
+    check("start-up: the grammar vocabulary is logged ready and counted built before any request",
+          len(log_lines(log, READY)) == 1 and m0.get("grammar_vocab_builds_total") == 1 and
+          m0.get("grammar_primed_entries", 0) > 0 and m0.get("grammar_masks_total") == 0, f"{m0} {log_lines(log, READY)}")
+    code, j = s.post("/v1/chat/completions", body)
+    first = j["choices"][0]["message"]["content"] if code == 200 else None
+    m1 = metrics(s)
+    check("the first json_object request builds nothing and finds every entry made (primed)",
+          code == 200 and first and m1.get("grammar_vocab_builds_total") == 1 and m1.get("grammar_vocab_waits_total") == 0
+          and m1.get("grammar_masks_total", 0) > 0 and m1.get("grammar_entries_found_total", 0) > 0 and
+          m1.get("grammar_entries_made_total") == 0, f"{m1} {str(j)[:200]}")
+    rf = {"type": "json_schema", "json_schema": {"name": "person", "strict": True, "schema": PERSON}}
+    code, j = s.post("/v1/chat/completions", {**body, "max_tokens": 120, "response_format": rf})
+    m2 = metrics(s)
+    check("a json_schema request then finds primed entries too (its strings')",
+          code == 200 and m2.get("grammar_entries_found_total", 0) > m1.get("grammar_entries_found_total", 0) and
+          m2.get("grammar_vocab_builds_total") == 1, f"{m2} {str(j)[:200]}")
+    s.stop()
+    log = os.path.join(TMP, f"grammar-race-{os.getpid()}.log")
+    s = Server(model, "-np", "1", "--metrics", log=log, env={"HEARTH_TEST_GRAMMAR_DELAY_MS": "3000"})
+    t0 = time.monotonic()
+    code, h = s.request("GET", "/health")
+    t_health = time.monotonic() - t0
+    early = not log_lines(log, READY)
+    check("/health answers at once while the grammar vocabulary is being made", code == 200 and t_health < 1.0 and early,
+          f"{code} {h} {t_health:.2f} s, ready already: {not early}")
+    code, j = s.post("/v1/chat/completions", body)
+    t_req = time.monotonic() - t0
+    raced = j["choices"][0]["message"]["content"] if code == 200 else None
+    m3 = metrics(s)
+    check("a grammar request racing the build waits for it (one build) and gets the same answer",
+          code == 200 and raced == first and early and m3.get("grammar_vocab_waits_total") == 1 and
+          m3.get("grammar_vocab_builds_total") == 1 and len(log_lines(log, READY)) == 1 and t_req > 1.5,
+          f"{m3} {t_req:.2f} s {raced!r} vs {first!r}")
+    s.stop()
+    # stopped while a grammar request waits for the vocabulary: the request is let go (503) and
+    # the server exits at once, not after building it
+    import threading
+    s = Server(model, "-np", "1", log=log, env={"HEARTH_TEST_GRAMMAR_DELAY_MS": "20000"})
+    out = []
+    th = threading.Thread(target=lambda: out.append(s.post("/v1/chat/completions", body, timeout=30)))
+    th.start()
+    time.sleep(0.5)
+    t0 = time.monotonic()
+    rc = s.stop()
+    t_stop = time.monotonic() - t0
+    th.join()
+    code, j = out[0] if out else (None, None)
+    check("SIGTERM while a grammar request waits for the vocabulary: it gets 503, the server exits at once",
+          rc == 0 and t_stop < 5 and code == 503 and "stopping" in str(j), f"rc {rc}, {t_stop:.2f} s, {code} {str(j)[:200]}")
+
+
+def one_call(model):
+    """parallel_tool_calls: false (OpenAI chat and Responses; Anthropic's tool_choice
+    disable_parallel_tool_use: true): at most one tool call comes back. The model (scripted by
+    HEARTH_TEST_REPLY) writes two; the answer ends at the first one's </tool_call>, as
+    llama-server's grammar (one call, then the end) makes it."""
+    reply = os.path.join(TMP, "two-calls.txt")
+    with open(reply, "w") as f:
+        f.write("<tool_call>\n<function=get_time>\n<parameter=zone>\nUTC\n</parameter>\n</function>\n</tool_call>\n"
+                "<tool_call>\n<function=get_time>\n<parameter=zone>\nCET\n</parameter>\n</function>\n</tool_call>")
+    s = Server(model, "-np", "1", "--chat-template-file", QWEN35, env={"HEARTH_TEST_REPLY": reply})
+    tl = [{"type": "function", "function": {"name": "get_time", "parameters": {"type": "object", "properties": {
+        "zone": {"type": "string"}}, "required": ["zone"]}}}]
+    base = {"messages": [{"role": "user", "content": "Time in UTC and CET?"}], "tools": tl, "max_tokens": 400,
+            "temperature": 0, "chat_template_kwargs": NO_THINK}
+
+    def zones(j):
+        calls = (j or {}).get("choices", [{}])[0].get("message", {}).get("tool_calls") or []
+        return [loads(c["function"]["arguments"]).get("zone") for c in calls]
+    code, j = s.post("/v1/chat/completions", base)
+    check("two calls written, parallel_tool_calls absent: both returned", code == 200 and zones(j) == ["UTC", "CET"],
+          str(j)[:300])
+    code, j = s.post("/v1/chat/completions", {**base, "parallel_tool_calls": True})
+    check("parallel_tool_calls true: both returned", code == 200 and zones(j) == ["UTC", "CET"], str(j)[:300])
+    code, j = s.post("/v1/chat/completions", {**base, "parallel_tool_calls": False})
+    one = j
+    check("parallel_tool_calls false: only the first call, finish_reason tool_calls",
+          code == 200 and zones(j) == ["UTC"] and j["choices"][0]["finish_reason"] == "tool_calls" and
+          not j["choices"][0]["message"].get("content"), str(j)[:300])
+    code, _, ev = s.stream("/v1/chat/completions", {**base, "parallel_tool_calls": False, "stream": True})
+    tcs = [tc for e in ev if isinstance(e, dict) for ch in e.get("choices", []) for tc in
+           (ch.get("delta", {}).get("tool_calls") or [])]
+    fins = [ch.get("finish_reason") for e in ev if isinstance(e, dict) for ch in e.get("choices", []) if ch.get("finish_reason")]
+    check("parallel_tool_calls false, streamed: one call", code == 200 and len({tc.get("index") for tc in tcs}) == 1 and
+          fins == ["tool_calls"], str(ev)[:400])
+    code, j = s.post("/v1/chat/completions", {**base, "parallel_tool_calls": "no"})
+    check("parallel_tool_calls not a boolean: 400 naming it", code == 400 and "parallel_tool_calls" in str(j), str(j)[:200])
+    atools = [{"name": "get_time", "input_schema": tl[0]["function"]["parameters"]}]
+    abody = {"model": "m", "max_tokens": 400, "messages": base["messages"], "tools": atools,
+             "thinking": {"type": "disabled"}}
+    for tc, want in [({"type": "auto"}, 2), ({"type": "auto", "disable_parallel_tool_use": True}, 1)]:
+        code, j = s.post("/v1/messages", {**abody, "tool_choice": tc})
+        uses = [b for b in (j or {}).get("content", []) if b.get("type") == "tool_use"]
+        check(f"messages tool_choice {json.dumps(tc)}: {want} tool_use block(s)", code == 200 and len(uses) == want and
+              j.get("stop_reason") == "tool_use", str(j)[:300])
+    rbody = {"model": "m", "input": "Time in UTC and CET?", "max_output_tokens": 400, "reasoning": {"effort": "none"},
+             "tools": [{"type": "function", "name": "get_time", "parameters": tl[0]["function"]["parameters"]}]}
+    for ptc, want in [(True, 2), (False, 1)]:
+        code, j = s.post("/v1/responses", {**rbody, "parallel_tool_calls": ptc})
+        fcs = [it for it in (j or {}).get("output", []) if it.get("type") == "function_call"]
+        check(f"responses parallel_tool_calls {ptc}: {want} function_call item(s)", code == 200 and len(fcs) == want and
+              j.get("parallel_tool_calls") is ptc, str(j)[:300])
+    s.stop()
+
+
 def main():
     if not os.path.exists(DEMO):
         print(f"SKIP serve_grammar_test: {DEMO} missing")
         print("0 passed, 0 failed")
         return 0
+    startup(DEMO)
     s = Server(DEMO, "-np", "1")
     structured(s)
     bias_and_probs(s)
     s.stop()
     tools(DEMO)
     thinking(DEMO)
+    one_call(DEMO)
     concurrent(DEMO)
     return 1 if checks.summary() else 0
 

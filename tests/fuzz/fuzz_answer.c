@@ -1,7 +1,7 @@
 /* fuzz_answer.c: libFuzzer target for the parsers of model output (src/serve/answer.c):
  * thinking blocks, tool calls in both formats, stop strings. Input: a flags byte (bit 0
  * split thinking, bit 1 the prompt left <think> open, bit 2 tools given, bits 3-4 the
- * number of stop strings), a byte seeding the piece sizes, then the stop strings each ended
+ * number of stop strings, bit 5 one call at most: parallel_tool_calls false), a byte seeding the piece sizes, then the stop strings each ended
  * by a NUL byte, then the generated text. Properties (answer.h's contract): the parts are
  * the same whether the text comes whole or in pieces of random sizes, a call's pieces
  * come as START, ARGS..., END, and its arguments joined are one JSON object. Seeds:
@@ -32,6 +32,7 @@ typedef struct seen {
     bool in_call;
     char *args;
     size_t n_args;
+    int calls;              /* calls ended */
 } seen;
 
 static void put(seen *s, const void *p, size_t n) {
@@ -58,6 +59,7 @@ static void sink(void *cls, answer_part part, const char *p, size_t n) {
     } else if (part == ANSWER_CALL_END) {
         FUZZ_CHECK(s->in_call, "a call ends that never started");
         s->in_call = false;
+        s->calls++;
         s->args = realloc(s->args, s->n_args + 1);
         s->args[s->n_args] = 0;
         cJSON *j = cJSON_ParseWithLength(s->args, s->n_args);
@@ -113,10 +115,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         n = rest_len;
     }
     const answer_opts o = {.split_think = flags & 1, .think_open = flags & 2, .tools = (flags & 4) ? tools : NULL,
-                           .stop = (const char *const *)stop, .n_stop = n_stop};
+                           .stop = (const char *const *)stop, .n_stop = n_stop, .one_call = flags & 0x20};
     seen whole, pieces;
     run(&o, (const char *)p, n, 0, &whole);
     run(&o, (const char *)p, n, seed, &pieces);
+    FUZZ_CHECK(!(flags & 0x20) || whole.calls <= 1, "one call at most: %d", whole.calls);
     FUZZ_CHECK(whole.n == pieces.n && (!whole.n || !memcmp(whole.t, pieces.t, whole.n)), /* t is NULL when empty */
                "the parts depend on the pieces: whole %zu bytes, pieces %zu bytes", whole.n, pieces.n);
     free(whole.t);

@@ -5,7 +5,8 @@
  * refused with a message, never a crash; whatever a converter makes compiles; the matcher's
  * mask over a vocabulary of every byte, an end token and multi-byte tokens that run past a
  * rule's end (`",`, `"}`, `a)`: the position cache's context-dependent tokens) equals each
- * token checked alone, at the start and after each byte it takes. Seeds: tests/fuzz/corpus/grammar. */
+ * token checked alone, at the start and after each byte it takes, the vocabulary primed as
+ * a server primes it (schema_prime). Seeds: tests/fuzz/corpus/grammar. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +14,7 @@
 #include "fuzz.h"
 #include "serve/grammar.h"
 #include "serve/schema.h"
+#include "serve/sched.h"
 
 static gvocab *bytes_vocab;
 
@@ -34,6 +36,9 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
     p[256] = "", l[256] = 0, eog[256] = true;
     for (int i = 0; i < N_MULTI; i++) p[257 + i] = multi[i], l[257 + i] = strlen(multi[i]);
     bytes_vocab = gvocab_from(257 + N_MULTI, p, l, eog);
+    /* primed as a server primes at start-up (sched.c): a schema's or tool list's masks then
+     * take the primed entries of their strings and texts, compared below like any other */
+    schema_prime(bytes_vocab, SCHED_PRIME_STATES, NULL, NULL);
     return 0;
 }
 

@@ -122,6 +122,8 @@ def main():
         (0x14, ["zyy", "y"], "azyy1"),
         (0x04, [], "<tool_call><function=f><parameter=q>\"x\"</parameter>"),
         (0x00, [], "plain text \xe2\x82\xac"),
+        (0x2c, ["END"], "<tool_call>\n{\"name\": \"f\", \"arguments\": {}}\n</tool_call>\n<tool_call>\n<function=get_weather>\n"
+                        "<parameter=city>\nRome\n</parameter>\n</function>\n</tool_call> END"),
     ]
     for i, (fl, stops, text) in enumerate(texts):
         put("answer", f"text-{i}.bin", bytes([fl, 7]) + b"".join(s.encode() + b"\0" for s in stops) + text.encode())

@@ -226,6 +226,36 @@ TEST(stop_strings) {
     }
 }
 
+/* parallel_tool_calls false: the answer ends at its first call's </tool_call> (the push
+ * that closes it says stop), whatever the cuts; a call cut by a stop string is no call */
+TEST(one_call) {
+    cJSON *t = tools();
+    const char *stop[] = {"STOP"};
+    answer_opts o = {.split_think = true, .tools = t, .one_call = true};
+    expect(&o, "Looking.\n<tool_call>\n<function=get_weather>\n<parameter=city>\nOslo\n</parameter>\n</function>\n"
+               "</tool_call>\n<tool_call>\n<function=get_weather>\n<parameter=city>\nRome\n</parameter>\n</function>\n"
+               "</tool_call>\nMore text.", "", "Looking.\n", "get_weather({\"city\":\"Oslo\"});");
+    expect(&o, "<think>two calls</think><tool_call>{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\"}}"
+               "</tool_call><tool_call>{\"name\": \"get_weather\", \"arguments\": {}}</tool_call>",
+           "two calls", "", "get_weather({\"city\":\"Oslo\"});");
+    /* a block in neither form is content, not the call that ends the answer */
+    expect(&o, "<tool_call>nonsense</tool_call><tool_call>{\"name\": \"get_weather\", \"arguments\": {}}</tool_call>x",
+           "", "<tool_call>nonsense</tool_call>", "get_weather({});");
+    for (size_t piece = 0; piece <= 5; piece++) {
+        parts p;
+        answer_opts os = {.split_think = true, .tools = t, .one_call = true, .stop = stop, .n_stop = 1};
+        const char *w = run(&os, "<tool_call>{\"name\": \"get_weather\", \"arguments\": {}}</tool_call> then STOP", piece, &p);
+        CHECK_MSG(!strcmp(p.calls, "get_weather({});") && !p.content[0] && !w, "pieces of %zu: '%s' '%s' %s", piece,
+                  p.calls, p.content, w ? w : "");
+        w = run(&os, "<tool_call>{\"name\": \"get_weather\", STOP \"arguments\": {}}</tool_call>", piece, &p);
+        CHECK_MSG(!p.calls[0] && w, "pieces of %zu: a call cut by a stop string: '%s'", piece, p.calls);
+    }
+    o.one_call = false; /* the default: every call */
+    expect(&o, "<tool_call>{\"name\": \"get_weather\", \"arguments\": {}}</tool_call><tool_call>{\"name\": \"get_weather\", "
+               "\"arguments\": {\"days\": 2}}</tool_call>", "", "", "get_weather({});get_weather({\"days\":2});");
+    cJSON_Delete(t);
+}
+
 /* random bytes built from the tags' pieces: no crash, and the same parts for every cut */
 TEST(fuzz_cuts) {
     static const char *frag[] = {"<think>", "</think>", "<tool_call>", "</tool_call>", "<function=get_weather>",
@@ -244,7 +274,7 @@ TEST(fuzz_cuts) {
             if (len + strlen(f) < sizeof text - 1) { memcpy(text + len, f, strlen(f)); len += strlen(f); }
         }
         answer_opts o = {.split_think = iter % 2 == 0, .think_open = iter % 3 == 0, .tools = iter % 4 < 2 ? t : NULL,
-                         .stop = stop, .n_stop = iter % 5 == 0};
+                         .stop = stop, .n_stop = iter % 5 == 0, .one_call = iter % 7 < 3};
         parts whole, p;
         run(&o, text, 0, &whole);
         for (size_t piece = 1; piece <= 7; piece++) {
@@ -264,6 +294,7 @@ int main(void) {
     RUN(thinking_split);
     RUN(tool_calls_both_formats);
     RUN(stop_strings);
+    RUN(one_call);
     RUN(fuzz_cuts);
     return harness_done();
 }

@@ -5,6 +5,7 @@
 #include "harness.h"
 #include "serve/grammar.h"
 #include "serve/schema.h"
+#include "serve/sched.h"
 #include "format/gguf.h"
 
 #include <math.h>
@@ -245,13 +246,14 @@ static char *schema_gbnf(const char *schema) {
 /* Along doc (tokenized), at every step: the mask of m (the position cache, with a planted
  * defect when asked) and of a matcher walking the whole trie, each against every token
  * checked alone. The steps where they differ (-1: the grammar or the document failed). */
-static int64_t mask_mismatches(const tokenizer *t, const gvocab *v, const char *gbnf, const char *doc, int defect,
-                               int64_t *n_steps) {
+static int64_t mask_mismatches_st(const tokenizer *t, const gvocab *v, const char *gbnf, const char *doc, int defect,
+                                  int64_t *n_steps, gmatch_stats *out, bool primed_only) {
     herr e;
     grammar *g = grammar_parse(gbnf, strlen(gbnf), &e);
     if (!g) { fprintf(stderr, "    %s\n", e.msg); return -1; }
     gmatch *m = gmatch_new(g, v, &e), *whole = gmatch_new(g, v, &e), *ref = gmatch_new(g, v, &e);
     gmatch_plant_defect(m, defect);
+    if (primed_only) gmatch_set_share_primed(m);
     gmatch_set_whole_walks(whole, true);
     int64_t n_ids = 0, bad_steps = 0;
     int32_t *ids = tokenizer_encode_alloc(t, doc, strlen(doc), false, &n_ids);
@@ -285,6 +287,7 @@ static int64_t mask_mismatches(const tokenizer *t, const gvocab *v, const char *
                 "%lld masks by whole walks\n", (long long)n_ids + 1, (long long)st.entries, (long long)st.entries_shared,
                 (long long)st.masks_whole);
     CHECK(defect || st.entries + st.entries_shared > 0);
+    if (out) *out = st;
     *n_steps = n_ids + 1;
     free(ids);
     gmatch_free(m);
@@ -292,6 +295,11 @@ static int64_t mask_mismatches(const tokenizer *t, const gvocab *v, const char *
     gmatch_free(ref);
     grammar_free(g);
     return bad_steps;
+}
+
+static int64_t mask_mismatches(const tokenizer *t, const gvocab *v, const char *gbnf, const char *doc, int defect,
+                               int64_t *n_steps) {
+    return mask_mismatches_st(t, v, gbnf, doc, defect, n_steps, NULL, false);
 }
 
 /* The cached mask (position entries and the walk of context-dependent tokens) and the whole
@@ -392,6 +400,64 @@ TEST(mask_matches_token_checks) {
     tokenizer_free(t);
 }
 
+/* A vocabulary primed as the server primes it at start-up (schema_prime): grammars other
+ * than the priming ones (their own schema, tool names and parameters) find the entries of
+ * their free-text tops made (JSON's strings, a call's parameter text), so their first
+ * request walks no large part of the trie for entries; and the masks are the same bits
+ * (against the whole walk and each token alone). */
+TEST(primed_vocabulary) {
+    tokenizer *t = fixture_tokenizer();
+    if (!t) SKIP("the vocabulary fixture could not be read");
+    gvocab *v = gvocab_new(t);
+    gvocab_prime_stats ps = {0};
+    schema_prime(v, SCHED_PRIME_STATES, NULL, &ps);
+    int64_t pin_bytes = 0;
+    const int64_t n_pin = gvocab_primed(v, &pin_bytes);
+    fprintf(stderr, "    primed: %lld states, %lld entries pinned (%.1f MiB), %lld trie nodes walked\n",
+            (long long)ps.states, (long long)n_pin, pin_bytes / 1048576.0, (long long)ps.visits);
+    CHECK(n_pin > 0 && n_pin == ps.entries && !ps.full);
+    char *schema = schema_gbnf("{\"type\": \"object\", \"properties\": {\"city\": {\"type\": \"string\"}, \"when\": "
+                               "{\"type\": \"string\", \"format\": \"date\"}, \"notes\": {\"type\": \"array\", \"items\": "
+                               "{\"type\": \"string\"}}, \"n\": {\"type\": \"number\"}}, \"required\": [\"city\", \"when\"]}");
+    char *any = schema_gbnf("{}");
+    cJSON *tools = cJSON_Parse("[{\"type\": \"function\", \"function\": {\"name\": \"send_mail\", \"parameters\": "
+                               "{\"type\": \"object\", \"properties\": {\"to\": {\"type\": \"string\"}, \"body\": {\"type\": "
+                               "\"string\"}, \"urgent\": {\"type\": \"boolean\"}}, \"required\": [\"to\", \"body\"]}}}]");
+    herr e;
+    char *xml = schema_tool_gbnf(tools, NULL, true, &e), *json = schema_tool_gbnf(tools, NULL, false, &e);
+    cJSON_Delete(tools);
+    const struct { const char *name, *gbnf, *doc; } cases[] = {
+        {"schema", schema, "{\"city\": \"Zürich, \\\"old town\\\"\", \"when\": \"2026-12-06\", \"notes\": [\"日本語\", "
+                           "\"a\\u00e9b\"], \"n\": -1.5e3}"},
+        {"json_object", any, "{\"text\": \"The quick brown fox \\n jumps.\", \"list\": [1, \"two\", {\"k\": null}]}"},
+        {"tool_call xml", xml, "<tool_call>\n<function=send_mail>\n<parameter=to>\nada@example.org\n</parameter>\n"
+                               "<parameter=body>\nDear Ada, 3 <4 and <b>see the notes.\n</parameter>\n</function>\n</tool_call>"},
+        {"tool_call json", json, "<tool_call>\n{\"name\": \"send_mail\", \"arguments\": {\"to\": \"ada@example.org\", "
+                                 "\"body\": \"Dear Ada,\\nsee the notes.\"}}\n</tool_call>"},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        CHECK(cases[c].gbnf != NULL);
+        if (!cases[c].gbnf) continue;
+        fprintf(stderr, "    %s:\n", cases[c].name);
+        int64_t steps = 0;
+        gmatch_stats st;
+        /* entries from the primed ones only (none from the cases before): each case is a
+         * first request on a server that primed at start-up */
+        const int64_t bad = mask_mismatches_st(t, v, cases[c].gbnf, cases[c].doc, 0, &steps, &st, true);
+        fprintf(stderr, "    entries found %lld, made %lld walking %lld trie nodes (the trie: %lld)\n",
+                (long long)st.entries_shared, (long long)st.entries, (long long)st.entry_visits,
+                (long long)gvocab_trie_nodes(v));
+        CHECK_MSG(bad == 0 && steps > 10, "%s: %lld of %lld steps differ", cases[c].name, (long long)bad, (long long)steps);
+        /* a free-text top's entry walks a fifth of the trie or more: none made here */
+        CHECK_MSG(st.entries_shared > 0 && st.entry_visits < gvocab_trie_nodes(v) / 10,
+                  "%s: entries found %lld, made ones walked %lld nodes", cases[c].name, (long long)st.entries_shared,
+                  (long long)st.entry_visits);
+    }
+    free(schema), free(any), free(xml), free(json);
+    gvocab_free(v);
+    tokenizer_free(t);
+}
+
 int main(void) {
     RUN(gbnf_accepts_and_refuses);
     RUN(gbnf_errors_name_the_problem);
@@ -399,5 +465,6 @@ int main(void) {
     RUN(schema_refusals_name_the_keyword);
     RUN(tool_call_grammars);
     RUN(mask_matches_token_checks);
+    RUN(primed_vocabulary);
     return harness_done();
 }
