@@ -13,6 +13,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import checks  # noqa: E402
+import serve_test as st  # noqa: E402
 from serve_test import Server, check, TMP  # noqa: E402
 
 DEMO = os.environ.get("HEARTH_DEMO", "demo/hearth-demo-q8_0.gguf")
