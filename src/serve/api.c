@@ -1257,6 +1257,10 @@ static void on_metrics(void *ap, const http_call *c, http_out *o) {
     METRIC("cache_evictions_total", "counter", "points dropped for the budget", st.n_point_evictions);
     METRIC("cache_bytes", "gauge", "bytes of points and KV ranges in host RAM", st.cache_bytes);
     METRIC("cache_shared_hits_total", "counter", "requests resumed from the shared cache", st.n_cache_hits);
+    METRIC("cache_flight_shares_total", "counter", "points of requests in flight copied to the shared cache for another",
+           st.n_flight_shares);
+    METRIC("cache_flight_waits_total", "counter", "requests queued for a point a request in flight was taking",
+           st.n_flight_waits);
     METRIC("cache_entries", "gauge", "entries of the shared cache", st.pc.n_entries);
     METRIC("cache_entries_in_ram", "gauge", "entries of the shared cache in RAM", st.pc.n_in_ram);
     METRIC("cache_entry_evictions_total", "counter", "entries dropped from RAM for the budget", st.pc.n_evicted);

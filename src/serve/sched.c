@@ -63,6 +63,9 @@ typedef struct slot {
     int64_t close_at, close_n, close_done;
     int64_t *close_anchor;      /* message starts inside it (an <|im_start|> the answer wrote) */
     int n_close_anchor;
+    /* SLOT_PREFILL: queued requests wait for the point at this mark of its prefill (admit), so
+     * this step's piece ends there; 0: none */
+    int64_t hold_at;
 } slot;
 
 struct sched {
@@ -771,34 +774,159 @@ static bool close_holds(const sched *s, const sched_req *r) {
     return false;
 }
 
-/* under s->mu: queued requests into free slots, the best-matching slot first */
-static void admit(sched *s) {
+/* ---------------------------------------------------------------- prefixes shared in flight */
 
-    while (s->q_n > 0) {
-        sched_req *r = s->q[s->q_head];
+/* Below this many chunks past where a request resumes anyway, it prefills a shared prefix
+ * itself: a copy of another slot's point, or a step's wait, would save less than it costs. */
+#define SHARE_MIN_CHUNKS 4
+
+static bool share_on(const sched *s, const sched_req *r) {
+    /* (--cache-ram 0 keeps no entry in RAM: a point put in the cache would not serve) */
+    return !r->no_reuse && !s->o.cache_ram_off && r->slot_wanted < 0;
+}
+
+/* The rows of a slot in flight whose points another request may resume from: what it holds,
+ * and while it closes an answer only what lies before the message it prefills again. */
+static int64_t flight_rows(const slot *sl) {
+    if (sl->state == SLOT_PREFILL || sl->state == SLOT_GEN) return sl->n;
+    if (sl->state == SLOT_CLOSE) return sl->close_at < sl->n ? sl->close_at : sl->n;
+    return 0;
+}
+
+/* The latest point of a slot in flight (another request's prefill took it) that r may resume
+ * from, past row after: its row (0: none), *from and *pi naming it. */
+static int64_t flight_point(const sched *s, const sched_req *r, int64_t after, slot **from, int *pi) {
+    int64_t best = after;
+    *from = NULL;
+    *pi = -1;
+    for (int k = 0; k < s->o.n_slots; k++) {
+        slot *sl = &s->slots[k];
+        const int64_t held = flight_rows(sl);
+        if (held <= best) continue;
+        const int64_t common = ids_common_prefix(sl->ids, held, r->ids, r->n_ids);
+        const int64_t lim = common < r->n_ids - 1 ? common : r->n_ids - 1;
+        for (int i = sl->n_pts - 1; i >= 0 && sl->pts[i].p->pos > best; i--) {
+            const int64_t pos = sl->pts[i].p->pos;
+            if (pos <= lim && resume_ok(s, r, pos)) { best = pos; *from = sl; *pi = i; break; }
+        }
+    }
+    return *from ? best : 0;
+}
+
+/* The mark r waits for instead of prefilling the rows before it itself: the latest row m, at
+ * least SHARE_MIN_CHUNKS chunks past row after (where r resumes anyway), that a slot still
+ * prefilling takes a point at (one of its marks ahead) and r may resume from, when that slot
+ * is at or past row after: it reaches m no later than r would alone, and every step meanwhile
+ * runs the prefix's rows once instead of twice. 0: none; *leader: the slot. */
+static int64_t flight_wait(const sched *s, const sched_req *r, int64_t after, slot **leader) {
+    int64_t best = after + SHARE_MIN_CHUNKS * s->info.chunk - 1;
+    *leader = NULL;
+    for (int k = 0; k < s->o.n_slots; k++) {
+        slot *sl = &s->slots[k];
+        if (sl->state != SLOT_PREFILL || sl->pf_pos < after) continue;
+        if (r->wait_for && r->wait_for != sl->req) continue; /* one leader a request: see admit */
+        const sched_req *l = sl->req;
+        const int64_t common = ids_common_prefix(l->ids, l->n_ids, r->ids, r->n_ids);
+        const int64_t lim = common < r->n_ids - 1 ? common : r->n_ids - 1;
+        for (int i = sl->n_marks - 1; i >= sl->mark_i && sl->marks[i] > best; i--) {
+            const int64_t m = sl->marks[i];
+            if (m > sl->pf_pos && m <= lim && resume_ok(s, r, m)) { best = m; *leader = sl; break; }
+        }
+    }
+    return *leader ? best : 0;
+}
+
+/* A copy of point pi of slot sl (in flight) into the shared cache, its KV rows shared with
+ * sl's sequence, not copied (pcache_put): a request on any free slot resumes from it. */
+static void flight_publish(sched *s, slot *sl, int pi) {
+    engine_point *p = point_alloc(s, NULL);
+    if (!p) return;
+    engine_point_copy(p, sl->pts[pi].p);
+    sl->pts[pi].t_used = time_now();
+    pcache_put(s->pc, sl->id, sl->ids, sl->n, &p, 1);
+}
+
+/* under s->mu: the i-th queued request, taken out of the queue */
+static sched_req *queue_take(sched *s, int64_t i) {
+    const int64_t Q = s->o.queue_max;
+    sched_req *r = s->q[(s->q_head + i) % Q];
+    for (int64_t j = i; j > 0; j--) s->q[(s->q_head + j) % Q] = s->q[(s->q_head + j - 1) % Q];
+    s->q_head = (s->q_head + 1) % Q;
+    s->q_n--;
+    s->st.queue_depth = s->q_n;
+    return r;
+}
+
+/* under s->mu: queued requests into free slots, in order, the best-matching slot first.
+ *
+ * A prefix that requests in flight share is prefilled once (sched.h): a request resumes from
+ * the point a slot in flight took in it (a copy put in the shared cache, its rows copied from
+ * that slot's sequence), or, when such a slot is still prefilling toward a mark the request may
+ * resume from, it stays queued (flight_wait) and that slot's piece ends at the mark (hold_at),
+ * so the next round finds the point. A request passed over keeps a free slot for itself:
+ * later ones take only the slots beyond those kept, so none overtakes it for good. It waits
+ * for one leader only (r->wait_for): if that one is cancelled or fails before the mark, or
+ * its point could not be kept, the request prefills the prefix itself. */
+static void admit(sched *s) {
+    for (int k = 0; k < s->o.n_slots; k++) s->slots[k].hold_at = 0;
+    int kept = 0; /* requests passed over, each keeping a free slot */
+    for (int64_t i = 0; i < s->q_n;) {
+        sched_req *r = s->q[(s->q_head + i) % s->o.queue_max];
         slot *best = NULL;
         int64_t best_at = -1;
+        int n_free = 0;
         for (int k = 0; k < s->o.n_slots; k++) {
             slot *sl = &s->slots[k];
-            if (sl->state != SLOT_IDLE || (r->slot_wanted >= 0 && r->slot_wanted != k)) continue;
+            if (sl->state != SLOT_IDLE) continue;
+            n_free++;
+            if (r->slot_wanted >= 0 && r->slot_wanted != k) continue;
             int pt;
             const int64_t at = slot_resume(s, sl, r, &pt);
             if (at > best_at || (at == best_at && sl->t_used < best->t_used)) { best = sl; best_at = at; }
         }
-        if (!best || close_holds(s, r)) return;
+        if (!best || n_free <= kept) return;
+        if (close_holds(s, r)) { kept++; i++; continue; }
         /* the shared cache, when it resumes later than any free slot: on the least recently
-         * used free slot */
+         * used free slot; a point of a request in flight first put there, when it is later still */
         int ei, pi;
-        const bool from_cache = cache_resume(s, r, &ei, &pi) > best_at;
+        int64_t cache_at = cache_resume(s, r, &ei, &pi);
+        slot *from = NULL, *leader = NULL;
+        int fp;
+        bool shared = false; /* resumes from a point of a request in flight, put in the cache now */
+        if (share_on(s, r)) {
+            const int64_t own = best_at > cache_at ? best_at : cache_at;
+            if (flight_point(s, r, own + SHARE_MIN_CHUNKS * s->info.chunk - 1, &from, &fp) > 0) {
+                flight_publish(s, from, fp);
+                cache_at = cache_resume(s, r, &ei, &pi);
+                shared = cache_at > own;
+            } else {
+                const int64_t m = flight_wait(s, r, own, &leader);
+                if (m > 0) {
+                    if (!leader->hold_at || m < leader->hold_at) leader->hold_at = m;
+                    r->wait_for = leader->req;
+                    kept++;
+                    i++;
+                    continue;
+                }
+            }
+        }
+        const bool from_cache = cache_at > best_at;
         for (int k = 0; from_cache && k < s->o.n_slots; k++) {
             slot *sl = &s->slots[k];
             if (sl->state == SLOT_IDLE && (r->slot_wanted < 0 || r->slot_wanted == k) && sl->t_used < best->t_used) best = sl;
         }
-        s->q_head = (s->q_head + 1) % s->o.queue_max;
-        s->q_n--;
-        s->st.queue_depth = s->q_n;
+        queue_take(s, i);
         s->st.slots_busy++;
         slot_start(s, best, r, from_cache, ei, pi);
+        if ((shared || r->wait_for) && from_cache && r->n_cached == cache_at) {
+            pthread_mutex_lock(&r->mu);
+            const size_t w = strlen(r->cache_why);
+            snprintf(r->cache_why + w, sizeof r->cache_why - w, ", %s",
+                     shared ? "taken by a request in flight on another slot" : "waited for while a request in flight took it");
+            pthread_mutex_unlock(&r->mu);
+        }
+        if (shared) s->st.n_flight_shares++;
+        if (r->wait_for) s->st.n_flight_waits++;
         s->st.n_prompt_tokens += r->n_ids - r->n_cached;
         s->st.n_cached_tokens += r->n_cached;
         if (r->n_cached > 0) s->st.n_hits++;
@@ -843,6 +971,8 @@ static void step(sched *s, bool stopping) {
             /* a span takes at most SLOT_POINTS points: past them it ends at a mark (on the grid) */
             if (sl->n_marks - sl->mark_i > SLOT_POINTS && sl->marks[sl->mark_i + SLOT_POINTS - 1] < b)
                 b = sl->marks[sl->mark_i + SLOT_POINTS - 1];
+            /* queued requests wait for the point at hold_at (admit): the piece ends at that mark */
+            if (sl->hold_at > a && sl->hold_at < b) b = sl->hold_at;
             for (int i = 0; i < r->n_marks; i++)
                 if (r->marks[i] > a && r->marks[i] < b) sl->span_anchor[sl->span_anchors++] = r->marks[i] - a;
             sl->span_b = b;

@@ -33,6 +33,16 @@
  * counted in the engine's cache budget (--cache-ram); when it is full the least recently
  * used point of a free slot is dropped.
  *
+ * A prefix shared by requests in flight is prefilled once (vLLM's and SGLang's in-flight
+ * prefix sharing): a request resumes from a point another slot's request took in the prefix
+ * they share (a copy put in the shared cache; its KV rows copied from that slot's sequence,
+ * not prefilled), and when that slot is still prefilling toward such a point, at a message
+ * start both may resume from, the request waits queued (no slot taken, none given away)
+ * until that step's piece ends there, then resumes from it as from any point: a cold pass's
+ * bits. It waits only when the leader reaches the point no later than it would alone and the
+ * prefix saved is a few chunks at least, and for one leader only: one cancelled or failed
+ * before the point leaves it to prefill the prefix itself.
+ *
  * A request is shared by the HTTP thread that made it and the engine thread: the HTTP side
  * waits on it (sched_wait) and may cancel it (a disconnect, a stop string found); the last
  * of the two to let go frees it. */
@@ -100,6 +110,10 @@ typedef struct sched_req {
     char cache_why[640];    /* how the resume was chosen, in words (room for a whole herr message and more) */
     double t_queued, t_start, t_first, t_end; /* seconds (time_now) */
     int refs;               /* 2 while both sides hold it */
+
+    /* the engine thread's alone: the request in flight it was passed over for, waiting for
+     * that one's point in a prefix they share (NULL: none; compared, never followed) */
+    const struct sched_req *wait_for;
 } sched_req;
 
 #define SCHED_MAX_TOP 20
@@ -147,6 +161,8 @@ typedef struct sched_stats {
     int64_t queue_depth, slots_busy;
     int64_t cache_bytes;
     int64_t n_cache_hits;     /* resumed from the shared cache (another conversation's state) */
+    int64_t n_flight_shares;  /* points of requests in flight put in the shared cache for another */
+    int64_t n_flight_waits;   /* requests that waited in the queue for a point of one in flight */
     pcache_stats pc;
     sched_hist ttft;          /* queued to first token, requests that got one */
     sched_hist duration;      /* queued to finished, every request that ran */
