@@ -17,7 +17,7 @@ import sys
 import threading
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import serve_test as st  # noqa: E402
+import checks  # noqa: E402
 from serve_test import HEARTH, TMP, Server, check, metric  # noqa: E402
 
 DEMO = os.environ.get("HEARTH_DEMO", "demo/hearth-demo-q8_0.gguf")
@@ -133,8 +133,7 @@ def main():
     convs = conversations(2500)
     cold, m = cold_answers(tiny, convs)
     shared(tiny, 4, convs, cold, m)
-    print(f"{st.passed} passed, {st.failed} failed")
-    return 1 if st.failed else 0
+    return 1 if checks.summary() else 0
 
 
 if __name__ == "__main__":
