@@ -66,6 +66,7 @@ typedef struct slot {
     /* SLOT_PREFILL: queued requests wait for the point at this mark of its prefill (admit), so
      * this step's piece ends there; 0: none */
     int64_t hold_at;
+    int64_t step_most; /* SLOT_PREFILL: this step's most prompt rows (prompt_turns); 0: none this step */
 } slot;
 
 struct sched {
@@ -934,6 +935,34 @@ static void admit(sched *s) {
     }
 }
 
+/* A step's prompt rows: one pass's worth (rows_per_pass), to the prefilling slots in the order
+ * their requests were queued, each slot's piece as long as what is left allows. Several
+ * prompts arriving together end one after another instead of all at the end of a round
+ * robin, so their times to first token add up to about half as much, and a step (the decode
+ * rows of the other slots wait for it) stays one pass long. A slot left with less than a
+ * chunk gets none this step (a piece ends on the chunk grid: engine_piece_end). The first
+ * queued runs first, so no request waits on later ones. */
+static void prompt_turns(sched *s) {
+    int64_t left = s->info.rows_per_pass;
+    for (int k = 0; k < s->o.n_slots; k++) s->slots[k].step_most = 0;
+    for (;;) {
+        slot *first = NULL;
+        for (int k = 0; k < s->o.n_slots; k++) {
+            slot *sl = &s->slots[k];
+            if (sl->state == SLOT_PREFILL && sl->step_most == 0 && (!first || sl->req->t_queued < first->req->t_queued))
+                first = sl;
+        }
+        if (!first) return;
+        if (left < s->info.chunk) {
+            first->step_most = -1; /* none this step (marked so the search moves on) */
+            continue;
+        }
+        const int64_t a = first->pf_pos, r_left = first->req->n_ids - a;
+        first->step_most = left;
+        left -= r_left < left ? r_left : left;
+    }
+}
+
 /* one engine_run over every busy slot; stopping: s->stopping as loop read it under mu (the
  * engine thread reads it nowhere else unlocked) */
 static void step(sched *s, bool stopping) {
@@ -941,6 +970,7 @@ static void step(sched *s, bool stopping) {
     int n = 0;
     bool prompt_rows = false;
     const int64_t rpp = s->info.rows_per_pass;
+    prompt_turns(s);
     for (int k = 0; k < s->o.n_slots; k++) {
         slot *sl = &s->slots[k];
         if (sl->state == SLOT_IDLE) continue;
@@ -961,13 +991,15 @@ static void step(sched *s, bool stopping) {
         engine_span *sp = &s->spans[n];
         *sp = (engine_span){.seq = sl->id, .logits = sl->logits, .token = &sl->greedy};
         const engine_logits last = slot_greedy(s, sl) ? ENGINE_LOGITS_ARGMAX : ENGINE_LOGITS_LAST;
+        if (sl->state == SLOT_PREFILL && sl->step_most <= 0) continue; /* its turn comes (prompt_turns) */
         if (sl->state == SLOT_PREFILL) {
             /* the next piece ends where the engine would end a pass's piece: on the chunk
              * grid laid from row 0 and restarted at every mark, which the span carries as
              * anchors (the resume row is on it: resume_ok) */
             const int64_t a = sl->pf_pos;
             sl->span_anchors = 0;
-            int64_t b = engine_piece_end(r->marks, r->n_marks, r->n_ids, a, rpp, s->info.chunk);
+            int64_t b = engine_piece_end(r->marks, r->n_marks, r->n_ids, a, sl->step_most < rpp ? sl->step_most : rpp,
+                                         s->info.chunk);
             /* a span takes at most SLOT_POINTS points: past them it ends at a mark (on the grid) */
             if (sl->n_marks - sl->mark_i > SLOT_POINTS && sl->marks[sl->mark_i + SLOT_POINTS - 1] < b)
                 b = sl->marks[sl->mark_i + SLOT_POINTS - 1];

@@ -10,7 +10,13 @@ matrix products take the activations unrounded (the demo's q8_0 rounds them to 8
 blocks, which hides a last-bit change), so a leader's piece cut off its chunk grid, or a
 follower resumed from a state that is not a cold pass's, shows in the log-probabilities.
 
+Also here, the turns of prompts in flight (sched.c's prompt_turns): two long prompts that share
+nothing, sent together on -np 2, are prefilled first come, first served, a pass's worth of rows a
+step, so the first one's answer streams while the second is prefilled (under a round robin both
+would end their prefill at the same step).
+
 Prints one "ok"/"FAIL" line per check and "N passed, N failed" at the end."""
+import json
 import os
 import subprocess
 import sys
@@ -117,6 +123,49 @@ def short_prefix():
           metric(mt, "cache_flight_waits_total") == 0, str([(g["cache_n"], g["prompt_n"], g["n"]) for g in got]))
 
 
+def first_come(model):
+    """two prompts of ~6 passes each (rows_per_pass 512 on the CPU), no prefix in common, sent
+    together on -np 2, both answers streamed token by token. First come, first served: the
+    first queued one's prefill takes the steps' rows until it ends, then the other's pieces run
+    beside its decode rows, so by the other's first token it has streamed about one token a pass
+    of the other's prompt. A round robin ends both prefills at the same step (~1 token). Which of
+    the two came first is read from the streams (a thread may start late): a count of steps,
+    not of time."""
+    import http.client
+    import time
+    text = open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "../../demo/heldout.txt"),
+                encoding="utf-8").read()
+    msgs = [[{"role": "user", "content": f"Reader {k}: " + text[k * 10000:(k + 1) * 10000]}] for k in range(2)]
+    s = Server(model, "-np", "2", "-c", "4096")
+    seen, lock = [], threading.Lock()
+
+    def one(k):
+        c = http.client.HTTPConnection("127.0.0.1", s.port, timeout=300)
+        c.request("POST", "/v1/chat/completions", body=json.dumps(
+            {"messages": msgs[k], "max_tokens": 40, "temperature": 0, "ignore_eos": True, "stream": True}),
+            headers={"Content-Type": "application/json"})
+        for line in c.getresponse():
+            line = line.decode().strip()
+            ch = json.loads(line[6:])["choices"] if line.startswith("data: {") else []
+            if ch and ch[0]["delta"].get("content"):
+                with lock:
+                    seen.append("ab"[k])
+        c.close()
+    th = [threading.Thread(target=one, args=(k,)) for k in range(2)]
+    th[0].start()
+    time.sleep(0.02)  # the second arrives inside the first's prefill
+    th[1].start()
+    for t in th:
+        t.join()
+    s.stop()
+    first = seen[0] if seen else "?"
+    other = "b" if first == "a" else "a"
+    before = seen.index(other) if other in seen else -1
+    check("two prompts in flight: the first queued is prefilled first, its answer streaming while the other's "
+          "prefill runs (its tokens before the other's first)", before >= 4, f"{before} tokens of {first} before {other}'s "
+          f"first ({''.join(seen[:16])})")
+
+
 def main():
     if not os.path.exists(DEMO):
         print(f"SKIP serve_share_test: {DEMO} missing")
@@ -127,6 +176,7 @@ def main():
     shared(DEMO, 4, convs, cold, m)
     shared(DEMO, 2, convs, cold, m)
     short_prefix()
+    first_come(DEMO)
     tiny = os.path.join(TMP, "share-tiny-f32.gguf")
     subprocess.run([HEARTH, "gen", "--preset", "tiny", "--quant", "f32", "--seed", "1", "-o", tiny], check=True,
                    capture_output=True)
