@@ -18,7 +18,8 @@ results, thinking dropped from earlier turns), each turn's answer checked agains
   e  a restart mid-session: the server of a, b and d ran with --cache-dir; a new one on the
      same folder resumes both of the earlier conversations from the files
   f  three sub-agents on -np 3 sharing one system prompt and tool list, sent at once, two
-     requests each (their prompt passes and decode steps share engine calls)
+     requests each (their prompt passes and decode steps share engine calls); the shared prefix
+     is prefilled once (one request from row 0, the others wait for its point)
   g  Claude Code's requests through /v1/messages, the first system block its
      x-anthropic-billing-header line with a cch= hash new in every request (dropped by default)
 
@@ -391,11 +392,19 @@ def scenario_subagents(cold, n=3, turns=2):
     check("3f sub-agents: every request answered", not errors, "; ".join(errors))
     if errors:
         return
+    # the first wave shares the system prompt and tools (~700 rows, past the 4 chunks that make a
+    # request wait for a leader: sched.c's in-flight sharing): one request prefills it, the others
+    # resume at their user message's start, from the leader's point
+    first = [got[k][0]["cached"] for k in range(n)]
+    starts = [ids[k][0].index(warm.im, 1) for k in range(n)]
+    check("3f sub-agents: the first wave's shared prefix prefilled once (one from row 0, the others at their "
+          "user message's start)", first.count(0) == 1 and all(c in (0, st) for c, st in zip(first, starts)),
+          f"resumed at {first}, user messages at {starts}")
     for t in range(turns):
         for k in range(n):
             c = answer(post(cold, dict(plans[k][t], cache_prompt=False)))
-            # the first wave may resume from a sibling's point at the shared prefix's end, or not
-            # (sent at once); a later turn from the sub-agent's own previous prompt
+            # the first wave from the leader's point at the shared prefix's end (above); a later
+            # turn from the sub-agent's own previous prompt
             if t == 0:
                 warm.seen = []
                 want = got[k][t]["cached"] if got[k][t]["cached"] in (0, ids[k][t].index(warm.im, 1)) else -1
