@@ -109,18 +109,18 @@ $(BUILD)/tests/test_gdn_chunk: tests/unit/test_gdn_chunk.cc tests/unit/cuda_emu.
 	$(CXX) -std=c++17 -O2 -g -Wall -Wextra -Werror -Wno-unused-parameter -Wno-unknown-pragmas -ffp-contract=off -fno-strict-aliasing \
 	    -D_GNU_SOURCE -Isrc -Itests/unit -o $@ $< -lm
 
-$(BUILD)/tests/test_fused_emu: tests/unit/test_fused_emu.cc tests/unit/cuda_emu.h tests/unit/harness.h src/engine/cuda/gemv.cuh \
+$(BUILD)/tests/test_fused_emu: tests/unit/test_fused_emu.cc tests/unit/cuda_emu.h tests/unit/emu_rand.h tests/unit/harness.h src/engine/cuda/gemv.cuh \
                                src/engine/cuda/gdn_chunk.cuh src/engine/cuda/gdn_conv.cuh src/engine/cuda/gdn_row.cuh $(EMU_CUH)
 	@mkdir -p $(@D)
 	$(CXX) -std=c++17 -O2 -g -Wall -Wextra -Werror -Wno-unused-parameter -Wno-unknown-pragmas -ffp-contract=off -fno-strict-aliasing \
 	    -D_GNU_SOURCE -Isrc -Itests/unit -o $@ $< -lm
 
-$(BUILD)/tests/test_attn_emu: tests/unit/test_attn_emu.cc tests/unit/cuda_emu.h tests/unit/harness.h src/engine/cuda/attn_mma.cuh $(EMU_CUH)
+$(BUILD)/tests/test_attn_emu: tests/unit/test_attn_emu.cc tests/unit/cuda_emu.h tests/unit/emu_rand.h tests/unit/harness.h src/engine/cuda/attn_mma.cuh $(EMU_CUH)
 	@mkdir -p $(@D)
 	$(CXX) -std=c++17 -O2 -g -Wall -Wextra -Werror -Wno-unused-parameter -Wno-unknown-pragmas -ffp-contract=off -fno-strict-aliasing \
 	    -D_GNU_SOURCE -Isrc -Itests/unit -o $@ $< -lm
 
-$(BUILD)/tests/test_mmq_emu: tests/unit/test_mmq_emu.cc tests/unit/cuda_emu.h tests/unit/harness.h src/engine/cuda/mmq.cuh \
+$(BUILD)/tests/test_mmq_emu: tests/unit/test_mmq_emu.cc tests/unit/cuda_emu.h tests/unit/emu_rand.h tests/unit/harness.h src/engine/cuda/mmq.cuh \
                              src/engine/cuda/gemv.cuh $(EMU_CUH)
 	@mkdir -p $(@D)
 	$(CXX) -std=c++17 -O2 -g -Wall -Wextra -Werror -Wno-unused-parameter -Wno-unknown-pragmas -ffp-contract=off -fno-strict-aliasing \

@@ -20,14 +20,8 @@ static unsigned emu_mut;
 #define AMUT(bit) (emu_mut & (bit))
 #include "engine/cuda/attn_mma.cuh"
 
-static uint64_t seed = 91;
-static uint32_t rnd() { /* splitmix64's high half */
-    uint64_t z = (seed += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return (uint32_t)((z ^ (z >> 31)) >> 32);
-}
-static float rndf(float lo, float hi) { return lo + (hi - lo) * (float)(rnd() >> 8) / 16777216.0f; }
+#define EMU_SEED 91
+#include "emu_rand.h"
 
 struct case_t {
     int64_t H = 16, Hkv = 2, D, n_ctx = 160, n = 24, p0 = 110, seg = 64, n_seg;

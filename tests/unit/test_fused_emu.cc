@@ -31,15 +31,8 @@ enum { M_NEIGHBOUR = 1 << 0, M_RING_SKIP = 1 << 1, M_RING_REVERSE = 1 << 2, M_CO
 #include "engine/cuda/gdn_row.cuh"
 #include "engine/cuda/attn_merge.cuh"
 
-static uint64_t seed = 77;
-static uint32_t rnd() { /* splitmix64's high half */
-    uint64_t z = (seed += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return (uint32_t)((z ^ (z >> 31)) >> 32);
-}
-static float rndf(float lo, float hi) { return lo + (hi - lo) * (float)(rnd() >> 8) / 16777216.0f; }
-static uint16_t f16_bits(float f) { return __float2half_rn(f).x; }
+#define EMU_SEED 77
+#include "emu_rand.h"
 
 /* M rows of K weights of type t in the GPU's layout (Q4_K as in the file; Q6_K repacked:
  * 208 bytes a block, its f16 scale in dd), random, scales finite */

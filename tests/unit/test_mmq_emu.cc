@@ -23,15 +23,8 @@ static unsigned emu_mut;
 #include "engine/cuda/gemv.cuh"
 #include "engine/cuda/mmq.cuh"
 
-static uint64_t seed = 91;
-static uint32_t rnd() { /* splitmix64's high half */
-    uint64_t z = (seed += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return (uint32_t)((z ^ (z >> 31)) >> 32);
-}
-static float rndf(float lo, float hi) { return lo + (hi - lo) * (float)(rnd() >> 8) / 16777216.0f; }
-static uint16_t f16_bits(float f) { return __float2half_rn(f).x; }
+#define EMU_SEED 91
+#include "emu_rand.h"
 
 /* rows (M a slice, `slices` slices) of K weights of type t (Q4_K or Q5_K, the file's
  * layout), random bytes, the two f16 scales finite */
