@@ -471,6 +471,7 @@ TEST(down_swiglu_matches_apart) {
  * with the route as its tail (logits, choices, weights); the down product with the combine
  * and the next norm as its tail (x, h, rounded rows; and without the norm). Each fused call
  * runs twice (the tickets it leaves must serve the next), and the tickets end at zero. */
+#ifdef HEARTH_CUDA /* helpers of the fused tests: device buffers made and read back */
 static int64_t diff_f(const void *da, const void *db, size_t n, herr *e) {
     float *a = xmalloc(4 * n), *b = xmalloc(4 * n);
     hk_d2h(a, da, 4 * n, e), hk_d2h(b, db, 4 * n, e);
@@ -501,6 +502,7 @@ static void *dev_f(const float *h, size_t n, herr *e) {
     hk_h2d(d, h, 4 * n, e);
     return d;
 }
+#endif
 
 /* hk_h2d is done when it returns, for every stream (kernels.h). cudaMemcpy from pageable
  * memory alone is not: it may return with the DMA of its last piece still under way on the
