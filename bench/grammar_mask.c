@@ -374,7 +374,7 @@ int main(int argc, char **argv) {
                                "\"integer\"}}, \"required\": [\"city\"]}}}, {\"type\": \"function\", \"function\": {\"name\": "
                                "\"search\", \"parameters\": {\"type\": \"object\", \"properties\": {\"query\": {\"type\": "
                                "\"string\"}}}}}]");
-    char *tc = schema_tool_gbnf(tools, NULL, true, &e);
+    char *tc = schema_tool_gbnf(tools, NULL, true, true, &e); /* required's form */
     cJSON_Delete(tools);
     run("tool_call", tc,
         "<tool_call>\n<function=get_weather>\n<parameter=city>\nSan Francisco, California\n</parameter>\n"

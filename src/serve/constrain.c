@@ -1,9 +1,10 @@
 /* constrain.c: a request's fields that constrain sampling (request.h, req_constraints):
  * llama-server's grammar and json_schema, OpenAI's response_format (json_object,
- * json_schema with its schema) and tool_choice forcing a call ("required", a named
- * function; Anthropic's {"type": "any"} and {"type": "tool", "name"}), compiled to one
- * grammar; logit_bias in OpenAI's map form and llama-server's array form (ids or text, a
- * number or false); n_probs on /completion. At most one grammar source per request. */
+ * json_schema with its schema) and tool_choice forcing a call ("required": one or more
+ * unless parallel_tool_calls is false; a named function: one; Anthropic's {"type": "any"}
+ * and {"type": "tool", "name"}), compiled to one grammar; logit_bias in OpenAI's map form
+ * and llama-server's array form (ids or text, a number or false); n_probs on /completion.
+ * At most one grammar source per request. */
 #include "serve/request.h"
 #include "serve/grammar.h"
 #include "serve/schema.h"
@@ -171,7 +172,12 @@ int req_constraints(const req_ctx *x, const cJSON *j, api_kind kind, gen_params 
         const char *ts = x->tmpl ? chat_template_source(x->tmpl, &tl) : NULL;
         const bool xml = ts && memmem(ts, tl, "<function=", 10); /* Qwen3.5/3.6's form, else Qwen3's JSON */
         free(gbnf);
-        if (!(gbnf = schema_tool_gbnf(tools, tool, xml, e))) return -1;
+        /* "required" / "any" with parallel calls allowed (parallel_tool_calls absent or true;
+         * Anthropic's disable_parallel_tool_use comes here as false): one or more calls, as
+         * llama-server's grammar; false: exactly one. A named function: one call of it
+         * (OpenAI's "call exactly one specific function") */
+        const bool many = !tool && !cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(j, "parallel_tool_calls"));
+        if (!(gbnf = schema_tool_gbnf(tools, tool, xml, many, e))) return -1;
         src = "tool_choice", n_src++;
     }
     if (n_src > 1) {

@@ -615,7 +615,7 @@ static int tool_call_rule(sgen *g, const cJSON *fn, const char *fname, bool xml,
     return 0;
 }
 
-char *schema_tool_gbnf(const cJSON *tools, const char *only, bool xml, herr *e) {
+char *schema_tool_gbnf(const cJSON *tools, const char *only, bool xml, bool many, herr *e) {
     sgen g = {.root = NULL, .what = "tools", .e = e};
     sbuf alts = {0};
     int n = 0, idx = 0;
@@ -638,12 +638,17 @@ char *schema_tool_gbnf(const cJSON *tools, const char *only, bool xml, herr *e) 
         else herr_set(e, "tool_choice asks for a call but \"tools\" is empty");
         g.failed = true;
     }
-    char root[200];
-    snprintf(root, sizeof root, xml ? "\"<tool_call>\\n<function=\" (call) \"</function>\\n</tool_call>\""
-                                    : "\"<tool_call>\\n{\\\"name\\\": \\\"\" (call) \"}\\n</tool_call>\"");
-    if (!g.failed) sb_printf(&g.out, "call ::= %s\n", alts.p);
+    /* many: llama-server's (tool_call)+ for required calls when parallel calls are allowed
+     * (its Qwen3-Coder/Qwen3.5 parser: a call, then zero or more, each followed by optional
+     * whitespace). Here a newline at most between calls and after the last (the template
+     * writes one between): the answer drops it, where a blank would stay in the content */
+    if (!g.failed) {
+        sb_printf(&g.out, "call ::= %s\n", alts.p);
+        sb_printf(&g.out, xml ? "tool-call ::= \"<tool_call>\\n<function=\" call \"</function>\\n</tool_call>\"\n"
+                              : "tool-call ::= \"<tool_call>\\n{\\\"name\\\": \\\"\" call \"}\\n</tool_call>\"\n");
+    }
     free(alts.p);
-    return finish(&g, root);
+    return finish(&g, many ? "tool-call (\"\\n\"? tool-call)* \"\\n\"?" : "tool-call");
 }
 
 /* The priming grammars (schema_prime): what the converters above write for any JSON value,
@@ -664,7 +669,7 @@ void schema_prime(struct gvocab *v, int32_t max_states, const atomic_bool *stop,
     herr e;
     cJSON *any = cJSON_Parse("{}"), *sch = cJSON_Parse(PRIME_SCHEMA), *tools = cJSON_Parse(PRIME_TOOLS);
     char *gbnf[4] = {schema_to_gbnf(any, "prime", &e), schema_to_gbnf(sch, "prime", &e),
-                     schema_tool_gbnf(tools, NULL, true, &e), schema_tool_gbnf(tools, NULL, false, &e)};
+                     schema_tool_gbnf(tools, NULL, true, true, &e), schema_tool_gbnf(tools, NULL, false, true, &e)};
     for (int k = 0; k < 4; k++) {
         grammar *g = gbnf[k] ? grammar_parse(gbnf[k], strlen(gbnf[k]), &e) : NULL;
         if (!g) HEARTH_DIE("schema_prime: %s", e.msg); /* (the converters' own output: it compiles) */

@@ -25,17 +25,18 @@
  * (at /properties/name)"). what names the field in errors. */
 char *schema_to_gbnf(const cJSON *schema, const char *what, herr *e);
 
-/* The GBNF of one tool call of the chat tools (OpenAI's [{"type": "function", "function":
+/* The GBNF of a tool call of the chat tools (OpenAI's [{"type": "function", "function":
  * {"name", "parameters"}}]), only the one named name when it is not NULL: Qwen3.5/3.6's
  * <tool_call><function=NAME><parameter=P>...</parameter></function></tool_call> when xml,
- * else Qwen3's <tool_call>{"name": ..., "arguments": {...}}</tool_call>. A string
- * parameter's text (xml) may not contain "</". NULL with e set (a tool without a name, a
- * name not among the tools, a schema refused). */
-char *schema_tool_gbnf(const cJSON *tools, const char *name, bool xml, herr *e);
+ * else Qwen3's <tool_call>{"name": ..., "arguments": {...}}</tool_call>. Exactly one call,
+ * or with many one or more (parallel calls), a newline at most between and after them. A
+ * string parameter's text (xml) may not contain "</". NULL with e set (a tool without a
+ * name, a name not among the tools, a schema refused). */
+char *schema_tool_gbnf(const cJSON *tools, const char *name, bool xml, bool many, herr *e);
 
 /* Primes vocabulary v for the grammars above (gvocab_prime, grammar.h): the stack tops of
  * any JSON value, of a schema of every type and format, and of tool calls in both forms
- * with parameters of each kind, within max_states DFA states a grammar. Once per
+ * (one or more calls) with parameters of each kind, within max_states DFA states a grammar. Once per
  * vocabulary, at start-up; it ends early once *stop is set (may be NULL); counts added to *ps. */
 struct gvocab;
 struct gvocab_prime_stats;

@@ -93,26 +93,35 @@ def tools(model):
     code, j = s.post("/v1/chat/completions", base)
     auto_calls = j["choices"][0]["message"].get("tool_calls") if code == 200 else None
     check("tool_choice auto: the demo model writes no call", code == 200 and not auto_calls, str(j)[:200])
-    for tc, want in [("required", None), ({"type": "function", "function": {"name": "get_time"}}, "get_time")]:
-        code, j = s.post("/v1/chat/completions", {**base, "tool_choice": tc})
+    def fits(c):
+        a = loads(c["function"]["arguments"]) or {}
+        return ((c["function"]["name"] == "get_weather" and a.get("unit") in ("C", "F") and isinstance(a.get("days"), int))
+                or (c["function"]["name"] == "get_time" and a == {"zone": a.get("zone")} and a["zone"] in ("UTC", "CET")))
+    # max_tokens 200: room for two calls. "required" with parallel calls allowed takes one or
+    # more (llama-server's (tool_call)+): the weak model, held to calls, writes a second (and
+    # more, until the limit: a call cut there stays content); with parallel_tool_calls false
+    # or a named function the grammar ends at the first call
+    for tc, extra, want in [("required", {}, None), ("required", {"parallel_tool_calls": False}, None),
+                            ({"type": "function", "function": {"name": "get_time"}}, {}, "get_time")]:
+        code, j = s.post("/v1/chat/completions", {**base, "max_tokens": 200, "tool_choice": tc, **extra})
         calls = j["choices"][0]["message"].get("tool_calls") or [] if code == 200 else []
-        args = [loads(c["function"]["arguments"]) for c in calls]
-        ok = (len(calls) == 1 and j["choices"][0]["finish_reason"] == "tool_calls" and
-              (want is None or calls[0]["function"]["name"] == want) and
-              ((calls[0]["function"]["name"] == "get_weather" and args[0].get("unit") in ("C", "F") and
-                isinstance(args[0].get("days"), int)) or
-               (calls[0]["function"]["name"] == "get_time" and args[0] == {"zone": args[0].get("zone")} and
-                args[0]["zone"] in ("UTC", "CET"))))
-        check(f"tool_choice {json.dumps(tc)}: one call whose arguments fit its schema", ok, str(j)[:400])
+        many = tc == "required" and not extra
+        ok = (calls and all(fits(c) for c in calls) and (want is None or calls[0]["function"]["name"] == want) and
+              (len(calls) >= 2 if many else len(calls) == 1 and j["choices"][0]["finish_reason"] == "tool_calls"))
+        check(f"tool_choice {json.dumps(tc)} {json.dumps(extra)}: {'two or more calls' if many else 'one call'} whose "
+              "arguments fit their schema", ok, str(j)[:400])
     atools = [{"name": t["function"]["name"], "input_schema": t["function"]["parameters"]} for t in tl]
-    abody = {"model": "m", "max_tokens": 120, "messages": base["messages"], "tools": atools,
+    abody = {"model": "m", "max_tokens": 200, "messages": base["messages"], "tools": atools,
              "thinking": {"type": "disabled"}, "temperature": 0}
-    for tc, want in [({"type": "any"}, None), ({"type": "tool", "name": "get_weather"}, "get_weather")]:
+    for tc, want in [({"type": "any"}, None), ({"type": "any", "disable_parallel_tool_use": True}, None),
+                     ({"type": "tool", "name": "get_weather"}, "get_weather")]:
         code, j = s.post("/v1/messages", {**abody, "tool_choice": tc})
         uses = [b for b in (j or {}).get("content", []) if b.get("type") == "tool_use"]
-        check(f"messages tool_choice {json.dumps(tc)}: a tool_use block", code == 200 and len(uses) == 1 and
-              j.get("stop_reason") == "tool_use" and (want is None or uses[0]["name"] == want) and
-              isinstance(uses[0].get("input"), dict), str(j)[:300])
+        many = tc["type"] == "any" and "disable_parallel_tool_use" not in tc
+        check(f"messages tool_choice {json.dumps(tc)}: {'two or more tool_use blocks' if many else 'a tool_use block'}",
+              code == 200 and (len(uses) >= 2 if many else len(uses) == 1 and j.get("stop_reason") == "tool_use") and
+              all(want is None or u["name"] == want for u in uses) and all(isinstance(u.get("input"), dict) for u in uses),
+              str(j)[:300])
     code, j = s.post("/v1/chat/completions", {**base, "tool_choice": {"type": "function", "function": {"name": "x"}}})
     check("tool_choice naming no tool: 400 naming it", code == 400 and "\"x\"" in j["error"]["message"], str(j)[:200])
     s.stop()
@@ -332,23 +341,44 @@ def one_call(model):
     fins = [ch.get("finish_reason") for e in ev if isinstance(e, dict) for ch in e.get("choices", []) if ch.get("finish_reason")]
     check("parallel_tool_calls false, streamed: one call", code == 200 and len({tc.get("index") for tc in tcs}) == 1 and
           fins == ["tool_calls"], str(ev)[:400])
+    # tool_choice "required" (the grammar in force, each scripted token checked by it): one or
+    # more calls while parallel calls are allowed, as llama-server's (tool_call)+; the scripted
+    # second call is refused (the request fails) where the grammar allows only one
+    for extra, want in [({}, ["UTC", "CET"]), ({"parallel_tool_calls": True}, ["UTC", "CET"]),
+                        ({"parallel_tool_calls": False}, ["UTC"])]:
+        code, j = s.post("/v1/chat/completions", {**base, "tool_choice": "required", **extra})
+        check(f"tool_choice required {json.dumps(extra)}: {len(want)} call(s)", code == 200 and zones(j) == want and
+              j["choices"][0]["finish_reason"] == "tool_calls" and not j["choices"][0]["message"].get("content"),
+              str(j)[:300])
+    code, _, ev = s.stream("/v1/chat/completions", {**base, "tool_choice": "required", "stream": True})
+    tcs = [tc for e in ev if isinstance(e, dict) for ch in e.get("choices", []) for tc in
+           (ch.get("delta", {}).get("tool_calls") or [])]
+    fins = [ch.get("finish_reason") for e in ev if isinstance(e, dict) for ch in e.get("choices", []) if ch.get("finish_reason")]
+    streamed = {}
+    for tc in tcs:
+        streamed[tc.get("index")] = streamed.get(tc.get("index"), "") + (tc.get("function") or {}).get("arguments", "")
+    check("tool_choice required, streamed: the same two calls", code == 200 and fins == ["tool_calls"] and
+          [(loads(a) or {}).get("zone") for _, a in sorted(streamed.items())] == ["UTC", "CET"], str(ev)[:400])
+    code, j = s.post("/v1/chat/completions", {**base, "tool_choice": {"type": "function", "function": {"name": "get_time"}}})
+    check("tool_choice naming get_time: the scripted second call is refused (one call only)", code != 200, str(j)[:300])
     code, j = s.post("/v1/chat/completions", {**base, "parallel_tool_calls": "no"})
     check("parallel_tool_calls not a boolean: 400 naming it", code == 400 and "parallel_tool_calls" in str(j), str(j)[:200])
     atools = [{"name": "get_time", "input_schema": tl[0]["function"]["parameters"]}]
     abody = {"model": "m", "max_tokens": 400, "messages": base["messages"], "tools": atools,
              "thinking": {"type": "disabled"}}
-    for tc, want in [({"type": "auto"}, 2), ({"type": "auto", "disable_parallel_tool_use": True}, 1)]:
+    for tc, want in [({"type": "auto"}, 2), ({"type": "auto", "disable_parallel_tool_use": True}, 1),
+                     ({"type": "any"}, 2), ({"type": "any", "disable_parallel_tool_use": True}, 1)]:
         code, j = s.post("/v1/messages", {**abody, "tool_choice": tc})
         uses = [b for b in (j or {}).get("content", []) if b.get("type") == "tool_use"]
         check(f"messages tool_choice {json.dumps(tc)}: {want} tool_use block(s)", code == 200 and len(uses) == want and
               j.get("stop_reason") == "tool_use", str(j)[:300])
     rbody = {"model": "m", "input": "Time in UTC and CET?", "max_output_tokens": 400, "reasoning": {"effort": "none"},
              "tools": [{"type": "function", "name": "get_time", "parameters": tl[0]["function"]["parameters"]}]}
-    for ptc, want in [(True, 2), (False, 1)]:
-        code, j = s.post("/v1/responses", {**rbody, "parallel_tool_calls": ptc})
+    for ptc, tch, want in [(True, "auto", 2), (False, "auto", 1), (True, "required", 2), (False, "required", 1)]:
+        code, j = s.post("/v1/responses", {**rbody, "parallel_tool_calls": ptc, "tool_choice": tch})
         fcs = [it for it in (j or {}).get("output", []) if it.get("type") == "function_call"]
-        check(f"responses parallel_tool_calls {ptc}: {want} function_call item(s)", code == 200 and len(fcs) == want and
-              j.get("parallel_tool_calls") is ptc, str(j)[:300])
+        check(f"responses parallel_tool_calls {ptc}, tool_choice {tch}: {want} function_call item(s)",
+              code == 200 and len(fcs) == want and j.get("parallel_tool_calls") is ptc, str(j)[:300])
     s.stop()
 
 

@@ -1,12 +1,13 @@
 /* fuzz_grammar.c: libFuzzer target for the GBNF compiler and matcher (src/serve/grammar.c)
  * and the JSON Schema and tool-list converters (src/serve/schema.c). Input: a mode byte
  * (low 2 bits: 0 GBNF text, 1 a JSON schema, 2 a tools array for a forced call; bit 2 the
- * XML call form), the text, a NUL, then bytes to feed the matcher. Properties: bad input is
- * refused with a message, never a crash; whatever a converter makes compiles; the matcher's
- * mask over a vocabulary of every byte, an end token and multi-byte tokens that run past a
- * rule's end (`",`, `"}`, `a)`: the position cache's context-dependent tokens) equals each
- * token checked alone, at the start and after each byte it takes, the vocabulary primed as
- * a server primes it (schema_prime). Seeds: tests/fuzz/corpus/grammar. */
+ * XML call form, bit 3 one or more calls), the text, a NUL, then bytes to feed the
+ * matcher. Properties: bad input is refused with a message, never a crash; whatever a
+ * converter makes compiles; the matcher's mask over a vocabulary of every byte, an end
+ * token and multi-byte tokens that run past a rule's end (`",`, `"}`, `a)`: the position
+ * cache's context-dependent tokens) equals each token checked alone, at the start and after
+ * each byte it takes, the vocabulary primed as a server primes it (schema_prime). Seeds:
+ * tests/fuzz/corpus/grammar. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -67,7 +68,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size < 1 || size > 8192) return 0;
     if (!bytes_vocab) LLVMFuzzerInitialize(NULL, NULL);
     const int mode = data[0] & 3;
-    const bool xml = data[0] & 4;
+    const bool xml = data[0] & 4, many = data[0] & 8;
     const uint8_t *rest;
     size_t rest_len;
     char *text = fuzz_cut(data + 1, size - 1, &rest, &rest_len);
@@ -78,7 +79,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     } else {
         cJSON *j = cJSON_Parse(text);
         if (j) {
-            gbnf = mode == 1 ? schema_to_gbnf(j, "json_schema", &e) : schema_tool_gbnf(j, NULL, xml, &e);
+            gbnf = mode == 1 ? schema_to_gbnf(j, "json_schema", &e) : schema_tool_gbnf(j, NULL, xml, many, &e);
             FUZZ_CHECK(gbnf || e.msg[0], "a refused schema names why");
             cJSON_Delete(j);
         }

@@ -195,7 +195,7 @@ TEST(tool_call_grammars) {
                                "\"integer\"}, \"unit\": {\"type\": \"string\", \"enum\": [\"C\", \"F\"]}}, \"required\": "
                                "[\"city\"]}}}, {\"type\": \"function\", \"function\": {\"name\": \"noop\"}}]");
     herr e;
-    char *xml = schema_tool_gbnf(tools, NULL, true, &e);
+    char *xml = schema_tool_gbnf(tools, NULL, true, false, &e);
     CHECK(xml != NULL);
     if (xml) {
         CHECK(match(xml, "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis, <France>\n</parameter>\n"
@@ -206,13 +206,60 @@ TEST(tool_call_grammars) {
         CHECK(match(xml, "<tool_call>\n<function=other>") == -1);
     }
     free(xml);
-    char *one = schema_tool_gbnf(tools, "noop", true, &e);
+    char *one = schema_tool_gbnf(tools, "noop", true, false, &e);
     CHECK(one && match(one, "<tool_call>\n<function=get_weather>") == -1);
     free(one);
-    char *js = schema_tool_gbnf(tools, "get_weather", false, &e);
+    char *js = schema_tool_gbnf(tools, "get_weather", false, false, &e);
     CHECK(js && match(js, "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\", \"days\": 2}}\n</tool_call>") == 1);
     free(js);
-    CHECK(!schema_tool_gbnf(tools, "nope", true, &e) && strstr(e.msg, "\"nope\""));
+    CHECK(!schema_tool_gbnf(tools, "nope", true, false, &e) && strstr(e.msg, "\"nope\""));
+    cJSON_Delete(tools);
+}
+
+/* tool_choice "required" / Anthropic "any": one or more calls when parallel calls are allowed
+ * (llama-server's (tool_call)+), exactly one when parallel_tool_calls is false */
+TEST(tool_call_grammars_many) {
+    cJSON *tools = cJSON_Parse("[{\"type\": \"function\", \"function\": {\"name\": \"get_time\", \"parameters\": {\"type\": "
+                               "\"object\", \"properties\": {\"zone\": {\"type\": \"string\"}}, \"required\": [\"zone\"]}}}, "
+                               "{\"type\": \"function\", \"function\": {\"name\": \"noop\"}}]");
+    static const char X1[] = "<tool_call>\n<function=get_time>\n<parameter=zone>\nUTC\n</parameter>\n</function>\n</tool_call>",
+                      X2[] = "<tool_call>\n<function=noop>\n</function>\n</tool_call>",
+                      J1[] = "<tool_call>\n{\"name\": \"get_time\", \"arguments\": {\"zone\": \"UTC\"}}\n</tool_call>",
+                      J2[] = "<tool_call>\n{\"name\": \"noop\", \"arguments\": {}}\n</tool_call>";
+    herr e;
+    char *xml[2] = {NULL, NULL}, *js[2] = {NULL, NULL}, s[512];
+    for (int many = 0; many < 2; many++) {
+        xml[many] = schema_tool_gbnf(tools, NULL, true, many, &e);
+        js[many] = schema_tool_gbnf(tools, NULL, false, many, &e);
+        CHECK(xml[many] && js[many]);
+        if (!xml[many] || !js[many]) goto out;
+    }
+    /* one call: complete under both */
+    CHECK(match(xml[0], X1) == 1 && match(xml[1], X1) == 1 && match(js[0], J1) == 1 && match(js[1], J1) == 1);
+    /* two calls as the template writes them (a newline between) */
+    snprintf(s, sizeof s, "%s\n%s", X1, X2);
+    CHECK_MSG(match(xml[1], s) == 1, "required, parallel: a second call (xml)");
+    CHECK_MSG(match(xml[0], s) == -1, "parallel_tool_calls false: refused after the first call (xml)");
+    snprintf(s, sizeof s, "%s\n%s", J1, J2);
+    CHECK_MSG(match(js[1], s) == 1, "required, parallel: a second call (json)");
+    CHECK_MSG(match(js[0], s) == -1, "parallel_tool_calls false: refused after the first call (json)");
+    /* three, with no separator and a newline after the last */
+    snprintf(s, sizeof s, "%s%s\n%s\n", X2, X1, X2);
+    CHECK(match(xml[1], s) == 1);
+    /* between calls a newline at most (the answer drops it; a blank would be content) */
+    snprintf(s, sizeof s, "%s\nhello", X1);
+    CHECK(match(xml[1], s) == -1);
+    snprintf(s, sizeof s, "%s\n\n%s", X1, X1);
+    CHECK(match(xml[1], s) == -1);
+    snprintf(s, sizeof s, "%s %s", X1, X1);
+    CHECK(match(xml[1], s) == -1);
+    /* a second call cut short is no end: not complete */
+    snprintf(s, sizeof s, "%s\n<tool_call>\n<function=get_time>", X1);
+    CHECK(match(xml[1], s) == 0);
+    /* still none: a call is required */
+    CHECK(match(xml[1], "") == 0 && match(xml[1], "\n") == -1);
+out:
+    for (int many = 0; many < 2; many++) free(xml[many]), free(js[many]);
     cJSON_Delete(tools);
 }
 
@@ -320,7 +367,7 @@ TEST(mask_matches_token_checks) {
     cJSON *tools = cJSON_Parse("[{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", \"parameters\": {\"type\": "
                                "\"object\", \"properties\": {\"city\": {\"type\": \"string\"}}, \"required\": [\"city\"]}}}]");
     herr e;
-    char *tool = schema_tool_gbnf(tools, NULL, true, &e);
+    char *tool = schema_tool_gbnf(tools, NULL, true, true, &e);
     cJSON_Delete(tools);
     const struct { const char *name, *gbnf, *doc; } cases[] = {
         {"schema", schema, "{\"title\": \"Día de \\\"sol\\\"\", \"n\": -12, \"ok\": true}"},
@@ -424,7 +471,7 @@ TEST(primed_vocabulary) {
                                "{\"type\": \"object\", \"properties\": {\"to\": {\"type\": \"string\"}, \"body\": {\"type\": "
                                "\"string\"}, \"urgent\": {\"type\": \"boolean\"}}, \"required\": [\"to\", \"body\"]}}}]");
     herr e;
-    char *xml = schema_tool_gbnf(tools, NULL, true, &e), *json = schema_tool_gbnf(tools, NULL, false, &e);
+    char *xml = schema_tool_gbnf(tools, NULL, true, true, &e), *json = schema_tool_gbnf(tools, NULL, false, true, &e);
     cJSON_Delete(tools);
     const struct { const char *name, *gbnf, *doc; } cases[] = {
         {"schema", schema, "{\"city\": \"Zürich, \\\"old town\\\"\", \"when\": \"2026-12-06\", \"notes\": [\"日本語\", "
@@ -464,6 +511,7 @@ int main(void) {
     RUN(schema_documents);
     RUN(schema_refusals_name_the_keyword);
     RUN(tool_call_grammars);
+    RUN(tool_call_grammars_many);
     RUN(mask_matches_token_checks);
     RUN(primed_vocabulary);
     return harness_done();
