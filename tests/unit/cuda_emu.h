@@ -319,30 +319,38 @@ inline void emu_warp_ptrs(const void *p, const void *out[32]) {
 }
 inline void emu_warp_done() { emu::sync_warp(); }
 inline float emu_h(uint32_t u, int hi) { return __half2float(__ushort_as_half((uint16_t)(hi ? u >> 16 : u & 0xffffu))); }
-/* d += a b: a 16x16 (row), b 16x8 (col), f16 pairs packed low element first, as the PTX
- * fragments lay them: a[0] row lane/4, cols 2 (lane%4) + {0, 1}; a[1] row + 8; a[2] cols + 8;
- * a[3] both; b[0] rows (k) 2 (lane%4) + {0, 1}, col lane/4; b[1] rows + 8; d[0..1] row lane/4,
- * cols 2 (lane%4) + {0, 1}; d[2..3] row + 8 */
-inline void mma16816(float d[4], const uint32_t a[4], const uint32_t b[2]) {
+/* The tensor cores' exchange of fragments, for mma.sync m16n8kK: every lane's A and B
+ * registers read through the warp, D[q] = C[q] + the sum over k of A(row, k) B(k, col) in Acc.
+ * A register holds P elements (f16: 2, int8: 4), elt(register, i) the i-th; a lane group of 4
+ * holds 4 P consecutive k, registers split at k = 4 P: a[0] row lane/4, k P (lane%4) .. + P - 1;
+ * a[1] row + 8; a[2] k + 4 P; a[3] both; b[0] k as a[0]'s, col lane/4; b[1] k + 4 P; d[0..1]
+ * row lane/4, cols 2 (lane%4) + {0, 1}; d[2..3] row + 8. */
+template <int P, int K, typename Acc, typename T, typename Elt>
+inline void emu_mma(T d[4], const uint32_t *a, const uint32_t *b, Elt elt) {
     struct ops {
         const uint32_t *a, *b;
     } mine = {a, b};
     const void *all[32];
     emu_warp_ptrs(&mine, all);
     const int lane = emu::cur & 31;
-    float r[4];
+    T r[4];
     for (int q = 0; q < 4; q++) {
         const int row = lane / 4 + 8 * (q / 2), col = 2 * (lane % 4) + q % 2;
-        double acc = d[q];
-        for (int k = 0; k < 16; k++) {
-            const ops *pa = (const ops *)all[4 * (row % 8) + (k % 8) / 2], *pb = (const ops *)all[4 * col + (k % 8) / 2];
-            const float x = emu_h(pa->a[(row >= 8) + 2 * (k >= 8)], k % 2), y = emu_h(pb->b[k >= 8], k % 2);
-            acc += (double)x * (double)y;
+        Acc acc = d[q];
+        for (int k = 0; k < K; k++) {
+            const int g = (k % (4 * P)) / P, hi = k >= 4 * P;
+            const ops *pa = (const ops *)all[4 * (row % 8) + g], *pb = (const ops *)all[4 * col + g];
+            acc += (Acc)elt(pa->a[(row >= 8) + 2 * hi], k % P) * (Acc)elt(pb->b[hi], k % P);
         }
-        r[q] = (float)acc;
+        r[q] = (T)acc;
     }
     emu_warp_done();
     for (int q = 0; q < 4; q++) d[q] = r[q];
+}
+/* d += a b, f16 pairs packed low element first, f32 accumulators: each D element is C plus its
+ * 16 exact products summed in double, rounded once */
+inline void mma16816(float d[4], const uint32_t a[4], const uint32_t b[2]) {
+    emu_mma<2, 16, double>(d, a, b, [](uint32_t u, int i) { return (double)emu_h(u, i); });
 }
 /* ldmatrix x4: lanes 8i..8i+7 give the row addresses of matrix i (8 halves each); r[i] of
  * lane t is matrix i's row t/4, halves 2 (t%4) and + 1; transposed (tr): its column t/4,
@@ -367,33 +375,10 @@ inline void emu_ldsm4(uint32_t r[4], const void *p, bool tr) {
     for (int i = 0; i < 4; i++) r[i] = v[i];
 }
 /* d += a b on int8 tensor cores (mma.sync m16n8k32 / m16n8k16, s8 x s8, s32 accumulators:
- * exact, as the GPU's): for k32, a[0] row lane/4, bytes k 4 (lane%4) .. + 3; a[1] row + 8;
- * a[2] k + 16; a[3] both; b[0] k 4 (lane%4) .. + 3, col lane/4; b[1] k + 16; d as
- * mma16816's. k16: a[0], a[1] and b[0] alone. */
-template <int KK> inline void emu_mma_s8(int d[4], const uint32_t *a, const uint32_t *b) {
-    struct ops {
-        const uint32_t *a, *b;
-    } mine = {a, b};
-    const void *all[32];
-    emu_warp_ptrs(&mine, all);
-    const int lane = emu::cur & 31;
-    int r[4];
-    for (int q = 0; q < 4; q++) {
-        const int row = lane / 4 + 8 * (q / 2), col = 2 * (lane % 4) + q % 2;
-        int64_t acc = d[q];
-        for (int k = 0; k < KK; k++) {
-            const ops *pa = (const ops *)all[4 * (row % 8) + (k % 16) / 4], *pb = (const ops *)all[4 * col + (k % 16) / 4];
-            const int8_t x = (int8_t)(pa->a[(row >= 8) + 2 * (k >= 16)] >> (8 * (k % 4)));
-            const int8_t y = (int8_t)(pb->b[k >= 16] >> (8 * (k % 4)));
-            acc += (int64_t)x * y;
-        }
-        r[q] = (int)acc;
-    }
-    emu_warp_done();
-    for (int q = 0; q < 4; q++) d[q] = r[q];
-}
-inline void mma_k32(int c[4], const uint32_t a[4], const uint32_t b[2]) { emu_mma_s8<32>(c, a, b); }
-inline void mma_k16(int c[4], const uint32_t a[2], uint32_t b) { emu_mma_s8<16>(c, a, &b); }
+ * exact, as the GPU's); k16: a[0], a[1] and b[0] alone */
+inline int64_t emu_s8(uint32_t u, int i) { return (int8_t)(u >> (8 * i)); }
+inline void mma_k32(int c[4], const uint32_t a[4], const uint32_t b[2]) { emu_mma<4, 32, int64_t>(c, a, b, emu_s8); }
+inline void mma_k16(int c[4], const uint32_t a[2], uint32_t b) { emu_mma<4, 16, int64_t>(c, a, &b, emu_s8); }
 /* a named barrier of a pair of warps: the whole block's here (every thread calls it) */
 inline void pair_sync(int) { __syncthreads(); }
 inline void ldsm4(uint32_t r[4], const void *p) { emu_ldsm4(r, p, false); }
