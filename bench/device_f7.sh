@@ -28,7 +28,8 @@
 #              the GPU time by op
 #   ncu        Nsight Compute on test_cuda's delta-rule timings (HEARTH_GDN_TIME_ONLY=1): the
 #              chunked rule's two kernels of the 4,096-row pass, every section, to ncu_gdn.log
-#   ncu_attn   Nsight Compute on one attn_mma_tile_kernel launch of pp2048 after 8192 rows (every
+#   ncu_attn   Nsight Compute on one prompt attention launch (NCU_ATTN, a regex: default either
+#              form of attn_mma.cuh's prompt kernel) of pp2048 after 8192 rows (every
 #              section, to ncu_attn.log)
 #   points     hearth bench -p 4096 --marks 2048,4096 with pinned points and without
 #              (HEARTH_CUDA_PINNED_POINTS=0), interleaved: what the two points add
@@ -123,7 +124,7 @@ for s in $steps; do
          grep -E "^  [a-z_ ]*gdn_chunk|Duration|Issue Slots Busy|Achieved Occupancy" "$out/ncu_gdn.log" | sed 's/(const.*//' ;;
     ncu_attn) [ -f /dev/shm/q36.gguf ] || build/hearth gen --preset q36 --quant q4_k_m --seed 1 -o /dev/shm/q36.gguf >"$out/gen.log" 2>&1
          # the timed pass's first attention launch after 8192 rows (the fill's 4 passes x 10 layers skipped)
-         HEARTH_CUDA_GRAPHS=0 step ncu_attn 150 ncu --clock-control none --kernel-name regex:attn_mma_tile --launch-skip 40 --launch-count 1 \
+         HEARTH_CUDA_GRAPHS=0 step ncu_attn 150 ncu --clock-control none --kernel-name "regex:${NCU_ATTN:-attn_mma_(tile|whole)}" --launch-skip 40 --launch-count 1 \
              --set full build/hearth bench --device cuda -m /dev/shm/q36.gguf -p 2048 -n 0 -d 8192 -r 1 --kv f16
          grep -E "Duration|Issue Slots Busy|Achieved Occupancy|Registers Per|Shared Memory Config|Stall|L1/TEX Hit|L2 Hit|Mem Busy|Max Bandwidth|Compute \(SM\) Throughput|Memory Throughput" "$out/ncu_attn.log" | head -30 ;;
     points) [ -f /dev/shm/q36.gguf ] || build/hearth gen --preset q36 --quant q4_k_m --seed 1 -o /dev/shm/q36.gguf >"$out/gen.log" 2>&1

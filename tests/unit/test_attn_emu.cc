@@ -28,6 +28,7 @@ struct case_t {
     std::vector<uint16_t> k, v;   /* (n_ctx, Hkv, D) f16 */
     std::vector<float> qf;        /* (n, H, [q D | gate D]) */
     std::vector<float> part;
+    bool whole = false; /* the prompt kernel's whole form, else its pairs of warps */
     explicit case_t(int64_t d) : D(d), n_seg((n_ctx + seg - 1) / seg) {
         k.resize((size_t)(n_ctx * Hkv * D)), v.resize(k.size());
         for (auto &x : k) x = __half_as_ushort(__float2half_rn(rndf(-1.0f, 1.0f)));
@@ -58,7 +59,11 @@ struct case_t {
             emu::launch(attn_fold_kernel, dim3((unsigned)H, (unsigned)nt), dim3((unsigned)D), 0, (const float *)qf.data(),
                         t.data(), H, D, seg, n_seg, (const float *)part.data(), ao.data(), hk_act{});
         }
-        if (n_one < nt)
+        if (n_one < nt && whole)
+            emu::launch(attn_mma_whole_kernel<DD>, dim3((unsigned)nt, (unsigned)Hkv), dim3(AM_TW), am_cfg<DD>::WHOLE_BYTES,
+                        (const float *)qf.data(), t.data(), nt, H, Hkv, (const uint16_t *)k.data(), (const uint16_t *)v.data(),
+                        stride, seg, ao.data());
+        else if (n_one < nt)
             emu::launch(attn_mma_tile_kernel<DD>, dim3((unsigned)nt, (unsigned)Hkv), dim3(AM_TP), am_cfg<DD>::PROMPT_BYTES,
                         (const float *)qf.data(), t.data(), nt, H, Hkv, (const uint16_t *)k.data(), (const uint16_t *)v.data(),
                         stride, seg, ao.data());
@@ -109,16 +114,20 @@ static bool same(const std::vector<float> &a, const std::vector<float> &b) {
     return a.size() == b.size() && !memcmp(a.data(), b.data(), 4 * a.size());
 }
 
-/* the tiles within their bound; the decode form and a shifted cut (3 one-row tiles beside
- * tiles from row 3) give the tiles' bits */
+/* the tiles within their bound; the decode form, a shifted cut (3 one-row tiles beside
+ * tiles from row 3) and the prompt kernel's whole form give the tiles' bits */
 template <int D> static void forms_agree(const char *what) {
     case_t c(D);
     const std::vector<float> tiled = c.run<D>(c.tiles(0)), decoded = c.run<D>(c.tiles(c.n)), cut = c.run<D>(c.tiles(3));
+    c.whole = true;
+    const std::vector<float> whole = c.run<D>(c.tiles(0)), whole_cut = c.run<D>(c.tiles(3));
     const double w = c.worst(tiled);
     CHECK_MSG(w <= 1.0, "%s: the tiles %.3g times their bound from the double reference", what, w);
     CHECK_MSG(same(decoded, tiled), "%s: rows decoded alone differ from the rows in tiles", what);
     CHECK_MSG(same(cut, tiled), "%s: the rows cut into other tiles differ", what);
-    printf("  %s: %.3f of the bound; decoded alone and cut otherwise = the tiles, bit for bit\n", what, w);
+    CHECK_MSG(same(whole, tiled), "%s: the whole form's tiles differ from the pairs'", what);
+    CHECK_MSG(same(whole_cut, tiled), "%s: the whole form's other cut differs", what);
+    printf("  %s: %.3f of the bound; decoded alone, cut otherwise and the whole form = the tiles, bit for bit\n", what, w);
 }
 
 TEST(heads_128) { forms_agree<128>("heads of 128"); }
@@ -130,16 +139,19 @@ TEST(planted_defects_red) {
         unsigned bit;
         const char *name;
     } muts[] = {{1, "a tile's rows see its last row's keys"}, {2, "segments not restarted"}, {4, "decode warps on one quarter of the dims"}};
-    for (const auto &m : muts) {
-        case_t c(128);
-        emu_mut = m.bit;
-        const std::vector<float> tiled = c.run<128>(c.tiles(0)), decoded = c.run<128>(c.tiles(c.n));
-        emu_mut = 0;
-        const std::vector<float> good = c.run<128>(c.tiles(0));
-        const bool red = !same(decoded, tiled) || c.worst(tiled) > 1.0 || c.worst(decoded) > 1.0;
-        CHECK_MSG(red, "planted defect '%s' passed every check", m.name);
-        CHECK_MSG(c.worst(good) <= 1.0, "the unplanted run after '%s' is out of its bound", m.name);
-        printf("  planted '%s': red\n", m.name);
+    for (int form = 0; form < 2; form++) {
+        for (const auto &m : muts) {
+            case_t c(128);
+            c.whole = form == 1;
+            emu_mut = m.bit;
+            const std::vector<float> tiled = c.run<128>(c.tiles(0)), decoded = c.run<128>(c.tiles(c.n));
+            emu_mut = 0;
+            const std::vector<float> good = c.run<128>(c.tiles(0));
+            const bool red = !same(decoded, tiled) || c.worst(tiled) > 1.0 || c.worst(decoded) > 1.0;
+            CHECK_MSG(red, "planted defect '%s' passed every check", m.name);
+            CHECK_MSG(c.worst(good) <= 1.0, "the unplanted run after '%s' is out of its bound", m.name);
+            printf("  planted '%s' (%s form): red\n", m.name, form ? "whole" : "pairs");
+        }
     }
 }
 

@@ -422,6 +422,9 @@ template <int D> static int attn_launch(void *st, const float *qf, const hk_qtil
     return 0;
 }
 
+static bool am_whole = true; /* the prompt kernel's whole form (attn_mma.cuh), else its pairs of warps */
+extern "C" void hk_attn_form(bool whole) { am_whole = whole; }
+
 template <int D> static int mma_launch(void *st, const float *qf, const hk_qtile *tiles, int n_tiles, int n_one, int64_t n,
                                        int64_t H, int64_t Hkv, const void *k0, const void *v0, size_t seq_stride, int64_t seg,
                                        int64_t n_seg, float *part, float *ao, hk_act *a, herr *e) {
@@ -429,6 +432,7 @@ template <int D> static int mma_launch(void *st, const float *qf, const hk_qtile
     using C = am_cfg<D>;
     if (!ready) {
         CUDA_TRY(cudaFuncSetAttribute(attn_mma_tile_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, C::PROMPT_BYTES), e);
+        CUDA_TRY(cudaFuncSetAttribute(attn_mma_whole_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, C::WHOLE_BYTES), e);
         CUDA_TRY(cudaFuncSetAttribute(attn_mma_split_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, C::DECODE_BYTES), e);
         ready = true;
     }
@@ -443,7 +447,8 @@ template <int D> static int mma_launch(void *st, const float *qf, const hk_qtile
     }
     if (n_one < n_tiles) {
         dim3 g((unsigned)n_tiles, (unsigned)Hkv);
-        LAUNCH(e, attn_mma_tile_kernel<D>, g, AM_TP, C::PROMPT_BYTES, st, qf, tiles, n_tiles, H, Hkv, K0, V0, seq_stride, seg, ao);
+        if (am_whole) LAUNCH(e, attn_mma_whole_kernel<D>, g, AM_TW, C::WHOLE_BYTES, st, qf, tiles, n_tiles, H, Hkv, K0, V0, seq_stride, seg, ao);
+        else LAUNCH(e, attn_mma_tile_kernel<D>, g, AM_TP, C::PROMPT_BYTES, st, qf, tiles, n_tiles, H, Hkv, K0, V0, seq_stride, seg, ao);
         if (a && hk_quantize(st, ao, H * D, n, a, e) < 0) return -1; /* hk_quantize's bytes, as the merge's launch rounds */
     }
     return 0;

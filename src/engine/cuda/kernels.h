@@ -312,6 +312,7 @@ int hk_attn(void *st, const float *qf, const hk_qtile *tiles, int n_tiles, int n
 /* query rows per tile: 64 query vectors / G with f16 KV rows and G <= 16 (the tensor-core
  * form, attn_mma.cuh), else 32 / G (0: no kernel for G) */
 int hk_attn_tile_rows(int64_t G, bool f16);
+void hk_attn_form(bool whole); /* the tensor-core prompt kernel's whole form (on by default) or its pairs of warps */
 int64_t hk_attn_part_floats(int64_t D);
 
 #ifdef __cplusplus
