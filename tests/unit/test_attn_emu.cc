@@ -28,7 +28,7 @@ struct case_t {
     std::vector<uint16_t> k, v;   /* (n_ctx, Hkv, D) f16 */
     std::vector<float> qf;        /* (n, H, [q D | gate D]) */
     std::vector<float> part;
-    bool whole = false; /* the prompt kernel's whole form, else its pairs of warps */
+    int whole = 0; /* the prompt kernel's whole form in tiles of this many warps (4, 6), else (0) its pairs */
     explicit case_t(int64_t d) : D(d), n_seg((n_ctx + seg - 1) / seg) {
         k.resize((size_t)(n_ctx * Hkv * D)), v.resize(k.size());
         for (auto &x : k) x = __half_as_ushort(__float2half_rn(rndf(-1.0f, 1.0f)));
@@ -39,7 +39,7 @@ struct case_t {
     }
     /* tiles: rows 0..ones-1 one row each, then tiles of the prompt kernel's rows from there */
     std::vector<hk_qtile> tiles(int64_t ones) const {
-        const int64_t qt = AM_QV / (H / Hkv);
+        const int64_t qt = (whole ? 16 * whole : AM_QV) / (H / Hkv);
         std::vector<hk_qtile> t;
         for (int64_t r = 0; r < ones; r++) t.push_back(hk_qtile{(int32_t)r, 1, 0, 0, p0 + r});
         for (int64_t r = ones; r < n; r += qt) t.push_back(hk_qtile{(int32_t)r, (int32_t)(n - r < qt ? n - r : qt), 0, 0, p0 + r});
@@ -59,8 +59,12 @@ struct case_t {
             emu::launch(attn_fold_kernel, dim3((unsigned)H, (unsigned)nt), dim3((unsigned)D), 0, (const float *)qf.data(),
                         t.data(), H, D, seg, n_seg, (const float *)part.data(), ao.data(), hk_act{});
         }
-        if (n_one < nt && whole)
-            emu::launch(attn_mma_whole_kernel<DD>, dim3((unsigned)nt, (unsigned)Hkv), dim3(AM_TW), am_cfg<DD>::WHOLE_BYTES,
+        if (n_one < nt && whole == 4)
+            emu::launch(attn_mma_whole_kernel<DD, 4>, dim3((unsigned)nt, (unsigned)Hkv), dim3(128), am_cfg<DD>::whole_bytes(4),
+                        (const float *)qf.data(), t.data(), nt, H, Hkv, (const uint16_t *)k.data(), (const uint16_t *)v.data(),
+                        stride, seg, ao.data());
+        else if (n_one < nt && whole == 6)
+            emu::launch(attn_mma_whole_kernel<DD, 6>, dim3((unsigned)nt, (unsigned)Hkv), dim3(192), am_cfg<DD>::whole_bytes(6),
                         (const float *)qf.data(), t.data(), nt, H, Hkv, (const uint16_t *)k.data(), (const uint16_t *)v.data(),
                         stride, seg, ao.data());
         else if (n_one < nt)
@@ -119,15 +123,19 @@ static bool same(const std::vector<float> &a, const std::vector<float> &b) {
 template <int D> static void forms_agree(const char *what) {
     case_t c(D);
     const std::vector<float> tiled = c.run<D>(c.tiles(0)), decoded = c.run<D>(c.tiles(c.n)), cut = c.run<D>(c.tiles(3));
-    c.whole = true;
+    c.whole = 4;
     const std::vector<float> whole = c.run<D>(c.tiles(0)), whole_cut = c.run<D>(c.tiles(3));
+    c.whole = 6;
+    const std::vector<float> whole6 = c.run<D>(c.tiles(0)), whole6_cut = c.run<D>(c.tiles(3));
     const double w = c.worst(tiled);
     CHECK_MSG(w <= 1.0, "%s: the tiles %.3g times their bound from the double reference", what, w);
     CHECK_MSG(same(decoded, tiled), "%s: rows decoded alone differ from the rows in tiles", what);
     CHECK_MSG(same(cut, tiled), "%s: the rows cut into other tiles differ", what);
     CHECK_MSG(same(whole, tiled), "%s: the whole form's tiles differ from the pairs'", what);
     CHECK_MSG(same(whole_cut, tiled), "%s: the whole form's other cut differs", what);
-    printf("  %s: %.3f of the bound; decoded alone, cut otherwise and the whole form = the tiles, bit for bit\n", what, w);
+    CHECK_MSG(same(whole6, tiled), "%s: the whole form's tiles of 6 warps (two stages) differ from the pairs'", what);
+    CHECK_MSG(same(whole6_cut, tiled), "%s: the whole form's tiles of 6 warps cut otherwise differ", what);
+    printf("  %s: %.3f of the bound; decoded alone, cut otherwise and the whole form (4 and 6 warps) = the tiles, bit for bit\n", what, w);
 }
 
 TEST(heads_128) { forms_agree<128>("heads of 128"); }
@@ -139,10 +147,10 @@ TEST(planted_defects_red) {
         unsigned bit;
         const char *name;
     } muts[] = {{1, "a tile's rows see its last row's keys"}, {2, "segments not restarted"}, {4, "decode warps on one quarter of the dims"}};
-    for (int form = 0; form < 2; form++) {
+    for (int form = 0; form <= 6; form += form ? 2 : 4) {
         for (const auto &m : muts) {
             case_t c(128);
-            c.whole = form == 1;
+            c.whole = form;
             emu_mut = m.bit;
             const std::vector<float> tiled = c.run<128>(c.tiles(0)), decoded = c.run<128>(c.tiles(c.n));
             emu_mut = 0;
@@ -150,7 +158,7 @@ TEST(planted_defects_red) {
             const bool red = !same(decoded, tiled) || c.worst(tiled) > 1.0 || c.worst(decoded) > 1.0;
             CHECK_MSG(red, "planted defect '%s' passed every check", m.name);
             CHECK_MSG(c.worst(good) <= 1.0, "the unplanted run after '%s' is out of its bound", m.name);
-            printf("  planted '%s' (%s form): red\n", m.name, form ? "whole" : "pairs");
+            printf("  planted '%s' (%s form): red\n", m.name, form ? (form == 4 ? "whole, 4 warps" : "whole, 6 warps") : "pairs");
         }
     }
 }

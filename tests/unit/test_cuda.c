@@ -1055,21 +1055,27 @@ TEST(attn_matches_ref) {
             CHECK_MSG(bad == 0, "%s KV: %lld values differ when the rows are cut into other tiles", f16 ? "f16" : "f32", (long long)bad);
             free(cut), free(ao2);
         }
-        /* f16: the prompt kernel in pairs of warps (hk_attn_form(false)) = its whole form, the
-         * default, bit for bit */
-        if (f16) {
+        /* f16: the prompt kernel in pairs of warps (hk_attn_form(0)) and its whole form in
+         * tiles of 6 warps (12 rows) = the default (4 warps), bit for bit */
+        for (int form = 0; f16 && form <= 6; form += 6) {
             float *ao3 = xmalloc(4 * (size_t)(n * H * D));
-            hk_h2d(dtiles, tiles, sizeof(hk_qtile) * (size_t)nt, &e);
-            hk_attn_form(false);
-            CHECK_MSG(hk_attn(st, dq, dtiles, nt, 0, dpos, n, H, Hkv, D, dk, dv, (size_t)(n_ctx * Hkv * D), f16, seg, n_seg, dpart,
+            hk_attn_form(form);
+            const int64_t qf_rows = hk_attn_tile_rows(G, f16);
+            hk_qtile *ft = xmalloc(sizeof(hk_qtile) * (size_t)n);
+            int nf = 0;
+            for (int64_t t0 = 0; t0 < n; t0 += qf_rows)
+                ft[nf++] = (hk_qtile){.r0 = (int32_t)t0, .n = (int32_t)(n - t0 < qf_rows ? n - t0 : qf_rows), .seq = 0, .pos0 = p0 + t0};
+            hk_h2d(dtiles, ft, sizeof(hk_qtile) * (size_t)nf, &e);
+            CHECK_MSG(hk_attn(st, dq, dtiles, nf, 0, dpos, n, H, Hkv, D, dk, dv, (size_t)(n_ctx * Hkv * D), f16, seg, n_seg, dpart,
                               dao, NULL, &e) == 0 && hk_stream_sync(st, &e) == 0,
                       "%s", e.msg);
-            hk_attn_form(true);
+            hk_attn_form(4);
             hk_d2h(ao3, dao, 4 * (size_t)(n * H * D), &e);
             int64_t bad = 0;
             for (int64_t i = 0; i < n * H * D; i++) bad += memcmp(&ao3[i], &ao[i], 4) != 0;
-            CHECK_MSG(bad == 0, "f16 KV: %lld values differ between the prompt kernel's pairs and whole forms", (long long)bad);
-            free(ao3);
+            CHECK_MSG(bad == 0, "f16 KV: %lld values differ between the prompt kernel's default and its form %d (%lld-row tiles)",
+                      (long long)bad, form, (long long)qf_rows);
+            free(ao3), free(ft);
         }
         /* rows 0, 150 and the last, each alone in one launch: the decode form (every tile one
          * row), which must give the tile kernel's bits */
@@ -1100,7 +1106,7 @@ TEST(attn_matches_ref) {
         CHECK_MSG(diff_act(&ra, &rb, 3, &e) == 0, "%s KV: the merge's rounding differs from hk_quantize", f16 ? "f16" : "f32");
         dev_act_free(&ra), dev_act_free(&rb);
         printf("  attention %s KV: %.2g from double (%.3f of the bound) at 300 rows over 1000 keys; 3 rows decoded "
-               "alone = the rows in tiles%s, bit for bit\n", f16 ? "f16" : "f32", worst_abs, worst, f16 ? " = the pairs form" : "");
+               "alone = the rows in tiles%s, bit for bit\n", f16 ? "f16" : "f32", worst_abs, worst, f16 ? " = the pairs form = 6 warps" : "");
         hk_free(dk), hk_free(dv), hk_free(dq), hk_free(dpos), hk_free(dtiles), hk_free(dpart), hk_free(dao);
         free(hk), free(hv), free(kr), free(vr), free(pos), free(tiles), free(ao), free(one_ao);
     }

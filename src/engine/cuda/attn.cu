@@ -78,8 +78,14 @@ extern "C" int hk_attn_prep(void *st, float *qf, float *k, const float *v, const
 
 extern "C" int64_t hk_attn_part_floats(int64_t D) { return PART(D); }
 static bool mma_form(int64_t G, bool f16) { return f16 && G > 0 && G <= 16; }
+static int am_warps = 4; /* the prompt kernel's whole form in tiles of this many warps (attn_mma.cuh), 0: its pairs */
+extern "C" int hk_attn_form(int warps) {
+    if (warps != 0 && warps != 4 && warps != 6) return -1;
+    am_warps = warps;
+    return 0;
+}
 extern "C" int hk_attn_tile_rows(int64_t G, bool f16) {
-    if (mma_form(G, f16)) return (int)(AM_QV / G);
+    if (mma_form(G, f16)) return (int)((am_warps ? 16 * am_warps : AM_QV) / G);
     return G > 0 && G <= ATTN_QV && ATTN_QV % G == 0 ? (int)(ATTN_QV / G) : 0;
 }
 
@@ -422,9 +428,6 @@ template <int D> static int attn_launch(void *st, const float *qf, const hk_qtil
     return 0;
 }
 
-static bool am_whole = true; /* the prompt kernel's whole form (attn_mma.cuh), else its pairs of warps */
-extern "C" void hk_attn_form(bool whole) { am_whole = whole; }
-
 template <int D> static int mma_launch(void *st, const float *qf, const hk_qtile *tiles, int n_tiles, int n_one, int64_t n,
                                        int64_t H, int64_t Hkv, const void *k0, const void *v0, size_t seq_stride, int64_t seg,
                                        int64_t n_seg, float *part, float *ao, hk_act *a, herr *e) {
@@ -432,7 +435,8 @@ template <int D> static int mma_launch(void *st, const float *qf, const hk_qtile
     using C = am_cfg<D>;
     if (!ready) {
         CUDA_TRY(cudaFuncSetAttribute(attn_mma_tile_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, C::PROMPT_BYTES), e);
-        CUDA_TRY(cudaFuncSetAttribute(attn_mma_whole_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, C::WHOLE_BYTES), e);
+        CUDA_TRY(cudaFuncSetAttribute(attn_mma_whole_kernel<D, 4>, cudaFuncAttributeMaxDynamicSharedMemorySize, C::whole_bytes(4)), e);
+        CUDA_TRY(cudaFuncSetAttribute(attn_mma_whole_kernel<D, 6>, cudaFuncAttributeMaxDynamicSharedMemorySize, C::whole_bytes(6)), e);
         CUDA_TRY(cudaFuncSetAttribute(attn_mma_split_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, C::DECODE_BYTES), e);
         ready = true;
     }
@@ -447,7 +451,10 @@ template <int D> static int mma_launch(void *st, const float *qf, const hk_qtile
     }
     if (n_one < n_tiles) {
         dim3 g((unsigned)n_tiles, (unsigned)Hkv);
-        if (am_whole) LAUNCH(e, attn_mma_whole_kernel<D>, g, AM_TW, C::WHOLE_BYTES, st, qf, tiles, n_tiles, H, Hkv, K0, V0, seq_stride, seg, ao);
+        if (am_warps == 4)
+            LAUNCH(e, attn_mma_whole_kernel<D, 4>, g, 128, C::whole_bytes(4), st, qf, tiles, n_tiles, H, Hkv, K0, V0, seq_stride, seg, ao);
+        else if (am_warps == 6)
+            LAUNCH(e, attn_mma_whole_kernel<D, 6>, g, 192, C::whole_bytes(6), st, qf, tiles, n_tiles, H, Hkv, K0, V0, seq_stride, seg, ao);
         else LAUNCH(e, attn_mma_tile_kernel<D>, g, AM_TP, C::PROMPT_BYTES, st, qf, tiles, n_tiles, H, Hkv, K0, V0, seq_stride, seg, ao);
         if (a && hk_quantize(st, ao, H * D, n, a, e) < 0) return -1; /* hk_quantize's bytes, as the merge's launch rounds */
     }

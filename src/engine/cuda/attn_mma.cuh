@@ -70,8 +70,7 @@ template <int N> __device__ __forceinline__ void cp_wait() { asm volatile("cp.as
 #define AM_KB 32           /* keys per block (attn.cu's ATTN_KB: a segment is whole blocks) */
 #define AM_T 128           /* threads of the decode form: 4 warps */
 #define AM_TP 256          /* threads of the prompt kernel: 8 warps, 4 pairs */
-#define AM_QV 64           /* query vectors of a prompt tile: 16 a pair of warps (16 a warp in the whole form) */
-#define AM_TW 128          /* threads of the prompt kernel's whole form: 4 warps, each 16 vectors x every dim */
+#define AM_QV 64           /* query vectors of a prompt tile: 16 a pair of warps (the whole form: 16 W, W warps) */
 #define AM_TAU 8.0f        /* how far (base 2) a block's max may pass the running one before o is rescaled */
 
 __device__ __forceinline__ uint16_t am_h(float x) { return __half_as_ushort(__float2half_rn(x)); }
@@ -89,7 +88,10 @@ template <int D> struct am_cfg {
     static constexpr int PROMPT_BYTES = 2 * AM_QV * RS + 3 * 2 * STAGE + 4 * AM_TP * (O_FLOATS + SX_FLOATS); /* three stages */
     static constexpr int DECODE_BYTES = 2 * 16 * RS + KV_BYTES;
     static constexpr int OW_FLOATS = D / 2;                        /* a whole-form thread's folded outputs: 2 vectors, D dims */
-    static constexpr int WHOLE_BYTES = 2 * AM_QV * RS + 3 * 2 * STAGE + 4 * AM_TW * OW_FLOATS; /* three stages */
+    /* the whole form with W warps (16 W vectors): three stages up to 4 warps, then two (six
+     * warps' Q rows and outputs leave room for no more in 227 KiB) */
+    __host__ __device__ static constexpr int whole_stages(int W) { return W <= 4 ? 3 : 2; }
+    static constexpr int whole_bytes(int W) { return 2 * 16 * W * RS + whole_stages(W) * 2 * STAGE + 4 * 32 * W * OW_FLOATS; }
 };
 
 // all NTH threads: keys [kb, kb + nk) of K and V (f16, key j at base + j Hkv D) into a stage
@@ -100,21 +102,23 @@ template <int D> struct am_cfg {
 template <int D, int NTH>
 __device__ __forceinline__ void am_fetch(uint16_t *stg, const uint16_t *K0, const uint16_t *V0, size_t base, int64_t Hkv,
                                          int64_t kb, int nk) {
-    constexpr int C = D / 8, RS = am_cfg<D>::RS, H = AM_KB * C / NTH; /* 16-byte pieces of a row; a thread's per matrix */
-    static_assert((AM_KB * C) % NTH == 0 && NTH % C == 0, "a thread's pieces: one column, whole rows apart");
+    constexpr int C = D / 8, RS = am_cfg<D>::RS, RP = NTH / C, H = (AM_KB + RP - 1) / RP; /* 16-byte pieces of a row;
+                                                                                           * rows a pass; a thread's per matrix */
+    static_assert(NTH % C == 0, "a thread's pieces: one column, whole rows apart");
     const int stride = (int)(Hkv * D), j0 = (int)threadIdx.x / C, c8 = 8 * ((int)threadIdx.x % C);
     const size_t at = base + (size_t)kb * (size_t)stride;
     const uint16_t *Kr = K0 + at + c8, *Vr = V0 + at + c8;
     uint16_t *sk = stg + j0 * RS + c8, *sv = sk + AM_KB * RS;
 #pragma unroll
     for (int u = 0; u < H; u++) {
-        const int j = j0 + u * (NTH / C);
+        const int j = j0 + u * RP;
+        if (AM_KB % RP && j >= AM_KB) break; /* the last pass's rows past the block (when RP does not divide it) */
         if (j < nk) {
-            cp16(sk + u * (NTH / C) * RS, Kr + j * stride);
-            cp16(sv + u * (NTH / C) * RS, Vr + j * stride);
+            cp16(sk + u * RP * RS, Kr + j * stride);
+            cp16(sv + u * RP * RS, Vr + j * stride);
         } else {
-            *(uint4 *)(sk + u * (NTH / C) * RS) = make_uint4(0u, 0u, 0u, 0u);
-            *(uint4 *)(sv + u * (NTH / C) * RS) = make_uint4(0u, 0u, 0u, 0u);
+            *(uint4 *)(sk + u * RP * RS) = make_uint4(0u, 0u, 0u, 0u);
+            *(uint4 *)(sv + u * RP * RS) = make_uint4(0u, 0u, 0u, 0u);
         }
     }
     cp_commit();
@@ -393,29 +397,30 @@ __global__ void __launch_bounds__(AM_TP) attn_mma_tile_kernel(const float *qf, c
     }
 }
 
-// The prompt kernel's whole form: the same tiles, grid and arithmetic as attn_mma_tile_kernel,
-// but a warp holds its 16 vectors' scores and every output dim (4 warps, AM_TW threads): it
-// makes both halves of a score itself, as the decode form does (am_qk over the low, then the
-// high 16-wide steps, added once by am_sum), so the pairs' exchange through shared memory,
-// their barrier and the second warp's copy of the softmax are gone; o holds D/8 n-tiles.
-// Every sum is the pair form's in the same order, so the bits are the same (test_attn_emu
-// checks that under the emulation, test_cuda on a GPU). Q stays in shared memory (a warp
-// reads its fragments each block): held in registers beside o it would not fit.
-template <int D>
-__global__ void __launch_bounds__(AM_TW) attn_mma_whole_kernel(const float *qf, const hk_qtile *tiles, int n_tiles, int64_t H,
+// The prompt kernel's whole form: the same grid and arithmetic as attn_mma_tile_kernel, tiles
+// of 16 W vectors, W warps; a warp holds its 16 vectors' scores and every output dim: it makes
+// both halves of a score itself, as the decode form does (am_qk over the low, then the high
+// 16-wide steps, added once by am_sum), so the pairs' exchange through shared memory, their
+// barrier and the second warp's copy of the softmax are gone; o holds D/8 n-tiles. Every sum
+// is the pair form's in the same order, so the bits are the same (test_attn_emu checks that
+// under the emulation, test_cuda on a GPU). Q stays in shared memory (a warp reads its
+// fragments each block): held in registers beside o it would not fit. Folded outputs take
+// D/2 floats a thread of shared memory, so W is at most 6 (with two stages).
+template <int D, int W>
+__global__ void __launch_bounds__(32 * W) attn_mma_whole_kernel(const float *qf, const hk_qtile *tiles, int n_tiles, int64_t H,
                                                                int64_t Hkv, const uint16_t *K0, const uint16_t *V0,
                                                                size_t seq_stride, int64_t seg, float *ao) {
     pdl_enter();
     using C = am_cfg<D>;
-    constexpr int NT = D / 8, RS = C::RS, OW = C::OW_FLOATS; /* n-tiles of every dim */
+    constexpr int NT = D / 8, RS = C::RS, OW = C::OW_FLOATS, NTH = 32 * W, QV = 16 * W, NS = C::whole_stages(W);
     HK_DYN_SMEM(sm);
-    uint16_t *Qs = (uint16_t *)sm, *stg = Qs + AM_QV * RS;
-    float *Of = (float *)(stg + 3 * C::STAGE); /* thread t's folded output i at Of[i AM_TW + t] */
+    uint16_t *Qs = (uint16_t *)sm, *stg = Qs + QV * RS;
+    float *Of = (float *)(stg + NS * C::STAGE); /* thread t's folded output i at Of[i NTH + t] */
     const hk_qtile tile = tiles[n_tiles - 1 - (int)blockIdx.x];
     if (tile.n == 1) return;
     const int G = (int)(H / Hkv), nv = tile.n * G, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int64_t kvh = blockIdx.y, last = tile.pos0 + tile.n - 1;
-    for (int i = tid; i < AM_QV * (D / 4); i += AM_TW) {
+    for (int i = tid; i < QV * (D / 4); i += NTH) {
         const int v = i / (D / 4), d4 = i % (D / 4);
         float4 q = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
         if (v < nv) q = ((const float4 *)(qf + (int64_t)(tile.r0 + v / G) * 2 * H * D + (kvh * G + v % G) * 2 * D))[d4];
@@ -432,27 +437,36 @@ __global__ void __launch_bounds__(AM_TW) attn_mma_whole_kernel(const float *qf, 
     const int64_t wend = 16 * warp < nv ? tile.pos0 + vlast / G + 1 : 0;
     const float scale = am_scale(D);
     float M[2] = {-INFINITY, -INFINITY}, L[2] = {0.0f, 0.0f}, m[2], l[2], o[NT][4];
-    for (int i = 0; i < OW; i++) Of[i * AM_TW + tid] = 0.0f;
+    for (int i = 0; i < OW; i++) Of[i * NTH + tid] = 0.0f;
     const uint16_t *Qw = Qs + 16 * warp * RS;
     const size_t base = (size_t)tile.seq * seq_stride + (size_t)(kvh * D);
-    am_fetch<D, AM_TW>(stg, K0, V0, base, Hkv, 0, (int)min((int64_t)AM_KB, last + 1));
-    if (AM_KB <= last) am_fetch<D, AM_TW>(stg + C::STAGE, K0, V0, base, Hkv, AM_KB, (int)min((int64_t)AM_KB, last + 1 - AM_KB));
-    else cp_commit();
+    am_fetch<D, NTH>(stg, K0, V0, base, Hkv, 0, (int)min((int64_t)AM_KB, last + 1));
+    if (NS == 3) {
+        if (AM_KB <= last) am_fetch<D, NTH>(stg + C::STAGE, K0, V0, base, Hkv, AM_KB, (int)min((int64_t)AM_KB, last + 1 - AM_KB));
+        else cp_commit();
+    }
     int buf = 0;
     int64_t k_lo = 0;
-    for (int64_t kb = 0; kb <= last; kb += AM_KB, buf = buf == 2 ? 0 : buf + 1) {
+    for (int64_t kb = 0; kb <= last; kb += AM_KB, buf = buf == NS - 1 ? 0 : buf + 1) {
         if (kb == k_lo && !(AMUT(2) && kb > 0)) {
 #pragma unroll
             for (int i = 0; i < 2; i++) m[i] = -INFINITY, l[i] = 0.0f;
 #pragma unroll
             for (int t = 0; t < NT; t++) o[t][0] = o[t][1] = o[t][2] = o[t][3] = 0.0f;
         }
-        cp_wait<1>();
-        __syncthreads(); /* this block's K and V (and Qs the first time); the stage two blocks back free */
-        if (kb + 2 * AM_KB <= last)
-            am_fetch<D, AM_TW>(stg + (buf == 0 ? 2 : buf - 1) * C::STAGE, K0, V0, base, Hkv, kb + 2 * AM_KB,
-                               (int)min((int64_t)AM_KB, last + 1 - kb - 2 * AM_KB));
-        else cp_commit();
+        if (NS == 3) { /* block kb's stage, the next one's in flight, the one two back refilled */
+            cp_wait<1>();
+            __syncthreads(); /* this block's K and V (and Qs the first time); the stage two blocks back free */
+            if (kb + 2 * AM_KB <= last)
+                am_fetch<D, NTH>(stg + (buf == 0 ? 2 : buf - 1) * C::STAGE, K0, V0, base, Hkv, kb + 2 * AM_KB,
+                                 (int)min((int64_t)AM_KB, last + 1 - kb - 2 * AM_KB));
+            else cp_commit();
+        } else { /* two stages: block kb's, and the next one's fetched while kb is worked */
+            cp_wait<0>();
+            __syncthreads(); /* this block's K and V (and Qs the first time); the other stage free */
+            if (kb + AM_KB <= last)
+                am_fetch<D, NTH>(stg + (buf ^ 1) * C::STAGE, K0, V0, base, Hkv, kb + AM_KB, (int)min((int64_t)AM_KB, last + 1 - kb - AM_KB));
+        }
         const uint16_t *Kb = stg + buf * C::STAGE;
         if (kb < wend) {
             float lo[4][4], hi[4][4], S[4][4];
@@ -472,7 +486,7 @@ __global__ void __launch_bounds__(AM_TW) attn_mma_whole_kernel(const float *qf, 
                 for (int t = 0; t < NT; t++)
 #pragma unroll
                     for (int e = 0; e < 2; e++) {
-                        float *O = Of + (4 * t + 2 * i + e) * AM_TW + tid;
+                        float *O = Of + (4 * t + 2 * i + e) * NTH + tid;
                         *O = am_fold_o(*O, o[t][2 * i + e], a, b);
                     }
             }
@@ -491,7 +505,7 @@ __global__ void __launch_bounds__(AM_TW) attn_mma_whole_kernel(const float *qf, 
 #pragma unroll
             for (int e = 0; e < 2; e++) {
                 const int d = 8 * t + 2 * (lane & 3) + e;
-                out[d] = am_out(Of[(4 * t + 2 * i + e) * AM_TW + tid], L[i], gate[d]);
+                out[d] = am_out(Of[(4 * t + 2 * i + e) * NTH + tid], L[i], gate[d]);
             }
     }
 }

@@ -1012,8 +1012,12 @@ int engine_open_cuda(engine **out, const model *m, const engine_opts *o, herr *e
     hk_fm_tile(!(ft && !strcmp(ft, "0")));
     const char *mf = getenv("HEARTH_CUDA_MMQ_NF"); /* 0: mmq.cuh's first form of the Q4_K / Q5_K block */
     hk_mmq_form(!(mf && !strcmp(mf, "0")));
-    const char *aw = getenv("HEARTH_CUDA_ATTN_WHOLE"); /* 0: attn_mma.cuh's prompt kernel in pairs of warps */
-    hk_attn_form(!(aw && !strcmp(aw, "0")));
+    const char *aw = getenv("HEARTH_CUDA_ATTN_WHOLE"); /* 0: attn_mma.cuh's prompt kernel in pairs of warps; 4, 6: warps */
+    if (hk_attn_form(aw && *aw ? atoi(aw) : 4) < 0) {
+        herr_set(e, "HEARTH_CUDA_ATTN_WHOLE=%s: 0 (pairs of warps), 4 or 6 (warps of the whole form)", aw);
+        cuda_free(eng);
+        return -1;
+    }
     const char *gc = getenv("HEARTH_CUDA_GDN_CHUNK");
     ce->gdn_chunk = !(gc && !strcmp(gc, "0"));
     const char *mt = getenv("HEARTH_CUDA_MOE_TILE");
