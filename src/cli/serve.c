@@ -63,7 +63,7 @@ static char *made_key, *made_kwargs;
 
 int serve_args(int argc, char **argv, serve_opts *out) {
     serve_opts o = {.host = "127.0.0.1", .port = 8080, .n_ctx = 4096, .n_slots = 1, .cache_ram_mib = 8192,
-                    .cache_disk_mib = PCACHE_DISK_DEFAULT_MIB,
+                    .cache_disk_mib = PCACHE_DISK_DEFAULT_MIB, .cache_gpu_mib = -1,
                     .n_predict = -1, .timeout_s = 600, .queue_max = 64, .body_max = 16 << 20,
                     .temp = 0.8f, .top_k = 40, .top_p = 0.95f, .min_p = 0.05f, .seed = -1};
     int64_t n_threads = 0, port = 8080, n_slots = 1, timeout = 600, queue = 64, body_mib = 16, batch = 2048, ubatch = 512;
@@ -86,6 +86,11 @@ int serve_args(int argc, char **argv, serve_opts *out) {
         ARG_I64("--cache-ram", "-cram", &o.cache_ram_mib, -1, (int64_t)1 << 30, "MiB",
                 "host RAM for the prompt cache's points (default 8192; -1: no limit;\n"
                 "0: no shared cache in RAM, each slot resumes from its own points only)"),
+        ARG_I64("--cache-gpu", NULL, &o.cache_gpu_mib, 0, (int64_t)1 << 30, "MiB",
+                "engine memory (the GPU's; RAM with the CPU engine) for sequences beyond the slots':\n"
+                "a slot moving to another conversation parks the old one's KV rows there instead of\n"
+                "copying them to RAM, and a request resuming it takes them over (default 4096: one\n"
+                "sequence is its context's KV rows plus its recurrent state; at most 64; 0: none)"),
         ARG_STR("--cache-dir", NULL, &o.cache_dir, "DIR",
                 "keep the prompt cache's entries as files here too, found again after a restart"),
         ARG_I64("--cache-disk", NULL, &o.cache_disk_mib, -1, (int64_t)1 << 30, "MiB",
@@ -140,7 +145,7 @@ int serve_args(int argc, char **argv, serve_opts *out) {
     };
     const arg_cmd cmd = {
         .name = "serve",
-        .usage = "hearth serve -m FILE [--host 127.0.0.1] [--port 8080] [-c 4096] [-np 1] [--cache-ram MiB]\n"
+        .usage = "hearth serve -m FILE [--host 127.0.0.1] [--port 8080] [-c 4096] [-np 1] [--cache-ram MiB] [--cache-gpu MiB]\n"
                  "                    [-t N] [--api-key KEY] [--alias NAME] [--device cpu|cuda|auto] [--metrics] ...",
         .about = "Serves llama-server's HTTP API: /v1/chat/completions, /v1/completions, /completion,\n"
                  "/tokenize, /detokenize, /apply-template, /health, /v1/models, /props, /slots, /metrics.\n"

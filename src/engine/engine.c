@@ -110,6 +110,17 @@ int engine_init(engine *eng, const engine_backend *be, const model *m, const eng
     return 0;
 }
 
+int64_t engine_seq_bytes(const model *m, const engine_opts *o) {
+    const model_hparams *hp = &m->hp;
+    int64_t n_ctx = o->n_ctx;
+    if (n_ctx == 0) n_ctx = hp->n_ctx_train < 4096 ? hp->n_ctx_train : 4096; /* engine_init's default */
+    if (n_ctx < 0 || n_ctx > hp->n_ctx_train) return 0;
+    const int64_t n_attn = hp->n_layer - n_gdn_layers(hp);
+    const int64_t kv = 2 * n_attn * hp->n_head_kv * hp->head_dim * (o->kv_f16 ? 2 : 4);
+    const engine_point shape = point_shape(hp);
+    return kv * n_ctx + (int64_t)engine_point_size(&shape) + (int64_t)sizeof(uint64_t) * (n_ctx + 1);
+}
+
 static void point_release(engine_point *p) {
     void (*dealloc)(void *) = p->dealloc ? p->dealloc : free;
     dealloc(p->lanes);

@@ -128,6 +128,11 @@ typedef struct engine_stats {
 } engine_stats;
 
 int engine_open(engine **out, const model *m, const engine_opts *o, herr *e);
+/* The memory one sequence of engine_open(m, o) takes (its KV rows for the whole context, its
+ * lanes, rings and prefix hashes): on the GPU with the CUDA engine, in RAM with the CPU's. For
+ * a caller sizing sequences beyond its slots from a byte budget (hearth serve --cache-gpu).
+ * 0 when o's context is not one engine_open takes. */
+int64_t engine_seq_bytes(const model *m, const engine_opts *o);
 void engine_free(engine *eng);
 engine_info engine_get_info(const engine *eng);
 engine_stats engine_get_stats(const engine *eng);

@@ -1275,6 +1275,18 @@ static void on_metrics(void *ap, const http_call *c, http_out *o) {
     METRIC("cache_disk_write_failures_total", "counter", "entries whose file could not be written", st.pc.n_write_failed);
     METRIC("cache_evicted_ids_bytes", "gauge", "ids kept of entries evicted with no file (a miss's reason)",
            st.pc.gone_bytes);
+    METRIC("cache_rows_copied_total", "counter", "KV rows copied out of engine sequences to the host", st.pc.rows_copied);
+    METRIC("cache_rows_written_total", "counter", "KV rows written into engine sequences by restores", st.pc.rows_written);
+    METRIC("cache_seqs_spare", "gauge", "engine sequences beyond the slots' (--cache-gpu): parked or free", st.seqs_spare);
+    METRIC("cache_seqs_parked", "gauge", "engine sequences no slot holds whose KV rows the cache uses", st.seqs_parked);
+    METRIC("cache_parks_total", "counter", "sequences parked by a slot moving to another conversation (no row copied)",
+           st.n_parks);
+    METRIC("cache_park_takeovers_total", "counter", "resumes that took over the parked sequence holding their rows",
+           st.n_takeovers);
+    METRIC("cache_park_evictions_total", "counter", "parked sequences evicted: their used rows copied to the host",
+           st.n_park_evictions);
+    METRIC("cache_park_evictions_idle_total", "counter", "parked sequences evicted while the server was idle",
+           st.n_park_evictions_idle);
     METRIC("requests_deferred", "gauge", "requests waiting for a slot", st.queue_depth);
     METRIC("requests_processing", "gauge", "slots busy", st.slots_busy);
     METRIC("grammar_vocab_ready", "gauge", "the grammar vocabulary (trie and primed entries) is made", st.gv_builds > 0);
@@ -1665,8 +1677,24 @@ int serve_main(const serve_opts *o) {
     engine_opts eo = {.device = o->device, .n_threads = o->n_threads, .n_ctx = o->n_ctx ? o->n_ctx : a.m->hp.n_ctx_train,
                       .n_seq_max = o->n_slots, .cache_budget = o->cache_ram_mib < 0 ? INT64_MAX / 4 : o->cache_ram_mib << 20,
                       .kv_f16 = o->kv_f16};
-    if (engine_open(&a.eng, a.m, &eo, &e) < 0) { fprintf(stderr, "hearth serve: %s\n", e.msg); goto out; }
+    /* --cache-gpu: sequences beyond the slots', where a slot moving to another conversation
+     * parks the old one's rows instead of copying them to the host (sched.h) */
+    const int64_t seq_bytes = engine_seq_bytes(a.m, &eo);
+    const int64_t park_mib = o->cache_gpu_mib < 0 ? SERVE_CACHE_GPU_DEFAULT_MIB : o->cache_gpu_mib;
+    int64_t n_park = seq_bytes > 0 ? (park_mib << 20) / seq_bytes : 0;
+    if (n_park > SERVE_PARK_MAX) n_park = SERVE_PARK_MAX;
+    eo.n_seq_max = o->n_slots + (int)n_park;
+    if (engine_open(&a.eng, a.m, &eo, &e) < 0) {
+        if (n_park == 0 || o->cache_gpu_mib >= 0) { fprintf(stderr, "hearth serve: %s\n", e.msg); goto out; }
+        /* the default must not keep a server from starting that started without it */
+        fprintf(stderr, "hearth serve: %s; starting again without parked sequences (--cache-gpu 0)\n", e.msg);
+        n_park = 0;
+        eo.n_seq_max = o->n_slots;
+        if (engine_open(&a.eng, a.m, &eo, &e) < 0) { fprintf(stderr, "hearth serve: %s\n", e.msg); goto out; }
+    }
     a.info = engine_get_info(a.eng);
+    fprintf(stderr, "hearth serve: %" PRId64 " parked sequences (--cache-gpu %" PRId64 " MiB, %.1f MiB a sequence of %" PRId64
+            " tokens)\n", n_park, park_mib, (double)seq_bytes / 1048576.0, a.info.n_ctx);
     if (o->template_kwargs && !cJSON_IsObject(a.template_kwargs = cJSON_Parse(o->template_kwargs))) {
         fprintf(stderr, "hearth serve: --chat-template-kwargs: expected a JSON object\n"); /* the flag's parser checked it */
         goto out;

@@ -1632,6 +1632,39 @@ int pcache_load(pcache *c, const char *path, int64_t *n_rows, herr *e) {
     return 0;
 }
 
+/* the rows [0, p) of entry en's chain that sequence seq holds as they are (the same spans:
+ * the same bits): the chains' common start, at most p */
+static int64_t held_rows(pcache *c, const entry *en, int seq, int64_t p) {
+    if (!en->tail) return 0;
+    span **ch, **sc;
+    int64_t *ends, *sends;
+    const int nc = chain_list(en->tail, en->n, &ch, &ends);
+    const int ns = chain_list(c->spines[seq].s, c->spines[seq].end, &sc, &sends);
+    int j = 0;
+    while (j < nc && j < ns && ch[j] == sc[j]) j++;
+    int64_t have = j ? (ends[j - 1] < sends[j - 1] ? ends[j - 1] : sends[j - 1]) : 0;
+    if (have > p) have = p;
+    free(ch);
+    free(ends);
+    free(sc);
+    free(sends);
+    return have;
+}
+
+int64_t pcache_holds(pcache *c, int i, int k, int seq) { return held_rows(c, &c->es[i], seq, c->es[i].pt_pos[k]); }
+
+int64_t pcache_cut_rows(const pcache *c, int k, int64_t from) {
+    const spine *sp = &c->spines[k];
+    int64_t rows = 0, e = sp->end;
+    bool needed = false;
+    for (const span *t = sp->s; t && e > from; e = t->a, t = t->parent) { /* pcache_seq_cut's walk */
+        needed = needed || t->refs > 1;
+        if (t->seq == k && needed) rows += t->b - (t->a > from ? t->a : from);
+        if (t->a < from) break;
+    }
+    return rows;
+}
+
 int pcache_restore(pcache *c, int i, int k, int seq, const int32_t **ids, int64_t *pos, herr *e) {
     entry *en = &c->es[i];
     const int64_t want = en->pt_pos[k];
@@ -1661,24 +1694,14 @@ int pcache_restore(pcache *c, int i, int k, int seq, const int32_t **ids, int64_
     en->t_used = time_now(); /* the most recent: what eviction below leaves to the last */
     const engine_point *pt = en->pts[k];
     const int64_t p = pt->pos;
-    /* the rows the sequence holds already, the same spans (the same bits): the chains'
-     * common start */
-    span **ch, **sc;
-    int64_t *ends, *sends;
-    int nc = chain_list(en->tail, en->n, &ch, &ends);
-    const int ns = chain_list(c->spines[seq].s, c->spines[seq].end, &sc, &sends);
-    int j = 0;
-    while (j < nc && j < ns && ch[j] == sc[j]) j++;
-    int64_t have = j ? (ends[j - 1] < sends[j - 1] ? ends[j - 1] : sends[j - 1]) : 0;
-    if (have > p) have = p;
-    free(sc);
-    free(sends);
+    /* the rows the sequence holds already */
+    const int64_t have = held_rows(c, en, seq, p);
     c->pinned = i;
     pcache_seq_cut(c, seq, have); /* what the sequence alone holds past have is copied out */
     if (have == 0) engine_seq_clear(c->eng, seq);
-    free(ch);
-    free(ends);
-    nc = chain_list(en->tail, en->n, &ch, &ends); /* the cut may have split a span */
+    span **ch;
+    int64_t *ends;
+    const int nc = chain_list(en->tail, en->n, &ch, &ends); /* (after the cut: it may have split a span) */
     int rc = 0, top = 0;
     for (int m = 0; m < nc && rc == 0 && ch[m]->a < p; m++) {
         const span *t = ch[m];

@@ -10,7 +10,9 @@
  * (pcache_seq_cut, before an engine_restore to an earlier row or an engine_seq_clear): it
  * copies out then, once, the rows past the cut that an entry or another sequence still uses.
  * So an append-only conversation copies per turn the rows its resume goes back over, not its
- * history; a slot moving to another conversation copies the old one's rows once.
+ * history; a slot moving to another conversation copies the old one's rows once, or none when
+ * the scheduler parks its sequence (sched.h: the rows stay live there until it is evicted,
+ * pcache_cut_rows and pcache_holds say what a cut or a restore would move).
  *
  * Entries live in host RAM under the engine's cache budget (--cache-ram), shared with the
  * slots' own points; the least recently used goes first. With a directory (--cache-dir)
@@ -117,6 +119,12 @@ int pcache_load(pcache *c, const char *path, int64_t *n_rows, herr *e);
  * host first (those rows alone). Every caller that changes a sequence's rows below its end
  * calls it first; appending rows needs nothing. */
 void pcache_seq_cut(pcache *c, int seq, int64_t from);
+/* The rows pcache_seq_cut(seq, from) would copy out now (0: the cache uses none of the rows
+ * it would lose; at from 0, whether the cache uses any row live in seq). */
+int64_t pcache_cut_rows(const pcache *c, int seq, int64_t from);
+/* The rows below entry's point that sequence seq holds as they are (a restore there writes
+ * none of them): for a caller choosing the sequence to restore into. */
+int64_t pcache_holds(pcache *c, int entry, int point, int seq);
 /* Resumes sequence seq from entry's point: afterwards it holds ids [0, pos) of the entry. An
  * entry whose file cannot be read back is forgotten (and the file removed if it is bad). */
 int pcache_restore(pcache *c, int entry, int point, int seq, const int32_t **ids, int64_t *pos, herr *e);

@@ -27,7 +27,8 @@ typedef struct slot_point {
 } slot_point;
 
 typedef struct slot {
-    int id;                 /* = the engine sequence */
+    int id;                 /* its index (-np) */
+    int seq;                /* the engine sequence it holds now (sched.h: parked sequences) */
     slot_state state;
     sched_req *req;
     int32_t *ids;           /* what the sequence holds: ids[0, n) */
@@ -89,6 +90,13 @@ struct sched {
     int n_eog;
     sched_opts o;
     slot *slots;
+    /* the engine's sequences (sched.h: parked sequences): n_slots of them held by the slots,
+     * the rest free or parked (no slot holds it, the shared cache uses rows live in it) */
+    int n_seq;
+    struct seq_use {
+        int slot;           /* the slot holding it, or -1 */
+        double t_used;      /* when a slot last let it go: the least recent parked one goes first */
+    } *seqs;
     pthread_t th;
     pthread_mutex_t mu;     /* queue, stats, stopping, slot state that others read */
     pthread_cond_t cv;
@@ -360,7 +368,7 @@ static void slot_spill(sched *s, slot *sl, int64_t keep) {
     engine_point *moved[SLOT_POINTS];
     for (int i = 0; i < n; i++) moved[i] = sl->pts[first + i].p;
     sl->n_pts = first;
-    pcache_put(s->pc, sl->id, sl->ids, sl->n, moved, n);
+    pcache_put(s->pc, sl->seq, sl->ids, sl->n, moved, n);
 }
 
 /* The shared cache's best resume for r (0: none). */
@@ -371,9 +379,122 @@ static int64_t cache_resume(sched *s, const sched_req *r, int *ei, int *pi) {
     return pcache_best(s->pc, r->ids, r->n_ids, resume_ok_cb, &c, ei, pi);
 }
 
+/* ---------------------------------------------------------------- parked sequences */
+
+static void publish(sched *s);
+
+/* whether the shared cache uses rows live in sequence q (an entry's, another sequence's) */
+static bool seq_used(const sched *s, int q) { return pcache_cut_rows(s->pc, q, 0) > 0; }
+
+/* Sequence q, held by no slot and used by nothing in the cache, emptied. */
+static void seq_empty(sched *s, int q) {
+    pcache_seq_cut(s->pc, q, 0); /* (copies nothing: nothing uses its rows) */
+    engine_seq_clear(s->eng, q);
+}
+
+/* Parked sequence q evicted: the rows of it that the cache uses copied to the host, and
+ * emptied. */
+static void seq_evict(sched *s, int q) {
+    if (MUTANT("park_reuse")) { /* mutant: emptied with its rows not copied, the cache's spans left on it */
+        engine_seq_clear(s->eng, q);
+        return;
+    }
+    seq_empty(s, q); /* (pcache_seq_cut copies them) */
+}
+
+/* A sequence no slot holds, empty, for a slot to take: a free one, or else the least recently
+ * parked one (let go before `before`), whose rows the cache uses are copied to the host first
+ * (pcache_seq_cut: what a slot moving to another conversation paid before sequences were
+ * parked, now paid once per eviction). -1: none (no sequence beyond the slots', or every
+ * parked one more recent than before). Engine thread; *evicted: whether a copy was made. */
+static int seq_take_free(sched *s, double before, bool *evicted) {
+    int lru = -1;
+    *evicted = false;
+    for (int q = 0; q < s->n_seq; q++) {
+        if (s->seqs[q].slot >= 0) continue;
+        if (!seq_used(s, q)) {
+            seq_empty(s, q);
+            return q;
+        }
+        if (lru < 0 || s->seqs[q].t_used < s->seqs[lru].t_used) lru = q;
+    }
+    if (lru < 0 || s->seqs[lru].t_used >= before) return -1;
+    seq_evict(s, lru);
+    *evicted = true;
+    return lru;
+}
+
+/* sl lets its sequence go for q (no slot holds q): its own stays as it is, parked when the
+ * cache uses its rows (the points slot_spill put there), free otherwise. Under s->mu. */
+static void slot_seq_move(sched *s, slot *sl, int q) {
+    const int old = sl->seq;
+    s->seqs[old] = (struct seq_use){.slot = -1, .t_used = sl->t_used}; /* its conversation's last use */
+    if (seq_used(s, old)) s->st.n_parks++;
+    s->seqs[q].slot = sl->id;
+    sl->seq = q;
+}
+
+/* sl starts over at row 0 (another conversation, an erase): when the cache uses rows of its
+ * sequence, they stay there (parked) and the slot takes a free sequence (a parked one evicted
+ * for it when none is free: the least recently used conversation's rows are copied, not
+ * this one's); with no sequence beyond the slots', the caller's cut copies them. Under s->mu. */
+static void slot_fresh(sched *s, slot *sl) {
+    if (s->n_seq == s->o.n_slots || !seq_used(s, sl->seq) || MUTANT("park_off")) return; /* mutant: never parks */
+    bool evicted;
+    const int q = seq_take_free(s, sl->t_used, &evicted); /* (a parked one more recent than this conversation stays) */
+    if (q < 0) return;
+    if (evicted) s->st.n_park_evictions++;
+    slot_seq_move(s, sl, q);
+}
+
+/* sl resumes from the shared cache's entry ei, point pi at row p: into the sequence that costs
+ * the fewest rows moved, its own or one no slot holds. Rows moved: those the restore writes
+ * (below p, not held there as they are) and those its cut copies out (past what it holds,
+ * still used by the cache). A parked sequence that holds the entry's rows is taken over: no
+ * row moves at all, and the slot's own is parked in its place. Ties keep the slot's own. Under
+ * s->mu. */
+static void slot_seq_for_entry(sched *s, slot *sl, int ei, int pi, int64_t p) {
+    if (s->n_seq == s->o.n_slots || MUTANT("park_off")) return;
+    const int64_t h0 = pcache_holds(s->pc, ei, pi, sl->seq);
+    int64_t best_cost = pcache_cut_rows(s->pc, sl->seq, h0) + (p - h0), best_h = h0;
+    int best = -1;
+    for (int q = 0; q < s->n_seq; q++) {
+        if (s->seqs[q].slot >= 0) continue;
+        const int64_t h = pcache_holds(s->pc, ei, pi, q);
+        const int64_t cost = pcache_cut_rows(s->pc, q, h) + (p - h);
+        if (cost < best_cost) { best = q; best_cost = cost; best_h = h; }
+    }
+    if (best < 0) return;
+    if (best_h > 0) s->st.n_takeovers++;
+    slot_seq_move(s, sl, best);
+}
+
+/* When the server is idle and every sequence beyond the slots' is parked, the least recently
+ * parked one is evicted now (its rows the cache uses copied to the host), so that the next slot
+ * moving to another conversation finds a free one instead of paying for the copy on its
+ * request's path. Engine thread, without s->mu (the copy takes time; nothing else touches the
+ * cache or the sequences). true: one was evicted and is free. */
+static bool seq_reserve(sched *s) {
+    if (s->n_seq == s->o.n_slots) return false;
+    int lru = -1;
+    for (int q = 0; q < s->n_seq; q++) {
+        if (s->seqs[q].slot >= 0) continue;
+        if (!seq_used(s, q)) return false; /* one is free */
+        if (lru < 0 || s->seqs[q].t_used < s->seqs[lru].t_used) lru = q;
+    }
+    if (lru < 0) return false;
+    seq_evict(s, lru);
+    pthread_mutex_lock(&s->mu);
+    s->st.n_park_evictions++;
+    s->st.n_park_evictions_idle++;
+    publish(s);
+    pthread_mutex_unlock(&s->mu);
+    return !seq_used(s, lru); /* (free now: the caller looks again; else it waits, never spins) */
+}
+
 /* engine thread, under s->mu (from admit): r starts on sl at the best resume row: the slot's
  * own (a point, or its live state), or the shared cache's entry ei when from_cache */
-static void slot_start(sched *s, slot *sl, sched_req *r, bool from_cache, int ei, int pi) {
+static void slot_start(sched *s, slot *sl, sched_req *r, bool from_cache, int ei, int pi, int64_t cache_at) {
     int pt;
     const int64_t common = ids_common_prefix(sl->ids, sl->n, r->ids, r->n_ids);
     int64_t at = from_cache ? 0 : slot_resume(s, sl, r, &pt);
@@ -382,12 +503,16 @@ static void slot_start(sched *s, slot *sl, sched_req *r, bool from_cache, int ei
     int64_t gone;
     slot_drop_rewritten(s, sl, common);
     slot_spill(s, sl, from_cache ? 0 : at);
+    /* another conversation (or this one's rows parked elsewhere): the sequence that moves the
+     * fewest rows, the rows the cache uses left where they are (parked) */
+    if (from_cache) slot_seq_for_entry(s, sl, ei, pi, cache_at);
+    else if (at == 0) slot_fresh(s, sl);
     /* the rows past the resume row that the cache still uses are copied out before they go
      * (a shared entry's restore does this itself) */
-    if (!from_cache) pcache_seq_cut(s->pc, sl->id, at);
+    if (!from_cache) pcache_seq_cut(s->pc, sl->seq, at);
     if (from_cache) {
         const int32_t *ids;
-        if (pcache_restore(s->pc, ei, pi, sl->id, &ids, &at, &e) < 0) {
+        if (pcache_restore(s->pc, ei, pi, sl->seq, &ids, &at, &e) < 0) {
             snprintf(w, sizeof w, "the shared cache's entry could not be used (%s)", e.msg);
             at = 0;
         } else {
@@ -397,7 +522,7 @@ static void slot_start(sched *s, slot *sl, sched_req *r, bool from_cache, int ei
         }
         while (sl->n_pts) slot_drop_point(s, sl, sl->n_pts - 1);
     } else if (pt >= 0) {
-        if (engine_restore(s->eng, sl->id, sl->pts[pt].p, &e) < 0) { /* cannot happen: the prefix was compared */
+        if (engine_restore(s->eng, sl->seq, sl->pts[pt].p, &e) < 0) { /* cannot happen: the prefix was compared */
             snprintf(w, sizeof w, "restore refused (%s)", e.msg);
             at = 0;
         } else {
@@ -419,8 +544,8 @@ static void slot_start(sched *s, slot *sl, sched_req *r, bool from_cache, int ei
                  sl->id);
     }
     if (at == 0) {
-        pcache_seq_cut(s->pc, sl->id, 0);
-        engine_seq_clear(s->eng, sl->id);
+        pcache_seq_cut(s->pc, sl->seq, 0);
+        engine_seq_clear(s->eng, sl->seq);
         while (sl->n_pts) slot_drop_point(s, sl, sl->n_pts - 1);
     } else {
         slot_drop_points_past(s, sl, at);
@@ -512,7 +637,7 @@ static void slot_write_through(sched *s, slot *sl) {
     if (!s->o.cache_dir || first == sl->n_pts || !model_file_ok(s)) return;
     engine_point *pts[SLOT_POINTS];
     for (int i = first; i < sl->n_pts; i++) pts[i - first] = sl->pts[i].p;
-    pcache_write_through(s->pc, sl->id, sl->ids, sl->n, pts, sl->n_pts - first);
+    pcache_write_through(s->pc, sl->seq, sl->ids, sl->n, pts, sl->n_pts - first);
 }
 
 /* The answer r gave on sl (a chat's, ended by an end token or its length) is prefilled again
@@ -687,6 +812,9 @@ static int slot_grammar_took(sched *s, slot *sl, int32_t id) {
 /* under s->mu: the slots' state as others may read it */
 static void publish(sched *s) {
     s->pc_stats = pcache_get_stats(s->pc);
+    s->st.seqs_spare = s->n_seq - s->o.n_slots;
+    s->st.seqs_parked = 0;
+    for (int q = 0; q < s->n_seq; q++) s->st.seqs_parked += s->seqs[q].slot < 0 && seq_used(s, q);
     s->st.cache_bytes = engine_get_info(s->eng).cache_used; /* the engine thread alone writes it */
     for (int k = 0; k < s->o.n_slots; k++) {
         const slot *sl = &s->slots[k];
@@ -715,8 +843,8 @@ static bool close_span(sched *s, slot *sl, engine_span *sp) {
             sl->close_done = sl->n - at;
         } else {
             herr e;
-            pcache_seq_cut(s->pc, sl->id, at);
-            if (engine_restore(s->eng, sl->id, sl->pts[sl->n_pts - 1].p, &e) < 0) return false;
+            pcache_seq_cut(s->pc, sl->seq, at);
+            if (engine_restore(s->eng, sl->seq, sl->pts[sl->n_pts - 1].p, &e) < 0) return false;
             sl->n = at;
         }
         sl->pts[sl->n_pts - 1].t_used = time_now();
@@ -739,7 +867,7 @@ static bool close_span(sched *s, slot *sl, engine_span *sp) {
         sl->span_mark_pos[0] = b - a;
         sl->span_marks = 1;
     }
-    *sp = (engine_span){.seq = sl->id, .ids = sl->close_ids + a, .n = b - a, .marks = sl->span_mark_pos,
+    *sp = (engine_span){.seq = sl->seq, .ids = sl->close_ids + a, .n = b - a, .marks = sl->span_mark_pos,
                         .n_marks = sl->span_marks, .points = sl->span_pts, .anchors = sl->span_anchor,
                         .n_anchors = sl->span_anchors, .want = ENGINE_LOGITS_NONE};
     return true;
@@ -844,7 +972,7 @@ static void flight_publish(sched *s, slot *sl, int pi) {
     if (!p) return;
     engine_point_copy(p, sl->pts[pi].p);
     sl->pts[pi].t_used = time_now();
-    pcache_put(s->pc, sl->id, sl->ids, sl->n, &p, 1);
+    pcache_put(s->pc, sl->seq, sl->ids, sl->n, &p, 1);
 }
 
 /* under s->mu: the i-th queued request, taken out of the queue */
@@ -918,7 +1046,7 @@ static void admit(sched *s) {
         }
         queue_take(s, i);
         s->st.slots_busy++;
-        slot_start(s, best, r, from_cache, ei, pi);
+        slot_start(s, best, r, from_cache, ei, pi, cache_at);
         if ((shared || r->wait_for) && from_cache && r->n_cached == cache_at) {
             pthread_mutex_lock(&r->mu);
             const size_t w = strlen(r->cache_why);
@@ -989,7 +1117,7 @@ static void step(sched *s, bool stopping) {
             continue;
         }
         engine_span *sp = &s->spans[n];
-        *sp = (engine_span){.seq = sl->id, .logits = sl->logits, .token = &sl->greedy};
+        *sp = (engine_span){.seq = sl->seq, .logits = sl->logits, .token = &sl->greedy};
         const engine_logits last = slot_greedy(s, sl) ? ENGINE_LOGITS_ARGMAX : ENGINE_LOGITS_LAST;
         if (sl->state == SLOT_PREFILL && sl->step_most <= 0) continue; /* its turn comes (prompt_turns) */
         if (sl->state == SLOT_PREFILL) {
@@ -1096,15 +1224,16 @@ static void run_job(sched *s) {
     if (s->job.kind != JOB_RESTORE && sl->state != SLOT_IDLE) {
         s->job.rc = herr_set(&s->job.e, "slot %d is running a request", sl->id);
     } else if (s->job.kind == JOB_ERASE) {
-        pcache_seq_cut(s->pc, sl->id, 0);
-        engine_seq_clear(s->eng, sl->id);
+        slot_fresh(s, sl);
+        pcache_seq_cut(s->pc, sl->seq, 0);
+        engine_seq_clear(s->eng, sl->seq);
         while (sl->n_pts) slot_drop_point(s, sl, sl->n_pts - 1);
         sl->n = 0;
         s->job.rc = 0;
     } else if (s->job.kind == JOB_SAVE) {
         engine_point *pts[SLOT_POINTS];
         for (int i = 0; i < sl->n_pts; i++) pts[i] = sl->pts[i].p;
-        s->job.rc = pcache_save(s->pc, sl->id, sl->ids, sl->n, pts, sl->n_pts, s->job.path, &s->job.n, &s->job.e);
+        s->job.rc = pcache_save(s->pc, sl->seq, sl->ids, sl->n, pts, sl->n_pts, s->job.path, &s->job.n, &s->job.e);
     } else {
         s->job.rc = pcache_load(s->pc, s->job.path, &s->job.n, &s->job.e);
     }
@@ -1116,7 +1245,12 @@ static void *loop(void *arg) {
     sched *s = arg;
     pthread_mutex_lock(&s->mu);
     for (;;) {
-        while (!s->stopping && s->q_n == 0 && !busy(s) && !work_asked(s)) pthread_cond_wait(&s->cv, &s->mu);
+        while (!s->stopping && s->q_n == 0 && !busy(s) && !work_asked(s)) {
+            pthread_mutex_unlock(&s->mu);
+            const bool evicted = seq_reserve(s); /* idle: a parked sequence's copy made now, off any request's path */
+            pthread_mutex_lock(&s->mu);
+            if (!evicted) pthread_cond_wait(&s->cv, &s->mu);
+        }
         if (s->stopping && !busy(s)) break;
         run_job(s);
         if (!s->stopping) admit(s);
@@ -1195,8 +1329,13 @@ int sched_start(sched **out, engine *eng, const tokenizer *tok, const sched_opts
         if (tokenizer_is_eog(tok, (int32_t)i)) s->eog[s->n_eog++] = (int32_t)i;
     s->o = *o;
     s->slots = xcalloc((size_t)o->n_slots, sizeof *s->slots);
+    s->n_seq = info.n_seq_max;
+    s->seqs = xcalloc((size_t)s->n_seq, sizeof *s->seqs);
+    for (int q = 0; q < s->n_seq; q++) s->seqs[q] = (struct seq_use){.slot = q < o->n_slots ? q : -1};
+    s->st.seqs_spare = s->n_seq - o->n_slots;
     for (int k = 0; k < o->n_slots; k++) {
         s->slots[k].id = k;
+        s->slots[k].seq = k;
         s->slots[k].ids = xmalloc(sizeof(int32_t) * (size_t)info.n_ctx);
         s->slots[k].close_ids = xmalloc(sizeof(int32_t) * (size_t)info.n_ctx);
         s->slots[k].logits = xmalloc(sizeof(float) * (size_t)s->V);
@@ -1285,6 +1424,7 @@ void sched_free(sched *s) {
         free(sl->close_anchor);
     }
     free(s->slots);
+    free(s->seqs);
     free(s->eog);
     if (s->gv_started) pthread_join(s->gv_th, NULL); /* (bounded: a trie and schema_prime) */
     gvocab_free(s->gv);

@@ -1,5 +1,5 @@
-/* sched.h: the server's scheduler. One engine thread owns the engine; N slots (engine
- * sequences) run requests. Every step puts each generating slot's decode row and each
+/* sched.h: the server's scheduler. One engine thread owns the engine; N slots, each holding
+ * one engine sequence, run requests. Every step puts each generating slot's decode row and each
  * prefilling slot's next prompt piece into one engine_run call (continuous batching).
  *
  * Bits: a prompt is cut into pieces of at most rows_per_pass rows where the engine would cut
@@ -17,6 +17,17 @@
  * the cache shares them with the slot's sequence and copies out only the rows past the
  * resume row (pcache_seq_cut), so a turn's work outside the engine pass does not grow with
  * the conversation.
+ *
+ * Parked sequences: the engine may have more sequences than slots (serve's --cache-gpu). A slot
+ * moving to another conversation (from row 0, or resuming from the shared cache) whose sequence
+ * holds rows the cache still uses does not copy them out: it parks the sequence (no slot holds
+ * it, the cache's spans stay live in it) and takes a free one. A request resuming from an entry
+ * whose rows a parked sequence holds takes that sequence over (the slot's own parked in its
+ * place): no row is written, and the answer is the bits it would be anywhere (the rows are
+ * the same spans). When none is free, the least recently used parked sequence is evicted (the
+ * rows the cache uses copied to the host: what a switch cost before, once per eviction): while
+ * the server is idle, so that a free one waits for the next switch, else on the switching
+ * request's path.
  *
  * Exact requests (chat): bits depend on where the GDN chunk grid restarts (each span's start
  * and anchor), so a chat prompt's grid restarts at every message start (the span's anchors:
@@ -163,6 +174,11 @@ typedef struct sched_stats {
     int64_t n_cache_hits;     /* resumed from the shared cache (another conversation's state) */
     int64_t n_flight_shares;  /* points of requests in flight put in the shared cache for another */
     int64_t n_flight_waits;   /* requests that waited in the queue for a point of one in flight */
+    /* parked sequences (the engine's beyond the slots'): how many there are, how many hold
+     * rows the cache uses now; slots that parked their sequence instead of copying its rows
+     * out; resumes that took a parked sequence over (no row written); parked sequences
+     * evicted (their rows copied to the host), in all and of those while the server idled */
+    int64_t seqs_spare, seqs_parked, n_parks, n_takeovers, n_park_evictions, n_park_evictions_idle;
     pcache_stats pc;
     sched_hist ttft;          /* queued to first token, requests that got one */
     sched_hist duration;      /* queued to finished, every request that ran */
@@ -175,8 +191,8 @@ typedef struct sched_stats {
     int64_t gm_masks, gm_entries_made, gm_entries_found, gm_entry_visits; /* gmatch_stats, finished requests */
 } sched_stats;
 
-/* Starts the engine thread. The engine (n_seq_max >= n_slots) and tokenizer stay the
- * caller's and must outlive the scheduler. */
+/* Starts the engine thread. The engine (n_seq_max >= n_slots: those beyond the slots are
+ * parked sequences) and tokenizer stay the caller's and must outlive the scheduler. */
 int sched_start(sched **out, engine *eng, const tokenizer *tok, const sched_opts *o, herr *e);
 /* Stops: requests in flight finish as SCHED_CANCELLED; joins the thread. The scheduler
  * stays valid (every call after refuses or answers "stopping") until sched_free, so the

@@ -16,6 +16,8 @@ typedef struct serve_opts {
     int64_t cache_ram_mib;     /* points' budget; -1: no limit; 0: no shared cache in RAM */
     const char *cache_dir;     /* the prompt cache's files, or NULL */
     int64_t cache_disk_mib;    /* their bound (--cache-disk), -1: none */
+    int64_t cache_gpu_mib;     /* engine memory for parked sequences (--cache-gpu); -1: not given
+                                * (SERVE_CACHE_GPU_DEFAULT_MIB, dropped if the engine cannot open with it) */
     const char *slot_dir;      /* /slots save and restore's folder (--slot-save-path, else cache_dir), or NULL */
     int n_threads;
     const char *api_key;
@@ -37,6 +39,11 @@ typedef struct serve_opts {
     const char *template_kwargs; /* --chat-template-kwargs: a JSON object (checked by the flag's parser), or NULL */
     bool keep_billing;         /* --keep-billing-header: Claude Code's billing line stays in the prompt */
 } serve_opts;
+
+/* --cache-gpu's default: on an 80 GB card beside a 21 GB model, room for a few sequences of
+ * long contexts (0.8 GiB each at 40k tokens, f16 KV at q36) and 29 of the default 4096 */
+#define SERVE_CACHE_GPU_DEFAULT_MIB 4096
+#define SERVE_PARK_MAX 64          /* parked sequences at most, whatever --cache-gpu allows */
 
 /* Runs until SIGTERM or SIGINT; returns the exit code. */
 int serve_main(const serve_opts *o);

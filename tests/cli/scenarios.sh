@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # scenarios.sh: F13's sessions (issue 32, 3a-3g: the agent loop, a chat with thinking, four
 # conversations on two slots, an edit, a restart on --cache-dir, sub-agents sent at once, Claude
-# Code's /v1/messages with its billing line) played against warm servers on the demo model with
+# Code's /v1/messages with its billing line; and 3h, F13 item 2's parked sequences) played against warm servers on the demo model with
 # Qwen3.5's template; every turn's greedy answer and log-probabilities equal a cold pass's, bit
 # for bit, and the warm server resumed where a point serves (tests/cli/scenarios_test.py).
 # About 25 s of two cores. One summary line.

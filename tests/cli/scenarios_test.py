@@ -22,6 +22,12 @@ results, thinking dropped from earlier turns), each turn's answer checked agains
      is prefilled once (one request from row 0, the others wait for its point)
   g  Claude Code's requests through /v1/messages, the first system block its
      x-anthropic-billing-header line with a cch= hash new in every request (dropped by default)
+  h  (F13 item 2) conversations alternating on one slot with engine sequences to spare
+     (--cache-gpu): a slot moving to another conversation parks its sequence, copying no row
+     (/metrics: cache_rows_copied_total stays put), and the parked conversation's next turn
+     takes its sequence over, writing no row either; then with one sequence to spare and three
+     conversations, the parked ones are evicted (their rows copied to the host while the server
+     idles) and resume from there. Every answer a cold pass's.
 
 Each turn: greedy, a few tokens, with log-probabilities (the chosen token's log-softmax reads the
 whole logits row, so one bit moved anywhere in it shows). The warm answer (message and
@@ -43,7 +49,9 @@ request made and its log-probabilities must equal cold.
 
 Red under planted defects (build/mut/hearth, HEARTH_MUTANT=...): copy_late and
 restore_ring_skip in every scenario that resumes, neighbour_leak in f, close_decode in c (that
-one in tests/gates/mutants: `scenarios_test.py c`). Arguments: scenario letters to run (default
+one in tests/gates/mutants: `scenarios_test.py c`); park_off (a slot never parks: its rows are
+copied on the request's path) and park_reuse (an evicted parked sequence handed out with its rows
+not copied) in h. Arguments: scenario letters to run (default
 all). HEARTH_SERVE_EXTRA: flags every server gets (e.g. "--device cuda": the scenarios on the
 CUDA engine, warm and cold both there; bench/device_f7.sh's scenarios step). Prints one
 "ok"/"FAIL" line per check and "N passed, N failed" at the end."""
@@ -349,6 +357,103 @@ def scenario_interleave(cold):
     print(f"     3c {time.monotonic() - t0:.1f} s")
 
 
+def metrics(srv):
+    """the server's /metrics values by name (without the hearth: prefix)"""
+    st, t = srv.request("GET", "/metrics")
+    assert st == 200, f"/metrics: HTTP {st}"
+    return {k[len("hearth:"):]: float(v) for k, v in (ln.split(" ") for ln in t.split("\n") if ln.startswith("hearth:"))}
+
+
+def build_loop(k):
+    """an agent loop with thinking off that writes its answers back (3c's B and D)"""
+    r = random.Random(40 + k)
+    return [{"role": "system", "content": f"Session {30 + k:06d}. You are a build agent; answer in a few words "
+                                          f"and let the tools speak. " + short(at.prose(r, 30), 120)},
+            {"role": "user", "content": "Run the tests and tell me what fails. " + short(at.prose(r, 20), 80)}]
+
+
+def loop_turn(label, warm, cold, msgs, k, t):
+    """one turn of build_loop's conversation k: the answer, then a tool's result appended"""
+    body = dict(chat_body(msgs), chat_template_kwargs={"enable_thinking": False}, max_tokens=LOOP_OUT)
+    w = turn(label, warm, cold, body)
+    r = random.Random(50 + 10 * k + t)
+    msgs += [{"role": "assistant", "content": w["message"]["content"]},
+             {"role": "tool", "tool_call_id": f"call_{k}{t}", "content": at.log_text(r, 30)}]
+    return w
+
+
+def wait_metric(srv, name, at_least, timeout=10):
+    """/metrics once name reached at_least (or the timeout passed)"""
+    end = time.monotonic() + timeout
+    while True:
+        m = metrics(srv)
+        if m[name] >= at_least or time.monotonic() > end:
+            return m
+        time.sleep(0.05)
+
+
+def scenario_park(cold):
+    """3h: parked sequences (F13 item 2). One slot, two sequences to spare (the demo's sequence
+    is 4.4 MiB at -c 4096: --cache-gpu 9), two append-only conversations alternating: every
+    switch parks the slot's sequence and copies no row, every resume takes the parked sequence
+    over and writes none. Then one to spare (--cache-gpu 5) and three conversations: the server,
+    idle after a switch, evicts the parked one (its rows copied to the host, off the next
+    request's path), and its next turn resumes from the host copy."""
+    t0 = time.monotonic()
+    warm = Warm("-np", "1", "--metrics", "--cache-gpu", "9")
+    m0 = metrics(warm.srv)
+    check("3h: --cache-gpu 9 gives the slot two sequences to spare", m0["cache_seqs_spare"] == 2,
+          f"{m0['cache_seqs_spare']:.0f} spare (the demo's sequence size changed?)")
+    loops = {k: build_loop(k) for k in (1, 3)}
+    for t in range(3):
+        for k in (1, 3):
+            label = f"3h park {'AB'[k // 2]} turn {t + 1}"
+            before = metrics(warm.srv)
+            loop_turn(label, warm, cold, loops[k], k, t)
+            after = metrics(warm.srv)
+            if t == 0 and k == 1:
+                continue
+            d = {n: after[n] - before[n] for n in ("cache_rows_copied_total", "cache_rows_written_total",
+                                                   "cache_parks_total", "cache_park_takeovers_total",
+                                                   "cache_park_evictions_total")}
+            check(f"{label}: the switch parked the other conversation's sequence, no row copied",
+                  d["cache_rows_copied_total"] == 0 and d["cache_parks_total"] == 1 and
+                  d["cache_park_evictions_total"] == 0, str(d))
+            if t > 0:
+                check(f"{label}: the resume took its parked sequence over, no row written",
+                      d["cache_rows_written_total"] == 0 and d["cache_park_takeovers_total"] == 1, str(d))
+    m = metrics(warm.srv)
+    check("3h: at the end one parked sequence (the other conversation's), none evicted", m["cache_seqs_parked"] == 1 and m["cache_park_evictions_total"] == 0
+          and m["cache_rows_copied_total"] == 0, f"{m['cache_seqs_parked']:.0f} parked, "
+          f"{m['cache_park_evictions_total']:.0f} evicted, {m['cache_rows_copied_total']:.0f} rows copied")
+    stop(warm.srv)
+
+    warm = Warm("-np", "1", "--metrics", "--cache-gpu", "5")
+    check("3h: --cache-gpu 5 gives the slot one sequence to spare", metrics(warm.srv)["cache_seqs_spare"] == 1)
+    loops = {k: build_loop(k) for k in (0, 1, 2)}
+    for t in range(2):
+        for k in (0, 1, 2):
+            label = f"3h evict {'ABC'[k]} turn {t + 1}"
+            before = metrics(warm.srv)
+            loop_turn(label, warm, cold, loops[k], k, t)
+            if t == 0 and k == 0:
+                continue
+            # the switch parked the previous conversation in the spare sequence; idle, the server
+            # evicts it: its rows copied to the host then
+            after = wait_metric(warm.srv, "cache_park_evictions_idle_total", before["cache_park_evictions_idle_total"] + 1)
+            check(f"{label}: idle, the parked sequence was evicted, its rows copied to the host",
+                  after["cache_park_evictions_idle_total"] == before["cache_park_evictions_idle_total"] + 1 and
+                  after["cache_rows_copied_total"] > before["cache_rows_copied_total"],
+                  f"evictions {before['cache_park_evictions_idle_total']:.0f} -> "
+                  f"{after['cache_park_evictions_idle_total']:.0f}, rows copied {before['cache_rows_copied_total']:.0f}"
+                  f" -> {after['cache_rows_copied_total']:.0f}")
+            if t > 0:
+                check(f"{label}: resumed from the host copy (rows written)",
+                      after["cache_rows_written_total"] > before["cache_rows_written_total"])
+    stop(warm.srv)
+    print(f"     3h {time.monotonic() - t0:.1f} s")
+
+
 def scenario_subagents(cold, n=3, turns=2):
     """3f: n sub-agents sharing a system prompt and tool list, all sent at once, each sending its
     next request when its answer came; on -np n"""
@@ -443,7 +548,7 @@ def main():
     if not os.path.exists(DEMO):
         check(f"the demo model {DEMO} is there", False)
         return checks.summary()
-    only = set("".join(sys.argv[1:])) or set("abcdefg")  # scenario letters to run (default: all)
+    only = set("".join(sys.argv[1:])) or set("abcdefgh")  # scenario letters to run (default: all)
     t0 = time.monotonic()
     try:
         cold = server("-np", "1")
@@ -456,7 +561,9 @@ def main():
             guarded("3c", scenario_interleave, cold)
         if "f" in only:
             guarded("3f", scenario_subagents, cold)
-        if only == set("abcdefg"):
+        if "h" in only:
+            guarded("3h", scenario_park, cold)
+        if only == set("abcdefgh"):
             guarded("the cold server's check", cold_is_fresh, cold)
     finally:
         for x in list(RUNNING):

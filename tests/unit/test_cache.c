@@ -6,7 +6,8 @@
  * append-only conversation put their points with no row copied, a cut copies the rows past it
  * alone, entries along a conversation hold its prefix once, eviction frees shared rows with
  * their last user, and every entry, restored on its own sequence or another, from rows live in
- * a sequence or copied out, continues with the bits it had when it was made. Its files: the
+ * a sequence or copied out, continues with the bits it had when it was made; what a cut would
+ * copy and what a sequence holds of an entry are said before (parked sequences). Its files: the
  * folder stays under --cache-disk through many entries, least recently used out first; a file
  * a reader holds (and the files it follows) is never removed under it, and a reader waits
  * for a removal under way and then misses; a write never makes the caller wait, and one more
@@ -277,6 +278,49 @@ TEST(restore_in_place) {
     pcache_seq_cut(c, 1, 0);
     CHECK_MSG(copied(c) - before == more + 1, "%lld rows copied, not the %lld past the restored entry",
               (long long)(copied(c) - before), (long long)more + 1);
+    pcache_free(c);
+    engine_free(eng);
+    model_free(m);
+}
+
+/* What the scheduler asks before parking a sequence and before choosing where to restore
+ * (sched.h: parked sequences): pcache_cut_rows says the rows a cut would copy (and a cut
+ * copies exactly those), pcache_holds the rows a sequence holds of an entry (and a restore
+ * there writes only the rest). A conversation left in sequence 0 while sequence 1 runs another
+ * copies nothing, and its entry taken back on sequence 0 writes no row and gives its bits. */
+TEST(park_in_place) {
+    model *m = NULL;
+    engine *eng = micro_engine(&m, 1200, 64 << 20);
+    if (!eng) { CHECK(0); return; }
+    herr e;
+    pcache *c;
+    CHECK(pcache_open(&c, eng, NULL, &e) == 0);
+    static convo cv;
+    cv.V = (int)m->hp.n_vocab;
+    for (int i = 0; i < 1200; i++) cv.ids[i] = (int32_t)((i * 41 + 7) % 977);
+    run_turns(eng, c, &cv);
+    const int K = TURNS - 1;
+    CHECK_MSG(pcache_cut_rows(c, 0, 0) > 0 && pcache_cut_rows(c, 1, 0) == 0, "cut rows %lld and %lld",
+              (long long)pcache_cut_rows(c, 0, 0), (long long)pcache_cut_rows(c, 1, 0));
+    /* sequence 0 parked: another conversation on sequence 1 copies and writes nothing */
+    const int64_t c0 = copied(c), w0 = pcache_get_stats(c).rows_written;
+    int32_t other[100];
+    for (int i = 0; i < 100; i++) other[i] = (int32_t)((i * 13 + 1) % 900);
+    engine_span sp = {.seq = 1, .ids = other, .n = 100};
+    CHECK_MSG(engine_run(eng, &sp, 1, &e) == 0, "%s", e.msg);
+    int ei, pi;
+    CHECK(pcache_best(c, cv.ids, cv.a[K] + 1, NULL, NULL, &ei, &pi) == cv.a[K]);
+    CHECK_MSG(pcache_holds(c, ei, pi, 0) == cv.a[K] && pcache_holds(c, ei, pi, 1) == 0, "holds %lld and %lld of %lld",
+              (long long)pcache_holds(c, ei, pi, 0), (long long)pcache_holds(c, ei, pi, 1), (long long)cv.a[K]);
+    CHECK(pcache_cut_rows(c, 0, cv.a[K]) == 0);
+    /* taken back on sequence 0: no row moves, and the bits are the entry's */
+    check_row(eng, c, &cv, cv.a[K], cv.want_a[K], 0, true);
+    CHECK_MSG(copied(c) == c0 && pcache_get_stats(c).rows_written == w0, "%lld rows copied, %lld written",
+              (long long)(copied(c) - c0), (long long)(pcache_get_stats(c).rows_written - w0));
+    /* evicted at last: the cut copies exactly the rows pcache_cut_rows said */
+    const int64_t want = pcache_cut_rows(c, 0, 0);
+    pcache_seq_cut(c, 0, 0);
+    CHECK_MSG(copied(c) - c0 == want && want > 0, "%lld rows copied, %lld said", (long long)(copied(c) - c0), (long long)want);
     pcache_free(c);
     engine_free(eng);
     model_free(m);
@@ -734,6 +778,7 @@ int main(void) {
     RUN(evicted_ids_bounded);
     RUN(turns_share_rows);
     RUN(restore_in_place);
+    RUN(park_in_place);
     RUN(files_chain);
     RUN(disk_bounded);
     RUN(disk_readers_safe);
