@@ -963,7 +963,7 @@ TEST(attn_matches_ref) {
     float *kc = randf(n_ctx * Hkv * D, 900, -1.0f, 1.0f), *vc = randf(n_ctx * Hkv * D, 901, -1.0f, 1.0f);
     float *qf = randf(n * 2 * H * D, 902, -0.15f, 0.15f);
     for (int f16 = 0; f16 < 2; f16++) {
-        const int64_t qt = hk_attn_tile_rows(G, f16); /* f16: the tensor-core form, 8 rows a tile */
+        const int64_t qt = hk_attn_tile_rows(G, f16); /* f16: the tensor-core form, 12 rows a tile */
         const size_t esz = f16 ? 2 : 4, kvb = esz * (size_t)(n_ctx * Hkv * D);
         uint8_t *hk = xmalloc(kvb), *hv = xmalloc(kvb);
         float *kr = xmalloc(4 * (size_t)(n_ctx * Hkv * D)), *vr = xmalloc(4 * (size_t)(n_ctx * Hkv * D));
@@ -1056,8 +1056,8 @@ TEST(attn_matches_ref) {
             free(cut), free(ao2);
         }
         /* f16: the prompt kernel in pairs of warps (hk_attn_form(0)) and its whole form in
-         * tiles of 6 warps (12 rows) = the default (4 warps), bit for bit */
-        for (int form = 0; f16 && form <= 6; form += 6) {
+         * tiles of 4 warps (8 rows) = the default (6 warps, 12 rows), bit for bit */
+        for (int form = 0; f16 && form <= 4; form += 4) {
             float *ao3 = xmalloc(4 * (size_t)(n * H * D));
             hk_attn_form(form);
             const int64_t qf_rows = hk_attn_tile_rows(G, f16);
@@ -1069,7 +1069,7 @@ TEST(attn_matches_ref) {
             CHECK_MSG(hk_attn(st, dq, dtiles, nf, 0, dpos, n, H, Hkv, D, dk, dv, (size_t)(n_ctx * Hkv * D), f16, seg, n_seg, dpart,
                               dao, NULL, &e) == 0 && hk_stream_sync(st, &e) == 0,
                       "%s", e.msg);
-            hk_attn_form(4);
+            hk_attn_form(6);
             hk_d2h(ao3, dao, 4 * (size_t)(n * H * D), &e);
             int64_t bad = 0;
             for (int64_t i = 0; i < n * H * D; i++) bad += memcmp(&ao3[i], &ao[i], 4) != 0;
@@ -1106,7 +1106,7 @@ TEST(attn_matches_ref) {
         CHECK_MSG(diff_act(&ra, &rb, 3, &e) == 0, "%s KV: the merge's rounding differs from hk_quantize", f16 ? "f16" : "f32");
         dev_act_free(&ra), dev_act_free(&rb);
         printf("  attention %s KV: %.2g from double (%.3f of the bound) at 300 rows over 1000 keys; 3 rows decoded "
-               "alone = the rows in tiles%s, bit for bit\n", f16 ? "f16" : "f32", worst_abs, worst, f16 ? " = the pairs form = 6 warps" : "");
+               "alone = the rows in tiles%s, bit for bit\n", f16 ? "f16" : "f32", worst_abs, worst, f16 ? " = the pairs form = 4 warps" : "");
         hk_free(dk), hk_free(dv), hk_free(dq), hk_free(dpos), hk_free(dtiles), hk_free(dpart), hk_free(dao);
         free(hk), free(hv), free(kr), free(vr), free(pos), free(tiles), free(ao), free(one_ao);
     }

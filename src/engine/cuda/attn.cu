@@ -78,7 +78,9 @@ extern "C" int hk_attn_prep(void *st, float *qf, float *k, const float *v, const
 
 extern "C" int64_t hk_attn_part_floats(int64_t D) { return PART(D); }
 static bool mma_form(int64_t G, bool f16) { return f16 && G > 0 && G <= 16; }
-static int am_warps = 4; /* the prompt kernel's whole form in tiles of this many warps (attn_mma.cuh), 0: its pairs */
+/* 6: bench/RESULTS.md (2026-12-06, twelfth session): pp2048 after 32,768 rows 3% faster than
+ * 4 warps, 1.7% than the pairs */
+static int am_warps = 6; /* the prompt kernel's whole form in tiles of this many warps (attn_mma.cuh), 0: its pairs */
 extern "C" int hk_attn_form(int warps) {
     if (warps != 0 && warps != 4 && warps != 6) return -1;
     am_warps = warps;
