@@ -15,6 +15,10 @@
 #include <time.h>
 
 #define SLOT_POINTS 256 /* points one slot keeps; past it the oldest goes */
+/* spare points kept ready a slot (engine_point_reserve): a turn of an agent's chat takes a
+ * point at each new message's start (the answer, a tool result, the next prompt), at its
+ * last row and at its answer's end, ~4; the engine caps them at the cache budget */
+#define SLOT_SPARES 4
 
 /* SLOT_CLOSE: no request; the answer that ended is prefilled again from its message's start
  * (sched.h), a piece a step */
@@ -118,6 +122,10 @@ struct sched {
         herr e;
     } job;
     pthread_cond_t job_cv;
+    /* engine thread only: spares wanted (SLOT_SPARES a slot), and whether the idle loop has
+     * made all it could since the last step (the budget or memory may stop it short) */
+    int spare_want;
+    bool spare_done;
 };
 
 /* ---------------------------------------------------------------- requests */
@@ -687,7 +695,14 @@ static int slot_grammar_took(sched *s, slot *sl, int32_t id) {
 /* under s->mu: the slots' state as others may read it */
 static void publish(sched *s) {
     s->pc_stats = pcache_get_stats(s->pc);
-    s->st.cache_bytes = engine_get_info(s->eng).cache_used; /* the engine thread alone writes it */
+    const engine_info in = engine_get_info(s->eng); /* the engine thread alone writes these */
+    const engine_stats es = engine_get_stats(s->eng);
+    s->st.cache_bytes = in.cache_used;
+    s->st.n_spare = in.n_spare;
+    s->st.spare_bytes = in.spare_bytes;
+    s->st.n_point_allocs = es.n_point_allocs;
+    s->st.n_point_reserved = es.n_point_reserved;
+    s->st.n_spare_releases = es.n_spare_releases;
     for (int k = 0; k < s->o.n_slots; k++) {
         const slot *sl = &s->slots[k];
         int64_t n_out = 0;
@@ -1112,11 +1127,25 @@ static void run_job(sched *s) {
     pthread_cond_broadcast(&s->job_cv);
 }
 
+/* under s->mu, nothing to run: one spare point made (mu let go meanwhile), so a request
+ * that comes waits on one allocation at most, and the next passes take points without any
+ * (F11: pinning a q36 point on a pass's path cost a turn tens of ms). true: it ran (mu let go) */
+static bool spare_topup(sched *s) {
+    if (s->spare_done || MUTANT("spare_topup_skip")) return false; /* mutant: spares only as points are freed */
+    pthread_mutex_unlock(&s->mu);
+    const int have = engine_get_info(s->eng).n_spare;
+    s->spare_done = have >= s->spare_want || engine_point_reserve(s->eng, have + 1) <= have;
+    pthread_mutex_lock(&s->mu);
+    if (s->spare_done) publish(s);
+    return true;
+}
+
 static void *loop(void *arg) {
     sched *s = arg;
     pthread_mutex_lock(&s->mu);
     for (;;) {
-        while (!s->stopping && s->q_n == 0 && !busy(s) && !work_asked(s)) pthread_cond_wait(&s->cv, &s->mu);
+        while (!s->stopping && s->q_n == 0 && !busy(s) && !work_asked(s))
+            if (!spare_topup(s)) pthread_cond_wait(&s->cv, &s->mu);
         if (s->stopping && !busy(s)) break;
         run_job(s);
         if (!s->stopping) admit(s);
@@ -1124,6 +1153,7 @@ static void *loop(void *arg) {
         const bool stopping = s->stopping;
         pthread_mutex_unlock(&s->mu);
         step(s, stopping);
+        s->spare_done = false;
         pthread_mutex_lock(&s->mu);
         publish(s);
     }
@@ -1225,6 +1255,10 @@ int sched_start(sched **out, engine *eng, const tokenizer *tok, const sched_opts
     if (o->cache_dir) pcache_set_disk_max(s->pc, o->cache_disk ? o->cache_disk : (int64_t)PCACHE_DISK_DEFAULT_MIB << 20);
     pcache_keep_ram(s->pc, !o->cache_ram_off);
     s->pc_stats = pcache_get_stats(s->pc); /* what the files found at start came to */
+    /* the first turns find spares too: made here, before the engine thread serves */
+    s->spare_want = SLOT_SPARES * o->n_slots;
+    if (!MUTANT("spare_topup_skip")) engine_point_reserve(eng, s->spare_want);
+    publish(s);
     if (pthread_create(&s->th, NULL, loop, s) != 0) {
         herr_set(e, "cannot start the engine thread");
         sched_free(s);
