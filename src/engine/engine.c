@@ -433,20 +433,37 @@ void engine_point_free(engine *eng, engine_point *p) {
     }
 }
 
+engine_point *engine_point_make(engine *eng) {
+    const engine_point tmpl = point_shape(&eng->m->hp);
+    engine_point *p = point_make(eng, &tmpl);
+    if (!p) return NULL;
+    /* every page touched now (calloc's are mapped lazily): a point written into fresh pages
+     * pays their faults on the pass */
+    memset(p->lanes, 0, sizeof(float) * (size_t)p->n_gdn * p->lane_floats);
+    memset(p->rings, 0, sizeof(float) * (size_t)p->n_gdn * p->ring_floats);
+    return p;
+}
+
+bool engine_point_adopt(engine *eng, engine_point *p) {
+    const int64_t bytes = (int64_t)engine_point_size(p);
+    if (eng->n_spare >= eng->spare_cap || !cache_fits(eng, (size_t)bytes)) {
+        point_release(p);
+        return false;
+    }
+    eng->spare[eng->n_spare++] = p;
+    eng->spare_bytes += bytes;
+    eng->stats.n_point_reserved++;
+    return true;
+}
+
 int engine_point_reserve(engine *eng, int n) {
     const engine_point tmpl = point_shape(&eng->m->hp);
     const size_t bytes = engine_point_size(&tmpl);
     if (n > eng->spare_cap) n = eng->spare_cap;
     while (eng->n_spare < n && cache_fits(eng, bytes)) {
-        engine_point *p = point_make(eng, &tmpl);
+        engine_point *p = engine_point_make(eng);
         if (!p) break; /* out of memory: a take will say so when it needs one */
-        /* every page touched now (calloc's are mapped lazily): a point written into fresh
-         * pages pays their faults on the pass */
-        memset(p->lanes, 0, sizeof(float) * (size_t)p->n_gdn * p->lane_floats);
-        memset(p->rings, 0, sizeof(float) * (size_t)p->n_gdn * p->ring_floats);
-        eng->spare[eng->n_spare++] = p;
-        eng->spare_bytes += (int64_t)bytes;
-        eng->stats.n_point_reserved++;
+        engine_point_adopt(eng, p);
     }
     return eng->n_spare;
 }

@@ -163,9 +163,16 @@ void engine_seq_clear(engine *eng, int seq);
 int engine_point_new(engine *eng, engine_point **out, herr *e);
 void engine_point_free(engine *eng, engine_point *p);
 /* Makes spare point buffers (pages touched; pinned on CUDA) until n are held, as far as the
- * budget's free room and memory allow, off the request path: at a server's start and in its
- * idle time, so a pass takes its points without allocating. Returns the spares held. */
+ * budget's free room and memory allow, before a pass needs them (a server's start). Returns
+ * the spares held. */
 int engine_point_reserve(engine *eng, int n);
+/* The two halves of a reserve, for a caller that allocates on a thread of its own while the
+ * engine runs: engine_point_make may run on any thread (it reads the model's shapes and calls
+ * the backend's allocator, nothing else of the engine): a point's buffers, pages touched,
+ * outside the budget; NULL when out of memory. engine_point_adopt, on the engine's thread,
+ * keeps them as a spare where the budget has room (true), else frees them (false). */
+engine_point *engine_point_make(engine *eng);
+bool engine_point_adopt(engine *eng, engine_point *p);
 size_t engine_point_size(const engine_point *p);
 /* dst (a point of the same shape) becomes a copy of src: its fields and state, in its own buffers */
 void engine_point_copy(engine_point *dst, const engine_point *src);
