@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# bench/device_agent.sh: bench/agent_turns.py on the GPU machine: hearth serve --device cuda against
+# bench/device_agent.sh: bench/agent_turns.py (or with MANY set, bench/agent_many.py) on the GPU machine: hearth serve --device cuda against
 # llama-server (CUDA build, -ngl 99 -fa on --jinja) on the q36 file with Qwen3's real tokenizer,
 # the same chat template on both (tests/fixtures/templates/Qwen3.5-4B.jinja), one slot, 64k
 # context. The agent trace (--target-tokens, default 40000) first, then the chat trace; reps
@@ -10,7 +10,7 @@
 # `pack` adds to .peer: tokenizer-qwen3.tar.xz (tools/peer/fetch_tokenizer.sh's tokenizer.json and
 # tokenizer_config.json, 1.4 MB) and llama-server-extra.tar.xz (the few files of llama.cpp's
 # checkout that llama-server's build reads and device_pack.sh leaves out). Then the device tool,
-# carrying .peer:   bash bench/device_agent.sh
+# carrying .peer:   bash bench/device_agent.sh   (F13 item 6: MANY=16 bash bench/device_agent.sh)
 # There: builds hearth, starts (or finds) bench/device_peer_build.sh (llama-bench and
 # llama-server), writes /dev/shm/q36-qwen3tok.gguf (hearth gen --preset q36 --quant q4_k_m --seed 1
 # --tokenizer ...), waits for llama-server, runs agent_turns.py, and stops before DEADLINE seconds
@@ -18,6 +18,12 @@
 #   REPS (default 2) measured reps; TRACE (default both: agent|chat|both); TARGET (default 40000)
 #   the agent trace's tokens; FRESH (default conversation; server: a new process per rep, if both
 #   servers do not fit on the GPU together)
+#   MANY=N (F13 item 6): bench/agent_many.py instead: N agent sessions at once on -np N on both
+#   servers (default when set: 16 on -np 16), TURNS requests each (default 6; tool results
+#   1500-3000 tokens), max_tokens 32, REPS measured reps (+ rep 0, dropped); CTX is then a
+#   slot's context (default 16384; llama-server's -c is N x CTX, set by the script) and both
+#   get --cache-ram CACHE_RAM (default 16384 MiB); hearth runs with --metrics, so the table
+#   counts the point buffers allocated on its passes' path (F11). To $OUT the same files.
 #   For a dry run off the GPU (a CPU box with the CPU peer): PRESET (default q36), CTX (65536),
 #   HEARTH_DEV (cuda), LLAMA_DIR (/tmp/llama-cuda: bin/llama-server and the done marker),
 #   LLAMA_ARGS ("-ngl 99 -fa on"), THREADS (unset: no -t), and NVCC= to build hearth without CUDA
@@ -85,8 +91,23 @@ while ! peer_ok; do
 done
 echo "== peer (llama.cpp $(cat "$ldir/done")): waited $(( $(date +%s) - t0 )) s"
 
-tmpl=tests/fixtures/templates/Qwen3.5-4B.jinja l=$(left) ctx=${CTX:-65536} thr=${THREADS:+-t $THREADS}
+tmpl=tests/fixtures/templates/Qwen3.5-4B.jinja l=$(left) thr=${THREADS:+-t $THREADS}
 label="$(head -1 "$out/host.txt"); preset $preset, Q4_K_M, seed 1, Qwen3's tokenizer (151,669 tokens); template $tmpl; llama.cpp $(cat "$ldir/done")"
+if [ -n "${MANY:-}" ]; then
+    ctx=${CTX:-16384} cram=${CACHE_RAM:-16384}
+    timeout -s TERM $(( l - 15 )) python3 bench/agent_many.py --sessions "$MANY" --turns "${TURNS:-6}" \
+        --reps $(( ${REPS:-2} + 1 )) --max-tokens 32 --deadline $(( l - 150 )) --out "$work/at" --start-timeout 180 \
+        --label "$label; $(git log -1 --format=%h 2>/dev/null)" \
+        --hearth-cmd "build/hearth serve -m $model -c $ctx -np 1 $thr --device ${HEARTH_DEV:-cuda} --metrics --cache-ram $cram --chat-template-file $tmpl --port {port}" \
+        --llama-cmd "$ldir/bin/llama-server -m $model -c $ctx -np 1 $thr ${LLAMA_ARGS--ngl 99 -fa on} --jinja --cache-ram $cram --chat-template-file $tmpl --port {port}" \
+        >"$work/agent_turns.log" 2>&1
+    rc=$?
+    cp "$work/at/reps.tsv" "$out/" 2>/dev/null
+    echo "== agent_many.py: rc $rc"
+    grep -v '^$' "$work/agent_turns.log" | tail -40
+    finish $rc
+fi
+ctx=${CTX:-65536}
 timeout -s TERM $(( l - 15 )) python3 bench/agent_turns.py --trace "${TRACE:-both}" --reps "${REPS:-2}" \
     --target-tokens "${TARGET:-40000}" --fresh "${FRESH:-conversation}" --deadline $(( l - 120 )) --out "$work/at" \
     --start-timeout 180 --label "$label" \

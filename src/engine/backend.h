@@ -41,11 +41,15 @@ struct engine {
     engine_stats stats;
     engine_seq_meta *seqs;  /* n_seq_max */
     int64_t cache_used;
-    /* freed points kept with their pages for the next engine_point_new: writing a point into
-     * fresh pages costs ~10x the copy itself (page faults: 46 ms against 4 ms for a q36 point
-     * off the GPU, bench/RESULTS.md); at most two (131 MB at q36), outside the cache budget */
-    engine_point *spare[2];
-    int n_spare;
+    /* spare points: freed points' buffers and those engine_point_reserve made ahead, for the
+     * next engine_point_new. Fresh buffers cost a pass dearly: writing a point into fresh
+     * pages costs ~10x the copy itself (page faults: 46 ms against 4 ms for a q36 point off
+     * the GPU, bench/RESULTS.md), and pinning one (CUDA) takes tens of ms. Counted in the
+     * cache budget (spare_bytes): pinned pages cannot be swapped out, so a pool outside
+     * --cache-ram would be host memory that no flag bounds. */
+    engine_point **spare;   /* spare_cap */
+    int n_spare, spare_cap;
+    int64_t spare_bytes;
     float *argmax_rows;     /* the logits rows engine_run asks for on an ARGMAX span's behalf */
     int n_argmax_rows;
     int32_t *route_trace;   /* debug.h: experts chosen, (rows of the call in span order, n_layer, K) */

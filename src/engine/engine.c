@@ -17,6 +17,9 @@
 #include <unistd.h>
 
 #define CACHE_BUDGET_DEFAULT ((int64_t)1 << 30)
+/* the most spare points held, whatever the budget fits: only a tiny model's points come near
+ * it (4096 q36 points would be 258 GB) */
+#define SPARE_MAX 4096
 
 uint64_t engine_hash_step(uint64_t h, int32_t id) { return rng_mix(h ^ rng_mix((uint64_t)(uint32_t)id + 0x51ed27u)); }
 
@@ -99,6 +102,9 @@ int engine_init(engine *eng, const engine_backend *be, const model *m, const eng
                         "lower -c or -np, or raise --kv-budget", op->n_seq_max, op->n_ctx, need / (1 << 20),
                         (double)op->kv_budget / (1 << 20));
     in->model_id = model_identity(m);
+    const int64_t fit = op->cache_budget / (int64_t)in->point_bytes;
+    eng->spare_cap = fit < SPARE_MAX ? (int)fit : SPARE_MAX;
+    eng->spare = xcalloc((size_t)eng->spare_cap + 1, sizeof *eng->spare);
     eng->seqs = xcalloc((size_t)op->n_seq_max, sizeof *eng->seqs);
     eng->seq_seen = xcalloc((size_t)op->n_seq_max, sizeof *eng->seq_seen);
     for (int s = 0; s < op->n_seq_max; s++) {
@@ -165,6 +171,7 @@ void engine_point_copy(engine_point *dst, const engine_point *src) {
 
 void engine_fini(engine *eng) {
     while (eng->n_spare > 0) point_release(eng->spare[--eng->n_spare]);
+    free(eng->spare);
     free(eng->argmax_rows);
     if (eng->seqs)
         for (int s = 0; s < eng->opts.n_seq_max; s++) free(eng->seqs[s].hash);
@@ -221,6 +228,8 @@ void engine_free(engine *eng) {
 engine_info engine_get_info(const engine *eng) {
     engine_info in = eng->info;
     in.cache_used = eng->cache_used;
+    in.n_spare = eng->n_spare;
+    in.spare_bytes = eng->spare_bytes;
     return in;
 }
 
@@ -361,8 +370,25 @@ int engine_run(engine *eng, const engine_span *spans, int n_spans, herr *e) {
 
 /* ---- points and KV ranges: host copies, counted in the cache budget ---- */
 
+/* whether bytes more fit the budget beside what callers hold and the spares */
+static bool cache_fits(const engine *eng, size_t bytes) {
+    return (double)eng->cache_used + (double)eng->spare_bytes + (double)bytes <= (double)eng->opts.cache_budget;
+}
+
+static void spare_release(engine *eng) {
+    engine_point *p = eng->spare[--eng->n_spare];
+    eng->spare_bytes -= (int64_t)engine_point_size(p);
+    point_release(p);
+}
+
+/* spares give way: a take the budget cannot fit beside them frees them (their buffers cost
+ * an allocation again later, but the budget is the user's bound on the cache's memory) */
 static int cache_take(engine *eng, size_t bytes, const char *what, herr *e) {
-    if ((double)eng->cache_used + (double)bytes > (double)eng->opts.cache_budget)
+    while (eng->n_spare > 0 && !cache_fits(eng, bytes)) {
+        spare_release(eng);
+        eng->stats.n_spare_releases++;
+    }
+    if (!cache_fits(eng, bytes))
         return herr_set(e, "%s of %.1f MiB would pass the cache budget (%.1f of %.1f MiB in use): raise --cache-ram or free some",
                         what, (double)bytes / (1 << 20), (double)eng->cache_used / (1 << 20),
                         (double)eng->opts.cache_budget / (1 << 20));
@@ -374,31 +400,83 @@ size_t engine_point_size(const engine_point *p) {
     return (size_t)p->n_gdn * (p->lane_floats + p->ring_floats) * sizeof(float) + sizeof *p;
 }
 
+/* a point of the template's shape in buffers of its own; NULL when out of memory */
+static engine_point *point_make(engine *eng, const engine_point *tmpl) {
+    engine_point *p = calloc(1, sizeof *p);
+    if (!p) return NULL;
+    *p = *tmpl;
+    if (point_buffers(eng, p)) return p;
+    point_release(p);
+    return NULL;
+}
+
 int engine_point_new(engine *eng, engine_point **out, herr *e) {
     const engine_point tmpl = point_shape(&eng->m->hp);
-    if (cache_take(eng, engine_point_size(&tmpl), "a point", e) < 0) return -1;
-    if (eng->n_spare > 0) { /* a freed point's buffers, pages already touched; pos -1 until filled */
+    const size_t bytes = engine_point_size(&tmpl);
+    if (eng->n_spare > 0) { /* in the budget already: its bytes move from the spares to the caller */
         engine_point *p = eng->spare[--eng->n_spare];
-        point_header(p, &tmpl);
+        eng->spare_bytes -= (int64_t)bytes;
+        eng->cache_used += (int64_t)bytes;
+        point_header(p, &tmpl); /* pos -1 until filled */
         *out = p;
         return 0;
     }
-    engine_point *p = calloc(1, sizeof *p);
-    if (p) *p = tmpl;
-    if (!p || !point_buffers(eng, p)) {
-        if (p) point_release(p);
-        eng->cache_used -= (int64_t)engine_point_size(&tmpl);
-        return herr_set(e, "out of memory for a point of %.1f MiB", (double)engine_point_size(&tmpl) / (1 << 20));
+    if (cache_take(eng, bytes, "a point", e) < 0) return -1;
+    engine_point *p = point_make(eng, &tmpl);
+    if (!p) {
+        eng->cache_used -= (int64_t)bytes;
+        return herr_set(e, "out of memory for a point of %.1f MiB", (double)bytes / (1 << 20));
     }
+    eng->stats.n_point_allocs++;
     *out = p;
     return 0;
 }
 
 void engine_point_free(engine *eng, engine_point *p) {
     if (!p) return;
-    eng->cache_used -= (int64_t)engine_point_size(p);
-    if (eng->n_spare < (int)(sizeof eng->spare / sizeof eng->spare[0])) eng->spare[eng->n_spare++] = p;
-    else point_release(p);
+    const int64_t bytes = (int64_t)engine_point_size(p);
+    eng->cache_used -= bytes;
+    if (eng->n_spare < eng->spare_cap) { /* its pages stay touched (and pinned) for the next take */
+        eng->spare[eng->n_spare++] = p;
+        eng->spare_bytes += bytes;
+    } else {
+        point_release(p);
+    }
+}
+
+engine_point *engine_point_make(engine *eng) {
+    const engine_point tmpl = point_shape(&eng->m->hp);
+    engine_point *p = point_make(eng, &tmpl);
+    if (!p) return NULL;
+    /* every page touched now (calloc's are mapped lazily): a point written into fresh pages
+     * pays their faults on the pass */
+    memset(p->lanes, 0, sizeof(float) * (size_t)p->n_gdn * p->lane_floats);
+    memset(p->rings, 0, sizeof(float) * (size_t)p->n_gdn * p->ring_floats);
+    return p;
+}
+
+bool engine_point_adopt(engine *eng, engine_point *p) {
+    const int64_t bytes = (int64_t)engine_point_size(p);
+    if (eng->n_spare >= eng->spare_cap || !cache_fits(eng, (size_t)bytes)) {
+        point_release(p);
+        return false;
+    }
+    eng->spare[eng->n_spare++] = p;
+    eng->spare_bytes += bytes;
+    eng->stats.n_point_reserved++;
+    return true;
+}
+
+int engine_point_reserve(engine *eng, int n) {
+    const engine_point tmpl = point_shape(&eng->m->hp);
+    const size_t bytes = engine_point_size(&tmpl);
+    if (n > eng->spare_cap) n = eng->spare_cap;
+    while (eng->n_spare < n && cache_fits(eng, bytes)) {
+        engine_point *p = engine_point_make(eng);
+        if (!p) break; /* out of memory: a take will say so when it needs one */
+        engine_point_adopt(eng, p);
+    }
+    return eng->n_spare;
 }
 
 int engine_save(engine *eng, int seq, engine_point *p, herr *e) {

@@ -56,7 +56,9 @@ typedef struct engine_info {
     int n_threads;
     size_t kv_bytes_per_token;  /* all attention layers, K and V */
     size_t point_bytes;         /* one point */
-    int64_t cache_budget, cache_used; /* bytes */
+    int64_t cache_budget, cache_used; /* bytes; cache_used: the points and KV ranges callers hold */
+    int n_spare;                /* spare point buffers the engine holds (engine_point_reserve) */
+    int64_t spare_bytes;        /* their bytes, in the cache budget beside cache_used */
     uint64_t model_id;          /* identity of the model's weights and shapes (hashed at open) */
 } engine_info;
 
@@ -125,6 +127,10 @@ typedef struct engine_stats {
     int64_t n_rows;         /* rows run */
     int64_t n_points;       /* points taken by marks */
     double t_points;        /* CPU seconds spent taking points, summed over threads */
+    int64_t n_point_allocs; /* point buffers engine_point_new had to make (no spare): an
+                             * allocation (a pin, on CUDA) on a pass's or a save's path */
+    int64_t n_point_reserved;   /* point buffers made ahead by engine_point_reserve */
+    int64_t n_spare_releases;   /* spares freed to make room in the budget for a take */
 } engine_stats;
 
 int engine_open(engine **out, const model *m, const engine_opts *o, herr *e);
@@ -154,9 +160,24 @@ int64_t engine_seq_pos(const engine *eng, int seq);
 /* Empties a sequence (position 0, zero state). */
 void engine_seq_clear(engine *eng, int seq);
 
-/* Points: allocation is fallible and counted in cache_budget. */
+/* Points: allocation is fallible and counted in cache_budget. engine_point_new hands out a
+ * spare's buffers where one is held (no allocation), else makes new ones (counted in
+ * n_point_allocs); engine_point_free keeps the buffers as a spare. Spares count in the cache
+ * budget too (cache_used + spare_bytes <= cache_budget), and a take the budget cannot fit
+ * frees spares first, so --cache-ram bounds every byte a cache holds, spare or not. */
 int engine_point_new(engine *eng, engine_point **out, herr *e);
 void engine_point_free(engine *eng, engine_point *p);
+/* Makes spare point buffers (pages touched; pinned on CUDA) until n are held, as far as the
+ * budget's free room and memory allow, before a pass needs them (a server's start). Returns
+ * the spares held. */
+int engine_point_reserve(engine *eng, int n);
+/* The two halves of a reserve, for a caller that allocates on a thread of its own while the
+ * engine runs: engine_point_make may run on any thread (it reads the model's shapes and calls
+ * the backend's allocator, nothing else of the engine): a point's buffers, pages touched,
+ * outside the budget; NULL when out of memory. engine_point_adopt, on the engine's thread,
+ * keeps them as a spare where the budget has room (true), else frees them (false). */
+engine_point *engine_point_make(engine *eng);
+bool engine_point_adopt(engine *eng, engine_point *p);
 size_t engine_point_size(const engine_point *p);
 /* dst (a point of the same shape) becomes a copy of src: its fields and state, in its own buffers */
 void engine_point_copy(engine_point *dst, const engine_point *src);

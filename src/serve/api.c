@@ -1256,6 +1256,13 @@ static void on_metrics(void *ap, const http_call *c, http_out *o) {
     METRIC("cache_points_saved_total", "counter", "points taken at marks", st.n_points);
     METRIC("cache_evictions_total", "counter", "points dropped for the budget", st.n_point_evictions);
     METRIC("cache_bytes", "gauge", "bytes of points and KV ranges in host RAM", st.cache_bytes);
+    METRIC("cache_spare_points", "gauge", "spare point buffers held ready (in --cache-ram beside cache_bytes)", st.n_spare);
+    METRIC("cache_spare_bytes", "gauge", "bytes of the spare point buffers", st.spare_bytes);
+    METRIC("point_allocs_total", "counter", "point buffers allocated on a pass's or a save's path (no spare was ready)",
+           st.n_point_allocs);
+    METRIC("point_reserved_total", "counter", "point buffers allocated ahead, at start or while idle", st.n_point_reserved);
+    METRIC("point_spare_releases_total", "counter", "spare point buffers freed to make room in --cache-ram",
+           st.n_spare_releases);
     METRIC("cache_shared_hits_total", "counter", "requests resumed from the shared cache", st.n_cache_hits);
     METRIC("cache_flight_shares_total", "counter", "points of requests in flight copied to the shared cache for another",
            st.n_flight_shares);

@@ -15,6 +15,10 @@
 #include <time.h>
 
 #define SLOT_POINTS 256 /* points one slot keeps; past it the oldest goes */
+/* spare points kept ready a slot (engine_point_reserve): a turn of an agent's chat takes a
+ * point at each new message's start (the answer, a tool result, the next prompt), at its
+ * last row and at its answer's end, ~4; the engine caps them at the cache budget */
+#define SLOT_SPARES 4
 
 /* SLOT_CLOSE: no request; the answer that ended is prefilled again from its message's start
  * (sched.h), a piece a step */
@@ -126,6 +130,20 @@ struct sched {
         herr e;
     } job;
     pthread_cond_t job_cv;
+    /* spare points (F11): SLOT_SPARES a slot, made at start (sched_start), then by sp_th, a
+     * thread that only allocates (engine_point_make: pages touched, pinned on CUDA), so that
+     * neither a pass nor the engine thread waits on an allocation, busy or idle. The engine
+     * thread adopts what it made (engine_point_adopt: into the budget) before every step and
+     * says how many more it wants (spares_sync). sp_mu is taken under mu, never the reverse. */
+    int spare_want;
+    pthread_t sp_th;
+    bool sp_started, sp_stop;
+    pthread_mutex_t sp_mu;
+    pthread_cond_t sp_cv;   /* sp_ask grew, or stop */
+    engine_point **sp_ready; /* made, not adopted yet: sp_n of spare_want */
+    int sp_n;
+    int sp_ask;             /* how many the engine thread wants made (spares short, within the budget's room) */
+    bool sp_wake;           /* under mu: sp_th has made points for the engine thread to adopt */
 };
 
 /* ---------------------------------------------------------------- requests */
@@ -815,7 +833,14 @@ static void publish(sched *s) {
     s->st.seqs_spare = s->n_seq - s->o.n_slots;
     s->st.seqs_parked = 0;
     for (int q = 0; q < s->n_seq; q++) s->st.seqs_parked += s->seqs[q].slot < 0 && seq_used(s, q);
-    s->st.cache_bytes = engine_get_info(s->eng).cache_used; /* the engine thread alone writes it */
+    const engine_info in = engine_get_info(s->eng); /* the engine thread alone writes these */
+    const engine_stats es = engine_get_stats(s->eng);
+    s->st.cache_bytes = in.cache_used;
+    s->st.n_spare = in.n_spare;
+    s->st.spare_bytes = in.spare_bytes;
+    s->st.n_point_allocs = es.n_point_allocs;
+    s->st.n_point_reserved = es.n_point_reserved;
+    s->st.n_spare_releases = es.n_spare_releases;
     for (int k = 0; k < s->o.n_slots; k++) {
         const slot *sl = &s->slots[k];
         int64_t n_out = 0;
@@ -1241,17 +1266,66 @@ static void run_job(sched *s) {
     pthread_cond_broadcast(&s->job_cv);
 }
 
+/* engine thread, s->mu held: adopts the points sp_th made and asks it for what is still
+ * short of spare_want (as far as the budget has room; none under the mutant) */
+static void spares_sync(sched *s) {
+    pthread_mutex_lock(&s->sp_mu);
+    for (int i = 0; i < s->sp_n; i++) engine_point_adopt(s->eng, s->sp_ready[i]);
+    s->sp_n = 0;
+    const engine_info in = engine_get_info(s->eng);
+    const int64_t room = (in.cache_budget - in.cache_used - in.spare_bytes) / (int64_t)in.point_bytes;
+    int64_t ask = s->spare_want - in.n_spare;
+    if (ask > room) ask = room;
+    s->sp_ask = ask > 0 && !MUTANT("spare_topup_skip") ? (int)ask : 0; /* mutant: spares only as points are freed */
+    if (s->sp_ask > 0) pthread_cond_signal(&s->sp_cv);
+    pthread_mutex_unlock(&s->sp_mu);
+    s->sp_wake = false;
+}
+
+/* sp_th: makes the points the engine thread asks for, one at a time, and wakes it (an idle
+ * engine thread adopts them at once, so /metrics shows them) */
+static void *spare_maker(void *arg) {
+    sched *s = arg;
+    pthread_mutex_lock(&s->sp_mu);
+    while (!s->sp_stop) {
+        if (s->sp_n >= s->sp_ask) {
+            pthread_cond_wait(&s->sp_cv, &s->sp_mu);
+            continue;
+        }
+        pthread_mutex_unlock(&s->sp_mu);
+        engine_point *p = engine_point_make(s->eng);
+        pthread_mutex_lock(&s->sp_mu);
+        if (!p) { /* out of memory: none until the engine thread asks again */
+            s->sp_ask = 0;
+            continue;
+        }
+        s->sp_ready[s->sp_n++] = p;
+        if (s->sp_n >= s->sp_ask) {
+            pthread_mutex_unlock(&s->sp_mu);
+            pthread_mutex_lock(&s->mu);
+            s->sp_wake = true;
+            pthread_cond_broadcast(&s->cv);
+            pthread_mutex_unlock(&s->mu);
+            pthread_mutex_lock(&s->sp_mu);
+        }
+    }
+    pthread_mutex_unlock(&s->sp_mu);
+    return NULL;
+}
+
 static void *loop(void *arg) {
     sched *s = arg;
     pthread_mutex_lock(&s->mu);
     for (;;) {
-        while (!s->stopping && s->q_n == 0 && !busy(s) && !work_asked(s)) {
+        while (!s->stopping && s->q_n == 0 && !busy(s) && !work_asked(s) && !s->sp_wake) {
             pthread_mutex_unlock(&s->mu);
             const bool evicted = seq_reserve(s); /* idle: a parked sequence's copy made now, off any request's path */
             pthread_mutex_lock(&s->mu);
-            if (!evicted) pthread_cond_wait(&s->cv, &s->mu);
+            if (!evicted && !s->stopping && s->q_n == 0 && !busy(s) && !work_asked(s) && !s->sp_wake)
+                pthread_cond_wait(&s->cv, &s->mu);
         }
         if (s->stopping && !busy(s)) break;
+        spares_sync(s);
         run_job(s);
         if (!s->stopping) admit(s);
         publish(s);
@@ -1352,6 +1426,8 @@ int sched_start(sched **out, engine *eng, const tokenizer *tok, const sched_opts
     atomic_init(&s->gv_stop, false);
     pthread_cond_init(&s->cv, NULL);
     pthread_cond_init(&s->job_cv, NULL);
+    pthread_mutex_init(&s->sp_mu, NULL);
+    pthread_cond_init(&s->sp_cv, NULL);
     if (o->model_path && stat(o->model_path, &s->model_st) < 0) {
         herr_set(e, "%s: %s", o->model_path, strerror(errno));
         sched_free(s);
@@ -1364,6 +1440,17 @@ int sched_start(sched **out, engine *eng, const tokenizer *tok, const sched_opts
     if (o->cache_dir) pcache_set_disk_max(s->pc, o->cache_disk ? o->cache_disk : (int64_t)PCACHE_DISK_DEFAULT_MIB << 20);
     pcache_keep_ram(s->pc, !o->cache_ram_off);
     s->pc_stats = pcache_get_stats(s->pc); /* what the files found at start came to */
+    /* the first turns find spares too: made here, before the engine thread serves */
+    s->spare_want = SLOT_SPARES * o->n_slots;
+    if (!MUTANT("spare_topup_skip")) engine_point_reserve(eng, s->spare_want);
+    publish(s);
+    s->sp_ready = xcalloc((size_t)s->spare_want, sizeof *s->sp_ready);
+    if (pthread_create(&s->sp_th, NULL, spare_maker, s) != 0) {
+        herr_set(e, "cannot start the spare points' thread");
+        sched_free(s);
+        return -1;
+    }
+    s->sp_started = true;
     if (pthread_create(&s->th, NULL, loop, s) != 0) {
         herr_set(e, "cannot start the engine thread");
         sched_free(s);
@@ -1391,6 +1478,14 @@ void sched_stop(sched *s) {
     pthread_mutex_unlock(&s->mu);
     atomic_store(&s->gv_stop, true); /* after stopping: a request it lets go finds the server stopping */
     if (join) pthread_join(s->th, NULL);
+    if (s->sp_started) { /* after the engine thread: nothing asks it for more */
+        pthread_mutex_lock(&s->sp_mu);
+        s->sp_stop = true;
+        pthread_cond_signal(&s->sp_cv);
+        pthread_mutex_unlock(&s->sp_mu);
+        pthread_join(s->sp_th, NULL);
+        s->sp_started = false;
+    }
 }
 
 /* the grammar vocabulary, waited for (vocab_build); NULL when the server stopped before it was made */
@@ -1414,6 +1509,8 @@ void sched_free(sched *s) {
     for (int k = 0; k < s->o.n_slots; k++) /* before the cache: a pending write may read them */
         while (s->slots[k].n_pts) slot_drop_point(s, &s->slots[k], s->slots[k].n_pts - 1);
     pcache_free(s->pc); /* (writes what was handed to it first) */
+    for (int i = 0; i < s->sp_n; i++) engine_point_adopt(s->eng, s->sp_ready[i]); /* kept or freed */
+    free(s->sp_ready);
     for (int k = 0; k < s->o.n_slots; k++) {
         slot *sl = &s->slots[k];
         free(sl->ids);
@@ -1437,6 +1534,8 @@ void sched_free(sched *s) {
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->cv);
     pthread_cond_destroy(&s->job_cv);
+    pthread_mutex_destroy(&s->sp_mu);
+    pthread_cond_destroy(&s->sp_cv);
     free(s);
 }
 

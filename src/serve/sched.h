@@ -171,6 +171,9 @@ typedef struct sched_stats {
     int64_t n_steps, n_step_spans; /* engine calls, and the slots' spans they ran (all calls together) */
     int64_t queue_depth, slots_busy;
     int64_t cache_bytes;
+    /* spare point buffers (engine_point_reserve; in the cache budget beside cache_bytes), and
+     * point buffers made on a pass's or a save's path (none spare), ahead, or freed for room */
+    int64_t n_spare, spare_bytes, n_point_allocs, n_point_reserved, n_spare_releases;
     int64_t n_cache_hits;     /* resumed from the shared cache (another conversation's state) */
     int64_t n_flight_shares;  /* points of requests in flight put in the shared cache for another */
     int64_t n_flight_waits;   /* requests that waited in the queue for a point of one in flight */

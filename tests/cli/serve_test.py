@@ -664,6 +664,7 @@ def main():
     cut_calls(model)
     sigterm_under_load(model)
     slow_readers(model)
+    spare_points(model)
     return 1 if checks.summary() else 0
 
 
@@ -876,6 +877,41 @@ def billing_header(model):
     check("--keep-billing-header: the line stays (the prompt differs at the hash: no cache hit, counted)",
           st == 200 and j["usage"]["cache_read_input_tokens"] == 0 and n3["input_tokens"] > n1["input_tokens"],
           f"{j.get('usage')} {n3}")
+
+
+def spare_points(model):
+    """F11: no point buffer allocated on a pass's path. The server makes spare point buffers
+    at start (4 a slot) and tops them up while idle (engine_point_reserve), so two chats of 6
+    turns each on two slots, which take more points than the start made, take every one from
+    a spare: /metrics' point_allocs_total stays 0, and the spares count in --cache-ram.
+    Between turns the client waits for the spares to be back (the idle time a user's reading
+    gives a server). tests/gates/mutants runs this part alone (argument spares) against the
+    scheduler built with spare_topup_skip (no spares made ahead): red."""
+    s = Server(model, "-np", "2", "--metrics")
+    want = 4 * 2
+
+    def spares_back():
+        return wait_metrics(s, lambda m: metric(m, "cache_spare_points") >= want, limit=3)
+    m = spares_back()
+    check("spare points: made at start, none allocated yet", metric(m, "cache_spare_points") >= want and
+          metric(m, "point_allocs_total") == 0, f"{metric(m, 'cache_spare_points')} spares, "
+          f"{metric(m, 'point_allocs_total')} allocated")
+    convos = [[{"role": "system", "content": f"You are agent {k}. Use tools."}, {"role": "user", "content": "Start."}]
+              for k in range(2)]
+    for turn in range(6):
+        for c in convos:
+            st, j = s.post("/v1/chat/completions", {"messages": c, "max_tokens": 8, "temperature": 0, "ignore_eos": True})
+            assert st == 200, j
+            c += [{"role": "assistant", "content": j["choices"][0]["message"]["content"]},
+                  {"role": "user", "content": f"Tool output {turn}: ok."}]
+        m = spares_back()
+    taken, allocs = metric(m, "cache_points_saved_total"), metric(m, "point_allocs_total")
+    held = metric(m, "cache_bytes") + metric(m, "cache_spare_bytes")
+    check("spare points: 12 turns of two chats take more points than the start made, none allocated on a pass's path",
+          taken > want and allocs == 0, f"{taken:.0f} points taken, {allocs:.0f} allocated on the path, "
+          f"{metric(m, 'point_reserved_total'):.0f} made ahead")
+    check("spare points: held and spare bytes stay under --cache-ram", held <= 2 ** 30, f"{held:.0f}")
+    s.stop()
 
 
 def wait_metrics(srv, cond, limit=10):
@@ -1360,5 +1396,11 @@ def slow_readers(model):
 if __name__ == "__main__":
     if sys.argv[1:] == ["answer_end"]:  # tests/gates/mutants: this part alone
         answer_end_points()
+        sys.exit(1 if checks.summary() else 0)
+    if sys.argv[1:] == ["spares"]:  # tests/gates/mutants: this part alone
+        tiny = os.path.join(TMP, "serve-tiny.gguf")
+        subprocess.run([HEARTH, "gen", "--preset", "tiny", "--quant", "q4_k_m", "--seed", "1", "-o", tiny], check=True,
+                       capture_output=True)
+        spare_points(tiny)
         sys.exit(1 if checks.summary() else 0)
     sys.exit(main())

@@ -49,6 +49,52 @@ static engine *micro_engine(model **m, int64_t n_ctx, int64_t budget) {
     return eng;
 }
 
+/* F11: spare point buffers made ahead are what engine_point_new hands out (no allocation on
+ * the path, n_point_allocs stays 0), a freed point's buffers become a spare, and spares count
+ * in the cache budget: reserve stops at it, and a take that needs their room frees them. */
+TEST(spare_points) {
+    model *m = NULL;
+    engine *probe = micro_engine(&m, 64, 0);
+    CHECK(probe);
+    if (!probe) return;
+    const int64_t pb = (int64_t)engine_get_info(probe).point_bytes;
+    engine_free(probe);
+    model_free(m);
+    const int64_t budget = 3 * pb + pb / 2;
+    engine *eng = micro_engine(&m, 64, budget);
+    CHECK(eng);
+    if (!eng) return;
+    CHECK_MSG(engine_point_reserve(eng, 10) == 3, "reserve stops at the budget: 3 points fit");
+    engine_info in = engine_get_info(eng);
+    CHECK(in.n_spare == 3 && in.spare_bytes == 3 * pb && in.cache_used == 0);
+    CHECK(engine_get_stats(eng).n_point_reserved == 3);
+    engine_point *p[4];
+    herr e;
+    for (int k = 0; k < 3; k++) CHECK(engine_point_new(eng, &p[k], &e) == 0 && p[k]->pos == -1);
+    in = engine_get_info(eng);
+    CHECK_MSG(engine_get_stats(eng).n_point_allocs == 0, "spares taken, none allocated");
+    CHECK(in.n_spare == 0 && in.spare_bytes == 0 && in.cache_used == 3 * pb);
+    CHECK_MSG(engine_point_new(eng, &p[3], &e) < 0, "a fourth point passes the budget");
+    engine_point_free(eng, p[2]);
+    in = engine_get_info(eng);
+    CHECK_MSG(in.n_spare == 1 && in.cache_used == 2 * pb && in.cache_used + in.spare_bytes <= budget, "a freed point: a spare");
+    /* a KV range that fits only in the spare's room: the spare gives way */
+    const int64_t rows = (pb * 3 / 4) / (int64_t)(in.kv_bytes_per_token + sizeof(uint64_t));
+    engine_kv *kv = NULL;
+    CHECK(rows > 0 && rows <= 64);
+    CHECK_MSG(engine_kv_new(eng, 0, rows, &kv, &e) == 0, "%s", e.msg);
+    in = engine_get_info(eng);
+    CHECK(in.n_spare == 0 && engine_get_stats(eng).n_spare_releases == 1 && in.cache_used + in.spare_bytes <= budget);
+    engine_kv_free(eng, kv);
+    CHECK_MSG(engine_point_new(eng, &p[2], &e) == 0 && engine_get_stats(eng).n_point_allocs == 1,
+              "no spare left: a point is allocated, and counted");
+    for (int k = 0; k < 3; k++) engine_point_free(eng, p[k]);
+    in = engine_get_info(eng);
+    CHECK(in.cache_used == 0 && in.n_spare == 3 && in.spare_bytes == 3 * pb);
+    engine_free(eng);
+    model_free(m);
+}
+
 TEST(evicted_ids_bounded) {
     model *m = NULL;
     const int64_t N = 1000; /* ids a conversation: 4 KB kept per evicted entry */
@@ -775,6 +821,7 @@ TEST(disk_writes_off_the_path) {
 }
 
 int main(void) {
+    RUN(spare_points);
     RUN(evicted_ids_bounded);
     RUN(turns_share_rows);
     RUN(restore_in_place);
