@@ -64,6 +64,7 @@ static char *made_key, *made_kwargs;
 int serve_args(int argc, char **argv, serve_opts *out) {
     serve_opts o = {.host = "127.0.0.1", .port = 8080, .n_ctx = 4096, .n_slots = 1, .cache_ram_mib = 8192,
                     .cache_disk_mib = PCACHE_DISK_DEFAULT_MIB, .cache_gpu_mib = -1,
+                    .answer_wait_ms = SERVE_ANSWER_WAIT_DEFAULT_MS,
                     .n_predict = -1, .timeout_s = 600, .queue_max = 64, .body_max = 16 << 20,
                     .temp = 0.8f, .top_k = 40, .top_p = 0.95f, .min_p = 0.05f, .seed = -1};
     int64_t n_threads = 0, port = 8080, n_slots = 1, timeout = 600, queue = 64, body_mib = 16, batch = 2048, ubatch = 512;
@@ -91,6 +92,10 @@ int serve_args(int argc, char **argv, serve_opts *out) {
                 "a slot moving to another conversation parks the old one's KV rows there instead of\n"
                 "copying them to RAM, and a request resuming it takes them over (default 4096: one\n"
                 "sequence is its context's KV rows plus its recurrent state; at most 64; 0: none)"),
+        ARG_I64("--answer-point-wait", NULL, &o.answer_wait_ms, 0, 60000, "MS",
+                "idle time after a chat answer ends before the slot prefills it again for a point\n"
+                "at its end (default 25; 0: at once); the conversation's next turn arriving sooner\n"
+                "prefills the answer in its own pass instead of waiting for that one"),
         ARG_STR("--cache-dir", NULL, &o.cache_dir, "DIR",
                 "keep the prompt cache's entries as files here too, found again after a restart"),
         ARG_I64("--cache-disk", NULL, &o.cache_disk_mib, -1, (int64_t)1 << 30, "MiB",

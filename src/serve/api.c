@@ -1294,6 +1294,10 @@ static void on_metrics(void *ap, const http_call *c, http_out *o) {
            st.n_park_evictions);
     METRIC("cache_park_evictions_idle_total", "counter", "parked sequences evicted while the server was idle",
            st.n_park_evictions_idle);
+    METRIC("answer_points_total", "counter", "answers prefilled again for a point at their end", st.n_closes);
+    METRIC("answer_points_skipped_total", "counter",
+           "answers' end points not made: a request came within --answer-point-wait (it prefilled the answer)",
+           st.n_closes_skipped);
     METRIC("requests_deferred", "gauge", "requests waiting for a slot", st.queue_depth);
     METRIC("requests_processing", "gauge", "slots busy", st.slots_busy);
     METRIC("grammar_vocab_ready", "gauge", "the grammar vocabulary (trie and primed entries) is made", st.gv_builds > 0);
@@ -1713,7 +1717,7 @@ int serve_main(const serve_opts *o) {
                      .template_kwargs = a.template_kwargs};
     sched_opts so = {.n_slots = o->n_slots, .queue_max = o->queue_max, .cache_dir = o->cache_dir,
                      .cache_disk = o->cache_disk_mib < 0 ? -1 : o->cache_disk_mib << 20, .cache_ram_off = o->cache_ram_mib == 0,
-                     .model_path = o->model_path};
+                     .model_path = o->model_path, .answer_wait_ms = o->answer_wait_ms};
     /* what the template closes an answer with: the scheduler's points at answers' ends */
     const cJSON *et = a.template_kwargs ? cJSON_GetObjectItemCaseSensitive(a.template_kwargs, "enable_thinking") : NULL;
     const chat_input probe = {.enable_thinking = et ? cJSON_IsTrue(et) : -1, .bos_token = a.bos_text,

@@ -66,6 +66,7 @@ typedef struct slot {
      * rows, the answer, the template's end ids; close_done of its close_n rows run. n_ctx room. */
     int32_t *close_ids;
     int64_t close_at, close_n, close_done;
+    double close_due;           /* when its first piece may run (--answer-point-wait; close_waiting) */
     int64_t *close_anchor;      /* message starts inside it (an <|im_start|> the answer wrote) */
     int n_close_anchor;
     /* SLOT_PREFILL: queued requests wait for the point at this mark of its prefill (admit), so
@@ -685,7 +686,42 @@ static void slot_close_begin(sched *s, slot *sl, const sched_req *r) {
     sl->close_at = at;
     sl->close_n = n;
     sl->close_done = 0;
+    sl->close_due = time_now() + 1e-3 * (double)s->o.answer_wait_ms;
     sl->state = SLOT_CLOSE;
+}
+
+/* A slot whose answer's prefill has not begun and is not due yet: free for a request (which
+ * then prefills the answer itself, closes_yield), and no work for the engine thread. */
+static bool close_waiting(const slot *sl, double now) {
+    return sl->state == SLOT_CLOSE && sl->close_done == 0 && now < sl->close_due;
+}
+
+/* under s->mu: the waiting closings r comes before (close_waiting): the slot of r's own
+ * conversation (r holds the rows before the answer's message), and, when no slot is free
+ * for r, the one waiting longest; each left as it was before the answer ended (its point at
+ * the message's start serves r, which prefills the answer in its own pass) */
+static void closes_yield(sched *s, const sched_req *r) {
+    if (MUTANT("close_no_yield")) return; /* mutant: the request waits for the closing instead */
+    const double now = time_now();
+    slot *oldest = NULL;
+    bool free_slot = false;
+    for (int k = 0; k < s->o.n_slots; k++) {
+        slot *sl = &s->slots[k];
+        if (r->slot_wanted >= 0 && r->slot_wanted != k) continue;
+        if (sl->state == SLOT_IDLE) free_slot = true;
+        if (!close_waiting(sl, now)) continue;
+        if (!r->no_reuse && ids_common_prefix(sl->ids, sl->close_at, r->ids, r->n_ids) == sl->close_at) {
+            sl->state = SLOT_IDLE;
+            s->st.n_closes_skipped++;
+            free_slot = true;
+        } else if (!oldest || sl->close_due < oldest->close_due) {
+            oldest = sl;
+        }
+    }
+    if (!free_slot && oldest) {
+        oldest->state = SLOT_IDLE;
+        s->st.n_closes_skipped++;
+    }
 }
 
 static void slot_end(sched *s, slot *sl, sched_finish f, const char *err) {
@@ -1026,6 +1062,7 @@ static void admit(sched *s) {
     int kept = 0; /* requests passed over, each keeping a free slot */
     for (int64_t i = 0; i < s->q_n;) {
         sched_req *r = s->q[(s->q_head + i) % s->o.queue_max];
+        closes_yield(s, r);
         slot *best = NULL;
         int64_t best_at = -1;
         int n_free = 0;
@@ -1128,9 +1165,16 @@ static void step(sched *s, bool stopping) {
         slot *sl = &s->slots[k];
         if (sl->state == SLOT_IDLE) continue;
         if (sl->state == SLOT_CLOSE) {
+            if (!stopping && close_waiting(sl, time_now())) continue;
+            const bool begins = sl->close_done == 0;
             if (stopping || !model_ok || !close_span(s, sl, &s->spans[n])) {
                 sl->state = SLOT_IDLE;
             } else {
+                if (begins) {
+                    pthread_mutex_lock(&s->mu);
+                    s->st.n_closes++;
+                    pthread_mutex_unlock(&s->mu);
+                }
                 s->span_slot[n++] = sl;
                 prompt_rows = true;
             }
@@ -1232,9 +1276,20 @@ static void step(sched *s, bool stopping) {
 }
 
 static bool busy(const sched *s) {
+    const double now = time_now();
     for (int k = 0; k < s->o.n_slots; k++)
-        if (s->slots[k].state != SLOT_IDLE) return true;
+        if (s->slots[k].state != SLOT_IDLE && !close_waiting(&s->slots[k], now)) return true;
     return false;
+}
+
+/* the earliest time a waiting closing is due (close_waiting), or 0: none */
+static double close_due_first(const sched *s) {
+    double t = 0;
+    for (int k = 0; k < s->o.n_slots; k++) {
+        const slot *sl = &s->slots[k];
+        if (sl->state == SLOT_CLOSE && sl->close_done == 0 && (t == 0 || sl->close_due < t)) t = sl->close_due;
+    }
+    return t;
 }
 
 static bool work_asked(const sched *s) { return s->job.busy && !s->job.done; }
@@ -1245,6 +1300,10 @@ enum { JOB_SAVE, JOB_RESTORE, JOB_ERASE };
 static void run_job(sched *s) {
     if (!s->job.busy || s->job.done) return;
     slot *sl = &s->slots[s->job.slot];
+    if (close_waiting(sl, time_now())) { /* the job comes first (closes_yield) */
+        sl->state = SLOT_IDLE;
+        s->st.n_closes_skipped++;
+    }
     if (sl->state == SLOT_CLOSE) return; /* after its answer's end point (the next step) */
     if (s->job.kind != JOB_RESTORE && sl->state != SLOT_IDLE) {
         s->job.rc = herr_set(&s->job.e, "slot %d is running a request", sl->id);
@@ -1321,8 +1380,16 @@ static void *loop(void *arg) {
             pthread_mutex_unlock(&s->mu);
             const bool evicted = seq_reserve(s); /* idle: a parked sequence's copy made now, off any request's path */
             pthread_mutex_lock(&s->mu);
-            if (!evicted && !s->stopping && s->q_n == 0 && !busy(s) && !work_asked(s) && !s->sp_wake)
-                pthread_cond_wait(&s->cv, &s->mu);
+            if (!evicted && !s->stopping && s->q_n == 0 && !busy(s) && !work_asked(s) && !s->sp_wake) {
+                const double due = close_due_first(s); /* a closing waiting (--answer-point-wait) */
+                if (due > 0) {
+                    struct timespec ts = {.tv_sec = (time_t)due, .tv_nsec = (long)((due - (double)(time_t)due) * 1e9)};
+                    if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
+                    pthread_cond_timedwait(&s->cv, &s->mu, &ts);
+                } else {
+                    pthread_cond_wait(&s->cv, &s->mu);
+                }
+            }
         }
         if (s->stopping && !busy(s)) break;
         spares_sync(s);
@@ -1424,7 +1491,11 @@ int sched_start(sched **out, engine *eng, const tokenizer *tok, const sched_opts
     pthread_mutex_init(&s->gv_mu, NULL);
     pthread_cond_init(&s->gv_cv, NULL);
     atomic_init(&s->gv_stop, false);
-    pthread_cond_init(&s->cv, NULL);
+    pthread_condattr_t ca; /* the loop's timed waits (close_due) are on time_now's clock */
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&s->cv, &ca);
+    pthread_condattr_destroy(&ca);
     pthread_cond_init(&s->job_cv, NULL);
     pthread_mutex_init(&s->sp_mu, NULL);
     pthread_cond_init(&s->sp_cv, NULL);

@@ -36,9 +36,11 @@
  * and its answer is a cold server's, bit for bit. The reply the slot decoded token by token
  * is prefilled again (a cold server would prefill it), off the next request's path: when an
  * answer ends, the slot restores the point at its assistant message's start and prefills
- * the message (its prompt rows, the answer, the ids the template closes it with) in the
- * next step, beside the other slots' rows (a request that continues the conversation waits
- * for that step). The point at its end is what a cold pass leaves at the next message's
+ * the message (its prompt rows, the answer, the ids the template closes it with) in a
+ * step of its own once the slot has waited --answer-point-wait (answer_wait_ms) idle, beside
+ * the other slots' rows; a request of the conversation, or one needing the slot, arriving
+ * sooner takes the slot and prefills the answer in its own pass (no point made: it would only
+ * have waited for that step), and one arriving while that step runs waits for it. The point at its end is what a cold pass leaves at the next message's
  * start, so the next turn resumes there when its rendering of the answer is those ids, and
  * at the message's start when the template rewrote it (thinking dropped). Points are
  * counted in the engine's cache budget (--cache-ram); when it is full the least recently
@@ -153,6 +155,10 @@ typedef struct sched_opts {
     const int32_t *end_ids;
     int64_t n_end;
     int32_t start_id;
+    /* how long a slot whose answer ended waits idle before that prefill (--answer-point-wait):
+     * a request that needs the slot, or continues its conversation, sooner takes it and the
+     * point is not made (the request prefills the answer in its own pass); 0: at once */
+    int64_t answer_wait_ms;
 } sched_opts;
 
 /* a latency histogram: counts at or under each bound of SCHED_HIST_LE (seconds), then +Inf */
@@ -177,6 +183,7 @@ typedef struct sched_stats {
     int64_t n_cache_hits;     /* resumed from the shared cache (another conversation's state) */
     int64_t n_flight_shares;  /* points of requests in flight put in the shared cache for another */
     int64_t n_flight_waits;   /* requests that waited in the queue for a point of one in flight */
+    int64_t n_closes, n_closes_skipped; /* answers' end points begun; skipped (a request came first) */
     /* parked sequences (the engine's beyond the slots'): how many there are, how many hold
      * rows the cache uses now; slots that parked their sequence instead of copying its rows
      * out; resumes that took a parked sequence over (no row written); parked sequences

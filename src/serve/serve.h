@@ -18,6 +18,7 @@ typedef struct serve_opts {
     int64_t cache_disk_mib;    /* their bound (--cache-disk), -1: none */
     int64_t cache_gpu_mib;     /* engine memory for parked sequences (--cache-gpu); -1: not given
                                 * (SERVE_CACHE_GPU_DEFAULT_MIB, dropped if the engine cannot open with it) */
+    int64_t answer_wait_ms;    /* idle time after an answer before its end point is made (--answer-point-wait) */
     const char *slot_dir;      /* /slots save and restore's folder (--slot-save-path, else cache_dir), or NULL */
     int n_threads;
     const char *api_key;
@@ -43,6 +44,11 @@ typedef struct serve_opts {
 /* --cache-gpu's default: on an 80 GB card beside a 21 GB model, room for a few sequences of
  * long contexts (0.8 GiB each at 40k tokens, f16 KV at q36) and 29 of the default 4096 */
 #define SERVE_CACHE_GPU_DEFAULT_MIB 4096
+/* --answer-point-wait's default: a client that sends the conversation's next turn at once (an
+ * agent's quick tool, a benchmark) comes first and prefills the answer in its own pass, not
+ * after the closing pass (14-37 ms at 4-42k rows on an H100, bench/RESULTS.md); a slower one
+ * (a person typing, a tool taking longer) finds the answer's end point made */
+#define SERVE_ANSWER_WAIT_DEFAULT_MS 25
 #define SERVE_PARK_MAX 64          /* parked sequences at most, whatever --cache-gpu allows */
 
 /* Runs until SIGTERM or SIGINT; returns the exit code. */

@@ -84,7 +84,10 @@ EXTRA = os.environ.get("HEARTH_SERVE_EXTRA", "").split()
 
 
 def server(*flags):
-    s = serve_test.Server(DEMO, "--chat-template-file", TEMPLATE, *EXTRA, *flags)
+    # --answer-point-wait 0: every answer's closing pass starts as it ends and a next turn sent
+    # at once waits for it, so the turns resume at the answers' ends whatever the box's speed
+    # (the default wait, where a quick turn prefills the answer itself, is serve_test's)
+    s = serve_test.Server(DEMO, "--chat-template-file", TEMPLATE, "--answer-point-wait", "0", *EXTRA, *flags)
     RUNNING.append(s)
     return s
 

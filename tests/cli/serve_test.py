@@ -676,9 +676,12 @@ def answer_end_points():
     renders an answer in the history as the server generated it, as scripts/demo.sh shows):
     turn 2 resumes where its new message begins, past turn 1's answer, and its greedy answer
     and log-probabilities (every bit of the last logits row shows in them) equal a cold
-    server's. tests/gates/mutants runs this part alone (argument answer_end) against the
-    scheduler built with close_decode (the decoded rows' state kept instead of the
-    prefill): red."""
+    server's (with --answer-point-wait 0: the closing pass starts as the answer ends, and the
+    next turn waits for it). With a long --answer-point-wait each next turn comes first, takes
+    the slot and prefills the answer itself from its message's start: the same bits, the
+    closings counted skipped. tests/gates/mutants runs this part alone (argument answer_end)
+    against the scheduler built with close_decode (the decoded rows' state kept instead of the
+    prefill) and close_no_yield (a turn waits for the closing): red."""
     if not os.path.exists(DEMO):
         check(f"the demo model {DEMO} is there (answer-end points)", False)
         return
@@ -706,21 +709,50 @@ def answer_end_points():
         _, im = srv.post("/tokenize", {"content": "<|im_start|>"})
         return [i for i, x in enumerate(ids["tokens"]) if x == im["tokens"][0]][-2]  # the last: the generation prompt
 
-    warm = Server(DEMO, "-np", "2")
-    convo = [{"role": "user", "content": "Who are you?"}]
     questions = ["What does John 3:16 say?", "And the verse after it?", "Tell me a fortune."]
-    got = [ask(warm, convo)]
-    for k, q in enumerate(questions):
-        convo = convo + [{"role": "assistant", "content": got[-1]["content"]}, {"role": "user", "content": q}]
-        got.append(ask(warm, convo, stream=k == 1))  # turn 3's answer arrives as a stream
-        cached = got[-1]["usage"]["prompt_tokens_details"]["cached_tokens"]
-        want = new_message_at(warm, convo)
+
+    def converse(srv):
+        convo = [{"role": "user", "content": "Who are you?"}]
+        got = [ask(srv, convo)]
+        wants = []
+        for k, q in enumerate(questions):
+            convo = convo + [{"role": "assistant", "content": got[-1]["content"]}, {"role": "user", "content": q}]
+            got.append(ask(srv, convo, stream=k == 1))  # turn 3's answer arrives as a stream
+            wants.append(new_message_at(srv, convo))
+        return got, wants
+
+    # --answer-point-wait 0: the closing pass starts as the answer ends, and the next turn, sent
+    # at once, waits for it and resumes past the answer
+    warm = Server(DEMO, "-np", "2", "--answer-point-wait", "0", "--metrics")
+    got, wants = converse(warm)
+    for k in range(len(questions)):
+        cached = got[k + 1]["usage"]["prompt_tokens_details"]["cached_tokens"]
         check(f"answer-end point: turn {k + 2} resumes past turn {k + 1}'s answer, where its new message begins",
-              cached == want and cached > got[-2]["usage"]["prompt_tokens"],
-              f"{cached} cached of {got[-1]['usage']['prompt_tokens']} ({got[-1].get('cache')}); the new message at {want}")
+              cached == wants[k] and cached > got[k]["usage"]["prompt_tokens"],
+              f"{cached} cached of {got[k + 1]['usage']['prompt_tokens']} ({got[k + 1].get('cache')}); the new message at {wants[k]}")
     print(f"     turns 2-4: {[g['usage']['prompt_tokens_details']['cached_tokens'] for g in got[1:]]} cached of "
           f"{[g['usage']['prompt_tokens'] for g in got[1:]]} prompt tokens")
+    _, m = warm.request("GET", "/metrics")
+    check("answer-end point: every answer prefilled again (answer_points_total), none skipped",
+          metric(m, "answer_points_total") >= 4 and metric(m, "answer_points_skipped_total") == 0,
+          f"{metric(m, 'answer_points_total'):.0f} made, {metric(m, 'answer_points_skipped_total'):.0f} skipped")
     warm.stop()
+    # --answer-point-wait 2000: each next turn comes within the wait, takes the slot and
+    # prefills the answer in its own pass from the point at the answer's message start (no
+    # closing pass to wait for), with the same bits
+    quick = Server(DEMO, "-np", "2", "--answer-point-wait", "2000", "--metrics")
+    got_q, _ = converse(quick)
+    _, m = quick.request("GET", "/metrics")
+    cq = [g["usage"]["prompt_tokens_details"]["cached_tokens"] for g in got_q[1:]]
+    check("answer-end point skipped: a turn within --answer-point-wait resumes at the answer's message start, "
+          "the closings counted skipped, none made",
+          all(0 < c < w for c, w in zip(cq, wants)) and metric(m, "answer_points_skipped_total") == len(questions) and
+          metric(m, "answer_points_total") == 0,
+          f"cached {cq} (the new messages at {wants}); {metric(m, 'answer_points_skipped_total'):.0f} skipped, "
+          f"{metric(m, 'answer_points_total'):.0f} made")
+    check("answer-end point skipped: the turns' greedy answers and log-probabilities equal the closed server's",
+          all(a["content"] == b["content"] and a["logprobs"] == b["logprobs"] for a, b in zip(got_q, got)))
+    quick.stop()
     convo = [{"role": "user", "content": "Who are you?"}]
     same = True
     for k, q in enumerate(questions):  # each turn on a server of its own
