@@ -1,12 +1,13 @@
 /* test_attn_emu.cc: the tensor-core attention (src/engine/cuda/attn_mma.cuh) run on the CPU
  * under tests/unit/cuda_emu.h, which emulates mma.sync, ldmatrix and cp.async: the prompt
  * kernel's tiles against a double reference within the bound derived beside it; the decode
- * form (one-row tiles: a CTA a segment, then attn_fold_kernel) and other cuts of the same
- * rows into tiles against the tiles, bit for bit; three planted defects red. The emulated
- * tensor core rounds its own way (cuda_emu.h), so the bits carry over only as a structure:
- * test_cuda.c's attn_matches_ref repeats the equalities on a GPU. Shapes: the model's 16
- * query heads on 2 KV heads, heads of 128 and 256, segments of 64 keys (four blocks), rows
- * across a segment's end. */
+ * form (one-row tiles: a CTA a segment, then attn_fold_kernel), other cuts of the same rows
+ * into tiles, the whole form and its split form (a CTA per tile and segment, then
+ * attn_fold_rows_kernel) against the tiles, bit for bit; five planted defects red. The
+ * emulated tensor core rounds its own way (cuda_emu.h), so the bits carry over only as a
+ * structure: test_cuda.c's attn_matches_ref repeats the equalities on a GPU. Shapes: the
+ * model's 16 query heads on 2 KV heads, heads of 128 and 256, segments of 64 keys (four
+ * blocks), 24 rows across a segment's end and 5 rows at depth across another. */
 #include "cuda_emu.h"
 
 extern "C" {
@@ -24,12 +25,17 @@ static unsigned emu_mut;
 #include "emu_rand.h"
 
 struct case_t {
-    int64_t H = 16, Hkv = 2, D, n_ctx = 160, n = 24, p0 = 110, seg = 64, n_seg;
+    int64_t H = 16, Hkv = 2, D, n_ctx, n, p0, seg = 64, n_seg;
     std::vector<uint16_t> k, v;   /* (n_ctx, Hkv, D) f16 */
     std::vector<float> qf;        /* (n, H, [q D | gate D]) */
-    std::vector<float> part;
-    int whole = 0; /* the prompt kernel's whole form in tiles of this many warps (4, 6), else (0) its pairs */
-    explicit case_t(int64_t d) : D(d), n_seg((n_ctx + seg - 1) / seg) {
+    std::vector<float> part;      /* (n, H, n_seg, PART(D)): NaN before every run, so a partial not written shows */
+    std::vector<int64_t> pos;     /* (n): p0 + r */
+    int whole = 0;      /* the prompt kernel's whole form in tiles of this many warps (4, 6), else (0) its pairs */
+    bool split = false; /* the multi-row tiles through the split form (attn.cu's HEARTH_CUDA_ATTN_SPLIT) */
+    /* n rows at positions p0.. of one sequence, over a cache of n_ctx keys */
+    explicit case_t(int64_t d, int64_t rows = 24, int64_t first = 110, int64_t ctx = 160)
+        : D(d), n_ctx(ctx), n(rows), p0(first), n_seg((n_ctx + seg - 1) / seg) {
+        for (int64_t r = 0; r < n; r++) pos.push_back(p0 + r);
         k.resize((size_t)(n_ctx * Hkv * D)), v.resize(k.size());
         for (auto &x : k) x = __half_as_ushort(__float2half_rn(rndf(-1.0f, 1.0f)));
         for (auto &x : v) x = __half_as_ushort(__float2half_rn(rndf(-1.0f, 1.0f)));
@@ -52,6 +58,24 @@ struct case_t {
         std::vector<float> ao((size_t)(n * H * D), NAN);
         const int nt = (int)t.size();
         const size_t stride = (size_t)(n_ctx * Hkv * D);
+        part.assign(part.size(), NAN);
+        if (split && n_one < nt) { /* the split form: every row's partials, then one fold over the rows */
+            const dim3 g((unsigned)nt, (unsigned)Hkv, (unsigned)n_seg);
+            if (n_one > 0)
+                emu::launch(attn_mma_split_kernel<DD>, g, dim3(AM_T), am_cfg<DD>::DECODE_BYTES, (const float *)qf.data(), t.data(),
+                            H, Hkv, (const uint16_t *)k.data(), (const uint16_t *)v.data(), stride, seg, n_seg, part.data());
+            if (whole == 6)
+                emu::launch(attn_mma_whole_split_kernel<DD, 6>, g, dim3(192), am_cfg<DD>::whole_split_bytes(6), (const float *)qf.data(),
+                            t.data(), nt, H, Hkv, (const uint16_t *)k.data(), (const uint16_t *)v.data(), stride, seg, n_seg,
+                            part.data());
+            else /* 4 warps, or the pairs' tiles of 64 vectors */
+                emu::launch(attn_mma_whole_split_kernel<DD, 4>, g, dim3(128), am_cfg<DD>::whole_split_bytes(4), (const float *)qf.data(),
+                            t.data(), nt, H, Hkv, (const uint16_t *)k.data(), (const uint16_t *)v.data(), stride, seg, n_seg,
+                            part.data());
+            emu::launch(attn_fold_rows_kernel, dim3((unsigned)H, (unsigned)n), dim3((unsigned)D), 0, (const float *)qf.data(),
+                        (const int64_t *)pos.data(), H, D, seg, n_seg, (const float *)part.data(), ao.data(), hk_act{});
+            return ao;
+        }
         if (n_one > 0) {
             emu::launch(attn_mma_split_kernel<DD>, dim3((unsigned)nt, (unsigned)Hkv, (unsigned)n_seg), dim3(AM_T),
                         am_cfg<DD>::DECODE_BYTES, qf.data(), t.data(), H, Hkv, (const uint16_t *)k.data(),
@@ -118,15 +142,28 @@ static bool same(const std::vector<float> &a, const std::vector<float> &b) {
     return a.size() == b.size() && !memcmp(a.data(), b.data(), 4 * a.size());
 }
 
+/* the split form's outputs on tiles(0) and tiles(3) (3 one-row tiles beside it) in each of
+ * the prompt kernel's tilings (pairs, 4 and 6 warps) */
+template <int D> static void split_runs(case_t &c, std::vector<float> out[6]) {
+    c.split = true;
+    for (int f = 0; f < 3; f++) {
+        c.whole = f ? 2 + 2 * f : 0;
+        out[2 * f] = c.run<D>(c.tiles(0)), out[2 * f + 1] = c.run<D>(c.tiles(3));
+    }
+    c.split = false, c.whole = 0;
+}
+
 /* the tiles within their bound; the decode form, a shifted cut (3 one-row tiles beside
- * tiles from row 3) and the prompt kernel's whole form give the tiles' bits */
-template <int D> static void forms_agree(const char *what) {
-    case_t c(D);
+ * tiles from row 3), the prompt kernel's whole form and its split form give the tiles' bits */
+template <int D> static void forms_agree(case_t &c, const char *what) {
     const std::vector<float> tiled = c.run<D>(c.tiles(0)), decoded = c.run<D>(c.tiles(c.n)), cut = c.run<D>(c.tiles(3));
     c.whole = 4;
     const std::vector<float> whole = c.run<D>(c.tiles(0)), whole_cut = c.run<D>(c.tiles(3));
     c.whole = 6;
     const std::vector<float> whole6 = c.run<D>(c.tiles(0)), whole6_cut = c.run<D>(c.tiles(3));
+    c.whole = 0;
+    std::vector<float> split[6];
+    split_runs<D>(c, split);
     const double w = c.worst(tiled);
     CHECK_MSG(w <= 1.0, "%s: the tiles %.3g times their bound from the double reference", what, w);
     CHECK_MSG(same(decoded, tiled), "%s: rows decoded alone differ from the rows in tiles", what);
@@ -135,30 +172,68 @@ template <int D> static void forms_agree(const char *what) {
     CHECK_MSG(same(whole_cut, tiled), "%s: the whole form's other cut differs", what);
     CHECK_MSG(same(whole6, tiled), "%s: the whole form's tiles of 6 warps (two stages) differ from the pairs'", what);
     CHECK_MSG(same(whole6_cut, tiled), "%s: the whole form's tiles of 6 warps cut otherwise differ", what);
-    printf("  %s: %.3f of the bound; decoded alone, cut otherwise and the whole form (4 and 6 warps) = the tiles, bit for bit\n", what, w);
+    const char *tiling[3] = {"the pairs' tiles", "tiles of 4 warps", "tiles of 6 warps"};
+    for (int i = 0; i < 6; i++)
+        CHECK_MSG(same(split[i], tiled), "%s: the split form in %s%s differs from the tiles", what, tiling[i / 2],
+                  i % 2 ? " (cut beside 3 one-row tiles)" : "");
+    printf("  %s: %.3f of the bound; decoded alone, cut otherwise, the whole form (4 and 6 warps) and the split form "
+           "(3 tilings, 2 cuts) = the tiles, bit for bit\n", what, w);
 }
 
-TEST(heads_128) { forms_agree<128>("heads of 128"); }
-TEST(heads_256) { forms_agree<256>("heads of 256"); }
+TEST(heads_128) {
+    case_t c(128);
+    forms_agree<128>(c, "heads of 128, 24 rows at 110..133");
+}
+TEST(heads_256) {
+    case_t c(256);
+    forms_agree<256>(c, "heads of 256, 24 rows at 110..133");
+}
+/* a short pass at depth (the split form's case): 5 rows at 318..322 over 6 segments of 64
+ * keys, the rows across the end of the fifth; one tile in every tiling */
+TEST(few_rows_at_depth) {
+    case_t a(128, 5, 318, 384);
+    forms_agree<128>(a, "heads of 128, 5 rows at 318..322");
+    case_t b(256, 5, 318, 384);
+    forms_agree<256>(b, "heads of 256, 5 rows at 318..322");
+}
 
-/* each planted defect turns a check above red */
+/* each planted defect turns a check above red: the whole forms' and (where it applies) the
+ * split form's; the split form's own two (8, 16) red only there */
 TEST(planted_defects_red) {
     const struct {
         unsigned bit;
         const char *name;
-    } muts[] = {{1, "a tile's rows see its last row's keys"}, {2, "segments not restarted"}, {4, "decode warps on one quarter of the dims"}};
+    } muts[] = {{1, "a tile's rows see its last row's keys"}, {2, "segments not restarted"}, {4, "decode warps on one quarter of the dims"},
+                {8, "the split form's fold takes the segments last first"}, {16, "the split form's last segment of a tile unwritten"}};
     for (int form = 0; form <= 6; form += form ? 2 : 4) {
         for (const auto &m : muts) {
             case_t c(128);
             c.whole = form;
             emu_mut = m.bit;
             const std::vector<float> tiled = c.run<128>(c.tiles(0)), decoded = c.run<128>(c.tiles(c.n));
+            c.split = true;
+            const std::vector<float> split = c.run<128>(c.tiles(0)), split_cut = c.run<128>(c.tiles(3));
+            c.split = false;
             emu_mut = 0;
             const std::vector<float> good = c.run<128>(c.tiles(0));
             const bool red = !same(decoded, tiled) || c.worst(tiled) > 1.0 || c.worst(decoded) > 1.0;
-            CHECK_MSG(red, "planted defect '%s' passed every check", m.name);
+            const bool red_split = !same(split, tiled) || !same(split_cut, tiled) || c.worst(split) > 1.0;
+            const char *fn = form ? (form == 4 ? "whole, 4 warps" : "whole, 6 warps") : "pairs";
             CHECK_MSG(c.worst(good) <= 1.0, "the unplanted run after '%s' is out of its bound", m.name);
-            printf("  planted '%s' (%s form): red\n", m.name, form ? (form == 4 ? "whole, 4 warps" : "whole, 6 warps") : "pairs");
+            if (m.bit <= 4) {
+                CHECK_MSG(red, "planted defect '%s' passed every check of the %s form", m.name, fn);
+                printf("  planted '%s' (%s form): red\n", m.name, fn);
+            } else {
+                CHECK_MSG(!red, "planted defect '%s' moved the %s form, which it does not touch", m.name, fn);
+            }
+            if (m.bit == 2) { /* a split CTA walks one segment: nothing to restart */
+                CHECK_MSG(same(split, good) && same(split_cut, good), "planted '%s' moved the split form", m.name);
+                printf("  planted '%s' (split form of the %s tiles): does not apply, the split form's bits unmoved\n", m.name, fn);
+            } else {
+                CHECK_MSG(red_split, "planted defect '%s' passed every check of the split form (%s tiles)", m.name, fn);
+                printf("  planted '%s' (split form of the %s tiles): red%s%s%s\n", m.name, fn, !same(split, tiled) ? " [split != tiles]" : "",
+                       !same(split_cut, tiled) ? " [split cut != tiles]" : "", c.worst(split) > 1.0 ? " [split out of bound]" : "");
+            }
         }
     }
 }
@@ -166,6 +241,7 @@ TEST(planted_defects_red) {
 int main(void) {
     RUN(heads_128);
     RUN(heads_256);
+    RUN(few_rows_at_depth);
     RUN(planted_defects_red);
     return harness_done();
 }

@@ -1077,6 +1077,57 @@ TEST(attn_matches_ref) {
                       (long long)bad, form, (long long)qf_rows);
             free(ao3), free(ft);
         }
+        /* f16: the split form of the multi-row tiles (hk_attn_split(2): a CTA per tile, KV head
+         * and segment, then a fold over the rows) = the default, bit for bit: the tiles; the
+         * cut beside 5 one-row tiles; and a short pass at depth, rows 193..197 alone in one
+         * launch (positions 893..897, across the segment end at 896), in both forms, with its
+         * rows rounded in the fold = hk_quantize of them */
+        if (f16) {
+            CHECK(hk_attn_split(3) == -1);
+            hk_attn_split(2);
+            hk_qtile *cut = xmalloc(sizeof(hk_qtile) * (size_t)n);
+            int nc = 0;
+            for (int64_t r = 0; r < 5; r++) cut[nc++] = (hk_qtile){.r0 = (int32_t)r, .n = 1, .seq = 0, .pos0 = p0 + r};
+            for (int64_t t0 = 5; t0 < n; t0 += qt)
+                cut[nc++] = (hk_qtile){.r0 = (int32_t)t0, .n = (int32_t)(n - t0 < qt ? n - t0 : qt), .seq = 0, .pos0 = p0 + t0};
+            float *ao4 = xmalloc(4 * (size_t)(n * H * D));
+            for (int c = 0; c < 2; c++) {
+                hk_h2d(dtiles, c ? cut : tiles, sizeof(hk_qtile) * (size_t)(c ? nc : nt), &e);
+                CHECK_MSG(hk_attn(st, dq, dtiles, c ? nc : nt, c ? 5 : 0, dpos, n, H, Hkv, D, dk, dv, (size_t)(n_ctx * Hkv * D), f16, seg,
+                                  n_seg, dpart, dao, NULL, &e) == 0 && hk_stream_sync(st, &e) == 0,
+                          "%s", e.msg);
+                hk_d2h(ao4, dao, 4 * (size_t)(n * H * D), &e);
+                int64_t bad = 0;
+                for (int64_t i = 0; i < n * H * D; i++) bad += memcmp(&ao4[i], &ao[i], 4) != 0;
+                CHECK_MSG(bad == 0, "f16 KV: %lld values of the split form differ from the default's (%s)", (long long)bad,
+                          c ? "cut beside 5 one-row tiles" : "the tiles");
+            }
+            const int64_t r5 = 193;
+            const hk_qtile five = {.r0 = 0, .n = 5, .seq = 0, .pos0 = p0 + r5};
+            float *q5 = (float *)dq + r5 * 2 * H * D, *ao5 = (float *)dao + r5 * H * D;
+            int64_t *pos5 = (int64_t *)dpos + r5;
+            hk_h2d(dtiles, &five, sizeof five, &e);
+            for (int64_t i = 0; i < 5 * H * D; i++) ao4[i] = NAN;
+            for (int split = 0; split <= 2; split += 2) {
+                hk_attn_split(split);
+                hk_h2d(ao5, ao4, 4 * (size_t)(5 * H * D), &e); /* NaN: a row not written shows */
+                CHECK_MSG(hk_attn(st, q5, dtiles, 1, 0, pos5, 5, H, Hkv, D, dk, dv, (size_t)(n_ctx * Hkv * D), f16, seg, n_seg, dpart, ao5,
+                                  NULL, &e) == 0 && hk_stream_sync(st, &e) == 0,
+                          "%s", e.msg);
+                hk_d2h(ao4 + 5 * H * D, ao5, 4 * (size_t)(5 * H * D), &e);
+                CHECK_MSG(!memcmp(ao4 + 5 * H * D, ao + r5 * H * D, 4 * (size_t)(5 * H * D)),
+                          "f16 KV: rows 193..197 alone in a pass differ from the rows in the full one (%s form)", split ? "split" : "whole");
+            }
+            hk_act ra, rb;
+            act8k_new(&ra, 5, H * D, &e), act8k_new(&rb, 5, H * D, &e);
+            CHECK_MSG(hk_attn(st, q5, dtiles, 1, 0, pos5, 5, H, Hkv, D, dk, dv, (size_t)(n_ctx * Hkv * D), f16, seg, n_seg, dpart, ao5,
+                              &ra, &e) == 0 && hk_quantize(st, ao5, H * D, 5, &rb, &e) == 0 && hk_stream_sync(st, &e) == 0,
+                      "%s", e.msg);
+            CHECK_MSG(diff_act(&ra, &rb, 5, &e) == 0, "f16 KV: the split form's rounding in its fold differs from hk_quantize");
+            dev_act_free(&ra), dev_act_free(&rb);
+            hk_attn_split(0);
+            free(cut), free(ao4);
+        }
         /* rows 0, 150 and the last, each alone in one launch: the decode form (every tile one
          * row), which must give the tile kernel's bits */
         const int64_t alone[3] = {0, 150, n - 1};
@@ -1106,7 +1157,8 @@ TEST(attn_matches_ref) {
         CHECK_MSG(diff_act(&ra, &rb, 3, &e) == 0, "%s KV: the merge's rounding differs from hk_quantize", f16 ? "f16" : "f32");
         dev_act_free(&ra), dev_act_free(&rb);
         printf("  attention %s KV: %.2g from double (%.3f of the bound) at 300 rows over 1000 keys; 3 rows decoded "
-               "alone = the rows in tiles%s, bit for bit\n", f16 ? "f16" : "f32", worst_abs, worst, f16 ? " = the pairs form = 4 warps" : "");
+               "alone = the rows in tiles%s, bit for bit\n", f16 ? "f16" : "f32", worst_abs, worst,
+               f16 ? " = the pairs form = 4 warps = the split form (tiles, cut, 5 rows alone)" : "");
         hk_free(dk), hk_free(dv), hk_free(dq), hk_free(dpos), hk_free(dtiles), hk_free(dpart), hk_free(dao);
         free(hk), free(hv), free(kr), free(vr), free(pos), free(tiles), free(ao), free(one_ao);
     }

@@ -86,6 +86,20 @@ extern "C" int hk_attn_form(int warps) {
     am_warps = warps;
     return 0;
 }
+/* the split form of the multi-row tiles (attn_mma.cuh: a CTA per (tile, KV head, segment),
+ * then attn_fold_rows_kernel; the whole form's bits) for a pass of few tiles at depth, where
+ * the whole form's (tiles x Hkv) CTAs walk every key serially on a GPU of many more SMs: 0
+ * never, 1 when the pass's multi-row tiles times Hkv are fewer than the SMs, 2 always (tests).
+ * 0 by default (HEARTH_CUDA_ATTN_SPLIT): written in a session without a GPU, it has run only
+ * under the emulation (test_attn_emu); the next device session turns it on once test_cuda's
+ * attn_matches_ref passes there and a short pass at depth is timed */
+static int am_split = 0;
+static int am_sms = 0; /* the device's SMs, read at the first launch */
+extern "C" int hk_attn_split(int mode) {
+    if (mode < 0 || mode > 2) return -1;
+    am_split = mode;
+    return 0;
+}
 extern "C" int hk_attn_tile_rows(int64_t G, bool f16) {
     if (mma_form(G, f16)) return (int)((am_warps ? 16 * am_warps : AM_QV) / G);
     return G > 0 && G <= ATTN_QV && ATTN_QV % G == 0 ? (int)(ATTN_QV / G) : 0;
@@ -430,20 +444,49 @@ template <int D> static int attn_launch(void *st, const float *qf, const hk_qtil
     return 0;
 }
 
-template <int D> static int mma_launch(void *st, const float *qf, const hk_qtile *tiles, int n_tiles, int n_one, int64_t n,
-                                       int64_t H, int64_t Hkv, const void *k0, const void *v0, size_t seq_stride, int64_t seg,
-                                       int64_t n_seg, float *part, float *ao, hk_act *a, herr *e) {
+template <int D> static int mma_launch(void *st, const float *qf, const hk_qtile *tiles, int n_tiles, int n_one,
+                                       const int64_t *pos, int64_t n, int64_t H, int64_t Hkv, const void *k0, const void *v0,
+                                       size_t seq_stride, int64_t seg, int64_t n_seg, float *part, float *ao, hk_act *a,
+                                       herr *e) {
     static bool ready = false;
     using C = am_cfg<D>;
     if (!ready) {
         CUDA_TRY(cudaFuncSetAttribute(attn_mma_tile_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, C::PROMPT_BYTES), e);
         CUDA_TRY(cudaFuncSetAttribute(attn_mma_whole_kernel<D, 4>, cudaFuncAttributeMaxDynamicSharedMemorySize, C::whole_bytes(4)), e);
         CUDA_TRY(cudaFuncSetAttribute(attn_mma_whole_kernel<D, 6>, cudaFuncAttributeMaxDynamicSharedMemorySize, C::whole_bytes(6)), e);
+        CUDA_TRY(cudaFuncSetAttribute(attn_mma_whole_split_kernel<D, 4>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                      C::whole_split_bytes(4)), e);
+        CUDA_TRY(cudaFuncSetAttribute(attn_mma_whole_split_kernel<D, 6>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                      C::whole_split_bytes(6)), e);
         CUDA_TRY(cudaFuncSetAttribute(attn_mma_split_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, C::DECODE_BYTES), e);
+        if (!am_sms) {
+            int dev;
+            CUDA_TRY(cudaGetDevice(&dev), e);
+            CUDA_TRY(cudaDeviceGetAttribute(&am_sms, cudaDevAttrMultiProcessorCount, dev), e);
+        }
         ready = true;
     }
     const uint16_t *K0 = (const uint16_t *)k0, *V0 = (const uint16_t *)v0;
     const hk_act none = {0};
+    /* the split form: its CTAs (tiles x Hkv x segments; those past a tile's last row return at
+     * once) and then one fold over every row; part holds every row of the pass (hk_attn's
+     * contract), so any pass fits. The choice reads counts alone, so a pass's graph (keyed,
+     * among others, by n_tiles and n_one) always holds the same launches */
+    const int n_multi = n_tiles - n_one;
+    if (n_multi > 0 && (am_split == 2 || (am_split == 1 && (int64_t)n_multi * Hkv < am_sms))) {
+        dim3 g((unsigned)n_tiles, (unsigned)Hkv, (unsigned)n_seg);
+        if (n_one > 0)
+            LAUNCH(e, attn_mma_split_kernel<D>, g, AM_T, C::DECODE_BYTES, st, qf, tiles, H, Hkv, K0, V0, seq_stride, seg, n_seg, part);
+        if (am_warps == 6)
+            LAUNCH(e, (attn_mma_whole_split_kernel<D, 6>), g, 192, C::whole_split_bytes(6), st, qf, tiles, n_tiles, H, Hkv, K0, V0,
+                   seq_stride, seg, n_seg, part);
+        else /* 4 warps, or the pairs' tiles: 64 vectors, 4 warps' worth */
+            LAUNCH(e, (attn_mma_whole_split_kernel<D, 4>), g, 128, C::whole_split_bytes(4), st, qf, tiles, n_tiles, H, Hkv, K0, V0,
+                   seq_stride, seg, n_seg, part);
+        LAUNCH(e, attn_fold_rows_kernel, dim3((unsigned)H, (unsigned)n), (unsigned)D, 0, st, qf, pos, H, (int64_t)D, seg, n_seg,
+               (const float *)part, ao, a ? *a : none);
+        return 0;
+    }
     if (n_one > 0) {
         dim3 g((unsigned)n_tiles, (unsigned)Hkv, (unsigned)n_seg);
         LAUNCH(e, attn_mma_split_kernel<D>, g, AM_T, C::DECODE_BYTES, st, qf, tiles, H, Hkv, K0, V0, seq_stride, seg, n_seg, part);
@@ -471,8 +514,8 @@ extern "C" int hk_attn(void *st, const float *qf, const hk_qtile *tiles, int n_t
         return herr_set(e, "hk_attn: heads of %lld rounded into rows of %lld", (long long)D, (long long)a->K);
     const hk_act none = {0};
     if (mma_form(H / Hkv, f16) && seg % AM_KB == 0 && (D == 256 || D == 128)) {
-        if (D == 256) return mma_launch<256>(st, qf, tiles, n_tiles, n_one, n, H, Hkv, k0, v0, seq_stride, seg, n_seg, part, ao, a, e);
-        return mma_launch<128>(st, qf, tiles, n_tiles, n_one, n, H, Hkv, k0, v0, seq_stride, seg, n_seg, part, ao, a, e);
+        if (D == 256) return mma_launch<256>(st, qf, tiles, n_tiles, n_one, pos, n, H, Hkv, k0, v0, seq_stride, seg, n_seg, part, ao, a, e);
+        return mma_launch<128>(st, qf, tiles, n_tiles, n_one, pos, n, H, Hkv, k0, v0, seq_stride, seg, n_seg, part, ao, a, e);
     }
     if (!hk_attn_tile_rows(H / Hkv, false) || seg % ATTN_KB)
         return herr_set(e, "hk_attn: %lld query heads over %lld KV heads (segments of %lld)", (long long)H, (long long)Hkv,

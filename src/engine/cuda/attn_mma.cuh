@@ -18,9 +18,12 @@
 // (am_fold: (M, L, O) with (m, l, o), explicit roundings). The prompt kernel folds in the
 // block as it goes and writes the row's output; the decode form (one-row tiles, every
 // segment a block of its own, for parallelism at depth) writes each segment's (o, m, l) and
-// attn_fold_kernel folds them with the same am_fold. So a row gives the same bits alone, in a
-// decode step, in any tile and in any cut of its prompt into passes (test_attn_emu checks
-// the structure under the emulation, test_cuda's attn_matches_ref the bits on a GPU).
+// attn_fold_kernel folds them with the same am_fold; the prompt kernel's split form (a pass
+// of few tiles at depth: a CTA per tile and segment) writes the same partials and
+// attn_fold_rows_kernel folds them likewise. So a row gives the same bits alone, in a
+// decode step, in any tile, in either form and in any cut of its prompt into passes
+// (test_attn_emu checks the structure under the emulation, test_cuda's attn_matches_ref the
+// bits on a GPU).
 #ifndef HEARTH_CUDA_ATTN_MMA_CUH
 #define HEARTH_CUDA_ATTN_MMA_CUH
 
@@ -61,8 +64,10 @@ template <int N> __device__ __forceinline__ void cp_wait() { asm volatile("cp.as
 
 // planted defects, only under tests/unit/test_attn_emu.cc: 1 every vector of a tile sees
 // the keys of its last row (causality broken inside a tile), 2 the tile kernel's segments
-// not restarted (one running softmax over all keys), 4 the decode form's warps all writing
-// the first quarter of the dims
+// not restarted (one running softmax over all keys; the split form's CTA walks one segment,
+// so it has nothing to restart), 4 the decode form's warps all writing the first quarter of
+// the dims, 8 the split form's fold taking a row's segments last first, 16 the split form's
+// CTA of a tile's last segment writing no partial
 #ifndef AMUT
 #define AMUT(bit) 0
 #endif
@@ -92,6 +97,8 @@ template <int D> struct am_cfg {
      * warps' Q rows and outputs leave room for no more in 227 KiB) */
     __host__ __device__ static constexpr int whole_stages(int W) { return W <= 4 ? 3 : 2; }
     static constexpr int whole_bytes(int W) { return 2 * 16 * W * RS + whole_stages(W) * 2 * STAGE + 4 * 32 * W * OW_FLOATS; }
+    /* its split form: no folded outputs, so three stages at any W (D = 256, W = 6: 152,064) */
+    static constexpr int whole_split_bytes(int W) { return 2 * 16 * W * RS + 3 * 2 * STAGE; }
 };
 
 // all NTH threads: keys [kb, kb + nk) of K and V (f16, key j at base + j Hkv D) into a stage
@@ -406,20 +413,33 @@ __global__ void __launch_bounds__(AM_TP) attn_mma_tile_kernel(const float *qf, c
 // under the emulation, test_cuda on a GPU). Q stays in shared memory (a warp reads its
 // fragments each block): held in registers beside o it would not fit. Folded outputs take
 // D/2 floats a thread of shared memory, so W is at most 6 (with two stages).
-template <int D, int W>
-__global__ void __launch_bounds__(32 * W) attn_mma_whole_kernel(const float *qf, const hk_qtile *tiles, int n_tiles, int64_t H,
-                                                               int64_t Hkv, const uint16_t *K0, const uint16_t *V0,
-                                                               size_t seq_stride, int64_t seg, float *ao) {
+//
+// SPLIT (attn_mma_whole_split_kernel): grid (tiles, Hkv, n_seg), the CTA of segment s walks
+// only that segment's keys [s seg, min((s + 1) seg, last + 1)) of the tile, from m = -inf,
+// l = 0, o = 0 as the whole form starts every segment, over the same blocks with the same
+// per-vector key ends, and writes each vector's (o, m, l) of the segment into part where the
+// decode form writes it, instead of folding it: attn_fold_rows_kernel then folds the segments
+// in order with the same am_fold_w / am_fold_o. So the split form gives the whole form's bits
+// by construction, with n_seg times the CTAs for the passes of few tiles at depth (a short
+// prompt after 40k rows: 2 CTAs of the whole form walk every key serially).
+template <int D, int W, bool SPLIT>
+__device__ __forceinline__ void am_whole(const float *qf, const hk_qtile *tiles, int n_tiles, int64_t H, int64_t Hkv,
+                                         const uint16_t *K0, const uint16_t *V0, size_t seq_stride, int64_t seg,
+                                         int64_t n_seg, float *part, float *ao) {
     pdl_enter();
     using C = am_cfg<D>;
-    constexpr int NT = D / 8, RS = C::RS, OW = C::OW_FLOATS, NTH = 32 * W, QV = 16 * W, NS = C::whole_stages(W);
+    constexpr int NT = D / 8, RS = C::RS, OW = C::OW_FLOATS, NTH = 32 * W, QV = 16 * W, NS = SPLIT ? 3 : C::whole_stages(W);
     HK_DYN_SMEM(sm);
     uint16_t *Qs = (uint16_t *)sm, *stg = Qs + QV * RS;
-    float *Of = (float *)(stg + NS * C::STAGE); /* thread t's folded output i at Of[i NTH + t] */
+    float *Of = (float *)(stg + NS * C::STAGE); /* thread t's folded output i at Of[i NTH + t] (the whole form) */
     const hk_qtile tile = tiles[n_tiles - 1 - (int)blockIdx.x];
     if (tile.n == 1) return;
-    const int G = (int)(H / Hkv), nv = tile.n * G, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int64_t kvh = blockIdx.y, last = tile.pos0 + tile.n - 1;
+    /* the keys the CTA walks, [k0, kstop): every key up to the tile's last row, or (SPLIT)
+     * segment s's (none when it starts past the last row) */
+    const int64_t s = SPLIT ? (int64_t)blockIdx.z : 0, k0 = s * seg, kstop = SPLIT ? min(k0 + seg, last + 1) : last + 1;
+    if (SPLIT && k0 > last) return;
+    const int G = (int)(H / Hkv), nv = tile.n * G, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     for (int i = tid; i < QV * (D / 4); i += NTH) {
         const int v = i / (D / 4), d4 = i % (D / 4);
         float4 q = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
@@ -437,18 +457,19 @@ __global__ void __launch_bounds__(32 * W) attn_mma_whole_kernel(const float *qf,
     const int64_t wend = 16 * warp < nv ? tile.pos0 + vlast / G + 1 : 0;
     const float scale = am_scale(D);
     float M[2] = {-INFINITY, -INFINITY}, L[2] = {0.0f, 0.0f}, m[2], l[2], o[NT][4];
-    for (int i = 0; i < OW; i++) Of[i * NTH + tid] = 0.0f;
+    if (!SPLIT)
+        for (int i = 0; i < OW; i++) Of[i * NTH + tid] = 0.0f;
     const uint16_t *Qw = Qs + 16 * warp * RS;
     const size_t base = (size_t)tile.seq * seq_stride + (size_t)(kvh * D);
-    am_fetch<D, NTH>(stg, K0, V0, base, Hkv, 0, (int)min((int64_t)AM_KB, last + 1));
+    am_fetch<D, NTH>(stg, K0, V0, base, Hkv, k0, (int)min((int64_t)AM_KB, kstop - k0));
     if (NS == 3) {
-        if (AM_KB <= last) am_fetch<D, NTH>(stg + C::STAGE, K0, V0, base, Hkv, AM_KB, (int)min((int64_t)AM_KB, last + 1 - AM_KB));
+        if (k0 + AM_KB < kstop) am_fetch<D, NTH>(stg + C::STAGE, K0, V0, base, Hkv, k0 + AM_KB, (int)min((int64_t)AM_KB, kstop - k0 - AM_KB));
         else cp_commit();
     }
     int buf = 0;
-    int64_t k_lo = 0;
-    for (int64_t kb = 0; kb <= last; kb += AM_KB, buf = buf == NS - 1 ? 0 : buf + 1) {
-        if (kb == k_lo && !(AMUT(2) && kb > 0)) {
+    int64_t k_lo = k0;
+    for (int64_t kb = k0; kb < kstop; kb += AM_KB, buf = buf == NS - 1 ? 0 : buf + 1) {
+        if (kb == k_lo && !(AMUT(2) && kb > k0)) {
 #pragma unroll
             for (int i = 0; i < 2; i++) m[i] = -INFINITY, l[i] = 0.0f;
 #pragma unroll
@@ -457,15 +478,15 @@ __global__ void __launch_bounds__(32 * W) attn_mma_whole_kernel(const float *qf,
         if (NS == 3) { /* block kb's stage, the next one's in flight, the one two back refilled */
             cp_wait<1>();
             __syncthreads(); /* this block's K and V (and Qs the first time); the stage two blocks back free */
-            if (kb + 2 * AM_KB <= last)
+            if (kb + 2 * AM_KB < kstop)
                 am_fetch<D, NTH>(stg + (buf == 0 ? 2 : buf - 1) * C::STAGE, K0, V0, base, Hkv, kb + 2 * AM_KB,
-                                 (int)min((int64_t)AM_KB, last + 1 - kb - 2 * AM_KB));
+                                 (int)min((int64_t)AM_KB, kstop - kb - 2 * AM_KB));
             else cp_commit();
         } else { /* two stages: block kb's, and the next one's fetched while kb is worked */
             cp_wait<0>();
             __syncthreads(); /* this block's K and V (and Qs the first time); the other stage free */
-            if (kb + AM_KB <= last)
-                am_fetch<D, NTH>(stg + (buf ^ 1) * C::STAGE, K0, V0, base, Hkv, kb + AM_KB, (int)min((int64_t)AM_KB, last + 1 - kb - AM_KB));
+            if (kb + AM_KB < kstop)
+                am_fetch<D, NTH>(stg + (buf ^ 1) * C::STAGE, K0, V0, base, Hkv, kb + AM_KB, (int)min((int64_t)AM_KB, kstop - kb - AM_KB));
         }
         const uint16_t *Kb = stg + buf * C::STAGE;
         if (kb < wend) {
@@ -476,7 +497,7 @@ __global__ void __launch_bounds__(32 * W) attn_mma_whole_kernel(const float *qf,
             am_step<D, NT>(S, Kb + AM_KB * RS, 0, kb, kend, scale, m, l, o);
         }
         const bool seg_end = kb + AM_KB == k_lo + seg;
-        if (seg_end || kb + AM_KB > last) {
+        if (!SPLIT && (seg_end || kb + AM_KB >= kstop)) {
 #pragma unroll
             for (int i = 0; i < 2; i++) {
                 if (kend[i] <= k_lo) continue;
@@ -498,6 +519,16 @@ __global__ void __launch_bounds__(32 * W) attn_mma_whole_kernel(const float *qf,
         const int v = 16 * warp + (lane >> 2) + 8 * i;
         if (v >= nv) continue;
         const int64_t r = tile.r0 + v / G, h = kvh * G + v % G;
+        if (SPLIT) { /* the segment's partial, where the decode form puts it; none for a vector without keys in it */
+            if (kend[i] <= k0 || (AMUT(16) && kstop == last + 1)) continue;
+            float *pp = part + ((r * H + h) * n_seg + s) * PART(D);
+#pragma unroll
+            for (int t = 0; t < NT; t++)
+#pragma unroll
+                for (int e = 0; e < 2; e++) pp[8 * t + 2 * (lane & 3) + e] = o[t][2 * i + e];
+            if ((lane & 3) == 0) pp[D] = m[i], pp[D + 1] = l[i];
+            continue;
+        }
         const float *gate = qf + r * 2 * H * D + h * 2 * D + D;
         float *out = ao + r * H * D + h * D;
 #pragma unroll
@@ -508,6 +539,22 @@ __global__ void __launch_bounds__(32 * W) attn_mma_whole_kernel(const float *qf,
                 out[d] = am_out(Of[(4 * t + 2 * i + e) * NTH + tid], L[i], gate[d]);
             }
     }
+}
+template <int D, int W>
+__global__ void __launch_bounds__(32 * W) attn_mma_whole_kernel(const float *qf, const hk_qtile *tiles, int n_tiles, int64_t H,
+                                                               int64_t Hkv, const uint16_t *K0, const uint16_t *V0,
+                                                               size_t seq_stride, int64_t seg, float *ao) {
+    am_whole<D, W, false>(qf, tiles, n_tiles, H, Hkv, K0, V0, seq_stride, seg, 1, nullptr, ao);
+}
+// the split form: grid (tiles, Hkv, n_seg), 32 W threads, am_cfg<D>::whole_split_bytes(W)
+// of shared memory; the multi-row tiles' partials into part (one-row tiles return: the decode
+// form's), for attn_fold_rows_kernel
+template <int D, int W>
+__global__ void __launch_bounds__(32 * W) attn_mma_whole_split_kernel(const float *qf, const hk_qtile *tiles, int n_tiles,
+                                                                     int64_t H, int64_t Hkv, const uint16_t *K0,
+                                                                     const uint16_t *V0, size_t seq_stride, int64_t seg,
+                                                                     int64_t n_seg, float *part) {
+    am_whole<D, W, true>(qf, tiles, n_tiles, H, Hkv, K0, V0, seq_stride, seg, n_seg, part, nullptr);
 }
 
 // the decode form: grid (tiles, Hkv, n_seg), AM_T threads, for the one-row tiles (others
@@ -584,6 +631,29 @@ __global__ void attn_fold_kernel(const float *qf, const hk_qtile *tiles, int64_t
     const float *pp = part + ((r * H + h) * n_seg) * PART(D);
     float M = -INFINITY, L = 0.0f, O = 0.0f;
     for (int64_t s = 0; s < ns; s++) {
+        float wa, wb;
+        am_fold_w(M, L, pp[s * PART(D) + D], pp[s * PART(D) + D + 1], wa, wb);
+        O = am_fold_o(O, pp[s * PART(D) + d], wa, wb);
+    }
+    const float val = am_out(O, L, qf[r * 2 * H * D + h * 2 * D + D + d]);
+    ao[r * H * D + h * D + d] = val;
+    if (a.q) merge_round(a, r, h, D, val);
+}
+
+
+// grid (H, n), D threads: the split form's fold (every row of the pass has its partials in
+// part: the multi-row tiles' from attn_mma_whole_split_kernel, the one-row tiles' from
+// attn_mma_split_kernel): row r's head, its segments [0, pos[r] / seg] folded in order with
+// attn_fold_kernel's arithmetic (so the whole form's), the output as am_out; rounded into a
+// as attn_merge_kernel does where a is set
+__global__ void attn_fold_rows_kernel(const float *qf, const int64_t *pos, int64_t H, int64_t D, int64_t seg, int64_t n_seg,
+                                      const float *part, float *ao, hk_act a) {
+    pdl_enter();
+    const int64_t h = blockIdx.x, r = blockIdx.y, d = threadIdx.x, ns = pos[r] / seg + 1;
+    const float *pp = part + ((r * H + h) * n_seg) * PART(D);
+    float M = -INFINITY, L = 0.0f, O = 0.0f;
+    for (int64_t i = 0; i < ns; i++) {
+        const int64_t s = AMUT(8) ? ns - 1 - i : i;
         float wa, wb;
         am_fold_w(M, L, pp[s * PART(D) + D], pp[s * PART(D) + D + 1], wa, wb);
         O = am_fold_o(O, pp[s * PART(D) + d], wa, wb);

@@ -311,6 +311,10 @@ static int alloc_state(cuda_engine *ce, herr *e) {
         {(void **)&ce->gb, f * (size_t)(R * Gv)}, {(void **)&ce->ga, f * (size_t)(R * Gv)},
         {(void **)&ce->qf, f * (size_t)(R * 2 * H * D)}, {(void **)&ce->k, f * (size_t)(R * Hkv * D)},
         {(void **)&ce->v, f * (size_t)(R * Hkv * D)}, {(void **)&ce->ao, f * (size_t)(R * H * D)},
+        /* every row of a pass: the f32 kernels and the split form write every row's segments,
+         * the f16 decode form its one-row tiles'. H n_seg PART(D) floats a row: 16 heads of 256
+         * at 64k context (n_seg 128): 16 x 128 x 260 x 4 = 2,129,920 bytes a row, 4.37 GB at
+         * R = 2050 rows */
         {(void **)&ce->part, f * (size_t)(R * H * ce->n_seg * hk_attn_part_floats(D))},
         {(void **)&ce->rlog, f * (size_t)(R * (X + 1))}, {(void **)&ce->sgl, f * (size_t)R}, {(void **)&ce->wsel, f * (size_t)(R * K)},
         {(void **)&ce->g, f * (size_t)(P * F)}, {(void **)&ce->u, f * (size_t)(P * F)},
@@ -1020,6 +1024,17 @@ int engine_open_cuda(engine **out, const model *m, const engine_opts *o, herr *e
         cuda_free(eng);
         return -1;
     }
+    /* 1: a pass of few multi-row tiles (tiles x Hkv under the SM count: a short prompt or
+     * tool result at depth) through the prompt kernel's split form (attn_mma.cuh), the same
+     * bits; 0 (the default until test_cuda has passed with it on a GPU and it has been timed:
+     * it was written in a session without one) never */
+    const char *as = getenv("HEARTH_CUDA_ATTN_SPLIT");
+    if (as && *as && strcmp(as, "0") && strcmp(as, "1")) {
+        herr_set(e, "HEARTH_CUDA_ATTN_SPLIT=%s: 0 (never) or 1 (passes of few multi-row tiles)", as);
+        cuda_free(eng);
+        return -1;
+    }
+    hk_attn_split(as && !strcmp(as, "1") ? 1 : 0);
     const char *gc = getenv("HEARTH_CUDA_GDN_CHUNK");
     ce->gdn_chunk = !(gc && !strcmp(gc, "0"));
     const char *mt = getenv("HEARTH_CUDA_MOE_TILE");

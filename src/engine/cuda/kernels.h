@@ -301,8 +301,8 @@ int hk_attn_prep(void *st, float *qf, float *k, const float *v, const float *qn,
  * sigmoid(gate). Keys in segments of seg rows (fixed per engine), each over blocks of
  * ATTN_KB keys in order with a running max; then the segments merged in order. tiles:
  * n_tiles query tiles of at most hk_attn_tile_rows(H / Hkv, f16) rows, n_one of them of one
- * row (with f16 rows these take the decode form; the kernels launched depend on it); part:
- * scratch of n * H * n_seg * hk_attn_part_floats(D) floats. Every row takes the same path
+ * row (with f16 rows these take the decode form; the kernels launched depend on it, and
+ * on hk_attn_split); part: scratch of n * H * n_seg * hk_attn_part_floats(D) floats. Every row takes the same path
  * whatever shares its tile. With f16 rows and G <= 16 on tensor cores (attn_mma.cuh), else
  * in f32 on CUDA cores. a (or NULL; heads of whole 256-blocks): ao's rows also rounded into
  * a (hk_quantize's bytes). */
@@ -315,6 +315,10 @@ int hk_attn_tile_rows(int64_t G, bool f16);
 /* the tensor-core prompt kernel's whole form in tiles of 6 (the default) or 4 warps, or (0)
  * its pairs of warps; -1 for another count. Tiles change rows (hk_attn_tile_rows), never bits */
 int hk_attn_form(int warps);
+/* the multi-row tiles' split form (a CTA per segment, then a fold over the rows; the same
+ * bits): 0 never (the default), 1 when the pass's multi-row tiles times Hkv are fewer than
+ * the device's SMs, 2 always (tests); -1 for another mode */
+int hk_attn_split(int mode);
 int64_t hk_attn_part_floats(int64_t D);
 
 #ifdef __cplusplus
