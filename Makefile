@@ -135,6 +135,10 @@ $(BUILD)/tests/%: tests/unit/%.c $(REF_OBJ) $(BUILD)/libhearth.a tests/unit/harn
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -Itests -o $@ $< $(REF_OBJ) $(BUILD)/libhearth.a $(LDLIBS)
 
+# the chat page's bytes go into webui.o by .incbin (src/serve/webui.c): its input, which -MMD
+# cannot see
+$(BUILD)/obj/src/serve/webui.o: src/serve/webui.html
+
 $(BUILD)/obj/%.o: %.c
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -c -o $@ $<

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs the Debian packages hearth builds with, if any is missing (Debian 12).
 set -euo pipefail
-need=(build-essential clang libclang-rt-14-dev libcjson-dev libpcre2-dev libmicrohttpd-dev python3 python3-jinja2 cmake git nginx wamerican)
+# chromium: the browser tests/cli/webui.sh drives headless (puppeteer-core) to test the chat page
+need=(build-essential clang libclang-rt-14-dev libcjson-dev libpcre2-dev libmicrohttpd-dev python3 python3-jinja2 cmake git nginx wamerican chromium)
 missing=()
 for p in "${need[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 # node and npm fetch the peer and the reference tokenizer; any install of them will do

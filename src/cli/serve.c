@@ -1,6 +1,6 @@
 /* serve.c: `hearth serve`: the flags (llama-server's spellings, serve_args), then serve_main.
  * llama-server's flags that would mean nothing here are accepted where the answer is the same
- * (-fa, -b, -ub, --no-webui, --jinja) and said so in --help. */
+ * (-fa, -b, -ub, --jinja) and said so in --help. */
 #include "cli/cli.h"
 #include "cli/args.h"
 #include "cli/engine_args.h"
@@ -70,7 +70,7 @@ int serve_args(int argc, char **argv, serve_opts *out) {
     int64_t n_threads = 0, port = 8080, n_slots = 1, timeout = 600, queue = 64, body_mib = 16, batch = 2048, ubatch = 512;
     int64_t reasoning_budget = -1;
     const char *reasoning = "deepseek", *key_file = NULL, *slot_dir = NULL;
-    bool jinja = false, no_webui = false, device_given = false;
+    bool jinja = false, device_given = false;
     int kv = 1; /* f16, as llama-server */
     int ngl = -2, fa = 2; /* -2: not given */
     static const char *const kv_types[] = {"f32", "f16", NULL};
@@ -127,7 +127,7 @@ int serve_args(int argc, char **argv, serve_opts *out) {
                  "keep Claude Code's x-anthropic-billing-header line in /v1/messages system prompts\n"
                  "(dropped by default: it changes every request and defeats the prompt cache)"),
         ARG_FLAG("--jinja", NULL, &jinja, "accepted: templates are always Jinja here"),
-        ARG_FLAG("--no-webui", NULL, &no_webui, "accepted: there is no web UI"),
+        ARG_FLAG("--no-webui", NULL, &o.no_webui, "serve no chat page at / (a 404 there, as any unknown path)"),
         ARG_STR("--reasoning-format", NULL, &reasoning, "deepseek|none",
                 "deepseek (default): a thinking block goes to reasoning_content;\nnone: it stays in content"),
         ARG_I64("--reasoning-budget", NULL, &reasoning_budget, -1, 0, "N",
@@ -153,7 +153,8 @@ int serve_args(int argc, char **argv, serve_opts *out) {
         .usage = "hearth serve -m FILE [--host 127.0.0.1] [--port 8080] [-c 4096] [-np 1] [--cache-ram MiB] [--cache-gpu MiB]\n"
                  "                    [-t N] [--api-key KEY] [--alias NAME] [--device cpu|cuda|auto] [--metrics] ...",
         .about = "Serves llama-server's HTTP API: /v1/chat/completions, /v1/completions, /completion,\n"
-                 "/tokenize, /detokenize, /apply-template, /health, /v1/models, /props, /slots, /metrics.\n"
+                 "/tokenize, /detokenize, /apply-template, /health, /v1/models, /props, /slots, /metrics,\n"
+                 "and a chat page at / (unless --no-webui).\n"
                  "Runs until SIGTERM or SIGINT.",
         .opts = opts,
     };
@@ -162,7 +163,7 @@ int serve_args(int argc, char **argv, serve_opts *out) {
         if (!strcmp(argv[i], "--device") || !strncmp(argv[i], "--device=", 9)) device_given = true;
     int prc = args_parse(&cmd, argc, argv, NULL, NULL);
     if (prc != ARGS_RUN) return prc;
-    (void)jinja, (void)no_webui, (void)batch, (void)ubatch, (void)fa;
+    (void)jinja, (void)batch, (void)ubatch, (void)fa;
     if (o.cache_disk_mib == 0) {
         fprintf(stderr, "hearth serve: --cache-disk 0 would keep no file: leave out --cache-dir instead\n");
         return 2;

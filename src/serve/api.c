@@ -11,6 +11,7 @@
 #include "serve/answer.h"
 #include "serve/request.h"
 #include "serve/responses.h"
+#include "serve/webui.h"
 #include "text/chat.h"
 #include "text/tokenizer.h"
 #include "base/util.h"
@@ -1123,11 +1124,12 @@ static void on_props(void *ap, const http_call *c, http_out *o) {
     cJSON_AddStringToObject(j, "bos_token", a->bos_text ? a->bos_text : "");
     cJSON_AddStringToObject(j, "eos_token", a->eos_text ? a->eos_text : "");
     /* which of llama-server's optional parts this server has: /slots always, POST /props
-     * never, /metrics with --metrics; no web UI, sleep mode or CORS proxy */
+     * never, /metrics with --metrics, the chat page unless --no-webui; no sleep mode or CORS
+     * proxy */
     cJSON_AddBoolToObject(j, "endpoint_slots", true);
     cJSON_AddBoolToObject(j, "endpoint_props", false);
     cJSON_AddBoolToObject(j, "endpoint_metrics", a->o->metrics);
-    cJSON_AddBoolToObject(j, "ui", false);
+    cJSON_AddBoolToObject(j, "ui", !a->o->no_webui);
     cJSON_AddBoolToObject(j, "is_sleeping", false);
     cJSON_AddBoolToObject(j, "cors_proxy_enabled", false);
     cJSON_AddStringToObject(j, "backend", a->info.backend);
@@ -1518,7 +1520,25 @@ static void on_count_tokens(void *ap, const http_call *c, http_out *o) {
     cJSON_Delete(j);
 }
 
+/* the chat page (webui.html): open without the API key, which the page asks for and sends
+ * with its API calls */
+static void on_webui(void *ap, const http_call *c, http_out *o) {
+    (void)ap, (void)c;
+    size_t n;
+    const char *page = webui_page(&n);
+    o->status = 200;
+    o->content_type = "text/html; charset=utf-8";
+    o->body = xmalloc(n);
+    memcpy(o->body, page, n);
+    o->len = n;
+}
+
+/* The page's routes come first: --no-webui starts the table past them (ROUTES_WEBUI), so / is
+ * then unknown (404) as it was before the page. */
+#define ROUTES_WEBUI 2
 static const http_route routes[] = {
+    {"GET", "/", on_webui, true},
+    {"GET", "/index.html", on_webui, true},
     {"GET", "/health", on_health, true},
     {"GET", "/v1/health", on_health, true},
     {"GET", "/v1/models", on_models, false},
@@ -1747,7 +1767,10 @@ int serve_main(const serve_opts *o) {
     if (sched_start(&a.sc, a.eng, a.tok, &so, &e) < 0) { fprintf(stderr, "hearth serve: %s\n", e.msg); goto out; }
     http_opts ho = {.host = o->host, .port = o->port, .body_max = o->body_max, .timeout_s = o->timeout_s,
                     .conn_max = 1024, .per_ip_max = 256, .api_key = o->api_key};
-    if (http_start(&hs, &ho, routes, &a, &e) < 0) { fprintf(stderr, "hearth serve: %s\n", e.msg); goto out; }
+    if (http_start(&hs, &ho, routes + (o->no_webui ? ROUTES_WEBUI : 0), &a, &e) < 0) {
+        fprintf(stderr, "hearth serve: %s\n", e.msg);
+        goto out;
+    }
     fprintf(stderr,
             "hearth serve: %s (%s), engine %s (%s), %d slots of %" PRId64 " tokens, %d threads; listening on http://%s:%d\n",
             a.alias, o->model_path, a.info.backend, a.info.why, o->n_slots, a.info.n_ctx, a.info.n_threads, o->host,

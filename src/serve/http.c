@@ -311,7 +311,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     bool path_known = false;
     for (const http_route *r = s->routes; r->path; r++) {
         const size_t n = strlen(r->path);
-        const bool match = r->path[n - 1] == '/' ? !strncmp(url, r->path, n) : !strcmp(url, r->path);
+        const bool match = n > 1 && r->path[n - 1] == '/' ? !strncmp(url, r->path, n) : !strcmp(url, r->path);
         if (!match) continue;
         path_known = true;
         if (!strcmp(method, r->method)) { hit = r; break; }

@@ -51,7 +51,7 @@ typedef void (*http_handler)(void *app, const http_call *c, http_out *out);
 
 typedef struct http_route {
     const char *method;     /* "GET", "POST" */
-    const char *path;       /* exact, or a prefix when it ends in '/' */
+    const char *path;       /* exact, or a prefix when it ends in '/' ("/" itself: exact) */
     http_handler fn;
     bool open;              /* served without the API key (/health) */
 } http_route;

@@ -46,9 +46,9 @@ DELIBERATE = {
                  "timings_per_token", "min_keep")},
     "generation_settings.grammar": "hearth compiles GBNF and JSON Schema into its own matcher and keeps no GBNF text "
                                    "of a schema to report",
-    # llama-server's web UI, its media marker and its sleep mode: hearth has none of them
+    # llama-server's web UI's settings, its media marker and its sleep mode: hearth has none of them
     "props.media_marker": "no multimodal input: hearth refuses image and audio parts",
-    "props.ui_settings": "no web UI (\"ui\": false) to configure",
+    "props.ui_settings": "hearth's chat page keeps its settings in the browser, none on the server",
     "props.model_ftype": "hearth names quant types per tensor, not one ftype (inspect does)",
     "models.data[].meta.ftype": "as props.model_ftype",
     # /v1/completions' logprobs: OpenAI's legacy shape, which its API reference and the openai
