@@ -1187,6 +1187,19 @@ static void job_apply(pcache *c, wjob *j) {
         sp->file_sum = j->sum;
         sp->file_job = 0;
     }
+    bool adopted = false; /* an entry put in RAM while this file was pending (put) takes its name */
+    for (int k = 0; k < c->n; k++) {
+        entry *en = &c->es[k];
+        if (en->wid != j->id) continue;
+        en->wid = 0;
+        free(en->path);
+        en->path = xstrdup(j->path);
+        en->sum = j->sum;
+        en->depth = depth;
+        en->gone = false;
+        adopted = true;
+    }
+    if (adopted) return;
     int i = entry_of_path(c, j->path);
     if (i >= 0) { /* indexed meanwhile (another process wrote the same) */
         c->es[i].sum = j->sum;
@@ -1460,7 +1473,7 @@ static int free_slot(pcache *c) {
 }
 
 /* whether an entry already holds prefix [0, n) of ids and all these points */
-static bool held(const pcache *c, const int32_t *ids, int64_t n, engine_point *const *pts, int n_pts) {
+static bool held_in_ram(const pcache *c, const int32_t *ids, int64_t n, engine_point *const *pts, int n_pts) {
     for (int i = 0; i < c->n; i++) {
         const entry *en = &c->es[i];
         if (!en->ids || en->gone || en->n < n || ids_common_prefix(en->ids, en->n, ids, n) < n) continue;
@@ -1472,7 +1485,12 @@ static bool held(const pcache *c, const int32_t *ids, int64_t n, engine_point *c
         }
         if (all) return true;
     }
-    for (int i = 0; i < c->n_wp; i++) { /* a file pending (written through): its entry comes when it is done */
+    return false;
+}
+/* a file pending (written through) of those ids and points, or NULL: its entry comes when it
+ * is written, none if the write fails */
+static const wjob *held_pending(const pcache *c, const int32_t *ids, int64_t n, engine_point *const *pts, int n_pts) {
+    for (int i = 0; i < c->n_wp; i++) {
         const wjob *j = c->wp[i];
         if (j->kind != W_THROUGH || j->n < n || ids_common_prefix(j->ids, j->n, ids, n) < n) continue;
         bool all = true;
@@ -1481,9 +1499,13 @@ static bool held(const pcache *c, const int32_t *ids, int64_t n, engine_point *c
             for (int q = 0; q < j->n_pts && !found; q++) found = j->pt_pos[q] == pts[k]->pos;
             all = found;
         }
-        if (all) return true;
+        if (all) return j;
     }
-    return false;
+    return NULL;
+}
+/* held_in_ram or held_pending: what a write-through need not write again */
+static bool held(const pcache *c, const int32_t *ids, int64_t n, engine_point *const *pts, int n_pts) {
+    return held_in_ram(c, ids, n, pts, n_pts) || held_pending(c, ids, n, pts, n_pts);
 }
 
 /* --cache-ram 0: entry en (just put) leaves RAM at once, kept as its file (once written) */
@@ -1504,10 +1526,15 @@ static int put(pcache *c, int seq, const int32_t *ids, int64_t n_held, engine_po
     if (n_pts == 0) return herr_set(e, "nothing to keep: the slot holds no point");
     writes_taken_back(c);
     const int64_t n = pts[n_pts - 1]->pos;
-    if (dedupe && held(c, ids, n, pts, n_pts)) { /* nothing to add */
+    if (dedupe && held_in_ram(c, ids, n, pts, n_pts)) { /* nothing to add */
         for (int k = 0; k < n_pts; k++) point_release(c, pts[k]);
         return 0;
     }
+    /* a file of them pending (written through when their request ended): the entry is made in
+     * RAM now and takes that file's name once it is written (job_apply); if the write fails it
+     * stays in RAM only, as any entry whose write failed (the points are not let go on the
+     * promise of a file that may never be) */
+    const wjob *pend = path ? NULL : held_pending(c, ids, n, pts, n_pts);
     const int slot = n <= n_held ? free_slot(c) : -1;
     if (slot < 0) {
         if (n > n_held) herr_set(e, "a point at %lld past the %lld rows held", (long long)n, (long long)n_held);
@@ -1529,6 +1556,10 @@ static int put(pcache *c, int seq, const int32_t *ids, int64_t n_held, engine_po
         en->pt_pos[k] = pts[k]->pos;
     }
     if (!path && !c->dir) return put_done(c, en);
+    if (pend) {
+        en->wid = pend->id;
+        return put_done(c, en);
+    }
     char name[4096];
     if (!path) { /* the writer's: none pending for this name, and room for it */
         entry_name(c, en, name, sizeof name);

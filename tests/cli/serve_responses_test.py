@@ -347,7 +347,12 @@ def sigterm_mid_stream(model):
         "model": "m", "input": "a long story", "max_output_tokens": 3000, "ignore_eos": True, "stream": True,
         "reasoning": {"effort": "none"}}).encode(), headers={"Content-Type": "application/json"})
     r = c.getresponse()
-    first = r.readline()  # the stream is under way
+    first = b""
+    while b"response.output_text.delta" not in first:  # the message item is open, its text streaming
+        line = r.readline()
+        if not line:
+            break
+        first += line
     rc = s.stop()
     text = first.decode() + r.read().decode()
     c.close()

@@ -582,6 +582,22 @@ def main():
           r["timings"]["cache"])
     rc = full.stop()
     check("--cache-dir full: SIGTERM exits 0", rc == 0, str(rc))
+    # the same, with A's written-through points still pending when B takes the slot (the
+    # writer held back 500 ms; B comes within --answer-point-wait, so no closing pass adds a
+    # point to A's): the cache keeps A's entry in RAM on the file's promise, and when the
+    # write fails it stays (it was let go once: A's turn 2 then started at row 0)
+    fdir2 = os.path.join(TMP, f"cache-full2-{os.getpid()}")
+    os.makedirs(fdir2)
+    full = Server(model, "-np", "1", "--cache-dir", fdir2, "--metrics", "--answer-point-wait", "5000",
+                  env={"HEARTH_TEST_WRITE_DELAY_MS": "500"}, preexec=small_files)
+    chat(full, conv_a)
+    chat(full, conv_b)
+    r = chat(full, conv_a2)
+    m = wait_metrics(full, lambda m: metric(m, "cache_disk_write_failures_total") >= 2)
+    check("--cache-dir full, the write pending when the entry is put: A's turn 2 resumes from it in RAM, as a cold server",
+          "shared cache" in r["timings"]["cache"] and r["choices"][0]["message"] == want_a2["choices"][0]["message"] and
+          metric(m, "answer_points_skipped_total") >= 1, r["timings"]["cache"])
+    full.stop()
     # listed once the writer is done (SIGTERM writes what waits): while it runs, a write
     # under way has a .tmp of its own
     left = os.listdir(fdir)
