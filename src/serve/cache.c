@@ -1160,6 +1160,23 @@ static void file_forget(pcache *c, const char *path) {
 
 /* A job back from the writer: its entry names its file (or, failed, the failure is logged and
  * nothing names it) */
+/* the entries waiting on write j (wid) take its file, done: whether there were any */
+static bool entries_take_file(pcache *c, const wjob *j, uint32_t depth) {
+    bool any = false;
+    for (int i = 0; i < c->n; i++) {
+        entry *en = &c->es[i];
+        if (en->wid != j->id) continue;
+        en->wid = 0;
+        free(en->path);
+        en->path = xstrdup(j->path);
+        en->sum = j->sum;
+        en->depth = depth;
+        en->gone = false; /* evicted from RAM meanwhile: its file holds it now */
+        any = true;
+    }
+    return any;
+}
+
 static void job_apply(pcache *c, wjob *j) {
     spine *sp = j->kind == W_THROUGH ? &c->spines[j->seq] : NULL;
     if (j->rc < 0) {
@@ -1171,35 +1188,14 @@ static void job_apply(pcache *c, wjob *j) {
     }
     const uint32_t depth = j->chained ? j->par.depth : 0;
     if (j->kind == W_PUT) {
-        for (int i = 0; i < c->n; i++) {
-            entry *en = &c->es[i];
-            if (en->wid != j->id) continue;
-            en->wid = 0;
-            free(en->path);
-            en->path = xstrdup(j->path);
-            en->sum = j->sum;
-            en->depth = depth;
-            en->gone = false; /* evicted from RAM meanwhile: its file holds it now */
-        }
+        entries_take_file(c, j, depth);
         return;
     }
     if (sp->file_job == j->id) {
         sp->file_sum = j->sum;
         sp->file_job = 0;
     }
-    bool adopted = false; /* an entry put in RAM while this file was pending (put) takes its name */
-    for (int k = 0; k < c->n; k++) {
-        entry *en = &c->es[k];
-        if (en->wid != j->id) continue;
-        en->wid = 0;
-        free(en->path);
-        en->path = xstrdup(j->path);
-        en->sum = j->sum;
-        en->depth = depth;
-        en->gone = false;
-        adopted = true;
-    }
-    if (adopted) return;
+    if (entries_take_file(c, j, depth)) return; /* an entry put in RAM while this file was pending (put) */
     int i = entry_of_path(c, j->path);
     if (i >= 0) { /* indexed meanwhile (another process wrote the same) */
         c->es[i].sum = j->sum;
