@@ -275,6 +275,26 @@ __device__ __forceinline__ void am_fold_w(float &M, float &L, float m, float l, 
 __device__ __forceinline__ float am_fold_o(float O, float o, float a, float b) {
     return __fadd_rn(__fmul_rn(O, a), __fmul_rn(o, b));
 }
+// a prompt kernel's fold of the segment that began at k_lo into a thread's (M, L) and its
+// folded outputs (output 4 t + 2 i + e at Of[(4 t + 2 i + e) NTH], Of the thread's first):
+// each of its two vectors with keys in the segment (kend[i] > k_lo), with am_fold_w / am_fold_o
+template <int NT, int NTH>
+__device__ __forceinline__ void am_fold_seg(const int64_t kend[2], int64_t k_lo, const float m[2], const float l[2],
+                                            const float (*o)[4], float M[2], float L[2], float *Of) {
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+        if (kend[i] <= k_lo) continue; /* no key of this vector in the segment */
+        float a, b;
+        am_fold_w(M[i], L[i], m[i], l[i], a, b);
+#pragma unroll
+        for (int t = 0; t < NT; t++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                float *O = Of + (4 * t + 2 * i + e) * NTH;
+                *O = am_fold_o(*O, o[t][2 * i + e], a, b);
+            }
+    }
+}
 // the scores' factor: 1/sqrt(D) in base-2 units (two roundings)
 __device__ __forceinline__ float am_scale(int D) { return __fmul_rn(1.0f / sqrtf((float)D), 1.4426950408889634f); }
 // a head's output from its folded O and L, times the gate's sigmoid
@@ -370,21 +390,7 @@ __global__ void __launch_bounds__(AM_TP) attn_mma_tile_kernel(const float *qf, c
             am_step<D, NT>(S, Kb + AM_KB * RS, half * (D / 2), kb, kend, scale, m, l, o);
         }
         const bool seg_end = kb + AM_KB == k_lo + seg;
-        if (seg_end || kb + AM_KB > last) { /* the segment ends: fold it */
-#pragma unroll
-            for (int i = 0; i < 2; i++) {
-                if (kend[i] <= k_lo) continue; /* no key of this vector in the segment */
-                float a, b;
-                am_fold_w(M[i], L[i], m[i], l[i], a, b);
-#pragma unroll
-                for (int t = 0; t < NT; t++)
-#pragma unroll
-                    for (int e = 0; e < 2; e++) {
-                        float *O = Of + (4 * t + 2 * i + e) * AM_TP + tid;
-                        *O = am_fold_o(*O, o[t][2 * i + e], a, b);
-                    }
-            }
-        }
+        if (seg_end || kb + AM_KB > last) am_fold_seg<NT, AM_TP>(kend, k_lo, m, l, o, M, L, Of + tid); /* the segment ends */
         if (seg_end) k_lo += seg;
     }
 #pragma unroll
@@ -497,21 +503,7 @@ __device__ __forceinline__ void am_whole(const float *qf, const hk_qtile *tiles,
             am_step<D, NT>(S, Kb + AM_KB * RS, 0, kb, kend, scale, m, l, o);
         }
         const bool seg_end = kb + AM_KB == k_lo + seg;
-        if (!SPLIT && (seg_end || kb + AM_KB >= kstop)) {
-#pragma unroll
-            for (int i = 0; i < 2; i++) {
-                if (kend[i] <= k_lo) continue;
-                float a, b;
-                am_fold_w(M[i], L[i], m[i], l[i], a, b);
-#pragma unroll
-                for (int t = 0; t < NT; t++)
-#pragma unroll
-                    for (int e = 0; e < 2; e++) {
-                        float *O = Of + (4 * t + 2 * i + e) * NTH + tid;
-                        *O = am_fold_o(*O, o[t][2 * i + e], a, b);
-                    }
-            }
-        }
+        if (!SPLIT && (seg_end || kb + AM_KB >= kstop)) am_fold_seg<NT, NTH>(kend, k_lo, m, l, o, M, L, Of + tid);
         if (seg_end) k_lo += seg;
     }
 #pragma unroll
