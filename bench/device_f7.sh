@@ -29,8 +29,15 @@
 #   ncu        Nsight Compute on test_cuda's delta-rule timings (HEARTH_GDN_TIME_ONLY=1): the
 #              chunked rule's two kernels of the 4,096-row pass, every section, to ncu_gdn.log
 #   ncu_attn   Nsight Compute on one prompt attention launch (NCU_ATTN, a regex: default either
-#              form of attn_mma.cuh's prompt kernel) of pp2048 after 8192 rows (every
-#              section, to ncu_attn.log)
+#              form of attn_mma.cuh's prompt kernel) of pp2048 after NCU_DEPTH rows (default
+#              8192; the fill's NCU_DEPTH / 2048 passes x 10 layers skipped; every section, to
+#              ncu_attn.log)
+#   ncu_k      Nsight Compute on one launch of each kernel named in NCU_K (space-separated regexes
+#              over mangled names, e.g. mmq_kernelILi12ELi8ELb1) in pp2048 at depth 0 (NCU_K_SKIP
+#              launches of it skipped, default 3; full set, to ncu_k_N.log)
+#   split      the split form of short passes' attention (the default) against the whole form
+#              (HEARTH_CUDA_ATTN_SPLIT=0): hearth bench -p P -n 0 -d 32768 -r 2 for P in SPLIT_P
+#              (default "64"), interleaved twice
 #   points     hearth bench -p 4096 --marks 2048,4096 with pinned points and without
 #              (HEARTH_CUDA_PINNED_POINTS=0), interleaved: what the two points add
 #   ab         hearth bench -p 2048 -n 64 as built and under each of FORMS'
@@ -123,10 +130,30 @@ for s in $steps; do
              build/tests/test_cuda
          grep -E "^  [a-z_ ]*gdn_chunk|Duration|Issue Slots Busy|Achieved Occupancy" "$out/ncu_gdn.log" | sed 's/(const.*//' ;;
     ncu_attn) [ -f /dev/shm/q36.gguf ] || build/hearth gen --preset q36 --quant q4_k_m --seed 1 -o /dev/shm/q36.gguf >"$out/gen.log" 2>&1
-         # the timed pass's first attention launch after 8192 rows (the fill's 4 passes x 10 layers skipped)
-         HEARTH_CUDA_GRAPHS=0 step ncu_attn 150 ncu --clock-control none --kernel-name "regex:${NCU_ATTN:-attn_mma_(tile|whole)}" --launch-skip 40 --launch-count 1 \
-             --set full build/hearth bench --device cuda -m /dev/shm/q36.gguf -p 2048 -n 0 -d 8192 -r 1 --kv f16
+         # the timed pass's first attention launch after NCU_DEPTH rows (the fill's passes of 2,048 rows x 10 layers skipped)
+         nd=${NCU_DEPTH:-8192}
+         HEARTH_CUDA_GRAPHS=0 step ncu_attn 150 ncu --clock-control none --kernel-name "regex:${NCU_ATTN:-attn_mma_(tile|whole)}" \
+             --launch-skip $(( nd / 2048 * 10 )) --launch-count 1 \
+             --set full build/hearth bench --device cuda -m /dev/shm/q36.gguf -p 2048 -n 0 -d "$nd" -r 1 --kv f16
          grep -E "Duration|Issue Slots Busy|Achieved Occupancy|Registers Per|Shared Memory Config|Stall|L1/TEX Hit|L2 Hit|Mem Busy|Max Bandwidth|Compute \(SM\) Throughput|Memory Throughput" "$out/ncu_attn.log" | head -30 ;;
+    ncu_k) [ -f /dev/shm/q36.gguf ] || build/hearth gen --preset q36 --quant q4_k_m --seed 1 -o /dev/shm/q36.gguf >"$out/gen.log" 2>&1
+           kn=0
+           for k in ${NCU_K:-}; do
+               kn=$((kn + 1))
+               HEARTH_CUDA_GRAPHS=0 step ncu_k_$kn 120 ncu --clock-control none --kernel-name-base mangled --kernel-name "regex:$k" \
+                   --launch-skip "${NCU_K_SKIP:-3}" --launch-count 1 --set full \
+                   build/hearth bench --device cuda -m /dev/shm/q36.gguf -p 2048 -n 0 -r 1 --kv f16
+               echo "-- $k"
+               grep -E "Duration|Issue Slots Busy|Achieved Occupancy|Registers Per|L2 Hit|Mem Busy|Max Bandwidth|Compute \(SM\) Throughput|Memory Throughput|Executed Ipc|L1/TEX Cache Throughput|L2 Cache Throughput|DRAM Throughput|One or More Eligible|No Eligible|Stall" "$out/ncu_k_$kn.log" | head -24
+           done ;;
+    split) [ -f /dev/shm/q36.gguf ] || build/hearth gen --preset q36 --quant q4_k_m --seed 1 -o /dev/shm/q36.gguf >"$out/gen.log" 2>&1
+           for p in ${SPLIT_P:-64}; do
+               for i in 1 2; do
+                   step "split_p${p}_on_$i" 90 build/hearth bench --device cuda -m /dev/shm/q36.gguf -p "$p" -n 0 -d 32768 -r 2 --kv f16
+                   HEARTH_CUDA_ATTN_SPLIT=0 step "split_p${p}_off_$i" 90 build/hearth bench --device cuda -m /dev/shm/q36.gguf -p "$p" -n 0 -d 32768 -r 2 --kv f16
+               done
+           done
+           grep -H "pp[0-9]" "$out"/split_*.log | sed 's/|[^|]*q36.gguf//' ;;
     points) [ -f /dev/shm/q36.gguf ] || build/hearth gen --preset q36 --quant q4_k_m --seed 1 -o /dev/shm/q36.gguf >"$out/gen.log" 2>&1
             for i in 1 2; do
                 step points_pinned_$i 60 build/hearth bench --device cuda -m /dev/shm/q36.gguf -p 4096 -n 0 -r 2 --marks 2048,4096 --kv f16

@@ -254,9 +254,12 @@ TEST(qmatmul_matches_ref) {
             void *dy;
             CHECK(hk_malloc(&dy, sizeof(float) * (size_t)(nmax * M), &e) == 0);
             for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++)
-                for (int form = 0; form < 2; form++) { /* tensor cores: mmq.cuh's two forms of Q4_K and Q5_K */
+                for (int fo = 0; fo < 4; fo++) { /* tensor cores: mmq.cuh's two forms of Q4_K and Q5_K, each with
+                                                    * capped registers (the default) and uncapped (HEARTH_CUDA_MMQ_OCC=0) */
                     const int64_t n = ns[ni];
+                    const int form = fo & 1;
                     hk_mmq_form(form == 0);
+                    hk_mmq_occ(fo < 2);
                     hk_memset(dy, 0xff, sizeof(float) * (size_t)(n * M), &e);
                     CHECK_MSG(hk_matmul(st, &w, NULL, 0, &a, n, dy, M, false, &e) == 0, "%s", e.msg);
                     CHECK_MSG(hk_stream_sync(st, &e) == 0, "%s n=%lld: %s", qtype_name(t), (long long)n, e.msg);
@@ -264,12 +267,14 @@ TEST(qmatmul_matches_ref) {
                     int64_t bad = 0, first = -1;
                     for (int64_t i = 0; i < n * M; i++)
                         if (memcmp(&y[i], &ref[i], 4)) bad++, first = first < 0 ? i : first;
-                    CHECK_MSG(bad == 0, "%s K=%lld n=%lld form %d: %lld of %lld products differ from quant_dot_ref (first: "
+                    CHECK_MSG(bad == 0, "%s K=%lld n=%lld form %d%s: %lld of %lld products differ from quant_dot_ref (first: "
                               "row %lld out %lld: %.9g vs %.9g)", qtype_name(t), (long long)K, (long long)n, form + 1,
+                              fo < 2 ? "" : ", registers uncapped",
                               (long long)bad, (long long)(n * M), (long long)(first / M), (long long)(first % M),
                               first < 0 ? 0.0 : y[first], first < 0 ? 0.0 : ref[first]);
                 }
             hk_mmq_form(true);
+            hk_mmq_occ(true);
             /* two weights in one launch (hk_matmul2: rows past the first's M are the second's, a
              * block of rows straddling the two): both outputs equal the reference */
             for (int pi = 0; pi < 2; pi++) {
@@ -365,9 +370,10 @@ TEST(moe_matmul_matches_ref) {
                       hk_malloc(&dtiles, 4 * (size_t)(2 * (nr + X) + 2), &e) == 0);
                 hk_h2d(dsel, sel, 4 * (size_t)nr, &e);
                 /* pairs; sorted (tensor cores) in tiles of 16 and of 32, each in mmq.cuh's two forms */
-                for (int way = 0; way < 5; way++) {
-                    const int sorted = way > 0, tile = way > 2 ? 32 : 16;
+                for (int way = 0; way < 7; way++) { /* 5, 6: tiles of 16 and 32 with registers uncapped (HEARTH_CUDA_MMQ_OCC=0) */
+                    const int sorted = way > 0, tile = way == 3 || way == 4 || way == 6 ? 32 : 16;
                     hk_mmq_form(way != 2 && way != 4);
+                    hk_mmq_occ(way < 5);
                     hk_moe_sorted so = {.offs = doffs, .list = dlist, .tiles = dtiles,
                                         .max_tiles = nr / tile + (X < nr ? X : nr), .tile = tile};
                     if (sorted) CHECK_MSG(hk_moe_sort(st, dsel, nr, X, tile, doffs, dlist, dtiles, &e) == 0, "%s", e.msg);
@@ -389,11 +395,13 @@ TEST(moe_matmul_matches_ref) {
                         CHECK_MSG(bad == 0, "%s %s rows=%lld %s: %lld of %lld products differ", qtype_name(t),
                                   down ? "down" : out ? "up (second weight)" : "gate", (long long)n,
                                   !sorted ? "pairs" : way == 1 ? "tiles of 16" : way == 2 ? "tiles of 16, first form"
-                                  : way == 3 ? "tiles of 32" : "tiles of 32, first form",
+                                  : way == 3 ? "tiles of 32" : way == 4 ? "tiles of 32, first form"
+                                  : way == 5 ? "tiles of 16, registers uncapped" : "tiles of 32, registers uncapped",
                                   (long long)bad, (long long)(np * M));
                     }
                 }
                 hk_mmq_form(true);
+                hk_mmq_occ(true);
                 hk_free(dsel), hk_free(dy), hk_free(dy2), hk_free(doffs), hk_free(dlist), hk_free(dtiles);
                 dev_w_free(&w), dev_w_free(&ws), dev_act_free(&a);
                 free(src), free(ssrc), free(x), free(blocks), free(sel), free(ref), free(y);
@@ -1268,9 +1276,10 @@ static void gdn_time(int np, int64_t len) {
         rc = hk_h2d(d[4], pieces, bytes[4], &e) | hk_h2d(d[5], chunks, bytes[5], &e) | hk_h2d(d[6], pchunk, bytes[6], &e) |
              hk_memset(d[3], 0, bytes[3], &e);
     hk_gdn_scratch sc = {.w = d[7], .u = (float *)d[7] + n * GV * 128, .qk = d[8], .g = (float *)d[8] + n * GV * 64};
-    float ms[2][5];
-    for (int form = 0; form < 2 && rc == 0; form++)
+    float ms[3][5];
+    for (int form = 0; form < 3 && rc == 0; form++)
         for (int r = -1; r < 5 && rc == 0; r++) {
+            hk_gdn_wide(form != 2); /* 2: the chunked rule's state kernel in 256 threads */
             rc |= hk_event_record(st, ev[0], &e);
             if (form == 0)
                 rc |= hk_gdn_delta(st, d[0], d[2], d[1], d[3], (size_t)lane, d[4], np, NULL, NULL, 0, 128, GK, GV, cd, NULL, d[9], &e);
@@ -1280,13 +1289,14 @@ static void gdn_time(int np, int64_t len) {
             rc |= hk_event_record(st, ev[1], &e) | hk_stream_sync(st, &e);
             if (r >= 0) ms[form][r] = hk_event_ms(ev[0], ev[1]);
         }
+    hk_gdn_wide(true);
     if (rc == 0) {
-        for (int f = 0; f < 2; f++) /* median of 5 */
+        for (int f = 0; f < 3; f++) /* median of 5 */
             for (int i = 0; i < 5; i++)
                 for (int j = i + 1; j < 5; j++)
                     if (ms[f][j] < ms[f][i]) { const float t = ms[f][i]; ms[f][i] = ms[f][j]; ms[f][j] = t; }
-        printf("  gdn delta rule, %d piece(s) of %lld rows, 32 heads: row by row %.4f ms, chunked %.4f ms\n", np, (long long)len,
-               ms[0][2], ms[1][2]);
+        printf("  gdn delta rule, %d piece(s) of %lld rows, 32 heads: row by row %.4f ms, chunked %.4f ms (state kernel in 256 "
+               "threads: %.4f)\n", np, (long long)len, ms[0][2], ms[1][2], ms[2][2]);
     } else
         printf("  gdn timing failed: %s\n", e.msg);
     for (int i = 0; i < 10; i++) hk_free(d[i]);
@@ -1384,6 +1394,20 @@ TEST(gdn_chunk_matches_ref) {
                   !memcmp(lanes + lane, l_marked, sizeof(float) * (size_t)lane) &&
                   !memcmp(pts + lane, pts_alone, sizeof(float) * (size_t)(12 * lane)),
               "a piece beside others differs from the piece alone");
+    /* the state kernel in 256 threads (HEARTH_CUDA_GDN_WIDE=0) gives the 512-thread form's
+     * bits: outputs, end states and points of the mixed pass */
+    const int64_t mixed_rows = 65 + NR + 1 + 64;
+    float *o_w = xmalloc(sizeof(float) * (size_t)(mixed_rows * vd)), *l_w = xmalloc(sizeof(float) * (size_t)(4 * lane));
+    float *p_w = xmalloc(sizeof(float) * (size_t)(13 * lane));
+    memcpy(o_w, o, sizeof(float) * (size_t)(mixed_rows * vd)), memcpy(l_w, lanes, sizeof(float) * (size_t)(4 * lane));
+    memcpy(p_w, pts, sizeof(float) * (size_t)(13 * lane));
+    hk_gdn_wide(false);
+    CHECK_MSG(gdn_pass(st, mixed, 4, o, lanes, pts, &e) == 0, "%s", e.msg);
+    hk_gdn_wide(true);
+    CHECK_MSG(!memcmp(o, o_w, sizeof(float) * (size_t)(mixed_rows * vd)) && !memcmp(lanes, l_w, sizeof(float) * (size_t)(4 * lane)) &&
+                  !memcmp(pts, p_w, sizeof(float) * (size_t)(13 * lane)),
+              "the state kernel in 256 threads differs from 512");
+    free(o_w), free(l_w), free(p_w);
     hk_stream_free(st);
     gdn_time(1, 4096), gdn_time(1, 2048), gdn_time(4, 512), gdn_time(8, 1), gdn_time(64, 1);
     for (int i = 0; i < 3; i++) gr_stream_free(&s[i]);

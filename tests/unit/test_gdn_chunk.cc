@@ -49,6 +49,10 @@ struct piece_out {
 };
 
 /* the pieces' streams share one shape (the head counts GK, GV here; the model's in real_heads) */
+/* the state kernel's threads for chunks of 64 (gdn.cu: 512 by default, 256 under
+ * HEARTH_CUDA_GDN_WIDE=0) */
+static int g_nth = GC_THREADS_WIDE;
+
 static std::vector<piece_out> run_pass(const std::vector<piece_in> &ps) {
     const int np = (int)ps.size();
     const int GK = ps[0].s->Gk, GV = ps[0].s->Gv;
@@ -91,12 +95,21 @@ static std::vector<piece_out> run_pass(const std::vector<piece_in> &ps) {
                     (const float *)a.data(), (const hk_piece *)pieces.data(), (const hk_chunk *)chunks.data(),
                     (const int32_t *)pchunk.data(), np, (int64_t)GK, (int64_t)GV, (int64_t)CD, wsc.data(), usc.data(),
                     qksc.data(), gsc.data());
-        emu::launch(gdn_chunk_state_kernel<GC_C>, gs, dim3(GC_THREADS), sizeof(float) * gc_state_smem_floats(GC_C),
-                    (const float *)cv.data(), (const float *)b.data(), (const float *)a.data(), lanes.data(), ss,
-                    (const hk_piece *)pieces.data(), (const hk_chunk *)chunks.data(), (const int32_t *)pchunk.data(),
-                    (const hk_mark *)marks.data(), stage.data(), ss, (int64_t)GK, (int64_t)GV, (int64_t)CD,
-                    (const float *)wsc.data(), (const float *)usc.data(), (const float *)qksc.data(),
-                    (const float *)gsc.data(), hk_gconv{}, hk_gtail{}, o.data());
+        if (g_nth == GC_THREADS_WIDE)
+            emu::launch(gdn_chunk_state_kernel<GC_C, GC_THREADS_WIDE>, gs, dim3(GC_THREADS_WIDE),
+                        sizeof(float) * gc_state_smem_floats(GC_C), (const float *)cv.data(), (const float *)b.data(),
+                        (const float *)a.data(), lanes.data(), ss, (const hk_piece *)pieces.data(),
+                        (const hk_chunk *)chunks.data(), (const int32_t *)pchunk.data(), (const hk_mark *)marks.data(),
+                        stage.data(), ss, (int64_t)GK, (int64_t)GV, (int64_t)CD, (const float *)wsc.data(),
+                        (const float *)usc.data(), (const float *)qksc.data(), (const float *)gsc.data(), hk_gconv{},
+                        hk_gtail{}, o.data());
+        else
+            emu::launch(gdn_chunk_state_kernel<GC_C>, gs, dim3(GC_THREADS), sizeof(float) * gc_state_smem_floats(GC_C),
+                        (const float *)cv.data(), (const float *)b.data(), (const float *)a.data(), lanes.data(), ss,
+                        (const hk_piece *)pieces.data(), (const hk_chunk *)chunks.data(), (const int32_t *)pchunk.data(),
+                        (const hk_mark *)marks.data(), stage.data(), ss, (int64_t)GK, (int64_t)GV, (int64_t)CD,
+                        (const float *)wsc.data(), (const float *)usc.data(), (const float *)qksc.data(),
+                        (const float *)gsc.data(), hk_gconv{}, hk_gtail{}, o.data());
     }
     std::vector<piece_out> out(np);
     for (int p = 0; p < np; p++) {
@@ -218,6 +231,25 @@ TEST(batch_invariance) {
     CHECK(same_bits(alone[0].pt[0], mixed[1].pt[0]) && same_bits(alone[0].pt[1], mixed[1].pt[1]));
 }
 
+/* the state kernel in 512 threads (the default) and in 256: the same bits in the outputs,
+ * the end states and the points, over pieces of 1..130 rows with marks inside and at the
+ * chunks' edges */
+TEST(wide_same_bits) {
+    const std::vector<piece_in> ps = {piece_in{&S2, 0, 65, {3, 64}, S2.lane}, piece_in{&S1, 0, NROWS, MARKS, S1.lane},
+                                      piece_in{&S3, 5, 1, {1}, S3.lane}, piece_in{&S3, 0, 63, {17}, S2.lane}};
+    std::vector<piece_out> wide = run_pass(ps);
+    g_nth = GC_THREADS;
+    std::vector<piece_out> narrow = run_pass(ps);
+    g_nth = GC_THREADS_WIDE;
+    int bad = 0;
+    for (size_t p = 0; p < ps.size(); p++) {
+        bad += !same_bits(wide[p].o, narrow[p].o) + !same_bits(wide[p].lane, narrow[p].lane);
+        for (size_t k = 0; k < wide[p].pt.size(); k++) bad += !same_bits(wide[p].pt[k], narrow[p].pt[k]);
+    }
+    if (bad) printf("    %d of the outputs, end states and points differ between 512 and 256 threads\n", bad);
+    CHECK(bad == 0);
+}
+
 /* the model's head counts (32 value heads on 16 key heads, as test_cuda's GPU check): one
  * piece of 65 rows (a full chunk and a one-row chunk) with marks at 1, 64 and 65, against the
  * float64 recurrence within the derived bound; each point bit-equal to a prefill of its
@@ -283,6 +315,7 @@ int main(void) {
     RUN(marks_exact_and_neutral);
     RUN(decode_is_row_zero);
     RUN(batch_invariance);
+    RUN(wide_same_bits);
     RUN(real_heads);
     RUN(mutants_caught);
     gr_stream_free(&S1), gr_stream_free(&S2), gr_stream_free(&S3);

@@ -89,11 +89,11 @@ extern "C" int hk_attn_form(int warps) {
 /* the split form of the multi-row tiles (attn_mma.cuh: a CTA per (tile, KV head, segment),
  * then attn_fold_rows_kernel; the whole form's bits) for a pass of few tiles at depth, where
  * the whole form's (tiles x Hkv) CTAs walk every key serially on a GPU of many more SMs: 0
- * never, 1 when the pass's multi-row tiles times Hkv are fewer than the SMs, 2 always (tests).
- * 0 by default (HEARTH_CUDA_ATTN_SPLIT): written in a session without a GPU, it has run only
- * under the emulation (test_attn_emu); the next device session turns it on once test_cuda's
- * attn_matches_ref passes there and a short pass at depth is timed */
-static int am_split = 0;
+ * never, 1 when the pass's multi-row tiles times Hkv are fewer than the SMs (the default;
+ * HEARTH_CUDA_ATTN_SPLIT=0 never), 2 always (tests). On an H100 (bench/RESULTS.md,
+ * 2026-12-06, thirteenth session) test_cuda's attn_matches_ref passed with it, and a pass of
+ * 64 rows after 32,768 went from 1,267 to 2,142 rows a second */
+static int am_split = 1;
 static int am_sms = 0; /* the device's SMs, read at the first launch */
 extern "C" int hk_attn_split(int mode) {
     if (mode < 0 || mode > 2) return -1;

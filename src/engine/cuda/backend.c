@@ -1024,17 +1024,20 @@ int engine_open_cuda(engine **out, const model *m, const engine_opts *o, herr *e
         cuda_free(eng);
         return -1;
     }
-    /* 1: a pass of few multi-row tiles (tiles x Hkv under the SM count: a short prompt or
-     * tool result at depth) through the prompt kernel's split form (attn_mma.cuh), the same
-     * bits; 0 (the default until test_cuda has passed with it on a GPU and it has been timed:
-     * it was written in a session without one) never */
+    /* 1 (the default): a pass of few multi-row tiles (tiles x Hkv under the SM count: a short
+     * prompt or tool result at depth) through the prompt kernel's split form (attn_mma.cuh),
+     * the same bits; 0 never */
     const char *as = getenv("HEARTH_CUDA_ATTN_SPLIT");
     if (as && *as && strcmp(as, "0") && strcmp(as, "1")) {
         herr_set(e, "HEARTH_CUDA_ATTN_SPLIT=%s: 0 (never) or 1 (passes of few multi-row tiles)", as);
         cuda_free(eng);
         return -1;
     }
-    hk_attn_split(as && !strcmp(as, "1") ? 1 : 0);
+    hk_attn_split(as && !strcmp(as, "0") ? 0 : 1);
+    const char *mo = getenv("HEARTH_CUDA_MMQ_OCC"); /* 0: mmq_kernel's registers uncapped (two blocks an SM at 64 rows) */
+    hk_mmq_occ(!(mo && !strcmp(mo, "0")));
+    const char *gw = getenv("HEARTH_CUDA_GDN_WIDE"); /* 0: the delta rule's state kernel in 256 threads */
+    hk_gdn_wide(!(gw && !strcmp(gw, "0")));
     const char *gc = getenv("HEARTH_CUDA_GDN_CHUNK");
     ce->gdn_chunk = !(gc && !strcmp(gc, "0"));
     const char *mt = getenv("HEARTH_CUDA_MOE_TILE");

@@ -97,6 +97,11 @@ extern "C" int hk_gdn_delta(void *st, const float *cv, const float *b, const flo
     return 0;
 }
 
+/* the state kernel of chunks of 64 in 512 threads (1) or 256 (0, HEARTH_CUDA_GDN_WIDE=0): the
+ * same bits (each entry's chains are the same whichever thread makes them) */
+static bool gc_wide = true;
+extern "C" void hk_gdn_wide(bool on) { gc_wide = on; }
+
 // the chunked form (gdn_chunk.cuh): decode (every piece one row) is the state kernel alone,
 // making its row's W, U and QK itself; a prompt pass runs the prep over its chunks first
 extern "C" int hk_gdn_chunk(void *st, const float *cv, const float *b, const float *a, float *lane0, size_t seq_stride,
@@ -121,6 +126,8 @@ extern "C" int hk_gdn_chunk(void *st, const float *cv, const float *b, const flo
         CUDA_TRY(cudaFuncSetAttribute(gdn_chunk_prep_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)prep_smem), e);
         CUDA_TRY(cudaFuncSetAttribute(gdn_chunk_state_kernel<GC_C>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                       (int)state_smem), e);
+        CUDA_TRY(cudaFuncSetAttribute(gdn_chunk_state_kernel<GC_C, GC_THREADS_WIDE>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                      (int)state_smem), e);
         attrs_set = true;
     }
     const dim3 gs((unsigned)(Gv * 4), (unsigned)n_pieces);
@@ -135,9 +142,14 @@ extern "C" int hk_gdn_chunk(void *st, const float *cv, const float *b, const flo
     const dim3 gp((unsigned)Gv, (unsigned)((n + GC_C - 1) / GC_C + n_pieces));
     LAUNCH(e, gdn_chunk_prep_kernel, gp, 256, prep_smem, st, cv, b, a, pieces, chunks, pchunk, n_pieces, Gk, Gv, cd, sc->w,
            sc->u, sc->qk, sc->g);
-    LAUNCH(e, gdn_chunk_state_kernel<GC_C>, gs, GC_THREADS, state_smem, st, cv, b, a, lane0, seq_stride, pieces, chunks, pchunk,
-           marks, stage0, stage_stride, Gk, Gv, cd, (const float *)sc->w, (const float *)sc->u, (const float *)sc->qk,
-           (const float *)sc->g, gnone, none, o);
+    if (gc_wide)
+        LAUNCH(e, (gdn_chunk_state_kernel<GC_C, GC_THREADS_WIDE>), gs, GC_THREADS_WIDE, state_smem, st, cv, b, a, lane0, seq_stride,
+               pieces, chunks, pchunk, marks, stage0, stage_stride, Gk, Gv, cd, (const float *)sc->w, (const float *)sc->u,
+               (const float *)sc->qk, (const float *)sc->g, gnone, none, o);
+    else
+        LAUNCH(e, gdn_chunk_state_kernel<GC_C>, gs, GC_THREADS, state_smem, st, cv, b, a, lane0, seq_stride, pieces, chunks, pchunk,
+               marks, stage0, stage_stride, Gk, Gv, cd, (const float *)sc->w, (const float *)sc->u, (const float *)sc->qk,
+               (const float *)sc->g, gnone, none, o);
     return 0;
 }
 

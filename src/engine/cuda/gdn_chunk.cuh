@@ -32,8 +32,8 @@
 //
 // Cost and limits: the prep makes the dots as register tiles and solves the triangle down
 // each column with the column's 64 rows in registers (no blocked solve); the state kernel
-// walks a piece's chunks in order, 256 threads a block making P and the end state as register
-// tiles of 4 x 4 entries. Each takes about 100 KB of shared memory (two blocks an SM). The GPU's bits are not the CPU's (expf, the sums' orders), only
+// walks a piece's chunks in order, 512 threads a block (256 in decode's one-row form and
+// under HEARTH_CUDA_GDN_WIDE=0) making P and the end state as register tiles of 4 entries a row. Each takes about 100 KB of shared memory (two blocks an SM). The GPU's bits are not the CPU's (expf, the sums' orders), only
 // self-consistent, as the contract asks.
 #ifndef HEARTH_CUDA_GDN_CHUNK_CUH
 #define HEARTH_CUDA_GDN_CHUNK_CUH
@@ -182,16 +182,21 @@ __global__ void __launch_bounds__(256, 2) gdn_chunk_prep_kernel(const float *cv,
 }
 
 // The state kernel's layout. A block takes value head h, columns c0..c0+31 of its lane and a
-// piece; 256 threads. Thread (warp w, lane l): column group cg = l % 8 (the block's columns
-// 4cg..4cg+3) and row group rg = 4w + l / 8 (0..31): it makes P and O for chunk rows rg and
-// rg + 32, and holds the state entries of key rows rg, rg + 32, rg + 64, rg + 96 (its 16).
+// piece; NTH threads (256, or 512 for chunks of 64: twice the warps an SM to hide the
+// latencies of a block's serial chunks; HEARTH_CUDA_GDN_WIDE). Thread (warp w, lane l): column
+// group cg = l % 8 (the block's columns 4cg..4cg+3) and row group rg = 4w + l / 8 (RG =
+// NTH / 8 of them): it makes P and O for chunk rows rg + RG a (a < CR / RG) and holds the
+// state entries of key rows rg + RG a (a < 128 / RG: 16 entries at 256 threads, 8 at 512).
+// Each entry's sums are the same chains whichever thread makes them: the bits do not depend
+// on NTH.
 // Shared memory (floats), for chunks of up to CR rows:
 //   x   [2][CR][GC_XP]  W rows, then q rows (the pitch puts a warp's four rows on distinct banks)
 //   the chunk's second half, over x once P is made (CR > 1; after x when CR = 1):
 //       ks [CR][128] k rows, qk [CR][CR], vp [CR][32] V' of the block's columns
 //   s0  [128][32]       the state's block columns (S0 of the chunk, then its end state)
 //   gs, eg, cf [CR]     G, exp(G), exp(G_e - G_j)
-#define GC_THREADS 256
+#define GC_THREADS 256 /* one-row pieces (decode), and the narrow form of chunks of 64 */
+#define GC_THREADS_WIDE 512
 __host__ __device__ static constexpr int gc_x_floats(int CR) { return 2 * CR * GC_XP; }
 __host__ __device__ static constexpr int gc_qk_floats(int CR) { return (CR * CR + 3) / 4 * 4; } /* vp after it stays 16-byte aligned */
 __host__ __device__ static constexpr int gc_half_floats(int CR) { return CR * GC_DS + gc_qk_floats(CR) + CR * GC_COLS; }
@@ -203,20 +208,22 @@ __host__ __device__ static constexpr int gc_state_smem_floats(int CR) {
     return gc_s0_at(CR) + GC_DS * GC_COLS + 3 * CR + (CR == 1 ? 2 * GC_COLS : 0); /* CR = 1: P's row too */
 }
 
-// S(e) of the thread's 16 state entries (key rows rg + 32a, columns 4cg..4cg+3) into acc:
-// exp(G_e) S0 + sum_{j<=e} (exp(G_e - G_j) k_j) V'_j, j ascending; e = -1 is S0 itself. Every
-// thread of the block calls it with the same e (it syncs). point: for a mark (where the
-// decay_skip defect lives).
+// S(e) of the thread's 4 SA state entries (key rows rg + RG a, RG = 128 / SA, columns
+// 4cg..4cg+3) into acc: exp(G_e) S0 + sum_{j<=e} (exp(G_e - G_j) k_j) V'_j, j ascending; e = -1
+// is S0 itself. Every thread of the block calls it with the same e (it syncs). point: for a
+// mark (where the decay_skip defect lives).
+template <int SA>
 __device__ __forceinline__ void gc_end_state(int e, const float *s0, const float *ks, const float *vp, const float *gs,
-                                             const float *eg, float *cf, bool point, float acc[4][4]) {
+                                             const float *eg, float *cf, bool point, float acc[SA][4]) {
+    constexpr int RG = GC_DS / SA;
     const int tid = threadIdx.x, lane = tid % 32, cg = lane % 8, rg = 4 * (tid / 32) + lane / 8;
     __syncthreads(); /* an earlier call is done with cf */
     if (tid <= e) cf[tid] = expf(__fsub_rn(gs[e], gs[tid]));
     __syncthreads();
     const float d = e < 0 ? 1.0f : point && KMUT(M_DECAY_SKIP) ? 1.0f : eg[e];
 #pragma unroll
-    for (int a = 0; a < 4; a++) {
-        const float4 s = *(const float4 *)(s0 + (rg + 32 * a) * GC_COLS + 4 * cg);
+    for (int a = 0; a < SA; a++) {
+        const float4 s = *(const float4 *)(s0 + (rg + RG * a) * GC_COLS + 4 * cg);
         if (e < 0) {
             acc[a][0] = s.x, acc[a][1] = s.y, acc[a][2] = s.z, acc[a][3] = s.w;
         } else {
@@ -227,23 +234,23 @@ __device__ __forceinline__ void gc_end_state(int e, const float *s0, const float
         const float cj = cf[j];
         const float4 v = *(const float4 *)(vp + j * GC_COLS + 4 * cg);
 #pragma unroll
-        for (int a = 0; a < 4; a++) {
-            const float kk = __fmul_rn(cj, ks[j * GC_DS + rg + 32 * a]);
+        for (int a = 0; a < SA; a++) {
+            const float kk = __fmul_rn(cj, ks[j * GC_DS + rg + RG * a]);
             acc[a][0] = __fmaf_rn(kk, v.x, acc[a][0]), acc[a][1] = __fmaf_rn(kk, v.y, acc[a][1]);
             acc[a][2] = __fmaf_rn(kk, v.z, acc[a][2]), acc[a][3] = __fmaf_rn(kk, v.w, acc[a][3]);
         }
     }
 }
 
-// grid (Gv * 4, n_pieces), GC_THREADS threads, gc_state_smem_floats(CR) of shared memory:
+// grid (Gv * 4, n_pieces), NTH threads, gc_state_smem_floats(CR) of shared memory:
 // value head h = blockIdx.x / 4, columns c0..c0+31 (c0 = 32 (blockIdx.x % 4)), the piece's
 // chunks (pchunk[p] .. pchunk[p+1]) in order. Per chunk: P = [W; Q] S0 (each entry one fmaf
 // chain over the key dim, ascending), V' = U - P_W, O = exp(G) P_Q + QK V' (j ascending), the
 // marks' points, then the end state. CR = 64 reads the prep's scratch; CR = 1 takes one-row
 // pieces (decode, every piece of the pass one row) and makes W_0, U_0, QK_00 itself, by the
 // prep's expressions (no prep launch).
-template <int CR>
-__global__ void __launch_bounds__(GC_THREADS, CR == 1 ? 4 : 2)
+template <int CR, int NTH = GC_THREADS>
+__global__ void __launch_bounds__(NTH, CR == 1 ? 4 : NTH == GC_THREADS ? 2 : 1)
     gdn_chunk_state_kernel(const float *cv, const float *b, const float *a, float *lane0, size_t seq_stride,
                            const hk_piece *pieces, const hk_chunk *chunks, const int32_t *pchunk, const hk_mark *marks,
                            float *stage0, size_t stage_stride, int64_t Gk, int64_t Gv, int64_t cd, const float *wsc,
@@ -259,7 +266,9 @@ __global__ void __launch_bounds__(GC_THREADS, CR == 1 ? 4 : 2)
     const int64_t h = blockIdx.x / 4, hk = h % Gk, c0 = (int64_t)(blockIdx.x % 4) * GC_COLS;
     const hk_piece *pc = &pieces[blockIdx.y];
     const int tid = threadIdx.x, lane = tid % 32, cg = lane % 8, rg = 4 * (tid / 32) + lane / 8;
-    constexpr int NR = 2; /* chunk rows a thread makes P and O for (CR = 64): rg + 32a */
+    static_assert(CR > 1 || NTH == GC_THREADS, "one-row pieces: 256 threads (conv_in_block, gated_tail)");
+    constexpr int RG = NTH / 8, SA = GC_DS / RG; /* row groups; state rows a thread holds: rg + RG a */
+    constexpr int NR = CR > 1 ? CR / RG : 1;     /* chunk rows a thread makes P and O for (CR = 64): rg + RG a */
     float *lane_p = lane0 + (size_t)pc->seq * seq_stride + (size_t)(h * GC_DS * GC_DS) + c0 + 4 * cg;
     /* CR = 1 (a piece is its one row): the row's values are loaded with S0, one wait for both;
      * or, with gv (decode's conv in the launch: gdn_conv.cuh), made here from the input
@@ -273,7 +282,7 @@ __global__ void __launch_bounds__(GC_THREADS, CR == 1 ? 4 : 2)
             if (tid < GC_COLS) r_v = row[2 * Gk * GC_DS + h * GC_DS + c0 + tid];
         }
 #pragma unroll
-    for (int a = 0; a < 4; a++) *(float4 *)(s0 + (rg + 32 * a) * GC_COLS + 4 * cg) = *(const float4 *)(lane_p + (rg + 32 * a) * GC_DS);
+    for (int a = 0; a < SA; a++) *(float4 *)(s0 + (rg + RG * a) * GC_COLS + 4 * cg) = *(const float4 *)(lane_p + (rg + RG * a) * GC_DS);
     if constexpr (CR == 1)
         if (gv.qkv) conv_in_block(gv, pc, marks, h, hk, c0, Gk, Gv, cd, sm, r_beta, r_g0, r_q, r_k, r_v);
     int mk = 0;
@@ -282,35 +291,36 @@ __global__ void __launch_bounds__(GC_THREADS, CR == 1 ? 4 : 2)
         const int L = ch.n < CR ? ch.n : CR; /* CR = 1 is launched for one-row pieces only */
         const int64_t rb = pc->r0 + ch.c0;
         __syncthreads(); /* the previous chunk is done with the shared memory */
-        float4 kpre[CR > 1 ? 8 : 1], qpre[CR > 1 ? 4 : 1], upre[NR];
+        constexpr int NX = CR > 1 ? 2 * CR * 32 / NTH : 1, NK = CR > 1 ? CR * 32 / NTH : 1, NQ = CR > 1 ? CR * CR / 4 / NTH : 1;
+        float4 kpre[NK], qpre[NQ], upre[NR];
         if constexpr (CR > 1) {
             /* W and q rows into x (by float4, all of a thread's loads issued first) */
-            float4 t[16];
+            float4 t[NX];
 #pragma unroll
-            for (int it = 0; it < 16; it++) {
-                const int idx = tid + GC_THREADS * it, xr = idx / 32, c4 = idx % 32, i = xr % CR;
+            for (int it = 0; it < NX; it++) {
+                const int idx = tid + NTH * it, xr = idx / 32, c4 = idx % 32, i = xr % CR;
                 const float *src = xr < CR ? wsc + ((rb + i) * Gv + h) * GC_DS : cv + (rb + i) * cd + hk * GC_DS;
                 t[it] = i < L ? ((const float4 *)src)[c4] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
             }
 #pragma unroll
-            for (int it = 0; it < 16; it++) {
-                const int idx = tid + GC_THREADS * it, xr = idx / 32, c4 = idx % 32;
+            for (int it = 0; it < NX; it++) {
+                const int idx = tid + NTH * it, xr = idx / 32, c4 = idx % 32;
                 *(float4 *)(sm + xr * GC_XP + 4 * c4) = t[it];
             }
             /* the chunk's second half into registers, in flight while P is made */
 #pragma unroll
-            for (int it = 0; it < 8; it++) {
-                const int idx = tid + GC_THREADS * it, i = idx / 32, c4 = idx % 32;
+            for (int it = 0; it < NK; it++) {
+                const int idx = tid + NTH * it, i = idx / 32, c4 = idx % 32;
                 kpre[it] = i < L ? ((const float4 *)(cv + (rb + i) * cd + Gk * GC_DS + hk * GC_DS))[c4] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
             }
 #pragma unroll
-            for (int it = 0; it < 4; it++) {
-                const int idx = tid + GC_THREADS * it, i = idx / (CR / 4), j4 = idx % (CR / 4);
+            for (int it = 0; it < NQ; it++) {
+                const int idx = tid + NTH * it, i = idx / (CR / 4), j4 = idx % (CR / 4);
                 qpre[it] = i < L ? ((const float4 *)(qksc + ((rb + i) * Gv + h) * GC_C))[j4] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
             }
 #pragma unroll
             for (int a = 0; a < NR; a++) {
-                const int i = rg + 32 * a;
+                const int i = rg + RG * a;
                 upre[a] = i < L ? *(const float4 *)(usc + ((rb + i) * Gv + h) * GC_DS + c0 + 4 * cg) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
             }
             if (tid < L) {
@@ -361,8 +371,8 @@ __global__ void __launch_bounds__(GC_THREADS, CR == 1 ? 4 : 2)
                 for (int u = 0; u < 4; u++) s[u] = *(const float4 *)(s0 + (k + u) * GC_COLS + 4 * cg);
 #pragma unroll
                 for (int a = 0; a < NR; a++) {
-                    xa[a] = *(const float4 *)(xw + (rg + 32 * a) * GC_XP + k);
-                    xb[a] = *(const float4 *)(xq + (rg + 32 * a) * GC_XP + k);
+                    xa[a] = *(const float4 *)(xw + (rg + RG * a) * GC_XP + k);
+                    xb[a] = *(const float4 *)(xq + (rg + RG * a) * GC_XP + k);
                 }
 #pragma unroll
                 for (int a = 0; a < NR; a++) {
@@ -380,19 +390,19 @@ __global__ void __launch_bounds__(GC_THREADS, CR == 1 ? 4 : 2)
             }
             __syncthreads(); /* x is read: the second half goes over it */
 #pragma unroll
-            for (int it = 0; it < 8; it++) ((float4 *)ks)[tid + GC_THREADS * it] = kpre[it];
+            for (int it = 0; it < NK; it++) ((float4 *)ks)[tid + NTH * it] = kpre[it];
 #pragma unroll
-            for (int it = 0; it < 4; it++) ((float4 *)qk)[tid + GC_THREADS * it] = qpre[it];
+            for (int it = 0; it < NQ; it++) ((float4 *)qk)[tid + NTH * it] = qpre[it];
 #pragma unroll
             for (int a = 0; a < NR; a++)
-                *(float4 *)(vp + (rg + 32 * a) * GC_COLS + 4 * cg) =
+                *(float4 *)(vp + (rg + RG * a) * GC_COLS + 4 * cg) =
                     make_float4(__fsub_rn(upre[a].x, pw[a][0]), __fsub_rn(upre[a].y, pw[a][1]), __fsub_rn(upre[a].z, pw[a][2]),
                                 __fsub_rn(upre[a].w, pw[a][3]));
             __syncthreads();
             /* O_i = exp(G_i) P_Q,i + sum_{j<=i} QK_ij V'_j for the thread's rows */
 #pragma unroll
             for (int a = 0; a < NR; a++) {
-                const int i = rg + 32 * a;
+                const int i = rg + RG * a;
                 if (i >= L) continue;
                 float acc[4];
 #pragma unroll
@@ -407,7 +417,7 @@ __global__ void __launch_bounds__(GC_THREADS, CR == 1 ? 4 : 2)
             }
         }
         /* the points whose end row falls in this chunk, from S0 (still in s0) */
-        float acc[4][4];
+        float acc[SA][4];
         for (; mk < pc->n_marks; mk++) {
             const hk_mark *m = &marks[pc->mark0 + mk];
             int e = (int)(m->m - 1 - ch.c0) + (KMUT(M_COPY_LATE) ? 1 : 0);
@@ -417,24 +427,24 @@ __global__ void __launch_bounds__(GC_THREADS, CR == 1 ? 4 : 2)
              * chunk would flip it back) */
             if (KMUT(M_POINT_INPLACE))
 #pragma unroll
-                for (int a = 0; a < 4; a++)
+                for (int a = 0; a < SA; a++)
 #pragma unroll
                     for (int c = 0; c < 4; c++) {
-                        float *p = s0 + (rg + 32 * a) * GC_COLS + 4 * cg + c;
+                        float *p = s0 + (rg + RG * a) * GC_COLS + 4 * cg + c;
                         *p = __int_as_float(__float_as_int(*p) + 1);
                     }
-            gc_end_state(e, s0, ks, vp, gs, eg, cf, true, acc);
+            gc_end_state<SA>(e, s0, ks, vp, gs, eg, cf, true, acc);
             float *dst = stage0 + (size_t)m->slot * stage_stride + (size_t)(h * GC_DS * GC_DS) + c0 + 4 * cg;
 #pragma unroll
-            for (int a = 0; a < 4; a++) *(float4 *)(dst + (rg + 32 * a) * GC_DS) = make_float4(acc[a][0], acc[a][1], acc[a][2], acc[a][3]);
+            for (int a = 0; a < SA; a++) *(float4 *)(dst + (rg + RG * a) * GC_DS) = make_float4(acc[a][0], acc[a][1], acc[a][2], acc[a][3]);
         }
-        gc_end_state(L - 1, s0, ks, vp, gs, eg, cf, false, acc);
+        gc_end_state<SA>(L - 1, s0, ks, vp, gs, eg, cf, false, acc);
 #pragma unroll
-        for (int a = 0; a < 4; a++) *(float4 *)(s0 + (rg + 32 * a) * GC_COLS + 4 * cg) = make_float4(acc[a][0], acc[a][1], acc[a][2], acc[a][3]);
+        for (int a = 0; a < SA; a++) *(float4 *)(s0 + (rg + RG * a) * GC_COLS + 4 * cg) = make_float4(acc[a][0], acc[a][1], acc[a][2], acc[a][3]);
     }
     __syncthreads();
 #pragma unroll
-    for (int a = 0; a < 4; a++) *(float4 *)(lane_p + (rg + 32 * a) * GC_DS) = *(const float4 *)(s0 + (rg + 32 * a) * GC_COLS + 4 * cg);
+    for (int a = 0; a < SA; a++) *(float4 *)(lane_p + (rg + RG * a) * GC_DS) = *(const float4 *)(s0 + (rg + RG * a) * GC_COLS + 4 * cg);
     if constexpr (CR == 1)
         if (gt.z) gated_tail(gt, o, pc->r0, h, Gv); /* decode: the gated norm of the row's two heads (gdn.cu) */
 }

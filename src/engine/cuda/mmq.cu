@@ -101,19 +101,32 @@ __global__ void __launch_bounds__(128) gemv_staged_kernel(hk_w w, hk_w ws, hk_ac
 
 static bool mmq_nf = true; /* the second form of the Q4_K / Q5_K block (mmq.cuh) */
 extern "C" void hk_mmq_form(bool nf) { mmq_nf = nf; }
+/* launch bounds for more blocks an SM: 3 for tiles of 64 rows (62 KB of shared memory each at
+ * Q4_K), 4 for 32 and 16, fewer where shared memory holds fewer (HEARTH_CUDA_MMQ_OCC=0:
+ * uncapped registers, the form before) */
+static bool mmq_occ = true;
+extern "C" void hk_mmq_occ(bool on) { mmq_occ = on; }
 
-template <int T, int NT, bool NF> static int mmq_go(void *st, const hk_w *w, const hk_act *a, int64_t n, const int32_t *offs,
-                                                    const int32_t *list, const int32_t *tiles, int64_t grid_y, int in_div,
-                                                    float *y, int64_t ys, bool add, herr *e) {
+template <int T, int NT, bool NF, int MB> static int mmq_go_mb(void *st, const hk_w *w, const hk_act *a, int64_t n, const int32_t *offs,
+                                                               const int32_t *list, const int32_t *tiles, int64_t grid_y,
+                                                               int in_div, float *y, int64_t ys, bool add, herr *e) {
     static bool ready = false;
     constexpr int bytes = mq_smem<T, NT>::TOTAL;
     if (!ready) {
-        CUDA_TRY(cudaFuncSetAttribute(mmq_kernel<T, NT, NF>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes), e);
+        CUDA_TRY(cudaFuncSetAttribute(mmq_kernel<T, NT, NF, MB>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes), e);
         ready = true;
     }
     dim3 g(blocks_of(w->M, MM_BM), (unsigned)grid_y);
-    LAUNCH(e, (mmq_kernel<T, NT, NF>), g, 128, bytes, st, *w, *a, n, offs, list, tiles, in_div, y, ys, add);
+    LAUNCH(e, (mmq_kernel<T, NT, NF, MB>), g, 128, bytes, st, *w, *a, n, offs, list, tiles, in_div, y, ys, add);
     return 0;
+}
+template <int T, int NT, bool NF> static int mmq_go(void *st, const hk_w *w, const hk_act *a, int64_t n, const int32_t *offs,
+                                                    const int32_t *list, const int32_t *tiles, int64_t grid_y, int in_div,
+                                                    float *y, int64_t ys, bool add, herr *e) {
+    constexpr int fit = 227 * 1024 / mq_smem<T, NT>::TOTAL; /* blocks an SM's shared memory holds (Q8_0 at 64 rows: 2) */
+    constexpr int MB = (NT >= 8 ? 3 : 4) < fit ? (NT >= 8 ? 3 : 4) : fit;
+    if (mmq_occ) return mmq_go_mb<T, NT, NF, MB>(st, w, a, n, offs, list, tiles, grid_y, in_div, y, ys, add, e);
+    return mmq_go_mb<T, NT, NF, 1>(st, w, a, n, offs, list, tiles, grid_y, in_div, y, ys, add, e);
 }
 
 template <int T, int NT> static int mmq_launch(void *st, const hk_w *w, const hk_act *a, int64_t n, const int32_t *offs,

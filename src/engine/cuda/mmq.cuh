@@ -96,8 +96,11 @@ template <int T, int NT> struct mq_smem {
 // list[first..] of expert e, input rows pair / in_div, output rows the pairs). Two stages
 // of shared memory filled by cp.async, one 256-block of K per stage. NF: the second form of
 // the Q4_K / Q5_K block (the header); the other types have one form.
-template <int T, int NT, bool NF>
-__global__ void __launch_bounds__(128) mmq_kernel(hk_w w, hk_act a, int64_t n, const int32_t *offs, const int32_t *list,
+// MB: the blocks an SM the launch bounds ask room for (registers capped at 65536 / (128 MB));
+// 1 leaves them uncapped (194 registers at NT = 8: two blocks an SM, 8 warps, latency-bound
+// by ncu on an H100). The code is the same, so the bits are.
+template <int T, int NT, bool NF, int MB = 1>
+__global__ void __launch_bounds__(128, MB) mmq_kernel(hk_w w, hk_act a, int64_t n, const int32_t *offs, const int32_t *list,
                                                   const int32_t *tiles, int in_div, float *y, int64_t ys, bool add) {
     pdl_enter();
     HK_DYN_SMEM(smem_f);
