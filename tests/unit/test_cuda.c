@@ -1276,10 +1276,10 @@ static void gdn_time(int np, int64_t len) {
         rc = hk_h2d(d[4], pieces, bytes[4], &e) | hk_h2d(d[5], chunks, bytes[5], &e) | hk_h2d(d[6], pchunk, bytes[6], &e) |
              hk_memset(d[3], 0, bytes[3], &e);
     hk_gdn_scratch sc = {.w = d[7], .u = (float *)d[7] + n * GV * 128, .qk = d[8], .g = (float *)d[8] + n * GV * 64};
-    float ms[3][5];
-    for (int form = 0; form < 3 && rc == 0; form++)
+    float ms[4][5];
+    for (int form = 0; form < 4 && rc == 0; form++)
         for (int r = -1; r < 5 && rc == 0; r++) {
-            hk_gdn_wide(form != 2); /* 2: the chunked rule's state kernel in 256 threads */
+            hk_gdn_wide(form == 1 ? 1 : form == 2 ? 0 : 2); /* the chunked rule's state kernel: as chosen, 256, 512 threads */
             rc |= hk_event_record(st, ev[0], &e);
             if (form == 0)
                 rc |= hk_gdn_delta(st, d[0], d[2], d[1], d[3], (size_t)lane, d[4], np, NULL, NULL, 0, 128, GK, GV, cd, NULL, d[9], &e);
@@ -1289,14 +1289,14 @@ static void gdn_time(int np, int64_t len) {
             rc |= hk_event_record(st, ev[1], &e) | hk_stream_sync(st, &e);
             if (r >= 0) ms[form][r] = hk_event_ms(ev[0], ev[1]);
         }
-    hk_gdn_wide(true);
+    hk_gdn_wide(1);
     if (rc == 0) {
-        for (int f = 0; f < 3; f++) /* median of 5 */
+        for (int f = 0; f < 4; f++) /* median of 5 */
             for (int i = 0; i < 5; i++)
                 for (int j = i + 1; j < 5; j++)
                     if (ms[f][j] < ms[f][i]) { const float t = ms[f][i]; ms[f][i] = ms[f][j]; ms[f][j] = t; }
         printf("  gdn delta rule, %d piece(s) of %lld rows, 32 heads: row by row %.4f ms, chunked %.4f ms (state kernel in 256 "
-               "threads: %.4f)\n", np, (long long)len, ms[0][2], ms[1][2], ms[2][2]);
+               "threads: %.4f, in 512: %.4f)\n", np, (long long)len, ms[0][2], ms[1][2], ms[2][2], ms[3][2]);
     } else
         printf("  gdn timing failed: %s\n", e.msg);
     for (int i = 0; i < 10; i++) hk_free(d[i]);
@@ -1395,15 +1395,17 @@ TEST(gdn_chunk_matches_ref) {
                   !memcmp(pts + lane, pts_alone, sizeof(float) * (size_t)(12 * lane)),
               "a piece beside others differs from the piece alone");
     /* the state kernel in 256 threads (HEARTH_CUDA_GDN_WIDE=0) gives the 512-thread form's
-     * bits: outputs, end states and points of the mixed pass */
+     * bits: outputs, end states and points of the mixed pass, each form forced (by default
+     * its 4 pieces' 512 blocks would take 256 threads) */
     const int64_t mixed_rows = 65 + NR + 1 + 64;
     float *o_w = xmalloc(sizeof(float) * (size_t)(mixed_rows * vd)), *l_w = xmalloc(sizeof(float) * (size_t)(4 * lane));
     float *p_w = xmalloc(sizeof(float) * (size_t)(13 * lane));
-    memcpy(o_w, o, sizeof(float) * (size_t)(mixed_rows * vd)), memcpy(l_w, lanes, sizeof(float) * (size_t)(4 * lane));
-    memcpy(p_w, pts, sizeof(float) * (size_t)(13 * lane));
-    hk_gdn_wide(false);
+    CHECK(hk_gdn_wide(3) == -1);
+    hk_gdn_wide(2); /* always 512 */
+    CHECK_MSG(gdn_pass(st, mixed, 4, o_w, l_w, p_w, &e) == 0, "%s", e.msg);
+    hk_gdn_wide(0); /* always 256 */
     CHECK_MSG(gdn_pass(st, mixed, 4, o, lanes, pts, &e) == 0, "%s", e.msg);
-    hk_gdn_wide(true);
+    hk_gdn_wide(1);
     CHECK_MSG(!memcmp(o, o_w, sizeof(float) * (size_t)(mixed_rows * vd)) && !memcmp(lanes, l_w, sizeof(float) * (size_t)(4 * lane)) &&
                   !memcmp(pts, p_w, sizeof(float) * (size_t)(13 * lane)),
               "the state kernel in 256 threads differs from 512");

@@ -1036,8 +1036,8 @@ int engine_open_cuda(engine **out, const model *m, const engine_opts *o, herr *e
     hk_attn_split(as && !strcmp(as, "0") ? 0 : 1);
     const char *mo = getenv("HEARTH_CUDA_MMQ_OCC"); /* 0: mmq_kernel's registers uncapped (two blocks an SM at 64 rows) */
     hk_mmq_occ(!(mo && !strcmp(mo, "0")));
-    const char *gw = getenv("HEARTH_CUDA_GDN_WIDE"); /* 0: the delta rule's state kernel in 256 threads */
-    hk_gdn_wide(!(gw && !strcmp(gw, "0")));
+    const char *gw = getenv("HEARTH_CUDA_GDN_WIDE"); /* 0: the delta rule's state kernel always in 256 threads */
+    hk_gdn_wide(gw && !strcmp(gw, "0") ? 0 : 1);
     const char *gc = getenv("HEARTH_CUDA_GDN_CHUNK");
     ce->gdn_chunk = !(gc && !strcmp(gc, "0"));
     const char *mt = getenv("HEARTH_CUDA_MOE_TILE");

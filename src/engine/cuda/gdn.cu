@@ -97,10 +97,19 @@ extern "C" int hk_gdn_delta(void *st, const float *cv, const float *b, const flo
     return 0;
 }
 
-/* the state kernel of chunks of 64 in 512 threads (1) or 256 (0, HEARTH_CUDA_GDN_WIDE=0): the
- * same bits (each entry's chains are the same whichever thread makes them) */
-static bool gc_wide = true;
-extern "C" void hk_gdn_wide(bool on) { gc_wide = on; }
+/* the state kernel of chunks of 64 in 512 threads or 256: the same bits (each entry's chains
+ * are the same whichever thread makes them). 512 (one block an SM, 16 warps) where the pass's
+ * blocks (4 Gv a piece) fit the SMs at once: one piece of 2,048 rows at 32 heads 0.640 ms
+ * against 0.802 on an H100; 256 (two blocks an SM) where they do not: four pieces of 512 rows
+ * 0.480 against 0.645 (test_cuda's gdn timings, bench/RESULTS.md, thirteenth session).
+ * HEARTH_CUDA_GDN_WIDE=0: always 256; hk_gdn_wide(2): always 512 (test_cuda compares the two) */
+static int gc_wide = 1; /* 0 never, 1 where the blocks fit the SMs, 2 always (tests) */
+static int gc_sms = 0;  /* the device's SMs, read at the first launch */
+extern "C" int hk_gdn_wide(int mode) {
+    if (mode < 0 || mode > 2) return -1;
+    gc_wide = mode;
+    return 0;
+}
 
 // the chunked form (gdn_chunk.cuh): decode (every piece one row) is the state kernel alone,
 // making its row's W, U and QK itself; a prompt pass runs the prep over its chunks first
@@ -128,6 +137,9 @@ extern "C" int hk_gdn_chunk(void *st, const float *cv, const float *b, const flo
                                       (int)state_smem), e);
         CUDA_TRY(cudaFuncSetAttribute(gdn_chunk_state_kernel<GC_C, GC_THREADS_WIDE>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                       (int)state_smem), e);
+        int dev;
+        CUDA_TRY(cudaGetDevice(&dev), e);
+        CUDA_TRY(cudaDeviceGetAttribute(&gc_sms, cudaDevAttrMultiProcessorCount, dev), e);
         attrs_set = true;
     }
     const dim3 gs((unsigned)(Gv * 4), (unsigned)n_pieces);
@@ -142,7 +154,7 @@ extern "C" int hk_gdn_chunk(void *st, const float *cv, const float *b, const flo
     const dim3 gp((unsigned)Gv, (unsigned)((n + GC_C - 1) / GC_C + n_pieces));
     LAUNCH(e, gdn_chunk_prep_kernel, gp, 256, prep_smem, st, cv, b, a, pieces, chunks, pchunk, n_pieces, Gk, Gv, cd, sc->w,
            sc->u, sc->qk, sc->g);
-    if (gc_wide)
+    if (gc_wide == 2 || (gc_wide == 1 && Gv * 4 * n_pieces <= gc_sms)) /* the grid's shape alone: a captured graph keeps its choice */
         LAUNCH(e, (gdn_chunk_state_kernel<GC_C, GC_THREADS_WIDE>), gs, GC_THREADS_WIDE, state_smem, st, cv, b, a, lane0, seq_stride,
                pieces, chunks, pchunk, marks, stage0, stage_stride, Gk, Gv, cd, (const float *)sc->w, (const float *)sc->u,
                (const float *)sc->qk, (const float *)sc->g, gnone, none, o);

@@ -140,7 +140,8 @@ void hk_gemv_stage(bool on); /* one-row products staged through shared memory (m
 void hk_fm_tile(bool on);    /* float weights over prompt rows in warp tiles (mmq.cu; on by default) */
 void hk_mmq_form(bool nf);   /* the second form of mmq.cuh's Q4_K / Q5_K block (on by default) */
 void hk_mmq_occ(bool on);   /* mmq_kernel's launch bounds for 3 (64-row tiles) or 4 blocks an SM (on by default) */
-void hk_gdn_wide(bool on);  /* the chunked delta rule's state kernel in 512 threads (on by default) */
+int hk_gdn_wide(int mode);  /* the chunked delta rule's state kernel in 512 threads: 0 never, 1 where its blocks fit the SMs
+                             * (the default), 2 always; -1 for another mode */
 void hk_stream_free(void *st);
 int hk_h2d(void *d, const void *h, size_t n, herr *e);             /* synchronous: done for every stream */
 int hk_d2h(void *h, const void *d, size_t n, herr *e);
