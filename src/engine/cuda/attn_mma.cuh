@@ -611,6 +611,25 @@ __global__ void __launch_bounds__(AM_T) attn_mma_split_kernel(const float *qf, c
     }
 }
 
+// thread d of head blockIdx.x: row r's partials of segments [0, ns) folded in order with
+// am_fold (the prompt kernel's arithmetic; last_first: the fold_rows defect, last segment
+// first), the output as am_out into ao; rounded into a as attn_merge_kernel does where a is set
+__device__ __forceinline__ void am_fold_row(const float *qf, int64_t H, int64_t D, int64_t n_seg, const float *part, float *ao,
+                                            const hk_act &a, int64_t r, int64_t ns, bool last_first) {
+    const int64_t h = blockIdx.x, d = threadIdx.x;
+    const float *pp = part + ((r * H + h) * n_seg) * PART(D);
+    float M = -INFINITY, L = 0.0f, O = 0.0f;
+    for (int64_t i = 0; i < ns; i++) {
+        const int64_t s = last_first ? ns - 1 - i : i;
+        float wa, wb;
+        am_fold_w(M, L, pp[s * PART(D) + D], pp[s * PART(D) + D + 1], wa, wb);
+        O = am_fold_o(O, pp[s * PART(D) + d], wa, wb);
+    }
+    const float val = am_out(O, L, qf[r * 2 * H * D + h * 2 * D + D + d]);
+    ao[r * H * D + h * D + d] = val;
+    if (a.q) merge_round(a, r, h, D, val);
+}
+
 // grid (H, tiles), D threads: a one-row tile's head, its segments [0, pos / seg] folded in
 // order with am_fold (the prompt kernel's arithmetic), the output as am_out; rounded into a
 // as attn_merge_kernel does where a is set
@@ -619,17 +638,7 @@ __global__ void attn_fold_kernel(const float *qf, const hk_qtile *tiles, int64_t
     pdl_enter();
     const hk_qtile tile = tiles[blockIdx.y];
     if (tile.n != 1) return;
-    const int64_t h = blockIdx.x, r = tile.r0, d = threadIdx.x, ns = tile.pos0 / seg + 1;
-    const float *pp = part + ((r * H + h) * n_seg) * PART(D);
-    float M = -INFINITY, L = 0.0f, O = 0.0f;
-    for (int64_t s = 0; s < ns; s++) {
-        float wa, wb;
-        am_fold_w(M, L, pp[s * PART(D) + D], pp[s * PART(D) + D + 1], wa, wb);
-        O = am_fold_o(O, pp[s * PART(D) + d], wa, wb);
-    }
-    const float val = am_out(O, L, qf[r * 2 * H * D + h * 2 * D + D + d]);
-    ao[r * H * D + h * D + d] = val;
-    if (a.q) merge_round(a, r, h, D, val);
+    am_fold_row(qf, H, D, n_seg, part, ao, a, tile.r0, tile.pos0 / seg + 1, false);
 }
 
 
@@ -641,18 +650,8 @@ __global__ void attn_fold_kernel(const float *qf, const hk_qtile *tiles, int64_t
 __global__ void attn_fold_rows_kernel(const float *qf, const int64_t *pos, int64_t H, int64_t D, int64_t seg, int64_t n_seg,
                                       const float *part, float *ao, hk_act a) {
     pdl_enter();
-    const int64_t h = blockIdx.x, r = blockIdx.y, d = threadIdx.x, ns = pos[r] / seg + 1;
-    const float *pp = part + ((r * H + h) * n_seg) * PART(D);
-    float M = -INFINITY, L = 0.0f, O = 0.0f;
-    for (int64_t i = 0; i < ns; i++) {
-        const int64_t s = AMUT(8) ? ns - 1 - i : i;
-        float wa, wb;
-        am_fold_w(M, L, pp[s * PART(D) + D], pp[s * PART(D) + D + 1], wa, wb);
-        O = am_fold_o(O, pp[s * PART(D) + d], wa, wb);
-    }
-    const float val = am_out(O, L, qf[r * 2 * H * D + h * 2 * D + D + d]);
-    ao[r * H * D + h * D + d] = val;
-    if (a.q) merge_round(a, r, h, D, val);
+    const int64_t r = blockIdx.y;
+    am_fold_row(qf, H, D, n_seg, part, ao, a, r, pos[r] / seg + 1, AMUT(8));
 }
 
 #endif
