@@ -948,6 +948,18 @@ TEST(route_matches_cpu) {
 #endif
 }
 
+#ifdef HEARTH_CUDA
+/* rows [0, n) at positions p0.. cut otherwise: rows 0..4 one-row tiles (the decode form), the
+ * rest in tiles of qt from row 5 (every tile's rows moved); the count of tiles */
+static int cut_tiles(hk_qtile *cut, int64_t n, int64_t qt, int64_t p0) {
+    int nc = 0;
+    for (int64_t r = 0; r < 5; r++) cut[nc++] = (hk_qtile){.r0 = (int32_t)r, .n = 1, .seq = 0, .pos0 = p0 + r};
+    for (int64_t t0 = 5; t0 < n; t0 += qt)
+        cut[nc++] = (hk_qtile){.r0 = (int32_t)t0, .n = (int32_t)(n - t0 < qt ? n - t0 : qt), .seq = 0, .pos0 = p0 + t0};
+    return nc;
+}
+#endif
+
 /* Attention against a double reference, and a row's bits whatever shares its tile: 300 rows
  * of one sequence at positions 700..999 of a cache of 1000 keys (segments of 512: rows on
  * both sides of the cut), with f32 and f16 KV (the reference reads the same rounded K and
@@ -1048,10 +1060,7 @@ TEST(attn_matches_ref) {
          * moved): the same bits */
         {
             hk_qtile *cut = xmalloc(sizeof(hk_qtile) * (size_t)n);
-            int nc = 0;
-            for (int64_t r = 0; r < 5; r++) cut[nc++] = (hk_qtile){.r0 = (int32_t)r, .n = 1, .seq = 0, .pos0 = p0 + r};
-            for (int64_t t0 = 5; t0 < n; t0 += qt)
-                cut[nc++] = (hk_qtile){.r0 = (int32_t)t0, .n = (int32_t)(n - t0 < qt ? n - t0 : qt), .seq = 0, .pos0 = p0 + t0};
+            const int nc = cut_tiles(cut, n, qt, p0);
             float *ao2 = xmalloc(4 * (size_t)(n * H * D));
             hk_h2d(dtiles, cut, sizeof(hk_qtile) * (size_t)nc, &e);
             CHECK_MSG(hk_attn(st, dq, dtiles, nc, 5, dpos, n, H, Hkv, D, dk, dv, (size_t)(n_ctx * Hkv * D), f16, seg, n_seg, dpart,
@@ -1094,10 +1103,7 @@ TEST(attn_matches_ref) {
             CHECK(hk_attn_split(3) == -1);
             hk_attn_split(2);
             hk_qtile *cut = xmalloc(sizeof(hk_qtile) * (size_t)n);
-            int nc = 0;
-            for (int64_t r = 0; r < 5; r++) cut[nc++] = (hk_qtile){.r0 = (int32_t)r, .n = 1, .seq = 0, .pos0 = p0 + r};
-            for (int64_t t0 = 5; t0 < n; t0 += qt)
-                cut[nc++] = (hk_qtile){.r0 = (int32_t)t0, .n = (int32_t)(n - t0 < qt ? n - t0 : qt), .seq = 0, .pos0 = p0 + t0};
+            const int nc = cut_tiles(cut, n, qt, p0);
             float *ao4 = xmalloc(4 * (size_t)(n * H * D));
             for (int c = 0; c < 2; c++) {
                 hk_h2d(dtiles, c ? cut : tiles, sizeof(hk_qtile) * (size_t)(c ? nc : nt), &e);
