@@ -459,11 +459,7 @@ template <int D> static int mma_launch(void *st, const float *qf, const hk_qtile
         CUDA_TRY(cudaFuncSetAttribute(attn_mma_whole_split_kernel<D, 6>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                       C::whole_split_bytes(6)), e);
         CUDA_TRY(cudaFuncSetAttribute(attn_mma_split_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, C::DECODE_BYTES), e);
-        if (!am_sms) {
-            int dev;
-            CUDA_TRY(cudaGetDevice(&dev), e);
-            CUDA_TRY(cudaDeviceGetAttribute(&am_sms, cudaDevAttrMultiProcessorCount, dev), e);
-        }
+        if (dev_sms(&am_sms, e) < 0) return -1;
         ready = true;
     }
     const uint16_t *K0 = (const uint16_t *)k0, *V0 = (const uint16_t *)v0;

@@ -20,6 +20,16 @@ extern "C" {
 
 #define STREAM(st) ((cudaStream_t)(st))
 
+// *sms = the current device's SM count, read on the first call (the grid choices that depend
+// on it: attn.cu's split form, gdn.cu's state kernel width); -1 with e set on a CUDA error
+static inline int dev_sms(int *sms, herr *e) {
+    if (*sms) return 0;
+    int dev;
+    CUDA_TRY(cudaGetDevice(&dev), e);
+    CUDA_TRY(cudaDeviceGetAttribute(sms, cudaDevAttrMultiProcessorCount, dev), e);
+    return 0;
+}
+
 extern bool hk_pdl_on;
 
 template <typename... P, typename... A>

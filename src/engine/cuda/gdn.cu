@@ -137,9 +137,7 @@ extern "C" int hk_gdn_chunk(void *st, const float *cv, const float *b, const flo
                                       (int)state_smem), e);
         CUDA_TRY(cudaFuncSetAttribute(gdn_chunk_state_kernel<GC_C, GC_THREADS_WIDE>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                       (int)state_smem), e);
-        int dev;
-        CUDA_TRY(cudaGetDevice(&dev), e);
-        CUDA_TRY(cudaDeviceGetAttribute(&gc_sms, cudaDevAttrMultiProcessorCount, dev), e);
+        if (dev_sms(&gc_sms, e) < 0) return -1;
         attrs_set = true;
     }
     const dim3 gs((unsigned)(Gv * 4), (unsigned)n_pieces);
