@@ -115,7 +115,8 @@ $(BUILD)/tests/test_fused_emu: tests/unit/test_fused_emu.cc tests/unit/cuda_emu.
 	$(CXX) -std=c++17 -O2 -g -Wall -Wextra -Werror -Wno-unused-parameter -Wno-unknown-pragmas -ffp-contract=off -fno-strict-aliasing \
 	    -D_GNU_SOURCE -Isrc -Itests/unit -o $@ $< -lm
 
-$(BUILD)/tests/test_attn_emu: tests/unit/test_attn_emu.cc tests/unit/cuda_emu.h tests/unit/emu_rand.h tests/unit/harness.h src/engine/cuda/attn_mma.cuh $(EMU_CUH)
+$(BUILD)/tests/test_attn_emu: tests/unit/test_attn_emu.cc tests/unit/cuda_emu.h tests/unit/emu_rand.h tests/unit/harness.h src/engine/cuda/attn_mma.cuh \
+                             src/engine/cuda/attn_wg.cuh $(EMU_CUH)
 	@mkdir -p $(@D)
 	$(CXX) -std=c++17 -O2 -g -Wall -Wextra -Werror -Wno-unused-parameter -Wno-unknown-pragmas -ffp-contract=off -fno-strict-aliasing \
 	    -D_GNU_SOURCE -Isrc -Itests/unit -o $@ $< -lm

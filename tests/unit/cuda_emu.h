@@ -24,7 +24,10 @@
  * copy; cp_commit and cp_wait are no-ops), __all_sync (a warp barrier like a shuffle's). Not emulated: other votes, streams, PDL (pdl_wait, pdl_go, pdl_enter are
  * no-ops), the memory model across blocks. For the prompt rows' quantized products
  * (src/engine/cuda/mmq.cuh, tests/unit/test_mmq_emu.cc): mma_k32 and mma_k16 (int8 tensor
- * cores, exact). */
+ * cores, exact). For the wgmma form of the prompt attention (src/engine/cuda/attn_wg.cuh):
+ * wg_n32 and wg_pv (wgmma m64nNk16 with shared-memory descriptors, the mma16816 arithmetic per
+ * element), named barriers (bar_sync parks until n threads have arrived, bar_arrive counts
+ * without parking). */
 #ifndef HEARTH_CUDA_EMU_H
 #define HEARTH_CUDA_EMU_H
 
@@ -78,12 +81,14 @@ inline std::vector<emu_uint3> thread_idx;
 inline int cur;                    /* the running thread */
 inline std::vector<float> dyn;     /* dynamic shared memory of the running block */
 inline ucontext_t sched;           /* the block's scheduler */
-enum wait_kind { READY, AT_BLOCK, AT_WARP, DONE };
+enum wait_kind { READY, AT_BLOCK, AT_WARP, AT_NAMED, DONE };
 struct fiber {
     ucontext_t ctx;
     std::vector<char> stack;
     wait_kind wait;
+    int bar; /* the named barrier it waits at (AT_NAMED) */
 };
+inline int named_count[16]; /* arrivals at each named barrier since it last opened */
 inline std::vector<fiber> fibers;
 inline std::function<void()> body;
 inline int64_t n_barriers;         /* block barriers passed, summed over blocks (a test may report it) */
@@ -122,12 +127,16 @@ inline void run_block(unsigned nthreads) {
         fb.ctx.uc_link = &sched;
         makecontext(&fb.ctx, trampoline, 0);
     }
+    for (int i = 0; i < 16; i++) named_count[i] = 0;
     for (;;) {
         for (unsigned t = 0; t < nthreads; t++) {
             if (fibers[t].wait != READY) continue;
             cur = (int)t;
             if (swapcontext(&sched, &fibers[t].ctx) != 0) abort();
         }
+        bool ready = false; /* released by a named barrier during the round */
+        for (unsigned t = 0; t < nthreads; t++) ready |= fibers[t].wait == READY;
+        if (ready) continue;
         bool live = false, opened = false, all_block = true;
         for (unsigned w0 = 0; w0 < nthreads; w0 += 32) {
             bool any = false, all_warp = true;
@@ -151,7 +160,8 @@ inline void run_block(unsigned nthreads) {
             opened = true;
         }
         if (!opened) {
-            fprintf(stderr, "cuda_emu: block (%u, %u, %u) deadlocks: threads wait at a warp shuffle and at __syncthreads\n",
+            fprintf(stderr, "cuda_emu: block (%u, %u, %u) deadlocks: threads wait at a warp shuffle, a named barrier and "
+                            "__syncthreads\n",
                     block_idx.x, block_idx.y, block_idx.z);
             abort();
         }
@@ -381,6 +391,82 @@ inline void mma_k32(int c[4], const uint32_t a[4], const uint32_t b[2]) { emu_mm
 inline void mma_k16(int c[4], const uint32_t a[2], uint32_t b) { emu_mma<4, 16, int64_t>(c, a, &b, emu_s8); }
 /* a named barrier of a pair of warps: the whole block's here (every thread calls it) */
 inline void pair_sync(int) { __syncthreads(); }
+/* named barrier id of n threads (bar.sync / bar.arrive): an arrival counts; the n-th opens it
+ * for every thread parked there; bar_sync parks until then, bar_arrive goes on */
+inline bool emu_named(int id, int n) {
+    if (++emu::named_count[id] < n) return false;
+    emu::named_count[id] = 0;
+    for (auto &f : emu::fibers)
+        if (f.wait == emu::AT_NAMED && f.bar == id) f.wait = emu::READY;
+    return true;
+}
+inline void bar_sync(int id, int n) {
+    if (emu_named(id, n)) return;
+    emu::fibers[emu::cur].bar = id;
+    emu::park(emu::AT_NAMED);
+}
+inline void bar_arrive(int id, int n) { emu_named(id, n); }
+/* wgmma (a warpgroup's m64nNk16, f16 operands, f32 accumulators), computed at the call: fence,
+ * commit, wait and the proxy fence have nothing to order. Each D element is C plus its 16
+ * exact products summed in double, rounded once: the emulated mma16816's arithmetic, so a
+ * chain of either gives the same bits here as on the GPU, where bench/wgmma_probe.cu checks
+ * it. Shared-memory operands through their descriptors: a start (bytes from the block's
+ * dynamic shared memory, >> 4), leading (LBO) and stride (SBO) byte offsets, no swizzle. */
+inline void wg_fence() {}
+inline void wg_commit() {}
+inline void wg_wait0() {}
+inline void async_fence() {}
+inline void wg_pin(float &) {}
+inline uint64_t wg_desc(const void *p, uint32_t lbo, uint32_t sbo) {
+    const size_t a = (size_t)((const char *)p - (const char *)emu::dyn.data());
+    if (a % 16 || a >> 18 || lbo % 16 || sbo % 16 || lbo >> 18 || sbo >> 18) abort(); /* outside what 14 bits of >> 4 hold */
+    return (uint64_t)(a >> 4) | (uint64_t)(lbo >> 4) << 16 | (uint64_t)(sbo >> 4) << 32;
+}
+inline const char *emu_desc_at(uint64_t d) { return (const char *)emu::dyn.data() + ((d & 0x3FFF) << 4); }
+inline size_t emu_lbo(uint64_t d) { return (size_t)((d >> 16) & 0x3FFF) << 4; }
+inline size_t emu_sbo(uint64_t d) { return (size_t)((d >> 32) & 0x3FFF) << 4; }
+/* element (row r, k) of a K-major operand: 8 rows of 16 bytes a core matrix, row groups SBO
+ * apart, k groups of 8 LBO apart; element (k, n) of an N-major one: 8 k-rows of 16 bytes (8
+ * n) a core matrix, n groups SBO apart, k groups LBO apart (PTX ISA, canonical layouts) */
+inline double emu_kmaj(uint64_t d, int r, int k) {
+    uint16_t h;
+    memcpy(&h, emu_desc_at(d) + (r / 8) * emu_sbo(d) + (r % 8) * 16 + (k / 8) * emu_lbo(d) + (k % 8) * 2, 2);
+    return (double)__half2float(__ushort_as_half(h));
+}
+inline double emu_nmaj(uint64_t d, int k, int n) {
+    uint16_t h;
+    memcpy(&h, emu_desc_at(d) + (n / 8) * emu_sbo(d) + (n % 8) * 2 + (k / 8) * emu_lbo(d) + (k % 8) * 16, 2);
+    return (double)__half2float(__ushort_as_half(h));
+}
+/* the thread's accumulators: warp w of the warpgroup holds rows 16 w .. 16 w + 15 as mma.sync's
+ * C, d[j][q] at row 16 w + lane/4 + 8 (q/2), column 8 j + 2 (lane%4) + q%2 */
+inline void wg_n32(float (*d)[4], uint64_t da, uint64_t db) {
+    const int w = (emu::cur & 127) >> 5, lane = emu::cur & 31;
+    for (int j = 0; j < 4; j++)
+        for (int q = 0; q < 4; q++) {
+            const int row = 16 * w + lane / 4 + 8 * (q / 2), col = 8 * j + 2 * (lane % 4) + q % 2;
+            double acc = d[j][q];
+            for (int k = 0; k < 16; k++) acc += emu_kmaj(da, row, k) * emu_kmaj(db, col, k);
+            d[j][q] = (float)acc;
+        }
+}
+/* A from registers (mma.sync's A fragment of the warp's 16 rows: read through the warp), B N-major */
+template <int N> inline void wg_pv(float (*o)[4], const uint32_t a[4], uint64_t db) {
+    const void *all[32];
+    emu_warp_ptrs(a, all);
+    const int lane = emu::cur & 31;
+    for (int j = 0; j < N / 8; j++)
+        for (int q = 0; q < 4; q++) {
+            const int row = lane / 4 + 8 * (q / 2), col = 8 * j + 2 * (lane % 4) + q % 2;
+            double acc = o[j][q];
+            for (int k = 0; k < 16; k++) {
+                const uint32_t *src = (const uint32_t *)all[4 * (row % 8) + (k % 8) / 2];
+                acc += (double)emu_h(src[(row >= 8) + 2 * (k >= 8)], k % 2) * emu_nmaj(db, k, col);
+            }
+            o[j][q] = (float)acc;
+        }
+    emu_warp_done();
+}
 inline void ldsm4(uint32_t r[4], const void *p) { emu_ldsm4(r, p, false); }
 inline void ldsm4t(uint32_t r[4], const void *p) { emu_ldsm4(r, p, true); }
 inline void cp16(void *smem, const void *gmem) { memcpy(smem, gmem, 16); }

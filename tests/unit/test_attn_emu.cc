@@ -20,6 +20,7 @@ extern "C" {
 static unsigned emu_mut;
 #define AMUT(bit) (emu_mut & (bit))
 #include "engine/cuda/attn_mma.cuh"
+#include "engine/cuda/attn_wg.cuh"
 
 #define EMU_SEED 91
 #include "emu_rand.h"
@@ -30,7 +31,8 @@ struct case_t {
     std::vector<float> qf;        /* (n, H, [q D | gate D]) */
     std::vector<float> part;      /* (n, H, n_seg, PART(D)): NaN before every run, so a partial not written shows */
     std::vector<int64_t> pos;     /* (n): p0 + r */
-    int whole = 0;      /* the prompt kernel's whole form in tiles of this many warps (4, 6), else (0) its pairs */
+    int whole = 0;      /* the prompt kernel's whole form in tiles of this many warps (4, 6), (8) two warpgroups on
+                         * wgmma (attn_wg.cuh), else (0) its pairs */
     bool split = false; /* the multi-row tiles through the split form (attn.cu's HEARTH_CUDA_ATTN_SPLIT) */
     /* n rows at positions p0.. of one sequence, over a cache of n_ctx keys */
     explicit case_t(int64_t d, int64_t rows = 24, int64_t first = 110, int64_t ctx = 160)
@@ -45,7 +47,7 @@ struct case_t {
     }
     /* tiles: rows 0..ones-1 one row each, then tiles of the prompt kernel's rows from there */
     std::vector<hk_qtile> tiles(int64_t ones) const {
-        const int64_t qt = (whole ? 16 * whole : AM_QV) / (H / Hkv);
+        const int64_t qt = (whole == 8 ? WG_QV : whole ? 16 * whole : AM_QV) / (H / Hkv);
         std::vector<hk_qtile> t;
         for (int64_t r = 0; r < ones; r++) t.push_back(hk_qtile{(int32_t)r, 1, 0, 0, p0 + r});
         for (int64_t r = ones; r < n; r += qt) t.push_back(hk_qtile{(int32_t)r, (int32_t)(n - r < qt ? n - r : qt), 0, 0, p0 + r});
@@ -83,7 +85,10 @@ struct case_t {
             emu::launch(attn_fold_kernel, dim3((unsigned)H, (unsigned)nt), dim3((unsigned)D), 0, (const float *)qf.data(),
                         t.data(), H, D, seg, n_seg, (const float *)part.data(), ao.data(), hk_act{});
         }
-        if (n_one < nt && whole == 4)
+        if (n_one < nt && whole == 8)
+            emu::launch(attn_wg_kernel<DD>, dim3((unsigned)nt, (unsigned)Hkv), dim3(WG_T), wg_cfg<DD>::BYTES, (const float *)qf.data(),
+                        t.data(), nt, H, Hkv, (const uint16_t *)k.data(), (const uint16_t *)v.data(), stride, seg, ao.data());
+        else if (n_one < nt && whole == 4)
             emu::launch(attn_mma_whole_kernel<DD, 4>, dim3((unsigned)nt, (unsigned)Hkv), dim3(128), am_cfg<DD>::whole_bytes(4),
                         (const float *)qf.data(), t.data(), nt, H, Hkv, (const uint16_t *)k.data(), (const uint16_t *)v.data(),
                         stride, seg, ao.data());
@@ -161,6 +166,8 @@ template <int D> static void forms_agree(case_t &c, const char *what) {
     const std::vector<float> whole = c.run<D>(c.tiles(0)), whole_cut = c.run<D>(c.tiles(3));
     c.whole = 6;
     const std::vector<float> whole6 = c.run<D>(c.tiles(0)), whole6_cut = c.run<D>(c.tiles(3));
+    c.whole = 8;
+    const std::vector<float> wg = c.run<D>(c.tiles(0)), wg_cut = c.run<D>(c.tiles(3));
     c.whole = 0;
     std::vector<float> split[2];
     split_runs<D>(c, split);
@@ -172,11 +179,13 @@ template <int D> static void forms_agree(case_t &c, const char *what) {
     CHECK_MSG(same(whole_cut, tiled), "%s: the whole form's other cut differs", what);
     CHECK_MSG(same(whole6, tiled), "%s: the whole form's tiles of 6 warps (two stages) differ from the pairs'", what);
     CHECK_MSG(same(whole6_cut, tiled), "%s: the whole form's tiles of 6 warps cut otherwise differ", what);
+    CHECK_MSG(same(wg, tiled), "%s: the wgmma form's tiles differ from the pairs'", what);
+    CHECK_MSG(same(wg_cut, tiled), "%s: the wgmma form's tiles cut otherwise differ", what);
     for (int i = 0; i < 2; i++)
         CHECK_MSG(same(split[i], tiled), "%s: the split form in tiles of 6 warps%s differs from the tiles", what,
                   i ? " (cut beside 3 one-row tiles)" : "");
-    printf("  %s: %.3f of the bound; decoded alone, cut otherwise, the whole form (4 and 6 warps) and the split form "
-           "(2 cuts) = the tiles, bit for bit\n", what, w);
+    printf("  %s: %.3f of the bound; decoded alone, cut otherwise, the whole form (4 and 6 warps), the wgmma form and the "
+           "split form (2 cuts each) = the tiles, bit for bit\n", what, w);
 }
 
 TEST(heads_128) {
@@ -201,13 +210,15 @@ TEST(few_rows_at_depth) {
  * warps; 1 in the split form too, 2 cannot happen there: a split CTA walks one segment), 4 in
  * the decode form, 8 and 16 (the split form's own) in the split form */
 TEST(planted_defects_red) {
-    const char *fname[7] = {"pairs", "", "", "", "whole, 4 warps", "", "whole, 6 warps"};
+    const char *fname[9] = {"pairs", "", "", "", "whole, 4 warps", "", "whole, 6 warps", "", "wgmma"};
     for (unsigned bit = 1; bit <= 16; bit <<= 1) {
         const char *name = bit == 1 ? "a tile's rows see its last row's keys" : bit == 2 ? "segments not restarted" :
                            bit == 4 ? "decode warps on one quarter of the dims" :
                            bit == 8 ? "the split form's fold takes the segments last first" : "the split form's last segment of a tile unwritten";
-        for (int form = 0; form <= 6; form += form ? 2 : 4) {
-            const bool prompt = bit <= 2, decode = bit == 4 && form == 0, split = (bit == 1 || bit >= 8) && form == 6;
+        for (int form = 0; form <= 8; form += form ? 2 : 4) {
+            /* the wgmma form declares a segment's (m, l, o) inside its segment loop: 2 cannot happen there */
+            const bool prompt = bit == 1 || (bit == 2 && form != 8), decode = bit == 4 && form == 0,
+                       split = (bit == 1 || bit >= 8) && form == 6;
             if (!prompt && !decode && !split) continue;
             case_t c(128);
             c.whole = form;

@@ -1072,9 +1072,10 @@ TEST(attn_matches_ref) {
             CHECK_MSG(bad == 0, "%s KV: %lld values differ when the rows are cut into other tiles", f16 ? "f16" : "f32", (long long)bad);
             free(cut), free(ao2);
         }
-        /* f16: the prompt kernel in pairs of warps (hk_attn_form(0)) and its whole form in
-         * tiles of 4 warps (8 rows) = the default (6 warps, 12 rows), bit for bit */
-        for (int form = 0; f16 && form <= 4; form += 4) {
+        /* f16: the prompt kernel in pairs of warps (hk_attn_form(0)), its whole form in tiles
+         * of 4 warps (8 rows) and its wgmma form (8: two warpgroups, 8 rows, attn_wg.cuh) = the
+         * default (6 warps, 12 rows), bit for bit */
+        for (int form = 0; f16 && form <= 8; form += 4) {
             float *ao3 = xmalloc(4 * (size_t)(n * H * D));
             hk_attn_form(form);
             const int64_t qf_rows = hk_attn_tile_rows(G, f16);

@@ -13,6 +13,7 @@
 #include "engine/cuda/common.cuh"
 #include "engine/cuda/attn_merge.cuh"
 #include "engine/cuda/attn_mma.cuh"
+#include "engine/cuda/attn_wg.cuh"
 
 // one warp: RMSNorm x (D) by w in place, then NeoX RoPE on its first rope_dims dims
 __device__ void norm_rope(float *x, const float *w, int64_t D, int64_t rope_dims, int64_t pos, float theta, float eps) {
@@ -80,9 +81,10 @@ extern "C" int64_t hk_attn_part_floats(int64_t D) { return PART(D); }
 static bool mma_form(int64_t G, bool f16) { return f16 && G > 0 && G <= 16; }
 /* 6: bench/RESULTS.md (2026-12-06, twelfth session): pp2048 after 32,768 rows 3% faster than
  * 4 warps, 1.7% than the pairs */
-static int am_warps = 6; /* the prompt kernel's whole form in tiles of this many warps (attn_mma.cuh), 0: its pairs */
+static int am_warps = 6; /* the prompt kernel's whole form in tiles of this many warps (attn_mma.cuh), 0: its pairs; 8:
+                          * two warpgroups on wgmma (attn_wg.cuh, tiles of 64 vectors) */
 extern "C" int hk_attn_form(int warps) {
-    if (warps != 0 && warps != 4 && warps != 6) return -1;
+    if (warps != 0 && warps != 4 && warps != 6 && warps != 8) return -1;
     am_warps = warps;
     return 0;
 }
@@ -101,7 +103,7 @@ extern "C" int hk_attn_split(int mode) {
     return 0;
 }
 extern "C" int hk_attn_tile_rows(int64_t G, bool f16) {
-    if (mma_form(G, f16)) return (int)((am_warps ? 16 * am_warps : AM_QV) / G);
+    if (mma_form(G, f16)) return (int)((am_warps == 8 ? WG_QV : am_warps ? 16 * am_warps : AM_QV) / G);
     return G > 0 && G <= ATTN_QV && ATTN_QV % G == 0 ? (int)(ATTN_QV / G) : 0;
 }
 
@@ -459,6 +461,7 @@ template <int D> static int mma_launch(void *st, const float *qf, const hk_qtile
         CUDA_TRY(cudaFuncSetAttribute(attn_mma_whole_split_kernel<D, 6>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                       C::whole_split_bytes(6)), e);
         CUDA_TRY(cudaFuncSetAttribute(attn_mma_split_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, C::DECODE_BYTES), e);
+        CUDA_TRY(cudaFuncSetAttribute(attn_wg_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, wg_cfg<D>::BYTES), e);
         if (dev_sms(&am_sms, e) < 0) return -1;
         ready = true;
     }
@@ -476,7 +479,7 @@ template <int D> static int mma_launch(void *st, const float *qf, const hk_qtile
         if (am_warps == 6)
             LAUNCH(e, (attn_mma_whole_split_kernel<D, 6>), g, 192, C::whole_split_bytes(6), st, qf, tiles, n_tiles, H, Hkv, K0, V0,
                    seq_stride, seg, n_seg, part);
-        else /* 4 warps, or the pairs' tiles: 64 vectors, 4 warps' worth */
+        else /* 4 warps, or the pairs' and the wgmma form's tiles: 64 vectors, 4 warps' worth */
             LAUNCH(e, (attn_mma_whole_split_kernel<D, 4>), g, 128, C::whole_split_bytes(4), st, qf, tiles, n_tiles, H, Hkv, K0, V0,
                    seq_stride, seg, n_seg, part);
         LAUNCH(e, attn_fold_rows_kernel, dim3((unsigned)H, (unsigned)n), (unsigned)D, 0, st, qf, pos, H, (int64_t)D, seg, n_seg,
@@ -492,7 +495,9 @@ template <int D> static int mma_launch(void *st, const float *qf, const hk_qtile
     }
     if (n_one < n_tiles) {
         dim3 g((unsigned)n_tiles, (unsigned)Hkv);
-        if (am_warps == 4)
+        if (am_warps == 8)
+            LAUNCH(e, attn_wg_kernel<D>, g, WG_T, wg_cfg<D>::BYTES, st, qf, tiles, n_tiles, H, Hkv, K0, V0, seq_stride, seg, ao);
+        else if (am_warps == 4)
             LAUNCH(e, attn_mma_whole_kernel<D, 4>, g, 128, C::whole_bytes(4), st, qf, tiles, n_tiles, H, Hkv, K0, V0, seq_stride, seg, ao);
         else if (am_warps == 6)
             LAUNCH(e, attn_mma_whole_kernel<D, 6>, g, 192, C::whole_bytes(6), st, qf, tiles, n_tiles, H, Hkv, K0, V0, seq_stride, seg, ao);

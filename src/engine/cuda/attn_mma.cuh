@@ -230,13 +230,13 @@ __device__ __forceinline__ void am_soft(float (*S)[4], int i, int lim, float sca
 // d0 + 8 t + 2 (lane % 4) + e, t < NT, from the block's V rows Vb. Every dim's sums run in one
 // order whatever NT and d0, so a warp holding a slice of the dims gets the bits of any other.
 // scale: am_scale(D).
-template <int D, int NT>
-__device__ __forceinline__ void am_step(float (*S)[4], const uint16_t *Vb, int d0, int64_t kb, const int64_t kend[2],
-                                        float scale, float m[2], float l[2], float (*o)[4]) {
-    constexpr int RS = am_cfg<D>::RS;
-    const int lane = threadIdx.x & 31;
+// am_weigh is its first half: the softmax of both vectors into P (the p rounded to f16, pairs
+// of keys 8 j + 2 (lane % 4) + e, e = 0, 1, of vector i at P[j][i]: the P operand) and o
+// rescaled where a max moved; the wgmma form (attn_wg.cuh) runs it on its accumulators too.
+template <int NT>
+__device__ __forceinline__ void am_weigh(float (*S)[4], int64_t kb, const int64_t kend[2], float scale, float m[2], float l[2],
+                                         float (*o)[4], uint32_t (*P)[2]) {
     float alpha[2];
-    uint32_t P[4][2]; /* the p rounded to f16, pairs (keys 8 j + 2 (lane % 4) + e, e = 0, 1) of vector i: the P operand */
 #pragma unroll
     for (int i = 0; i < 2; i++) {
         const int lim = (int)max((int64_t)0, min((int64_t)AM_KB, kend[i] - kb)); /* the vector's keys in the block */
@@ -251,6 +251,14 @@ __device__ __forceinline__ void am_step(float (*S)[4], const uint16_t *Vb, int d
     if (alpha[1] != 1.0f)
 #pragma unroll
         for (int t = 0; t < NT; t++) o[t][2] = __fmul_rn(o[t][2], alpha[1]), o[t][3] = __fmul_rn(o[t][3], alpha[1]);
+}
+template <int D, int NT>
+__device__ __forceinline__ void am_step(float (*S)[4], const uint16_t *Vb, int d0, int64_t kb, const int64_t kend[2],
+                                        float scale, float m[2], float l[2], float (*o)[4]) {
+    constexpr int RS = am_cfg<D>::RS;
+    const int lane = threadIdx.x & 31;
+    uint32_t P[4][2];
+    am_weigh<NT>(S, kb, kend, scale, m, l, o, P);
 #pragma unroll
     for (int ks = 0; ks < 2; ks++) { /* keys 16 ks .. 16 ks + 15 */
         const uint32_t a[4] = {P[2 * ks][0], P[2 * ks][1], P[2 * ks + 1][0], P[2 * ks + 1][1]};

@@ -1,0 +1,294 @@
+// attn_wg.cuh: the prompt attention's whole form on Hopper's warpgroup MMA (wgmma.mma_async,
+// f16 operands, f32 accumulators), for the multi-row tiles of a pass with f16 KV rows. Device
+// code only; also run on the CPU under tests/unit/cuda_emu.h (test_attn_emu), which emulates
+// wgmma through the shared-memory descriptors below and the named barriers.
+//
+// The arithmetic is attn_mma.cuh's, step for step: a vector's keys cut into segments of seg
+// and blocks of AM_KB by position; per block S = Q Kᵀ as two chains of 16-wide steps over the
+// low and the high half of D, added once (am_sum); am_weigh's softmax and rescale; o += P V in
+// two 16-key steps; each segment from m = -inf, l = 0, o = 0, folded in order with am_fold_w /
+// am_fold_o. Only the instruction changes: a warpgroup's m64n32k16 for the scores (Q and K
+// from shared memory) and m64nDk16 for P V (P from registers, in mma.sync's A layout; V from
+// shared memory, read N-major), where the whole form issues mma.sync m16n8k16 per warp. A
+// wgmma's accumulator rows 16 w .. 16 w + 15 are warp w's, laid out as mma.sync's C, so S and
+// o are the arrays am_weigh already takes. That the two instructions give the same sums over
+// the same k-steps is a fact of the GPU (bench/wgmma_probe.cu measures it); test_cuda's
+// attn_matches_ref checks this form against the others bit for bit.
+//
+// A CTA: one tile of up to WG_QV vectors (8 rows of 8 heads), two warpgroups. Warpgroup g
+// walks the tile's segments g, g + 2, ... (each its own two stages of K/V blocks), so the
+// two overlap each other's softmax with their products; both fold into one O in shared
+// memory, in segment order: named barrier 3 passes warpgroup 1 once warpgroup 0 has folded
+// the segment before, barrier 4 the other way. Shared memory: Q (f16), the four stages, O
+// (f32) and each vector's M and L: 231,424 bytes at D = 256.
+//
+// Shared-memory layout of Q, K and V (no swizzle): a matrix of rows (vectors or keys) of D
+// halves in core matrices of 8 rows x 8 halves (128 contiguous bytes), row group r / 8 and
+// column group d / 8 at core matrix (r / 8) (D / 8) + d / 8. As a K-major operand (Q, K: the
+// scores' A and B) the leading byte offset steps a column group (128 bytes) and the stride
+// offset a row group (16 D bytes); as an N-major B (V: keys are K, dims N) the leading offset
+// steps a key group (16 D) and the stride offset a dim group (128): PTX ISA, "Matrix
+// Descriptor", canonical layouts without swizzle.
+#ifndef HEARTH_CUDA_ATTN_WG_CUH
+#define HEARTH_CUDA_ATTN_WG_CUH
+
+#include "engine/cuda/attn_mma.cuh"
+
+#ifndef HEARTH_CUDA_EMU_H
+__device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
+__device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
+__device__ __forceinline__ void wg_wait0() { asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory"); }
+// the generic proxy's shared-memory writes (cp.async, stores) made visible to wgmma's reads
+__device__ __forceinline__ void async_fence() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
+__device__ __forceinline__ void bar_sync(int id, int n) { asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(n) : "memory"); }
+__device__ __forceinline__ void bar_arrive(int id, int n) { asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(n) : "memory"); }
+// keeps the compiler from moving a read of an accumulator across a wgmma wait (or a write
+// across its issue): the register passes through an opaque statement in order
+__device__ __forceinline__ void wg_pin(float &x) { asm volatile("" : "+f"(x)::"memory"); }
+// a shared-memory matrix descriptor: start address, leading and stride byte offsets (each
+// >> 4, 14 bits), no swizzle, base offset 0
+__device__ __forceinline__ uint64_t wg_desc(const void *p, uint32_t lbo, uint32_t sbo) {
+    const uint32_t a = (uint32_t)__cvta_generic_to_shared(p);
+    return (uint64_t)((a >> 4) & 0x3FFF) | (uint64_t)((lbo >> 4) & 0x3FFF) << 16 | (uint64_t)((sbo >> 4) & 0x3FFF) << 32;
+}
+
+#define WG_ACC16 "{" \
+    "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15" \
+    "}"
+
+#define WG_ACC64 "{" \
+    "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
+    "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, " \
+    "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, " \
+    "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63" \
+    "}"
+
+#define WG_ACC128 "{" \
+    "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
+    "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, " \
+    "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, " \
+    "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, " \
+    "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, " \
+    "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, " \
+    "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, " \
+    "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127" \
+    "}"
+
+#define WG_OUT16(d) \
+    "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), \
+    "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3])
+
+#define WG_OUT64(d) \
+    "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), \
+    "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), \
+    "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), \
+    "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3]), \
+    "+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]), "+f"(d[8][3]), "+f"(d[9][0]), "+f"(d[9][1]), "+f"(d[9][2]), "+f"(d[9][3]), \
+    "+f"(d[10][0]), "+f"(d[10][1]), "+f"(d[10][2]), "+f"(d[10][3]), "+f"(d[11][0]), "+f"(d[11][1]), "+f"(d[11][2]), "+f"(d[11][3]), \
+    "+f"(d[12][0]), "+f"(d[12][1]), "+f"(d[12][2]), "+f"(d[12][3]), "+f"(d[13][0]), "+f"(d[13][1]), "+f"(d[13][2]), "+f"(d[13][3]), \
+    "+f"(d[14][0]), "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]), "+f"(d[15][0]), "+f"(d[15][1]), "+f"(d[15][2]), "+f"(d[15][3])
+
+#define WG_OUT128(d) \
+    "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), \
+    "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), \
+    "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), \
+    "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3]), \
+    "+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]), "+f"(d[8][3]), "+f"(d[9][0]), "+f"(d[9][1]), "+f"(d[9][2]), "+f"(d[9][3]), \
+    "+f"(d[10][0]), "+f"(d[10][1]), "+f"(d[10][2]), "+f"(d[10][3]), "+f"(d[11][0]), "+f"(d[11][1]), "+f"(d[11][2]), "+f"(d[11][3]), \
+    "+f"(d[12][0]), "+f"(d[12][1]), "+f"(d[12][2]), "+f"(d[12][3]), "+f"(d[13][0]), "+f"(d[13][1]), "+f"(d[13][2]), "+f"(d[13][3]), \
+    "+f"(d[14][0]), "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]), "+f"(d[15][0]), "+f"(d[15][1]), "+f"(d[15][2]), "+f"(d[15][3]), \
+    "+f"(d[16][0]), "+f"(d[16][1]), "+f"(d[16][2]), "+f"(d[16][3]), "+f"(d[17][0]), "+f"(d[17][1]), "+f"(d[17][2]), "+f"(d[17][3]), \
+    "+f"(d[18][0]), "+f"(d[18][1]), "+f"(d[18][2]), "+f"(d[18][3]), "+f"(d[19][0]), "+f"(d[19][1]), "+f"(d[19][2]), "+f"(d[19][3]), \
+    "+f"(d[20][0]), "+f"(d[20][1]), "+f"(d[20][2]), "+f"(d[20][3]), "+f"(d[21][0]), "+f"(d[21][1]), "+f"(d[21][2]), "+f"(d[21][3]), \
+    "+f"(d[22][0]), "+f"(d[22][1]), "+f"(d[22][2]), "+f"(d[22][3]), "+f"(d[23][0]), "+f"(d[23][1]), "+f"(d[23][2]), "+f"(d[23][3]), \
+    "+f"(d[24][0]), "+f"(d[24][1]), "+f"(d[24][2]), "+f"(d[24][3]), "+f"(d[25][0]), "+f"(d[25][1]), "+f"(d[25][2]), "+f"(d[25][3]), \
+    "+f"(d[26][0]), "+f"(d[26][1]), "+f"(d[26][2]), "+f"(d[26][3]), "+f"(d[27][0]), "+f"(d[27][1]), "+f"(d[27][2]), "+f"(d[27][3]), \
+    "+f"(d[28][0]), "+f"(d[28][1]), "+f"(d[28][2]), "+f"(d[28][3]), "+f"(d[29][0]), "+f"(d[29][1]), "+f"(d[29][2]), "+f"(d[29][3]), \
+    "+f"(d[30][0]), "+f"(d[30][1]), "+f"(d[30][2]), "+f"(d[30][3]), "+f"(d[31][0]), "+f"(d[31][1]), "+f"(d[31][2]), "+f"(d[31][3])
+
+// d (m64n32, f32) += A B: A (64 x 16) and B (16 x 32) from shared memory, both K-major
+__device__ __forceinline__ void wg_n32(float (*d)[4], uint64_t da, uint64_t db) {
+    asm volatile("wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 " WG_ACC16 ", %16, %17, 1, 1, 1, 0, 0;"
+                 : WG_OUT16(d)
+                 : "l"(da), "l"(db));
+}
+// o (m64nN, f32) += A B: A (64 x 16) from registers (mma.sync's A fragment of the warp's 16
+// rows), B (16 x N) from shared memory, N-major
+template <int N> __device__ __forceinline__ void wg_pv(float (*o)[4], const uint32_t a[4], uint64_t db);
+template <> __device__ __forceinline__ void wg_pv<256>(float (*o)[4], const uint32_t a[4], uint64_t db) {
+    asm volatile("wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16 " WG_ACC128 ", {%128, %129, %130, %131}, %132, 1, 1, 1, 1;"
+                 : WG_OUT128(o)
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
+}
+template <> __device__ __forceinline__ void wg_pv<128>(float (*o)[4], const uint32_t a[4], uint64_t db) {
+    asm volatile("wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 " WG_ACC64 ", {%64, %65, %66, %67}, %68, 1, 1, 1, 1;"
+                 : WG_OUT64(o)
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
+}
+#endif
+
+#define WG_QV 64  /* query vectors of a tile: a warpgroup's M */
+#define WG_T 256  /* threads: two warpgroups */
+#define WG_NS 2   /* stages of a warpgroup */
+
+template <int D> struct wg_cfg {
+    static constexpr int Q_HALVES = WG_QV * D;
+    static constexpr int STAGE = 2 * AM_KB * D; /* a block's K rows, then its V rows */
+    static constexpr int O_FLOATS = WG_QV * D;  /* the folded outputs: thread t of a warpgroup's output i at [i 128 + t] */
+    static constexpr int BYTES = 2 * Q_HALVES + 2 * 2 * WG_NS * STAGE + 4 * O_FLOATS + 4 * 2 * 2 * 128; /* + M and L */
+};
+// where row r's halves d .. d + 7 (d a multiple of 8) start in a core-matrix layout of D-half rows
+template <int D> __device__ __forceinline__ int wg_at(int r, int d) { return ((r >> 3) * (D / 8) + (d >> 3)) * 64 + (r & 7) * 8; }
+
+// the warpgroup's 128 threads (t its thread): keys [kb, kb + nk) of K and V into a stage in
+// the core-matrix layout, rows nk..AM_KB - 1 zeroed (a p of 0 times them must be 0, never
+// NaN); commits. Piece p (16 bytes: row p / (D/8) ... ) of each matrix lands at 8 p halves: the
+// layout is linear in (row group, column group, row) order, so the 8 lanes writing a core
+// matrix write 128 contiguous bytes
+template <int D>
+__device__ __forceinline__ void wg_fetch(uint16_t *stg, const uint16_t *K0, const uint16_t *V0, size_t base, int64_t Hkv,
+                                         int64_t kb, int nk, int t) {
+    constexpr int C = D / 8, PER = AM_KB * C / 128; /* column groups; pieces of a matrix a thread */
+    const int64_t stride = Hkv * D;
+#pragma unroll
+    for (int u = 0; u < PER; u++) {
+        const int p = t + 128 * u, j = (p / (8 * C)) * 8 + (p & 7), c = (p >> 3) % C;
+        uint16_t *sk = stg + 8 * p, *sv = sk + AM_KB * D;
+        if (j < nk) {
+            const size_t at = base + (size_t)((kb + j) * stride) + (size_t)(8 * c);
+            cp16(sk, K0 + at);
+            cp16(sv, V0 + at);
+        } else {
+            *(uint4 *)sk = make_uint4(0u, 0u, 0u, 0u);
+            *(uint4 *)sv = make_uint4(0u, 0u, 0u, 0u);
+        }
+    }
+    cp_commit();
+}
+
+// grid (tiles, Hkv), WG_T threads, wg_cfg<D>::BYTES of shared memory; tiles taken last first;
+// one-row tiles return (the decode form's). Writes the multi-row tiles' outputs to ao.
+template <int D>
+__global__ void __launch_bounds__(WG_T, 1) attn_wg_kernel(const float *qf, const hk_qtile *tiles, int n_tiles, int64_t H,
+                                                        int64_t Hkv, const uint16_t *K0, const uint16_t *V0, size_t seq_stride,
+                                                        int64_t seg, float *ao) {
+    pdl_enter();
+    using C = wg_cfg<D>;
+    constexpr int NT = D / 8;
+    constexpr uint32_t QKL = 128, QKS = 16 * D, VL = 16 * D, VS = 128; /* descriptor offsets, bytes (see the top) */
+    HK_DYN_SMEM(sm);
+    uint16_t *Qs = (uint16_t *)sm, *stg = Qs + C::Q_HALVES;
+    float *Of = (float *)(stg + 2 * WG_NS * C::STAGE), *Ms = Of + C::O_FLOATS, *Ls = Ms + 2 * 128;
+    const hk_qtile tile = tiles[n_tiles - 1 - (int)blockIdx.x];
+    if (tile.n == 1) return;
+    const int64_t kvh = blockIdx.y, last = tile.pos0 + tile.n - 1;
+    const int G = (int)(H / Hkv), nv = tile.n * G, tid = threadIdx.x, wg = tid >> 7, t = tid & 127, lane = tid & 31,
+              warp = t >> 5;
+    for (int i = tid; i < WG_QV * (D / 4); i += WG_T) {
+        const int v = i / (D / 4), d = 4 * (i % (D / 4));
+        float4 q = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        if (v < nv) q = *(const float4 *)(qf + (int64_t)(tile.r0 + v / G) * 2 * H * D + (kvh * G + v % G) * 2 * D + d);
+        uint16_t *h = Qs + wg_at<D>(v, d) + (d & 7);
+        h[0] = am_h(q.x), h[1] = am_h(q.y), h[2] = am_h(q.z), h[3] = am_h(q.w);
+    }
+    for (int i = tid; i < C::O_FLOATS; i += WG_T) Of[i] = 0.0f;
+    for (int i = tid; i < 2 * 128; i += WG_T) Ms[i] = -INFINITY, Ls[i] = 0.0f;
+    int64_t kend[2];
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+        const int v = 16 * warp + (lane >> 2) + 8 * i;
+        kend[i] = v < nv ? (AMUT(1) ? last + 1 : tile.pos0 + v / G + 1) : 0;
+    }
+    const float scale = am_scale(D);
+    const size_t base = (size_t)tile.seq * seq_stride + (size_t)(kvh * D);
+    uint16_t *mine = stg + wg * WG_NS * C::STAGE;
+    const int64_t n_seg_t = last / seg + 1; /* the tile's segments */
+    async_fence();
+    __syncthreads(); /* Q, O, M and L */
+    for (int64_t s = wg; s < n_seg_t; s += 2) {
+        const int64_t k0 = s * seg, kstop = min(k0 + seg, last + 1);
+        float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f}, o[NT][4];
+#pragma unroll
+        for (int j = 0; j < NT; j++) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
+        wg_fetch<D>(mine, K0, V0, base, Hkv, k0, (int)min((int64_t)AM_KB, kstop - k0), t);
+        int buf = 0;
+        for (int64_t kb = k0; kb < kstop; kb += AM_KB, buf ^= 1) {
+            wg_wait0(); /* the last block's P V: its stage is free, o final */
+#pragma unroll
+            for (int j = 0; j < NT; j++) wg_pin(o[j][0]), wg_pin(o[j][1]), wg_pin(o[j][2]), wg_pin(o[j][3]);
+            cp_wait<0>();
+            async_fence();
+            bar_sync(1 + wg, 128); /* block kb's stage, every thread's pieces; the other stage read by every warp */
+            if (kb + AM_KB < kstop)
+                wg_fetch<D>(mine + (buf ^ 1) * C::STAGE, K0, V0, base, Hkv, kb + AM_KB, (int)min((int64_t)AM_KB, kstop - kb - AM_KB), t);
+            const uint16_t *Kb = mine + buf * C::STAGE, *Vb = Kb + AM_KB * D;
+            float lo[4][4], hi[4][4], S[4][4];
+#pragma unroll
+            for (int j = 0; j < 4; j++)
+#pragma unroll
+                for (int c = 0; c < 4; c++) lo[j][c] = hi[j][c] = 0.0f, wg_pin(lo[j][c]), wg_pin(hi[j][c]);
+            wg_fence();
+#pragma unroll
+            for (int ks = 0; ks < D / 32; ks++) wg_n32(lo, wg_desc(Qs + 128 * ks, QKL, QKS), wg_desc(Kb + 128 * ks, QKL, QKS));
+#pragma unroll
+            for (int ks = D / 32; ks < D / 16; ks++) wg_n32(hi, wg_desc(Qs + 128 * ks, QKL, QKS), wg_desc(Kb + 128 * ks, QKL, QKS));
+            wg_commit();
+            wg_wait0();
+#pragma unroll
+            for (int j = 0; j < 4; j++)
+#pragma unroll
+                for (int c = 0; c < 4; c++) wg_pin(lo[j][c]), wg_pin(hi[j][c]);
+            am_sum(S, lo, hi);
+            uint32_t P[4][2];
+            am_weigh<NT>(S, kb, kend, scale, m, l, o, P);
+#pragma unroll
+            for (int j = 0; j < NT; j++) wg_pin(o[j][0]), wg_pin(o[j][1]), wg_pin(o[j][2]), wg_pin(o[j][3]);
+            wg_fence();
+#pragma unroll
+            for (int ks = 0; ks < 2; ks++) { /* keys 16 ks .. 16 ks + 15: key groups 2 ks, 2 ks + 1 */
+                const uint32_t a[4] = {P[2 * ks][0], P[2 * ks][1], P[2 * ks + 1][0], P[2 * ks + 1][1]};
+                wg_pv<D>(o, a, wg_desc(Vb + 2 * ks * (D / 8) * 64, VL, VS));
+            }
+            wg_commit();
+        }
+        wg_wait0();
+#pragma unroll
+        for (int j = 0; j < NT; j++) wg_pin(o[j][0]), wg_pin(o[j][1]), wg_pin(o[j][2]), wg_pin(o[j][3]);
+        /* the fold, in segment order: segment s after s - 1 (the other warpgroup's) */
+        if (s > 0) bar_sync(wg ? 3 : 4, WG_T);
+#pragma unroll
+        for (int i = 0; i < 2; i++) {
+            if (kend[i] <= k0) continue; /* no key of this vector in the segment */
+            float M = Ms[i * 128 + t], L = Ls[i * 128 + t], a, b;
+            am_fold_w(M, L, m[i], l[i], a, b);
+            Ms[i * 128 + t] = M, Ls[i * 128 + t] = L;
+#pragma unroll
+            for (int j = 0; j < NT; j++)
+#pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    float *O = Of + (4 * j + 2 * i + e) * 128 + t;
+                    *O = am_fold_o(*O, o[j][2 * i + e], a, b);
+                }
+        }
+        if (s + 1 < n_seg_t) bar_arrive(wg ? 4 : 3, WG_T);
+    }
+    __syncthreads(); /* every segment folded */
+    { /* warpgroup g writes its threads' vector i = g */
+        const int i = wg, v = 16 * warp + (lane >> 2) + 8 * i;
+        if (v < nv) {
+            const int64_t r = tile.r0 + v / G, h = kvh * G + v % G;
+            const float *gate = qf + r * 2 * H * D + h * 2 * D + D;
+            float *out = ao + r * H * D + h * D;
+            const float L = Ls[i * 128 + t];
+#pragma unroll
+            for (int j = 0; j < NT; j++)
+#pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    const int d = 8 * j + 2 * (lane & 3) + e;
+                    out[d] = am_out(Of[(4 * j + 2 * i + e) * 128 + t], L, gate[d]);
+                }
+        }
+    }
+}
+
+#endif
