@@ -1090,9 +1090,13 @@ TEST(attn_matches_ref) {
             hk_attn_form(6);
             hk_d2h(ao3, dao, 4 * (size_t)(n * H * D), &e);
             int64_t bad = 0;
-            for (int64_t i = 0; i < n * H * D; i++) bad += memcmp(&ao3[i], &ao[i], 4) != 0;
-            CHECK_MSG(bad == 0, "f16 KV: %lld values differ between the prompt kernel's default and its form %d (%lld-row tiles)",
-                      (long long)bad, form, (long long)qf_rows);
+            double far = 0; /* the largest difference, relative to the default's value: a rounding (~1e-7) or a layout (~1) */
+            for (int64_t i = 0; i < n * H * D; i++)
+                if (memcmp(&ao3[i], &ao[i], 4)) bad++, far = fmax(far, fabs((double)ao3[i] - ao[i]) / (fabs((double)ao[i]) + 1e-30));
+            CHECK_MSG(bad == 0,
+                      "f16 KV: %lld values differ between the prompt kernel's default and its form %d (%lld-row tiles), the "
+                      "largest by %.3g of its value",
+                      (long long)bad, form, (long long)qf_rows, far);
             free(ao3), free(ft);
         }
         /* f16: the split form of the multi-row tiles (hk_attn_split(2): a CTA per tile, KV head
