@@ -1508,6 +1508,10 @@ int main(void) {
         gdn_time(1, 4096), gdn_time(4, 512), gdn_time(8, 1);
         return 0;
     }
+    if (getenv("HEARTH_ATTN_ONLY")) { /* the attention's test alone (a short device call) */
+        RUN(attn_matches_ref);
+        return harness_done();
+    }
 #endif
     RUN(dequant_matches_cpu);
     RUN(rounding_matches_cpu);
