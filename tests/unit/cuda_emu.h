@@ -89,6 +89,10 @@ struct fiber {
     int bar; /* the named barrier it waits at (AT_NAMED) */
 };
 inline int named_count[16]; /* arrivals at each named barrier since it last opened */
+/* each round runs the ready threads last first instead of first first: a block's later warps
+ * get ahead of its earlier ones up to the next barrier (what a missing barrier between them
+ * lets happen shows) */
+inline bool threads_reversed = false;
 inline std::vector<fiber> fibers;
 inline std::function<void()> body;
 inline int64_t n_barriers;         /* block barriers passed, summed over blocks (a test may report it) */
@@ -129,7 +133,8 @@ inline void run_block(unsigned nthreads) {
     }
     for (int i = 0; i < 16; i++) named_count[i] = 0;
     for (;;) {
-        for (unsigned t = 0; t < nthreads; t++) {
+        for (unsigned u = 0; u < nthreads; u++) {
+            const unsigned t = threads_reversed ? nthreads - 1 - u : u;
             if (fibers[t].wait != READY) continue;
             cur = (int)t;
             if (swapcontext(&sched, &fibers[t].ctx) != 0) abort();

@@ -167,7 +167,10 @@ template <int D> static void forms_agree(case_t &c, const char *what) {
     c.whole = 6;
     const std::vector<float> whole6 = c.run<D>(c.tiles(0)), whole6_cut = c.run<D>(c.tiles(3));
     c.whole = 8;
-    const std::vector<float> wg = c.run<D>(c.tiles(0)), wg_cut = c.run<D>(c.tiles(3));
+    const std::vector<float> wg = c.run<D>(c.tiles(0));
+    emu::threads_reversed = true; /* the second warpgroup's threads run ahead: the folds' barriers keep their order */
+    const std::vector<float> wg_cut = c.run<D>(c.tiles(3));
+    emu::threads_reversed = false;
     c.whole = 0;
     std::vector<float> split[2];
     split_runs<D>(c, split);
@@ -180,7 +183,7 @@ template <int D> static void forms_agree(case_t &c, const char *what) {
     CHECK_MSG(same(whole6, tiled), "%s: the whole form's tiles of 6 warps (two stages) differ from the pairs'", what);
     CHECK_MSG(same(whole6_cut, tiled), "%s: the whole form's tiles of 6 warps cut otherwise differ", what);
     CHECK_MSG(same(wg, tiled), "%s: the wgmma form's tiles differ from the pairs'", what);
-    CHECK_MSG(same(wg_cut, tiled), "%s: the wgmma form's tiles cut otherwise differ", what);
+    CHECK_MSG(same(wg_cut, tiled), "%s: the wgmma form's tiles cut otherwise (its later threads run first) differ", what);
     for (int i = 0; i < 2; i++)
         CHECK_MSG(same(split[i], tiled), "%s: the split form in tiles of 6 warps%s differs from the tiles", what,
                   i ? " (cut beside 3 one-row tiles)" : "");
@@ -250,10 +253,31 @@ TEST(planted_defects_red) {
     }
 }
 
+/* 32: the wgmma form's warpgroups fold without waiting for each other: which segment folds
+ * first then depends on the schedule. Six segments (5 rows at 318..322, segments of 64), run
+ * with the threads in index order and with the later threads first (as a GPU may schedule
+ * them): the folds out of order in at least one, red (forms_agree runs the form itself with
+ * the later threads first and finds the tiles' bits) */
+TEST(planted_fold_order_red) {
+    case_t c(128, 5, 318, 384);
+    c.whole = 8;
+    const std::vector<float> good = c.run<128>(c.tiles(0));
+    emu_mut = 32;
+    const std::vector<float> in_order = c.run<128>(c.tiles(0));
+    emu::threads_reversed = true;
+    const std::vector<float> reversed = c.run<128>(c.tiles(0));
+    emu::threads_reversed = false;
+    emu_mut = 0;
+    CHECK_MSG(!same(in_order, good) || !same(reversed, good), "planted defect 'the wgmma form's folds unordered' passed");
+    printf("  planted 'the wgmma form's warpgroups fold without waiting' (wgmma form): red%s%s\n",
+           !same(in_order, good) ? " [threads in order]" : "", !same(reversed, good) ? " [later threads first]" : "");
+}
+
 int main(void) {
     RUN(heads_128);
     RUN(heads_256);
     RUN(few_rows_at_depth);
     RUN(planted_defects_red);
+    RUN(planted_fold_order_red);
     return harness_done();
 }

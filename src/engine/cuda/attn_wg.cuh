@@ -255,7 +255,7 @@ __global__ void __launch_bounds__(WG_T, 1) attn_wg_kernel(const float *qf, const
 #pragma unroll
         for (int j = 0; j < NT; j++) wg_pin(o[j][0]), wg_pin(o[j][1]), wg_pin(o[j][2]), wg_pin(o[j][3]);
         /* the fold, in segment order: segment s after s - 1 (the other warpgroup's) */
-        if (s > 0) bar_sync(wg ? 3 : 4, WG_T);
+        if (s > 0 && !AMUT(32)) bar_sync(wg ? 3 : 4, WG_T);
 #pragma unroll
         for (int i = 0; i < 2; i++) {
             if (kend[i] <= k0) continue; /* no key of this vector in the segment */
@@ -270,7 +270,7 @@ __global__ void __launch_bounds__(WG_T, 1) attn_wg_kernel(const float *qf, const
                     *O = am_fold_o(*O, o[j][2 * i + e], a, b);
                 }
         }
-        if (s + 1 < n_seg_t) bar_arrive(wg ? 4 : 3, WG_T);
+        if (s + 1 < n_seg_t && !AMUT(32)) bar_arrive(wg ? 4 : 3, WG_T);
     }
     __syncthreads(); /* every segment folded */
     { /* warpgroup g writes its threads' vector i = g */
