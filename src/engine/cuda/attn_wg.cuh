@@ -142,9 +142,10 @@ template <int D> __device__ __forceinline__ int wg_at(int r, int d) { return ((r
 
 // the warpgroup's 128 threads (t its thread): keys [kb, kb + nk) of K and V into a stage in
 // the core-matrix layout, rows nk..AM_KB - 1 zeroed (a p of 0 times them must be 0, never
-// NaN); commits. Piece p (16 bytes: row p / (D/8) ... ) of each matrix lands at 8 p halves: the
-// layout is linear in (row group, column group, row) order, so the 8 lanes writing a core
-// matrix write 128 contiguous bytes
+// NaN); commits. Piece p of a matrix (16 bytes: row 8 (p / D) + p % 8, column group (p / 8)
+// % (D / 8)) lands at 8 p halves, since the layout runs row group, column group, row: the 8
+// lanes of a core matrix write its 128 contiguous bytes, and a warp reads 64 contiguous bytes
+// of each of 8 rows
 template <int D>
 __device__ __forceinline__ void wg_fetch(uint16_t *stg, const uint16_t *K0, const uint16_t *V0, size_t base, int64_t Hkv,
                                          int64_t kb, int nk, int t) {
