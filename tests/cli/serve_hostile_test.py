@@ -257,7 +257,13 @@ def slots_save(model):
     s = Server(model, "-np", "1", "--cache-dir", cdir)
     s.post("/v1/chat/completions", {"messages": MSGS, "max_tokens": 2})
     s.post("/v1/chat/completions", {"messages": [{"role": "user", "content": "another"}], "max_tokens": 2})
-    live = sorted(f for f in os.listdir(cdir) if f.endswith(".hcache"))
+    # entries reach the disk from the cache's writer thread, after the answers: wait for one
+    deadline = time.time() + 10
+    live = []
+    while not live and time.time() < deadline:
+        live = sorted(f for f in os.listdir(cdir) if f.endswith(".hcache"))
+        if not live:
+            time.sleep(0.05)
     before = {f: open(os.path.join(cdir, f), "rb").read() for f in live}
     st_, j = s.post("/slots/0?action=save", {"filename": live[0] if live else "x.hcache"})
     check("/slots save onto a live cache file's name -> 400, the file untouched",
