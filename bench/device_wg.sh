@@ -1,0 +1,69 @@
+#!/bin/bash
+# bench/device_wg.sh: the first GPU call for the prompt attention's wgmma form (F11 item 1,
+# attn_wg.cuh, HEARTH_CUDA_ATTN_WHOLE=8), with binaries built here and carried in .dev/bin
+# (hearth, test_cuda, test_gdn_chunk, wgmma_probe; see below), so no build time is spent there:
+#   1. bench/wgmma_probe.cu: does wgmma give mma.sync's bits, and which descriptor offset is
+#      which; if the kernel's readings (LBO = the K step for K-major Q and K; LBO = the K step
+#      for N-major V, as CUTLASS's make_gmma_desc has them) are not the ones the probe finds,
+#      the call says so and stops: the emulator and the kernel change together, here;
+#   2. test_cuda's attn_matches_ref alone (form 8 against the default, bit for bit);
+#   3. q36 made in /dev/shm; pp2048 at depths 32,768 and 8,192, forms 6 (default) and 8,
+#      interleaved, REPS rounds (one process each, the figure it prints);
+#   4. all of test_cuda and test_gdn_chunk;
+#   5. with the time left: Nsight Compute on one launch of each form at 32k (the timed pass's
+#      first: the fill's 16 passes x 10 layers skipped).
+# Local preparation (nvcc 13.0, sm_90a):
+#   make build/hearth build/tests/test_cuda build/tests/test_gdn_chunk
+#   mkdir -p .dev/bin && for b in build/hearth build/tests/test_cuda build/tests/test_gdn_chunk; do
+#     strip -o .dev/bin/$(basename $b) $b; done
+#   nvcc -O2 -gencode arch=compute_90a,code=sm_90a -o .dev/bin/wgmma_probe bench/wgmma_probe.cu
+# then the device tool: carry [".peer/debs", ".dev/bin"], command `bash bench/device_wg.sh`.
+cd "$(dirname "$0")/.."
+out=${OUT:-/tmp/out}; mkdir -p "$out"
+. bench/device_deps.sh >/dev/null 2>&1
+t_start=$(date +%s) deadline=${DEADLINE:-570}
+left() { echo $(( deadline - ($(date +%s) - t_start) )); }
+step() { # name, seconds, command...
+    local name=$1 limit=$2; shift 2
+    local l; l=$(left)
+    [ "$limit" -gt "$l" ] && limit=$l
+    if [ "$limit" -lt 10 ]; then echo "== $name: skipped, ${l} s left"; return 0; fi
+    local s=$(date +%s)
+    timeout "$limit" "$@" >"$out/$name.log" 2>&1
+    local rc=$?
+    echo "== $name: rc $rc in $(( $(date +%s) - s )) s: $(grep -E '^[0-9]+ passed|FAIL|^!!|skipped|tok/s|t/s' "$out/$name.log" | tail -3 | tr '\n' ' ')"
+    return $rc
+}
+{ nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader; nproc; } >"$out/host.txt" 2>&1
+cat "$out/host.txt"
+B=.dev/bin
+step probe 30 $B/wgmma_probe; cat "$out/probe.log"
+# the readings the kernel uses: variant 1 (K-major, LBO = K step) and 6 (MN-major, LBO = K step)
+ok1=$(grep -c 'K-major, LBO = K step.*the same bits' "$out/probe.log")
+ok6=$(grep -c 'MN-major (trans), LBO = K step.*the same bits' "$out/probe.log")
+if [ "$ok1" != 1 ] || [ "$ok6" != 1 ]; then
+    echo "== the probe does not confirm the kernel's readings (K-major LBO = K: $ok1, MN-major LBO = K: $ok6): stop"
+    exit 0
+fi
+HEARTH_ATTN_ONLY=1 step attn 60 $B/test_cuda
+export HEARTH_TMP=/dev/shm
+step gen 60 $B/hearth gen --preset q36 --quant q4_k_m --seed 1 -o /dev/shm/q36.gguf
+for i in $(seq 1 "${REPS:-2}"); do
+    for d in 32768 8192; do
+        for w in 6 8; do
+            HEARTH_CUDA_ATTN_WHOLE=$w step "pp2048_d${d}_w${w}_$i" 90 \
+                $B/hearth bench --device cuda -m /dev/shm/q36.gguf --kv f16 -p 2048 -n 0 -d $d -r 2
+        done
+    done
+done
+step unit 120 $B/test_cuda
+step unit_chunk 120 $B/test_gdn_chunk
+if command -v ncu >/dev/null; then
+    for w in 8 6; do
+        k=$([ $w = 8 ] && echo attn_wg_kernel || echo attn_mma_whole)
+        HEARTH_CUDA_ATTN_WHOLE=$w HEARTH_CUDA_GRAPHS=0 step "ncu_w$w" 150 ncu --clock-control none --kernel-name "regex:$k" \
+            --launch-skip 160 --launch-count 1 --set full $B/hearth bench --device cuda -m /dev/shm/q36.gguf --kv f16 -p 2048 -n 0 -d 32768 -r 1
+        grep -E "Duration|Issue Slots Busy|Achieved Occupancy|Registers Per|Stall|L1/TEX Hit|L2 Hit|Mem Busy|Max Bandwidth|Compute \(SM\) Throughput|Memory Throughput|Shared Memory" "$out/ncu_w$w.log" | head -24
+    done
+fi
+echo "== done, $(left) s left"
