@@ -10,7 +10,7 @@
 #   3. q36 made in /dev/shm; pp2048 at depths 32,768 and 8,192, forms 6 (default) and 8,
 #      interleaved, REPS rounds (one process each, the figure it prints);
 #   4. all of test_cuda and test_gdn_chunk;
-#   5. with the time left: Nsight Compute on one launch of each form at 32k (the timed pass's
+#   5. with the time left: Nsight Compute on one launch of form 8 (NCU_FORMS="8 6": both) at 32k (the timed pass's
 #      first: the fill's 16 passes x 10 layers skipped).
 # Local preparation (nvcc 13.0, sm_90a):
 #   make build/hearth build/tests/test_cuda build/tests/test_gdn_chunk
@@ -59,7 +59,7 @@ done
 step unit 120 $B/test_cuda
 step unit_chunk 120 $B/test_gdn_chunk
 if command -v ncu >/dev/null; then
-    for w in 8 6; do
+    for w in ${NCU_FORMS:-8}; do
         k=$([ $w = 8 ] && echo attn_wg_kernel || echo attn_mma_whole)
         HEARTH_CUDA_ATTN_WHOLE=$w HEARTH_CUDA_GRAPHS=0 step "ncu_w$w" 150 ncu --clock-control none --kernel-name "regex:$k" \
             --launch-skip 160 --launch-count 1 --set full $B/hearth bench --device cuda -m /dev/shm/q36.gguf --kv f16 -p 2048 -n 0 -d 32768 -r 1
