@@ -87,6 +87,13 @@ def main():
            f"--cache-ram {a.cache_ram} --cache-dir {a.dir} --cache-disk {a.cache_disk} --metrics")
     srv = at.Server("hearth", cmd, None, os.path.join(a.out, "server.log"), 300)
     srv.start()
+    try:
+        return drive(a, srv, cmd)
+    finally:
+        srv.stop()  # also when a request fails: no server left behind on the folder
+
+
+def drive(a, srv, cmd):
     cap = a.cache_disk << 20
     peak = [0, 0.0]
     stop = threading.Event()
@@ -145,7 +152,7 @@ def main():
     stop.set()
     th.join()
     m1 = metrics(srv)
-    srv.stop()
+    srv.stop()  # SIGTERM: the writes still waiting are made; the folder read after
     b_end = folder_bytes(a.dir)
 
     # a request that read an entry from disk pays the read on its path (that is the resume); the

@@ -1,5 +1,5 @@
 /* test_cpu_kernels.c: the CPU engine's AVX2/FMA kernels (src/engine/cpu/gdn_avx2.c:
- * cpu_gdn_dot_avx2, cpu_gdn_rows_acc_avx2; src/engine/cpu/attn_avx2.c: cpu_attend_heads_avx2)
+ * cpu_gdn_dot_avx2, cpu_gdn_rows_acc_avx2; src/engine/cpu/attn_avx2.c: cpu_attend_rows_avx2)
  * against their plain C twins (dotf_c, rows_acc_c in gdn.c and attend_head_c in attn.c,
  * static there, so their plain semantics are copied below operation for operation) and
  * against references in double precision, on fresh random inputs.
@@ -408,6 +408,7 @@ static void attend_suite(bool simd) {
     float *ao = xmalloc(sizeof(float) * AT_H * AT_DMAX), *ao2 = xmalloc(sizeof(float) * AT_H * AT_DMAX);
     float *alone = xmalloc(sizeof(float) * AT_GROUP * AT_DMAX), *ot = xmalloc(sizeof(float) * AT_DMAX);
     float *sc = xmalloc(sizeof(float) * (AT_GROUP * AT_NMAX + AT_GUARD)), *kbuf = xmalloc(sizeof(float) * AT_DMAX);
+    float *acc = xmalloc(sizeof(float) * (AT_GROUP * AT_DMAX + AT_GUARD)); /* the kernel's partial sums */
     double *p = xmalloc(sizeof(double) * AT_NMAX), *oref = xmalloc(sizeof(double) * AT_GROUP * AT_DMAX);
     double *bnd = xmalloc(sizeof(double) * AT_GROUP * AT_DMAX);
     int64_t split_checks = 0;
@@ -475,11 +476,15 @@ static void attend_suite(bool simd) {
                                     float *out = rep ? ao2 : ao;
                                     for (int64_t i = 0; i < AT_H * D; i++) out[i] = sentinel;
                                     for (int64_t i = 0; i < ng * n + AT_GUARD; i++) sc[i] = rep ? 1e30f : NAN;
-                                    cpu_attend_heads_avx2(ng, qf + hq * 2 * D, 2 * D, kb, vb, f16, kv_stride, n, D,
-                                                          scale, sc, out + hq * D, D);
+                                    for (int64_t i = 0; i < ng * D + AT_GUARD; i++) acc[i] = rep ? 1e30f : NAN;
+                                    cpu_attend_rows_avx2(1, ng, qf + hq * 2 * D, 0, 2 * D, kb, vb, f16, kv_stride, &n, D,
+                                                         scale, sc, n, acc, out + hq * D, 0, D);
                                     for (int64_t i = ng * n; i < ng * n + AT_GUARD; i++)
                                         CHECK_MSG(rep ? sc[i] == 1e30f : isnan(sc[i]),
                                                   "scratch written past ng n_keys; %s", ctx);
+                                    for (int64_t i = ng * D; i < ng * D + AT_GUARD; i++)
+                                        CHECK_MSG(rep ? acc[i] == 1e30f : isnan(acc[i]),
+                                                  "sums' scratch written past ng D; %s", ctx);
                                 }
                                 CHECK_MSG(same_bits(ao, ao2, AT_H * D), "ng %d h0 %d: not deterministic; %s", ng, h0,
                                           ctx);
@@ -507,9 +512,9 @@ static void attend_suite(bool simd) {
                                 }
                             }
                     }
-    report(simd ? "cpu_attend_heads_avx2 vs double:" : "attend_head_c (C twin) vs double:", &w);
+    report(simd ? "cpu_attend_rows_avx2, one row, vs double:" : "attend_head_c (C twin) vs double:", &w);
     if (simd)
-        printf("    cpu_attend_heads_avx2: %lld (head, ng, first head) results checked bit for bit against the head "
+        printf("    cpu_attend_rows_avx2, one row: %lld (head, ng, first head) results checked bit for bit against the head "
                "computed alone\n",
                (long long)split_checks);
     free(qf);
@@ -522,6 +527,7 @@ static void attend_suite(bool simd) {
     free(alone);
     free(ot);
     free(sc);
+    free(acc);
     free(kbuf);
     free(p);
     free(oref);
@@ -538,8 +544,8 @@ TEST(attend_avx2) {
 }
 
 /* cpu_attend_rows_avx2: 1..4 consecutive rows (row r sees n0 + r keys) of 1..4 heads against
- * one KV head, key blocks shared: each row's heads give cpu_attend_heads_avx2's bits for that
- * row alone. Key and value rows past the tile's last key are NaN (a read of one shows), and
+ * one KV head, key blocks shared: each row's heads give the bits of that row alone (nr = 1,
+ * the decode step's call). Key and value rows past the tile's last key are NaN (a read of one shows), and
  * the tile's lengths cross a 32-key block's end and end odd and even. */
 TEST(attend_rows_avx2) {
     if (!quant_simd_active()) SKIP(no_simd_why());
@@ -549,7 +555,8 @@ TEST(attend_rows_avx2) {
           *vf = xmalloc(sizeof(float) * nmax * kv_stride);
     f16_t *k16 = xmalloc(sizeof(f16_t) * nmax * kv_stride), *v16 = xmalloc(sizeof(f16_t) * nmax * kv_stride);
     float *o = xmalloc(sizeof(float) * 4 * H * D), *o1 = xmalloc(sizeof(float) * 4 * D), *sc = xmalloc(sizeof(float) * 4 * 4 * nmax),
-          *acc = xmalloc(sizeof(float) * 4 * 4 * D), *sc1 = xmalloc(sizeof(float) * 4 * nmax);
+          *acc = xmalloc(sizeof(float) * 4 * 4 * D), *sc1 = xmalloc(sizeof(float) * 4 * nmax),
+          *acc1 = xmalloc(sizeof(float) * 4 * D);
     int64_t checked = 0;
     for (size_t ni = 0; ni < sizeof n0s / sizeof n0s[0]; ni++)
         for (int f16 = 0; f16 < 2; f16++)
@@ -572,7 +579,8 @@ TEST(attend_rows_avx2) {
                     cpu_attend_rows_avx2(nr, ng, q, H * 2 * D, 2 * D, kb, vb, f16, kv_stride, nk, D, 1.0f / 16.0f, sc, last, acc, o,
                                          H * D, D);
                     for (int r = 0; r < nr; r++) {
-                        cpu_attend_heads_avx2(ng, q + r * H * 2 * D, 2 * D, kb, vb, f16, kv_stride, nk[r], D, 1.0f / 16.0f, sc1, o1, D);
+                        cpu_attend_rows_avx2(1, ng, q + r * H * 2 * D, 0, 2 * D, kb, vb, f16, kv_stride, &nk[r], D, 1.0f / 16.0f, sc1,
+                                             nk[r], acc1, o1, 0, D);
                         CHECK_MSG(!memcmp(o + r * H * D, o1, sizeof(float) * (size_t)(ng * D)),
                                   "rows: row %d of %d (%lld keys, %d heads, %s) differs from the row alone", r, nr,
                                   (long long)nk[r], ng, f16 ? "f16" : "f32");
@@ -581,7 +589,7 @@ TEST(attend_rows_avx2) {
                 }
     printf("  %lld rows of tiles (1..4 rows, 1..4 heads, f16 and f32, 1..139 keys) = each row alone, bit for bit\n",
            (long long)checked);
-    free(qf), free(kf), free(vf), free(k16), free(v16), free(o), free(o1), free(sc), free(acc), free(sc1);
+    free(qf), free(kf), free(vf), free(k16), free(v16), free(o), free(o1), free(sc), free(acc), free(sc1), free(acc1);
 }
 
 int main(void) {

@@ -133,15 +133,11 @@ static void attend_task(void *arg, int64_t t, int thread) {
         const uint8_t *kb = (const uint8_t *)s->k[c->il] + (size_t)(hk * D) * esz;
         const uint8_t *vb = (const uint8_t *)s->v[c->il] + (size_t)(hk * D) * esz;
         const float scale = 1.0f / sqrtf((float)D);
-        if (nr == 1) {
-            cpu_attend_heads_avx2((int)nh, q, 2 * D, kb, vb, c->kv_f16, Hkv * D, c->pos[r0] + 1, D, scale, sc, o, D);
-        } else {
-            int64_t n_keys[ATTN_ROWS];
-            for (int64_t r = 0; r < nr; r++) n_keys[r] = c->pos[r0 + r] + 1;
-            const int64_t stride = c->pos[r0 + nr - 1] + 1;
-            cpu_attend_rows_avx2((int)nr, (int)nh, q, 2 * H * D, 2 * D, kb, vb, c->kv_f16, Hkv * D, n_keys, D, scale, sc, stride,
-                                 sc + nr * nh * stride, o, H * D, D);
-        }
+        int64_t n_keys[ATTN_ROWS];
+        for (int64_t r = 0; r < nr; r++) n_keys[r] = c->pos[r0 + r] + 1;
+        const int64_t stride = c->pos[r0 + nr - 1] + 1;
+        cpu_attend_rows_avx2((int)nr, (int)nh, q, 2 * H * D, 2 * D, kb, vb, c->kv_f16, Hkv * D, n_keys, D, scale, sc, stride,
+                             sc + nr * nh * stride, o, H * D, D);
     } else {
         for (int64_t g = 0; g < nh; g++) attend_head_c(c, s, hk, q + g * 2 * D, c->pos[r0] + 1, sc, o + g * D);
     }
