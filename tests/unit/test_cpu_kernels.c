@@ -22,6 +22,7 @@
 #include "format/quant.h"
 #include "base/util.h"
 
+#include <float.h>
 #include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -331,10 +332,12 @@ static void attend_head_c(const float *q, const void *k, const void *v, bool f16
  *  2. the exact softmax of the perturbed scores, p~_j = p_j e^(e_j) / sum_i p_i e^(e_i) with
  *     |e_j| <= eps, lies in p_j [e^(-2 eps), e^(2 eps)].
  *  3. mx is one of the s^ exactly; s^_j - mx in [-R, 0], R <= range(s) + 2 eps, rounds with
- *     absolute error <= u R, and expf is within 1 ulp (relative 2u): each e^_j =
+ *     absolute error <= u R, and the exponential (expf; the kernel's
+ *     cpu_exp_avx2, checked by exp_avx2) is within 1 ulp (relative 2u): each e^_j =
  *     exp(s^_j - mx)(1 + a_j), |a_j| <= alpha := (1 + 2u) e^(u R) - 1; in the ratio
  *     e^_j / sum e^_i these give a factor in [(1 - alpha)/(1 + alpha), (1 + alpha)/(1 - alpha)].
- *  4. the sum of n positive terms from 0 rounds n - 1 times per term: S^ = S (1 + t),
+ *  4. the sum of n positive terms from 0 rounds n - 1 times per term at most (attend_head_c
+ *     adds in order; the kernel in 8 lanes, then across them, fewer): S^ = S (1 + t),
  *     |t| <= gam(n - 1, u), so 1/S^ is within a factor [1/(1 + gam), 1/(1 - gam)] of 1/S;
  *     inv = fl(1/S^) and p^ = fl(e^ inv) round twice more: (1 + u)^2.
  *  The upper factor is e^(2 eps) (1 + alpha)/(1 - alpha) (1 + u)^2 / (1 - gam(n - 1)) =: 1 + rho,
@@ -534,6 +537,42 @@ static void attend_suite(bool simd) {
     free(bnd);
 }
 
+/* cpu_exp_avx2, the softmax's exponential: relative error <= 2^-23 (the "1 ulp" attn_rho takes)
+ * against exp in double wherever e^x is a normal float, over every 61st float in [-104, 0]
+ * (~18 million) and the ends; within 2^-149 (one subnormal step) where it is subnormal; 0
+ * below -104 and at -inf. Prints the wrel relative error in units of u = 2^-24. */
+TEST(exp_avx2) {
+    if (!quant_simd_active()) SKIP(no_simd_why());
+    enum { CH = 4096 };
+    static float x[CH], y[CH];
+    const uint32_t top = 0xC2D00000u; /* -104.0f */
+    double wrel = 0, worst_x = 0;
+    int64_t checked = 0;
+    uint32_t b = 0x80000000u; /* -0.0f, then down to -104 */
+    while (b <= top) {
+        int m = 0;
+        for (; m < CH && b <= top; m++, b += 61) memcpy(&x[m], &b, 4);
+        if (b > top && m < CH) x[m++] = -104.0f;
+        cpu_exp_avx2(x, y, m);
+        for (int i = 0; i < m; i++) {
+            const double e = exp((double)x[i]), err = fabs((double)y[i] - e);
+            if (e >= FLT_MIN) {
+                const double rel = err / e;
+                if (rel > wrel) wrel = rel, worst_x = x[i];
+                CHECK_MSG(rel <= 0x1p-23, "exp(%.9g): %.9g against %.17g, relative error %.3g > 2^-23", x[i], y[i], e, rel);
+            } else {
+                CHECK_MSG(err <= 0x1p-149, "exp(%.9g) subnormal: %.9g against %.17g", x[i], y[i], e);
+            }
+            checked++;
+        }
+    }
+    const float out[3] = {-104.5f, -1e30f, -INFINITY};
+    cpu_exp_avx2(out, y, 3);
+    for (int i = 0; i < 3; i++) CHECK_MSG(y[i] == 0.0f, "exp(%g) = %g, not 0", out[i], y[i]);
+    printf("  %lld values in [-104, 0]: worst relative error %.3f u (at x = %.9g)\n", (long long)checked, wrel / 0x1p-24,
+           worst_x);
+}
+
 TEST(attend_twin) {
     attend_suite(false);
 }
@@ -597,6 +636,7 @@ int main(void) {
     RUN(gdn_dot_avx2);
     RUN(gdn_rows_acc_twin);
     RUN(gdn_rows_acc_avx2);
+    RUN(exp_avx2);
     RUN(attend_twin);
     RUN(attend_avx2);
     RUN(attend_rows_avx2);

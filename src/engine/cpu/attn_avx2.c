@@ -26,6 +26,75 @@ KINLINE float hsum8(__m256 v) {
     return _mm_cvtss_f32(s);
 }
 
+/* e^x for x <= 0 in 8 lanes (the softmax's s - max), relative error below 2^-23 (1 ulp) where
+ * e^x is a normal float: x = n ln2 + r, |r| <= ln2 / 2, with ln2 in two parts (n ln2_hi is
+ * exact for |n| < 2^9; the fma with ln2_lo rounds once, |r| u); e^r = 1 + (r + r^2 q(r)),
+ * q the Taylor terms 1/2 .. 1/5040 (the truncation r^8 / 8! < 5e-9 relative), so the last two
+ * roundings dominate: u |r + r^2 q| + u <= 1.45 u; in all < 1.85 u. Then times 2^n, exact as
+ * two factors (the second only where e^x is subnormal). x < -104 gives 0 (e^-104 is below half
+ * the least subnormal), as does -inf. test_cpu_kernels' exp_avx2 checks the bound. */
+KINLINE __m256 exp8(__m256 x) {
+    const __m256 lo = _mm256_set1_ps(-104.0f), zero = _mm256_setzero_ps();
+    const __m256 gone = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
+    x = _mm256_max_ps(x, lo);
+    const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fmadd_ps(n, _mm256_set1_ps(-0.693359375f), x);        /* ln2_hi: 9 bits */
+    r = _mm256_fmadd_ps(n, _mm256_set1_ps(2.12194440e-4f), r);               /* -(ln2 - ln2_hi) */
+    __m256 q = _mm256_set1_ps(1.0f / 5040.0f);
+    q = _mm256_fmadd_ps(q, r, _mm256_set1_ps(1.0f / 720.0f));
+    q = _mm256_fmadd_ps(q, r, _mm256_set1_ps(1.0f / 120.0f));
+    q = _mm256_fmadd_ps(q, r, _mm256_set1_ps(1.0f / 24.0f));
+    q = _mm256_fmadd_ps(q, r, _mm256_set1_ps(1.0f / 6.0f));
+    q = _mm256_fmadd_ps(q, r, _mm256_set1_ps(0.5f));
+    const __m256 e = _mm256_add_ps(_mm256_set1_ps(1.0f), _mm256_fmadd_ps(_mm256_mul_ps(r, r), q, r));
+    /* 2^n as 2^n1 2^n2: n1 = max(n, -126) a normal power, n2 = n - n1 in [-24, 0] */
+    const __m256i ni = _mm256_cvtps_epi32(n), n1 = _mm256_max_epi32(ni, _mm256_set1_epi32(-126));
+    const __m256 p1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n1, _mm256_set1_epi32(127)), 23));
+    const __m256 p2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(_mm256_sub_epi32(ni, n1), _mm256_set1_epi32(127)), 23));
+    return _mm256_blendv_ps(_mm256_mul_ps(_mm256_mul_ps(e, p1), p2), zero, gone);
+}
+
+void cpu_exp_avx2(const float *x, float *y, int64_t n) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, exp8(_mm256_loadu_ps(x + i)));
+    if (i < n) {
+        float t[8];
+        for (int j = 0; j < 8; j++) t[j] = i + j < n ? x[i + j] : -INFINITY;
+        _mm256_storeu_ps(t, exp8(_mm256_loadu_ps(t)));
+        for (int j = 0; i + j < n; j++) y[i + j] = t[j];
+    }
+}
+
+/* the softmax of s[0..n) in place: the max; e = exp8(s - max) and their sum, 8 lanes in key
+ * order (the keys past n as -inf, so e = 0) then hsum8; each e times 1 / sum */
+KINLINE void softmax_row(float *s, int64_t n) {
+    __m256 vm = _mm256_set1_ps(-INFINITY);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) vm = _mm256_max_ps(vm, _mm256_loadu_ps(s + i));
+    float m8[8], mx = -INFINITY;
+    _mm256_storeu_ps(m8, vm);
+    for (int j = 0; j < 8; j++) mx = m8[j] > mx ? m8[j] : mx;
+    for (; i < n; i++) mx = s[i] > mx ? s[i] : mx;
+    const __m256 vmx = _mm256_set1_ps(mx);
+    __m256 sum = _mm256_setzero_ps();
+    for (i = 0; i + 8 <= n; i += 8) {
+        const __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(s + i), vmx));
+        _mm256_storeu_ps(s + i, e);
+        sum = _mm256_add_ps(sum, e);
+    }
+    if (i < n) {
+        float t[8];
+        for (int j = 0; j < 8; j++) t[j] = i + j < n ? s[i + j] - mx : -INFINITY;
+        const __m256 e = exp8(_mm256_loadu_ps(t));
+        _mm256_storeu_ps(t, e);
+        for (int j = 0; i + j < n; j++) s[i + j] = t[j];
+        sum = _mm256_add_ps(sum, e);
+    }
+    const __m256 inv = _mm256_set1_ps(1.0f / hsum8(sum));
+    for (i = 0; i + 8 <= n; i += 8) _mm256_storeu_ps(s + i, _mm256_mul_ps(_mm256_loadu_ps(s + i), inv));
+    for (; i < n; i++) s[i] *= _mm256_cvtss_f32(inv);
+}
+
 /* scores of keys [j0, j1) for NG heads (rows of q at q_stride) into s (a head's at s_stride):
  * one FMA chain per (head, key) over D, keys in pairs from j0 (even) and one alone at an odd
  * end, each score times scale */
@@ -82,8 +151,8 @@ KINLINE void sum_values(const void *v, int64_t kv_stride, int64_t d, int64_t i0,
 
 /* Rows r < nr of one sequence (consecutive positions: row r sees keys [0, n_keys[r])), each
  * with ng query heads, against one KV head. A head's arithmetic: a score is one FMA chain over
- * D (8 lanes, then hsum8) times scale, in pairs of keys or alone at an odd end; the softmax in
- * key order; a sum adds the keys in order per 8 columns. The loops run key block by key block,
+ * D (8 lanes, then hsum8) times scale, in pairs of keys or alone at an odd end; the softmax as
+ * softmax_row makes it; a sum adds the keys in order per 8 columns. The loops run key block by key block,
  * so a block of AR_KB key and value rows is read from memory once for all nr * ng heads, and
  * the blocks two ahead are asked into L2 meanwhile. The partial sums wait in acc between
  * blocks (a float stored and loaded keeps its bits), so no bit depends on nr, ng or AR_KB. */
@@ -113,17 +182,7 @@ KINLINE void attend_rows(int nr, const float *q, int64_t q_row, int64_t q_stride
         }
     }
     for (int r = 0; r < nr; r++)
-        for (int g = 0; g < NG; g++) {
-            float *s = sc + ((int64_t)r * NG + g) * sc_stride, mx = -INFINITY, sum = 0;
-            const int64_t n = n_keys[r];
-            for (int64_t i = 0; i < n; i++) mx = s[i] > mx ? s[i] : mx;
-            for (int64_t i = 0; i < n; i++) {
-                s[i] = expf(s[i] - mx);
-                sum += s[i];
-            }
-            const float inv = 1.0f / sum;
-            for (int64_t i = 0; i < n; i++) s[i] *= inv;
-        }
+        for (int g = 0; g < NG; g++) softmax_row(sc + ((int64_t)r * NG + g) * sc_stride, n_keys[r]);
     memset(acc, 0, sizeof(float) * (size_t)(nr * NG * D));
     for (int64_t kb = 0; kb < nmax; kb += AR_KB) {
         prefetch_rows(v, kv_stride, kb + AR_PF, nmax, D, f16);

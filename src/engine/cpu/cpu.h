@@ -122,6 +122,9 @@ void cpu_gdn_rows_acc_avx2(float *y, const float *y0, float s0, const float *x, 
  * softmax, o = sum p v; each row's bits those it has alone, every key and value row read once
  * for all of them. sc: nr * ng rows of sc_stride >= max n_keys floats; acc: nr * ng * D
  * floats. AVX2/FMA: call after quant_simd_active(). */
+/* attn_avx2.c: y = e^x for x <= 0 (the attention's softmax exponential; relative error below
+ * 2^-23 where e^x is normal, 0 below -104) */
+void cpu_exp_avx2(const float *x, float *y, int64_t n);
 void cpu_attend_rows_avx2(int nr, int ng, const float *q, int64_t q_row, int64_t q_stride, const void *k, const void *v,
                           bool f16, int64_t kv_stride, const int64_t *n_keys, int64_t D, float scale, float *sc,
                           int64_t sc_stride, float *acc, float *o, int64_t o_row, int64_t o_stride);
