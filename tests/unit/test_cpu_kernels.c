@@ -582,28 +582,28 @@ TEST(attend_avx2) {
     attend_suite(true);
 }
 
-/* cpu_attend_rows_avx2: 1..4 consecutive rows (row r sees n0 + r keys) of 1..4 heads against
+/* cpu_attend_rows_avx2: 1..8 consecutive rows (row r sees n0 + r keys) of 1..4 heads against
  * one KV head, key blocks shared: each row's heads give the bits of that row alone (nr = 1,
  * the decode step's call). Key and value rows past the tile's last key are NaN (a read of one shows), and
  * the tile's lengths cross a 32-key block's end and end odd and even. */
 TEST(attend_rows_avx2) {
     if (!quant_simd_active()) SKIP(no_simd_why());
-    const int64_t D = 256, Hkv = 2, kv_stride = Hkv * D, nmax = 140, H = 8;
+    const int64_t D = 256, Hkv = 2, kv_stride = Hkv * D, nmax = 144, H = 8, R = 8; /* R: rows a tile (ATTN_ROWS) */
     const int64_t n0s[] = {1, 30, 31, 63, 100, 136};
-    float *qf = xmalloc(sizeof(float) * 4 * H * 2 * D), *kf = xmalloc(sizeof(float) * nmax * kv_stride),
+    float *qf = xmalloc(sizeof(float) * R * H * 2 * D), *kf = xmalloc(sizeof(float) * nmax * kv_stride),
           *vf = xmalloc(sizeof(float) * nmax * kv_stride);
     f16_t *k16 = xmalloc(sizeof(f16_t) * nmax * kv_stride), *v16 = xmalloc(sizeof(f16_t) * nmax * kv_stride);
-    float *o = xmalloc(sizeof(float) * 4 * H * D), *o1 = xmalloc(sizeof(float) * 4 * D), *sc = xmalloc(sizeof(float) * 4 * 4 * nmax),
-          *acc = xmalloc(sizeof(float) * 4 * 4 * D), *sc1 = xmalloc(sizeof(float) * 4 * nmax),
+    float *o = xmalloc(sizeof(float) * R * H * D), *o1 = xmalloc(sizeof(float) * 4 * D), *sc = xmalloc(sizeof(float) * R * 4 * nmax),
+          *acc = xmalloc(sizeof(float) * R * 4 * D), *sc1 = xmalloc(sizeof(float) * 4 * nmax),
           *acc1 = xmalloc(sizeof(float) * 4 * D);
     int64_t checked = 0;
     for (size_t ni = 0; ni < sizeof n0s / sizeof n0s[0]; ni++)
         for (int f16 = 0; f16 < 2; f16++)
-            for (int nr = 1; nr <= 4; nr++)
+            for (int nr = 1; nr <= R; nr++)
                 for (int ng = 1; ng <= 4; ng++) {
                     const int64_t n0 = n0s[ni], last = n0 + nr - 1;
-                    const uint64_t key = rng_at(rng_key(SEEDS[0], "rows"), (uint64_t)((ni * 2 + (size_t)f16) * 16 + (size_t)((nr - 1) * 4 + ng - 1)));
-                    for (int64_t i = 0; i < 4 * H * 2 * D; i++) qf[i] = 0.3f * rng_normal(key, (uint64_t)i);
+                    const uint64_t key = rng_at(rng_key(SEEDS[0], "rows"), (uint64_t)((ni * 2 + (size_t)f16) * 32 + (size_t)((nr - 1) * 4 + ng - 1)));
+                    for (int64_t i = 0; i < R * H * 2 * D; i++) qf[i] = 0.3f * rng_normal(key, (uint64_t)i);
                     for (int64_t e = 0; e < nmax * kv_stride; e++) {
                         const bool past = e / kv_stride >= last;
                         const float kx = past ? NAN : rng_normal(key ^ 0x4b, (uint64_t)e), vx = past ? NAN : rng_normal(key ^ 0x56, (uint64_t)e);
@@ -612,9 +612,9 @@ TEST(attend_rows_avx2) {
                     const void *kb = f16 ? (const void *)(k16 + D) : (const void *)(kf + D); /* KV head 1 */
                     const void *vb = f16 ? (const void *)(v16 + D) : (const void *)(vf + D);
                     const float *q = qf + 4 * 2 * D; /* heads 4.. of each row: KV head 1's group */
-                    int64_t nk[4];
+                    int64_t nk[8];
                     for (int r = 0; r < nr; r++) nk[r] = n0 + r;
-                    for (int64_t i = 0; i < 4 * H * D; i++) o[i] = NAN;
+                    for (int64_t i = 0; i < R * H * D; i++) o[i] = NAN;
                     cpu_attend_rows_avx2(nr, ng, q, H * 2 * D, 2 * D, kb, vb, f16, kv_stride, nk, D, 1.0f / 16.0f, sc, last, acc, o,
                                          H * D, D);
                     for (int r = 0; r < nr; r++) {
@@ -626,7 +626,7 @@ TEST(attend_rows_avx2) {
                         checked++;
                     }
                 }
-    printf("  %lld rows of tiles (1..4 rows, 1..4 heads, f16 and f32, 1..139 keys) = each row alone, bit for bit\n",
+    printf("  %lld rows of tiles (1..8 rows, 1..4 heads, f16 and f32, 1..143 keys) = each row alone, bit for bit\n",
            (long long)checked);
     free(qf), free(kf), free(vf), free(k16), free(v16), free(o), free(o1), free(sc), free(acc), free(sc1), free(acc1);
 }

@@ -1,4 +1,4 @@
-/* attn_avx2.c: the AVX2/FMA kernel behind attn.c's attend_task: up to 4 consecutive rows of
+/* attn_avx2.c: the AVX2/FMA kernel behind attn.c's attend_task: up to 8 consecutive rows of
  * a sequence (a decode step's one row among them), each with up to 4 query heads that share
  * one KV head, key block by key block: the key rows scored two at a time (each loaded once for
  * all the rows' heads), softmax, then the weighted sum of the value rows in 16-wide column
