@@ -117,19 +117,23 @@ template <int D> __device__ __forceinline__ int wg_at(int r, int d) { return ((r
 
 // the warpgroup's 128 threads (t its thread): keys [kb, kb + nk) of K and V into a stage in
 // the core-matrix layout, rows nk..AM_KB - 1 zeroed (a p of 0 times them must be 0, never
-// NaN); commits. Piece p of a matrix (16 bytes: row 8 (p / D) + p % 8, column group (p / 8)
-// % (D / 8)) lands at 8 p halves, since the layout runs row group, column group, row: the 8
-// lanes of a core matrix write its 128 contiguous bytes, and a warp reads 64 contiguous bytes
-// of each of 8 rows
+// NaN); commits. The pieces (16 bytes) go out so that each 8 lanes, which L2 serves together,
+// read 4 rows x 2 neighbouring pieces: 4 whole 32-byte sectors (lanes on 8 rows, one piece
+// each, used half of 8 sectors: Nsight Compute counted 50% of the form's L2 sectors excess,
+// bench/RESULTS.md, fifteenth session). In shared memory a row's two pieces are 128 bytes
+// apart, in the same banks: 2 wavefronts a phase where one piece a row took 1. Piece p of a
+// matrix: lane q = p % 8 takes row 4 (p / 8 / (C / 2)) + q % 4, piece 2 ((p / 8) % (C / 2)) +
+// q / 4 of it
 template <int D>
 __device__ __forceinline__ void wg_fetch(uint16_t *stg, const uint16_t *K0, const uint16_t *V0, size_t base, int64_t Hkv,
                                          int64_t kb, int nk, int t) {
-    constexpr int C = D / 8, PER = AM_KB * C / 128; /* column groups; pieces of a matrix a thread */
+    constexpr int C = D / 8, PER = AM_KB * C / 128; /* pieces of a row; pieces of a matrix a thread */
     const int64_t stride = Hkv * D;
 #pragma unroll
     for (int u = 0; u < PER; u++) {
-        const int p = t + 128 * u, j = (p / (8 * C)) * 8 + (p & 7), c = (p >> 3) % C;
-        uint16_t *sk = stg + 8 * p, *sv = sk + AM_KB * D;
+        const int p = t + 128 * u, q = p & 7, ph = p >> 3;
+        const int j = 4 * (ph / (C / 2)) + (q & 3), c = 2 * (ph % (C / 2)) + (q >> 2);
+        uint16_t *sk = stg + wg_at<D>(j, 8 * c), *sv = sk + AM_KB * D;
         if (j < nk) {
             const size_t at = base + (size_t)((kb + j) * stride) + (size_t)(8 * c);
             cp16(sk, K0 + at);
