@@ -35,8 +35,6 @@
 #   ncu_k      Nsight Compute on one launch of each kernel named in NCU_K (space-separated regexes
 #              over mangled names, e.g. mmq_kernelILi12ELi8ELb1) in pp2048 at depth 0 (NCU_K_SKIP
 #              launches of it skipped, default 3; full set, to ncu_k_N.log)
-#   wgmma      bench/wgmma_probe.cu: whether wgmma's sums are mma.sync's, bit for bit, and which
-#              descriptor offset is which (to wgmma.log)
 #   split      the split form of short passes' attention (the default) against the whole form
 #              (HEARTH_CUDA_ATTN_SPLIT=0): hearth bench -p P -n 0 -d 32768 -r 2 for P in SPLIT_P
 #              (default "64"), interleaved twice
@@ -138,9 +136,6 @@ for s in $steps; do
              --launch-skip $(( nd / 2048 * 10 )) --launch-count 1 \
              --set full build/hearth bench --device cuda -m /dev/shm/q36.gguf -p 2048 -n 0 -d "$nd" -r 1 --kv f16
          grep -E "Duration|Issue Slots Busy|Achieved Occupancy|Registers Per|Shared Memory Config|Stall|L1/TEX Hit|L2 Hit|Mem Busy|Max Bandwidth|Compute \(SM\) Throughput|Memory Throughput" "$out/ncu_attn.log" | head -30 ;;
-    wgmma) nvcc -O2 -gencode arch=compute_90a,code=sm_90a -o /tmp/wgmma_probe bench/wgmma_probe.cu >"$out/wgmma_build.log" 2>&1 \
-               || { echo "== wgmma: build failed"; tail -5 "$out/wgmma_build.log"; continue; }
-           step wgmma 60 /tmp/wgmma_probe; cat "$out/wgmma.log" ;;
     ncu_k) [ -f /dev/shm/q36.gguf ] || build/hearth gen --preset q36 --quant q4_k_m --seed 1 -o /dev/shm/q36.gguf >"$out/gen.log" 2>&1
            kn=0
            for k in ${NCU_K:-}; do

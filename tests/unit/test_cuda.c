@@ -1177,7 +1177,7 @@ TEST(attn_matches_ref) {
         dev_act_free(&ra), dev_act_free(&rb);
         printf("  attention %s KV: %.2g from double (%.3f of the bound) at 300 rows over 1000 keys; 3 rows decoded "
                "alone = the rows in tiles%s, bit for bit\n", f16 ? "f16" : "f32", worst_abs, worst,
-               f16 ? " = the pairs form = 4 warps = the split form (tiles, cut, 5 rows alone)" : "");
+               f16 ? " = the pairs form = 4 warps = the wgmma form = the split form (tiles, cut, 5 rows alone)" : "");
         hk_free(dk), hk_free(dv), hk_free(dq), hk_free(dpos), hk_free(dtiles), hk_free(dpart), hk_free(dao);
         free(hk), free(hv), free(kr), free(vr), free(pos), free(tiles), free(ao), free(one_ao);
     }
