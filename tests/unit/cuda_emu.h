@@ -414,7 +414,7 @@ inline void bar_arrive(int id, int n) { emu_named(id, n); }
 /* wgmma (a warpgroup's m64nNk16, f16 operands, f32 accumulators), computed at the call: fence,
  * commit, wait and the proxy fence have nothing to order. Each D element is C plus its 16
  * exact products summed in double, rounded once: the emulated mma16816's arithmetic, so a
- * chain of either gives the same bits here as on the GPU, where bench/wgmma_probe.cu checks
+ * chain of either gives the same bits here as on the GPU, where test_cuda's attn_matches_ref checks
  * it. Shared-memory operands through their descriptors: a start (bytes from the block's
  * dynamic shared memory, >> 4), leading (LBO) and stride (SBO) byte offsets, no swizzle. */
 inline void wg_fence() {}

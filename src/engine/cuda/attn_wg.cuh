@@ -12,7 +12,7 @@
 // shared memory, read N-major), where the whole form issues mma.sync m16n8k16 per warp. A
 // wgmma's accumulator rows 16 w .. 16 w + 15 are warp w's, laid out as mma.sync's C, so S and
 // o are the arrays am_weigh already takes. That the two instructions give the same sums over
-// the same k-steps is a fact of the GPU (bench/wgmma_probe.cu measures it); test_cuda's
+// the same k-steps is a fact of the GPU (an H100 gave them, fifteenth session); test_cuda's
 // attn_matches_ref checks this form against the others bit for bit.
 //
 // A CTA: one tile of up to WG_QV vectors (8 rows of 8 heads), two warpgroups. Warpgroup g
