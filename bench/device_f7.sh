@@ -61,21 +61,10 @@ out=${OUT:-/tmp/out}; mkdir -p "$out"
 t_start=$(date +%s) deadline=${DEADLINE:-570}
 steps=${STEPS:-build unit engine gates points ab rows mutants}
 forms=${FORMS:-}
-left() { echo $(( deadline - ($(date +%s) - t_start) )); }
 { nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader; nproc; git log -1 --format=%h 2>/dev/null; } >"$out/host.txt" 2>&1
 cat "$out/host.txt"
 export HEARTH_TMP=/dev/shm
-step() { # name, seconds, command... (env assignments go before step)
-    local name=$1 limit=$2; shift 2
-    local l; l=$(left)
-    [ "$limit" -gt "$l" ] && limit=$l
-    if [ "$limit" -lt 15 ]; then echo "== $name: skipped, ${l} s left"; return 0; fi
-    local s=$(date +%s)
-    timeout "$limit" "$@" >"$out/$name.log" 2>&1
-    local rc=$?
-    echo "== $name: rc $rc in $(( $(date +%s) - s )) s: $(grep -E '^[0-9]+ passed|^FAIL|^!!|skipped' "$out/$name.log" | tail -3 | tr '\n' ' ')"
-    return $rc
-}
+. bench/device_step.sh
 with_forms() { # name, seconds, command...: once as built, then once per form in FORMS
     local name=$1 limit=$2; shift 2
     step "$name" "$limit" "$@"

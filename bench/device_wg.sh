@@ -17,18 +17,7 @@ cd "$(dirname "$0")/.."
 out=${OUT:-/tmp/out}; mkdir -p "$out"
 . bench/device_deps.sh >/dev/null 2>&1
 t_start=$(date +%s) deadline=${DEADLINE:-570}
-left() { echo $(( deadline - ($(date +%s) - t_start) )); }
-step() { # name, seconds, command...
-    local name=$1 limit=$2; shift 2
-    local l; l=$(left)
-    [ "$limit" -gt "$l" ] && limit=$l
-    if [ "$limit" -lt 10 ]; then echo "== $name: skipped, ${l} s left"; return 0; fi
-    local s=$(date +%s)
-    timeout "$limit" "$@" >"$out/$name.log" 2>&1
-    local rc=$?
-    echo "== $name: rc $rc in $(( $(date +%s) - s )) s: $(grep -E '^[0-9]+ passed|FAIL|^!!|skipped|tok/s|t/s' "$out/$name.log" | tail -3 | tr '\n' ' ')"
-    return $rc
-}
+. bench/device_step.sh
 { nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader; nproc; } >"$out/host.txt" 2>&1
 cat "$out/host.txt"
 B=.dev/bin

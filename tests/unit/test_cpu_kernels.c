@@ -540,7 +540,7 @@ static void attend_suite(bool simd) {
 /* cpu_exp_avx2, the softmax's exponential: relative error <= 2^-23 (the "1 ulp" attn_rho takes)
  * against exp in double wherever e^x is a normal float, over every 61st float in [-104, 0]
  * (~18 million) and the ends; within 2^-149 (one subnormal step) where it is subnormal; 0
- * below -104 and at -inf. Prints the wrel relative error in units of u = 2^-24. */
+ * below -104 and at -inf. Prints the worst relative error in units of u = 2^-24. */
 TEST(exp_avx2) {
     if (!quant_simd_active()) SKIP(no_simd_why());
     enum { CH = 4096 };

@@ -54,15 +54,21 @@ KINLINE __m256 exp8(__m256 x) {
     return _mm256_blendv_ps(_mm256_mul_ps(_mm256_mul_ps(e, p1), p2), zero, gone);
 }
 
+/* y[0..m) = e^(x - sub) for the last m < 8 values of a row, the lanes past m as -inf (so 0);
+ * returns the 8 lanes */
+KINLINE __m256 exp8_tail(const float *x, float sub, int64_t m, float *y) {
+    float t[8];
+    for (int j = 0; j < 8; j++) t[j] = j < m ? x[j] - sub : -INFINITY;
+    const __m256 e = exp8(_mm256_loadu_ps(t));
+    _mm256_storeu_ps(t, e);
+    for (int j = 0; j < m; j++) y[j] = t[j];
+    return e;
+}
+
 void cpu_exp_avx2(const float *x, float *y, int64_t n) {
     int64_t i = 0;
     for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, exp8(_mm256_loadu_ps(x + i)));
-    if (i < n) {
-        float t[8];
-        for (int j = 0; j < 8; j++) t[j] = i + j < n ? x[i + j] : -INFINITY;
-        _mm256_storeu_ps(t, exp8(_mm256_loadu_ps(t)));
-        for (int j = 0; i + j < n; j++) y[i + j] = t[j];
-    }
+    if (i < n) exp8_tail(x + i, 0.0f, n - i, y + i);
 }
 
 /* the softmax of s[0..n) in place: the max; e = exp8(s - max) and their sum, 8 lanes in key
@@ -82,14 +88,7 @@ KINLINE void softmax_row(float *s, int64_t n) {
         _mm256_storeu_ps(s + i, e);
         sum = _mm256_add_ps(sum, e);
     }
-    if (i < n) {
-        float t[8];
-        for (int j = 0; j < 8; j++) t[j] = i + j < n ? s[i + j] - mx : -INFINITY;
-        const __m256 e = exp8(_mm256_loadu_ps(t));
-        _mm256_storeu_ps(t, e);
-        for (int j = 0; i + j < n; j++) s[i + j] = t[j];
-        sum = _mm256_add_ps(sum, e);
-    }
+    if (i < n) sum = _mm256_add_ps(sum, exp8_tail(s + i, mx, n - i, s + i));
     const __m256 inv = _mm256_set1_ps(1.0f / hsum8(sum));
     for (i = 0; i + 8 <= n; i += 8) _mm256_storeu_ps(s + i, _mm256_mul_ps(_mm256_loadu_ps(s + i), inv));
     for (; i < n; i++) s[i] *= _mm256_cvtss_f32(inv);

@@ -116,15 +116,15 @@ size_t cpu_attn_scratch(const model_hparams *hp, int64_t n, int64_t n_ctx, int n
 float cpu_gdn_dot_avx2(const float *x, const float *y, int64_t n);
 void cpu_gdn_rows_acc_avx2(float *y, const float *y0, float s0, const float *x, int64_t xs, const float *c,
                            int64_t m, int64_t n);
+/* attn_avx2.c: y = e^x for x <= 0 (the attention's softmax exponential; relative error below
+ * 2^-23 where e^x is normal, 0 below -104) */
+void cpu_exp_avx2(const float *x, float *y, int64_t n);
 /* attn_avx2.c: nr (1..8) rows of one sequence (row r: q + r q_row, keys [0, n_keys[r]),
  * o + r o_row), each with ng (1..4) query heads (rows of q at q_stride, of o at o_stride),
  * against one KV head's rows k, v (f32 or f16, row stride kv_stride elements): scores,
  * softmax, o = sum p v; each row's bits those it has alone, every key and value row read once
  * for all of them. sc: nr * ng rows of sc_stride >= max n_keys floats; acc: nr * ng * D
  * floats. AVX2/FMA: call after quant_simd_active(). */
-/* attn_avx2.c: y = e^x for x <= 0 (the attention's softmax exponential; relative error below
- * 2^-23 where e^x is normal, 0 below -104) */
-void cpu_exp_avx2(const float *x, float *y, int64_t n);
 void cpu_attend_rows_avx2(int nr, int ng, const float *q, int64_t q_row, int64_t q_stride, const void *k, const void *v,
                           bool f16, int64_t kv_stride, const int64_t *n_keys, int64_t D, float scale, float *sc,
                           int64_t sc_stride, float *acc, float *o, int64_t o_row, int64_t o_stride);
