@@ -1,17 +1,23 @@
 #!/bin/bash
 # bench/device_wg.sh: a GPU call for the prompt attention's wgmma form (F11 item 1,
 # attn_wg.cuh, HEARTH_CUDA_ATTN_WHOLE=8), with binaries built here and carried in .dev/bin
-# (hearth, test_cuda, test_gdn_chunk; see below), so no build time is spent there:
-#   1. test_cuda's attn_matches_ref alone (form 8 against the default, bit for bit);
-#   2. q36 made in /dev/shm; pp2048 at depths 32,768 and 8,192, forms 6 (default) and 8,
-#      interleaved, REPS rounds (one process each, the figure it prints);
-#   3. all of test_cuda and test_gdn_chunk;
-#   4. with the time left: Nsight Compute on one launch of form 8 (NCU_FORMS="8 6": both) at 32k
-#      (the timed pass's first: the fill's 16 passes x 10 layers skipped).
+# (hearth, test_cuda, test_gdn_chunk, gates, mut_hearth, mut_test_engine; see below), so no
+# build time is spent there. STEPS picks (default "attn ab unit ncu gates"):
+#   attn    test_cuda's attn_matches_ref alone (form 8 against the default, bit for bit);
+#   ab      q36 made in /dev/shm; pp2048 at depths 32,768 and 8,192 (DEPTHS), forms 6 (default)
+#           and 8, interleaved, REPS rounds (one process each, the figure it prints);
+#   unit    all of test_cuda and test_gdn_chunk;
+#   ncu     Nsight Compute on one launch of form 8 (NCU_FORMS="8 6": both) at 32k (the timed
+#           pass's first: the fill's 16 passes x 10 layers skipped);
+#   gates   `gates all tiny` and `gates all small` on the cuda engine, f16 KV rows, under
+#           HEARTH_CUDA_ATTN_WHOLE=${GATE_FORM:-8};
+#   mutants tests/gates/mutants on the cuda engine, f16 KV rows, the same form.
+# Each step is cut to the time left (DEADLINE, default 570 s).
 # Local preparation (nvcc 13.0, sm_90a):
-#   make build/hearth build/tests/test_cuda build/tests/test_gdn_chunk
-#   mkdir -p .dev/bin && for b in build/hearth build/tests/test_cuda build/tests/test_gdn_chunk; do
+#   make build/hearth build/tests/test_cuda build/tests/test_gdn_chunk build/gates build/mut/hearth build/mut/test_engine
+#   mkdir -p .dev/bin && for b in build/hearth build/tests/test_cuda build/tests/test_gdn_chunk build/gates; do
 #     strip -o .dev/bin/$(basename $b) $b; done
+#   strip -o .dev/bin/mut_hearth build/mut/hearth; strip -o .dev/bin/mut_test_engine build/mut/test_engine
 # then the device tool: carry [".peer/debs", ".dev/bin"], command `bash bench/device_wg.sh`.
 cd "$(dirname "$0")/.."
 out=${OUT:-/tmp/out}; mkdir -p "$out"
@@ -21,25 +27,40 @@ t_start=$(date +%s) deadline=${DEADLINE:-570}
 { nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader; nproc; } >"$out/host.txt" 2>&1
 cat "$out/host.txt"
 B=.dev/bin
-HEARTH_ATTN_ONLY=1 step attn 60 $B/test_cuda
+mkdir -p build/mut build/tests
+cp $B/hearth build/hearth; cp $B/gates build/gates 2>/dev/null
+cp $B/mut_hearth build/mut/hearth 2>/dev/null; cp $B/mut_test_engine build/mut/test_engine 2>/dev/null
 export HEARTH_TMP=/dev/shm
-step gen 60 $B/hearth gen --preset q36 --quant q4_k_m --seed 1 -o /dev/shm/q36.gguf
-for i in $(seq 1 "${REPS:-2}"); do
-    for d in 32768 8192; do
-        for w in 6 8; do
-            HEARTH_CUDA_ATTN_WHOLE=$w step "pp2048_d${d}_w${w}_$i" 90 \
-                $B/hearth bench --device cuda -m /dev/shm/q36.gguf --kv f16 -p 2048 -n 0 -d $d -r 2
-        done
-    done
+q36() { [ -f /dev/shm/q36.gguf ] || step gen 60 $B/hearth gen --preset q36 --quant q4_k_m --seed 1 -o /dev/shm/q36.gguf; }
+for s in ${STEPS:-attn ab unit ncu gates}; do
+    case $s in
+    attn) HEARTH_ATTN_ONLY=1 step attn 60 $B/test_cuda ;;
+    ab) q36
+        for i in $(seq 1 "${REPS:-2}"); do
+            for d in ${DEPTHS:-32768 8192}; do
+                for w in 6 8; do
+                    HEARTH_CUDA_ATTN_WHOLE=$w step "pp2048_d${d}_w${w}_$i" 90 \
+                        $B/hearth bench --device cuda -m /dev/shm/q36.gguf --kv f16 -p 2048 -n 0 -d $d -r 2
+                done
+            done
+        done ;;
+    unit) step unit 120 $B/test_cuda
+          step unit_chunk 120 $B/test_gdn_chunk ;;
+    ncu) q36
+         command -v ncu >/dev/null || { echo "== ncu: none here"; continue; }
+         for w in ${NCU_FORMS:-8}; do
+             k=$([ $w = 8 ] && echo attn_wg_kernel || echo attn_mma_whole)
+             HEARTH_CUDA_ATTN_WHOLE=$w HEARTH_CUDA_GRAPHS=0 step "ncu_w$w" 150 ncu --clock-control none --kernel-name "regex:$k" \
+                 --launch-skip 160 --launch-count 1 --set full $B/hearth bench --device cuda -m /dev/shm/q36.gguf --kv f16 -p 2048 -n 0 -d 32768 -r 1
+             grep -E "Duration|Issue Slots Busy|Achieved Occupancy|Registers Per|Stall|L1/TEX Hit|L2 Hit|Mem Busy|Max Bandwidth|Compute \(SM\) Throughput|Memory Throughput|Shared Memory|excessive" "$out/ncu_w$w.log" | head -30
+         done ;;
+    gates) for p in tiny small; do
+               HEARTH_CUDA_ATTN_WHOLE=${GATE_FORM:-8} HEARTH_GATES_DEVICE=cuda HEARTH_GATES_KV=f16 step "gates_${p}_f16" 150 build/gates all $p
+           done ;;
+    mutants) HEARTH_CUDA_ATTN_WHOLE=${GATE_FORM:-8} HEARTH_GATES_DEVICE=cuda HEARTH_GATES_KV=f16 step mutants 500 tests/gates/mutants
+             tail -40 "$out/mutants.log" | grep -E "\||passed|FAIL" | tail -30 ;;
+    esac
 done
-step unit 120 $B/test_cuda
-step unit_chunk 120 $B/test_gdn_chunk
-if command -v ncu >/dev/null; then
-    for w in ${NCU_FORMS:-8}; do
-        k=$([ $w = 8 ] && echo attn_wg_kernel || echo attn_mma_whole)
-        HEARTH_CUDA_ATTN_WHOLE=$w HEARTH_CUDA_GRAPHS=0 step "ncu_w$w" 150 ncu --clock-control none --kernel-name "regex:$k" \
-            --launch-skip 160 --launch-count 1 --set full $B/hearth bench --device cuda -m /dev/shm/q36.gguf --kv f16 -p 2048 -n 0 -d 32768 -r 1
-        grep -E "Duration|Issue Slots Busy|Achieved Occupancy|Registers Per|Stall|L1/TEX Hit|L2 Hit|Mem Busy|Max Bandwidth|Compute \(SM\) Throughput|Memory Throughput|Shared Memory" "$out/ncu_w$w.log" | head -24
-    done
-fi
+# at most 8 files come back: every log in one archive, the host line beside it
+tar czf /tmp/wg-logs.tgz -C "$out" . && find "$out" -mindepth 1 ! -name host.txt -delete && mv /tmp/wg-logs.tgz "$out/logs.tgz"
 echo "== done, $(left) s left"
