@@ -1,8 +1,8 @@
 #!/bin/bash
 # bench/device_wg.sh: a GPU call for the prompt attention's wgmma form (F11 item 1,
 # attn_wg.cuh, HEARTH_CUDA_ATTN_WHOLE=8), with binaries built here and carried in .dev/bin
-# (hearth, test_cuda, test_gdn_chunk, gates, mut_hearth, mut_test_engine; see below), so no
-# build time is spent there. STEPS picks (default "attn ab unit ncu gates"):
+# (hearth, test_cuda, test_gdn_chunk, gates) and .dev/mut (the mutants' builds: carried only for
+# that step, the tree's 38 MiB leaving no room for all), so no build time is spent there. STEPS picks (default "attn ab unit agent gates ncu"):
 #   attn    test_cuda's attn_matches_ref alone (form 8 against the default, bit for bit);
 #   ab      q36 made in /dev/shm; pp2048 at depths 32,768 and 8,192 (DEPTHS), forms 6 (default)
 #           and 8, interleaved, REPS rounds (one process each, the figure it prints);
@@ -11,14 +11,19 @@
 #           pass's first: the fill's 16 passes x 10 layers skipped);
 #   gates   `gates all tiny` and `gates all small` on the cuda engine, f16 KV rows, under
 #           HEARTH_CUDA_ATTN_WHOLE=${GATE_FORM:-8};
-#   mutants tests/gates/mutants on the cuda engine, f16 KV rows, the same form.
+#   mutants tests/gates/mutants on the cuda engine, f16 KV rows, the same form;
+#   agent   hearth alone on bench/agent_turns.py's agent trace to 40k tokens (one rep after the
+#           dropped rep 0; q36 with Qwen3's tokenizer from a carried .peer/tokenizer-qwen3.tar.xz,
+#           Qwen3.5's template, one slot, 64k context): each turn's wall time against its pass
+#           (F11 item 2: what a turn spends outside the pass, <= 30 ms at 40k).
 # Each step is cut to the time left (DEADLINE, default 570 s).
 # Local preparation (nvcc 13.0, sm_90a):
 #   make build/hearth build/tests/test_cuda build/tests/test_gdn_chunk build/gates build/mut/hearth build/mut/test_engine
 #   mkdir -p .dev/bin && for b in build/hearth build/tests/test_cuda build/tests/test_gdn_chunk build/gates; do
 #     strip -o .dev/bin/$(basename $b) $b; done
-#   strip -o .dev/bin/mut_hearth build/mut/hearth; strip -o .dev/bin/mut_test_engine build/mut/test_engine
-# then the device tool: carry [".peer/debs", ".dev/bin"], command `bash bench/device_wg.sh`.
+#   mkdir -p .dev/mut; strip -o .dev/mut/mut_hearth build/mut/hearth; strip -o .dev/mut/mut_test_engine build/mut/test_engine
+# then the device tool: carry [".peer/debs", ".peer/tokenizer-qwen3.tar.xz", ".dev/bin"] (and ".dev/mut" for STEPS=mutants, with
+# .dev/bin holding hearth and gates alone), command `bash bench/device_wg.sh`.
 cd "$(dirname "$0")/.."
 out=${OUT:-/tmp/out}; mkdir -p "$out"
 . bench/device_deps.sh >/dev/null 2>&1
@@ -29,10 +34,10 @@ cat "$out/host.txt"
 B=.dev/bin
 mkdir -p build/mut build/tests
 cp $B/hearth build/hearth; cp $B/gates build/gates 2>/dev/null
-cp $B/mut_hearth build/mut/hearth 2>/dev/null; cp $B/mut_test_engine build/mut/test_engine 2>/dev/null
+cp .dev/mut/mut_hearth build/mut/hearth 2>/dev/null; cp .dev/mut/mut_test_engine build/mut/test_engine 2>/dev/null
 export HEARTH_TMP=/dev/shm
 q36() { [ -f /dev/shm/q36.gguf ] || step gen 60 $B/hearth gen --preset q36 --quant q4_k_m --seed 1 -o /dev/shm/q36.gguf; }
-for s in ${STEPS:-attn ab unit ncu gates}; do
+for s in ${STEPS:-attn ab unit agent gates ncu}; do
     case $s in
     attn) HEARTH_ATTN_ONLY=1 step attn 60 $B/test_cuda ;;
     ab) q36
@@ -57,6 +62,11 @@ for s in ${STEPS:-attn ab unit ncu gates}; do
     gates) for p in tiny small; do
                HEARTH_CUDA_ATTN_WHOLE=${GATE_FORM:-8} HEARTH_GATES_DEVICE=cuda HEARTH_GATES_KV=f16 step "gates_${p}_f16" 150 build/gates all $p
            done ;;
+    agent) tok=/tmp/tok-qwen3; mkdir -p $tok && tar -xJf .peer/tokenizer-qwen3.tar.xz -C $tok || continue
+           [ -f /dev/shm/q36t.gguf ] || step gen_tok 90 $B/hearth gen --preset q36 --quant q4_k_m --seed 1 --tokenizer $tok -o /dev/shm/q36t.gguf
+           step agent 240 python3 bench/agent_turns.py --trace agent --reps 1 --target-tokens 40000 --out "$out/agent" --hearth-cmd \
+               "$B/hearth serve -m /dev/shm/q36t.gguf -c 65536 -np 1 --device cuda --metrics --chat-template-file tests/fixtures/templates/Qwen3.5-4B.jinja --port {port}"
+           grep -E "^\| *[0-9]+ \||total" "$out"/agent/*.md 2>/dev/null | head -24 ;;
     mutants) HEARTH_CUDA_ATTN_WHOLE=${GATE_FORM:-8} HEARTH_GATES_DEVICE=cuda HEARTH_GATES_KV=f16 step mutants 500 tests/gates/mutants
              tail -40 "$out/mutants.log" | grep -E "\||passed|FAIL" | tail -30 ;;
     esac
