@@ -1,8 +1,10 @@
 #!/bin/bash
 # bench/device_wg.sh: a GPU call for the prompt attention's wgmma form (F11 item 1,
 # attn_wg.cuh, HEARTH_CUDA_ATTN_WHOLE=8), with binaries built here and carried in .dev/bin
-# (hearth, test_cuda, test_gdn_chunk, gates) and .dev/mut (the mutants' builds: carried only for
-# that step, the tree's 38 MiB leaving no room for all), so no build time is spent there. STEPS picks (default "attn ab unit agent gates ncu"):
+# (hearth, test_cuda, test_gdn_chunk, gates; BIN names another folder), so no build time is
+# spent there. The mutant runner needs mut_hearth and mut_test_engine beside hearth and gates:
+# with the tree's 38 MiB there is no room to carry all six, so STEPS=mutants gets a folder of
+# its own (BIN=.dev/mutbin). STEPS picks (default "attn ab unit agent gates ncu"):
 #   attn    test_cuda's attn_matches_ref alone (form 8 against the default, bit for bit);
 #   ab      q36 made in /dev/shm; pp2048 at depths 32,768 and 8,192 (DEPTHS), forms 6 (default)
 #           and 8, interleaved, REPS rounds (one process each, the figure it prints);
@@ -21,9 +23,10 @@
 #   make build/hearth build/tests/test_cuda build/tests/test_gdn_chunk build/gates build/mut/hearth build/mut/test_engine
 #   mkdir -p .dev/bin && for b in build/hearth build/tests/test_cuda build/tests/test_gdn_chunk build/gates; do
 #     strip -o .dev/bin/$(basename $b) $b; done
-#   mkdir -p .dev/mut; strip -o .dev/mut/mut_hearth build/mut/hearth; strip -o .dev/mut/mut_test_engine build/mut/test_engine
-# then the device tool: carry [".peer/debs", ".peer/tokenizer-qwen3.tar.xz", ".dev/bin"] (and ".dev/mut" for STEPS=mutants, with
-# .dev/bin holding hearth and gates alone), command `bash bench/device_wg.sh`.
+#   mkdir -p .dev/mutbin; cp .dev/bin/hearth .dev/bin/gates .dev/mutbin/
+#   strip -o .dev/mutbin/mut_hearth build/mut/hearth; strip -o .dev/mutbin/mut_test_engine build/mut/test_engine
+# then the device tool: carry [".peer/debs", ".peer/tokenizer-qwen3.tar.xz", ".dev/bin"] (".dev/mutbin" instead of ".dev/bin"
+# with BIN=.dev/mutbin STEPS=mutants), command `bash bench/device_wg.sh`.
 cd "$(dirname "$0")/.."
 out=${OUT:-/tmp/out}; mkdir -p "$out"
 . bench/device_deps.sh >/dev/null 2>&1
@@ -31,10 +34,10 @@ t_start=$(date +%s) deadline=${DEADLINE:-570}
 . bench/device_step.sh
 { nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader; nproc; } >"$out/host.txt" 2>&1
 cat "$out/host.txt"
-B=.dev/bin
+B=${BIN:-.dev/bin}
 mkdir -p build/mut build/tests
 cp $B/hearth build/hearth; cp $B/gates build/gates 2>/dev/null
-cp .dev/mut/mut_hearth build/mut/hearth 2>/dev/null; cp .dev/mut/mut_test_engine build/mut/test_engine 2>/dev/null
+cp $B/mut_hearth build/mut/hearth 2>/dev/null; cp $B/mut_test_engine build/mut/test_engine 2>/dev/null
 export HEARTH_TMP=/dev/shm
 q36() { [ -f /dev/shm/q36.gguf ] || step gen 60 $B/hearth gen --preset q36 --quant q4_k_m --seed 1 -o /dev/shm/q36.gguf; }
 for s in ${STEPS:-attn ab unit agent gates ncu}; do
