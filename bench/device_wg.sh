@@ -35,6 +35,9 @@ t_start=$(date +%s) deadline=${DEADLINE:-570}
 { nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader; nproc; } >"$out/host.txt" 2>&1
 cat "$out/host.txt"
 B=${BIN:-.dev/bin}
+# a carried folder may say what it was built for: $B/env (shell assignments, e.g. STEPS and
+# DEADLINE) read here, so a call whose command line is fixed runs that folder's steps
+if [ -f "$B/env" ]; then . "$B/env"; deadline=${DEADLINE:-$deadline}; cat "$B/env"; fi
 mkdir -p build/mut build/tests
 cp $B/hearth build/hearth; cp $B/gates build/gates 2>/dev/null
 cp $B/mut_hearth build/mut/hearth 2>/dev/null; cp $B/mut_test_engine build/mut/test_engine 2>/dev/null

@@ -416,32 +416,44 @@ inline void bar_arrive(int id, int n) { emu_named(id, n); }
  * exact products summed in double, rounded once: the emulated mma16816's arithmetic, so a
  * chain of either gives the same bits here as on the GPU, where test_cuda's attn_matches_ref checks
  * it. Shared-memory operands through their descriptors: a start (bytes from the block's
- * dynamic shared memory, >> 4), leading (LBO) and stride (SBO) byte offsets, no swizzle. */
+ * dynamic shared memory, >> 4), leading (LBO) and stride (SBO) byte offsets, and the swizzle
+ * mode (bits 62-63), which must be 1 (128-byte; the form's only layout). The swizzle is of the
+ * address: byte a is read at a ^ (((a >> 7) & 7) << 4), the atoms of 8 rows x 128 bytes
+ * 1,024-aligned (so a start is at most 127 bytes into an atom's first row, k-steps 32 apart:
+ * anything else aborts). */
 inline void wg_fence() {}
 inline void wg_commit() {}
 inline void wg_wait0() {}
 inline void async_fence() {}
 inline void wg_pin(float &) {}
+inline uint32_t wg_saddr(const void *p) { return (uint32_t)((const char *)p - (const char *)emu::dyn.data()); }
 inline uint64_t wg_desc(const void *p, uint32_t lbo, uint32_t sbo) {
     const size_t a = (size_t)((const char *)p - (const char *)emu::dyn.data());
     if (a % 16 || a >> 18 || lbo % 16 || sbo % 16 || lbo >> 18 || sbo >> 18) abort(); /* outside what 14 bits of >> 4 hold */
-    return (uint64_t)(a >> 4) | (uint64_t)(lbo >> 4) << 16 | (uint64_t)(sbo >> 4) << 32;
+    if (a % 1024 >= 128 || a % 32) abort(); /* not where the swizzled layouts' starts lie */
+    return (uint64_t)(a >> 4) | (uint64_t)(lbo >> 4) << 16 | (uint64_t)(sbo >> 4) << 32 | (uint64_t)1 << 62;
 }
-inline const char *emu_desc_at(uint64_t d) { return (const char *)emu::dyn.data() + ((d & 0x3FFF) << 4); }
+inline size_t emu_desc_start(uint64_t d) { return (size_t)(d & 0x3FFF) << 4; }
 inline size_t emu_lbo(uint64_t d) { return (size_t)((d >> 16) & 0x3FFF) << 4; }
 inline size_t emu_sbo(uint64_t d) { return (size_t)((d >> 32) & 0x3FFF) << 4; }
-/* element (row r, k) of a K-major operand: 8 rows of 16 bytes a core matrix, row groups SBO
- * apart, k groups of 8 LBO apart; element (k, n) of an N-major one: 8 k-rows of 16 bytes (8
- * n) a core matrix, n groups SBO apart, k groups LBO apart (PTX ISA, canonical layouts) */
-inline double emu_kmaj(uint64_t d, int r, int k) {
+/* the half at byte a (from the start of the block's dynamic shared memory) as the descriptor's
+ * swizzle reads it */
+inline double emu_desc_half(uint64_t d, size_t a) {
+    if ((d >> 62) != 1) abort();
+    a ^= ((a >> 7) & 7) << 4;
     uint16_t h;
-    memcpy(&h, emu_desc_at(d) + (r / 8) * emu_sbo(d) + (r % 8) * 16 + (k / 8) * emu_lbo(d) + (k % 8) * 2, 2);
+    memcpy(&h, (const char *)emu::dyn.data() + a, 2);
     return (double)__half2float(__ushort_as_half(h));
 }
+/* element (row r, k) of a K-major operand: rows 128 bytes apart, 8-row groups SBO apart, k
+ * along the row (LBO unused); element (k, n) of an N-major one: k-rows 128 bytes apart (64 n
+ * each), 8-k groups SBO apart, 64-n columns LBO apart (PTX ISA, canonical layouts with 128-byte
+ * swizzling) */
+inline double emu_kmaj(uint64_t d, int r, int k) {
+    return emu_desc_half(d, emu_desc_start(d) + (r / 8) * emu_sbo(d) + (r % 8) * 128 + k * 2);
+}
 inline double emu_nmaj(uint64_t d, int k, int n) {
-    uint16_t h;
-    memcpy(&h, emu_desc_at(d) + (n / 8) * emu_sbo(d) + (n % 8) * 2 + (k / 8) * emu_lbo(d) + (k % 8) * 16, 2);
-    return (double)__half2float(__ushort_as_half(h));
+    return emu_desc_half(d, emu_desc_start(d) + (n / 64) * emu_lbo(d) + (k / 8) * emu_sbo(d) + (k % 8) * 128 + (n % 64) * 2);
 }
 /* the thread's accumulators: warp w of the warpgroup holds rows 16 w .. 16 w + 15 as mma.sync's
  * C, d[j][q] at row 16 w + lane/4 + 8 (q/2), column 8 j + 2 (lane%4) + q%2 */

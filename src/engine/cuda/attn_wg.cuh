@@ -20,15 +20,22 @@
 // two overlap each other's softmax with their products; both fold into one O in shared
 // memory, in segment order: named barrier 3 passes warpgroup 1 once warpgroup 0 has folded
 // the segment before, barrier 4 the other way. Shared memory: Q (f16), the four stages, O
-// (f32) and each vector's M and L: 231,424 bytes at D = 256.
+// (f32), each vector's M and L, and up to 1,024 bytes to align the first: 232,448 bytes at
+// D = 256, an H100's most a block.
 //
-// Shared-memory layout of Q, K and V (no swizzle): a matrix of rows (vectors or keys) of D
-// halves in core matrices of 8 rows x 8 halves (128 contiguous bytes), row group r / 8 and
-// column group d / 8 at core matrix (r / 8) (D / 8) + d / 8. As a K-major operand (Q, K: the
-// scores' A and B) the leading byte offset steps a column group (128 bytes) and the stride
-// offset a row group (16 D bytes); as an N-major B (V: keys are K, dims N) the leading offset
-// steps a key group (16 D) and the stride offset a dim group (128): PTX ISA, "Matrix
-// Descriptor", canonical layouts without swizzle.
+// Shared-memory layout of Q, K and V: PTX's 128-byte swizzle. A matrix of R rows (vectors or
+// keys) of D halves is cut into columns of 64 halves (128 bytes); column a takes R x 128 bytes
+// from a R 128, row r at r 128 inside it, and the row's 16-byte piece c (halves 8 c .. 8 c + 7
+// of the column) at slot c ^ (r % 8): each 8 rows are a 1,024-byte atom, 1,024-aligned. As a
+// K-major operand (Q, K: the scores' A and B) the stride offset steps 8 rows (1,024 bytes), the
+// leading offset is unused, and a 16-wide k-step starts 32 bytes further in its row (the
+// swizzle is of the address, so an offset start inside the atom reads the same slots); as an
+// N-major B (V: keys are K, dims N) the leading offset steps a column (64 dims, R 128 bytes)
+// and the stride offset 8 keys (1,024): PTX ISA, "Shared Memory Matrix Layout", canonical
+// layouts with 128B swizzling. The fetch gives each 8 lanes one key's 128 contiguous bytes
+// (4 whole sectors) and 8 distinct slots of one shared row (no bank conflict); without the
+// swizzle, Nsight Compute on an H100 counted half the L2 sectors and two thirds of the shared
+// wavefronts excess (bench/RESULTS.md, fifteenth session).
 #ifndef HEARTH_CUDA_ATTN_WG_CUH
 #define HEARTH_CUDA_ATTN_WG_CUH
 
@@ -45,11 +52,14 @@ __device__ __forceinline__ void bar_arrive(int id, int n) { asm volatile("bar.ar
 // keeps the compiler from moving a read of an accumulator across a wgmma wait (or a write
 // across its issue): the register passes through an opaque statement in order
 __device__ __forceinline__ void wg_pin(float &x) { asm volatile("" : "+f"(x)::"memory"); }
+// a shared-memory address (for the 1,024-byte alignment of the swizzle's atoms)
+__device__ __forceinline__ uint32_t wg_saddr(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
 // a shared-memory matrix descriptor: start address, leading and stride byte offsets (each
-// >> 4, 14 bits), no swizzle, base offset 0
+// >> 4, 14 bits), base offset 0 (the atoms 1,024-aligned), 128-byte swizzle (mode 1, bits 62-63)
 __device__ __forceinline__ uint64_t wg_desc(const void *p, uint32_t lbo, uint32_t sbo) {
-    const uint32_t a = (uint32_t)__cvta_generic_to_shared(p);
-    return (uint64_t)((a >> 4) & 0x3FFF) | (uint64_t)((lbo >> 4) & 0x3FFF) << 16 | (uint64_t)((sbo >> 4) & 0x3FFF) << 32;
+    const uint32_t a = wg_saddr(p);
+    return (uint64_t)((a >> 4) & 0x3FFF) | (uint64_t)((lbo >> 4) & 0x3FFF) << 16 | (uint64_t)((sbo >> 4) & 0x3FFF) << 32 |
+           (uint64_t)1 << 62;
 }
 
 /* the accumulators' operand numbers: %0 .. %15, .. %63, .. %127 */
@@ -110,30 +120,28 @@ template <int D> struct wg_cfg {
     static constexpr int Q_HALVES = WG_QV * D;
     static constexpr int STAGE = 2 * AM_KB * D; /* a block's K rows, then its V rows */
     static constexpr int O_FLOATS = WG_QV * D;  /* the folded outputs: thread t of a warpgroup's output i at [i 128 + t] */
-    static constexpr int BYTES = 2 * Q_HALVES + 2 * 2 * WG_NS * STAGE + 4 * O_FLOATS + 4 * 2 * 2 * 128; /* + M and L */
+    /* + M and L, + 1,024 for the atoms' alignment: 232,448 at D = 256, an H100's most */
+    static constexpr int BYTES = 2 * Q_HALVES + 2 * 2 * WG_NS * STAGE + 4 * O_FLOATS + 4 * 2 * 2 * 128 + 1024;
 };
-// where row r's halves d .. d + 7 (d a multiple of 8) start in a core-matrix layout of D-half rows
-template <int D> __device__ __forceinline__ int wg_at(int r, int d) { return ((r >> 3) * (D / 8) + (d >> 3)) * 64 + (r & 7) * 8; }
+// where row r's halves d .. d + 7 (d a multiple of 8) start in the swizzled layout (see the
+// top) of a matrix of R rows
+template <int R> __device__ __forceinline__ int wg_at(int r, int d) {
+    return (d >> 6) * R * 64 + r * 64 + ((((d >> 3) & 7) ^ (r & 7)) << 3);
+}
 
 // the warpgroup's 128 threads (t its thread): keys [kb, kb + nk) of K and V into a stage in
-// the core-matrix layout, rows nk..AM_KB - 1 zeroed (a p of 0 times them must be 0, never
-// NaN); commits. The pieces (16 bytes) go out so that each 8 lanes, which L2 serves together,
-// read 4 rows x 2 neighbouring pieces: 4 whole 32-byte sectors (lanes on 8 rows, one piece
-// each, used half of 8 sectors: Nsight Compute counted 50% of the form's L2 sectors excess,
-// bench/RESULTS.md, fifteenth session). In shared memory a row's two pieces are 128 bytes
-// apart, in the same banks: 2 wavefronts a phase where one piece a row took 1. Piece p of a
-// matrix: lane q = p % 8 takes row 4 (p / 8 / (C / 2)) + q % 4, piece 2 ((p / 8) % (C / 2)) +
-// q / 4 of it
+// the swizzled layout, rows nk..AM_KB - 1 zeroed (a p of 0 times them must be 0, never NaN);
+// commits. Piece p of a matrix: key (p / 8) % AM_KB, piece 8 ((p / 8) / AM_KB) + p % 8 of it,
+// so each 8 lanes read one key's 128 contiguous bytes and write one shared row
 template <int D>
 __device__ __forceinline__ void wg_fetch(uint16_t *stg, const uint16_t *K0, const uint16_t *V0, size_t base, int64_t Hkv,
                                          int64_t kb, int nk, int t) {
-    constexpr int C = D / 8, PER = AM_KB * C / 128; /* pieces of a row; pieces of a matrix a thread */
+    constexpr int PER = AM_KB * (D / 8) / 128; /* pieces of a matrix a thread */
     const int64_t stride = Hkv * D;
 #pragma unroll
     for (int u = 0; u < PER; u++) {
-        const int p = t + 128 * u, q = p & 7, ph = p >> 3;
-        const int j = 4 * (ph / (C / 2)) + (q & 3), c = 2 * (ph % (C / 2)) + (q >> 2);
-        uint16_t *sk = stg + wg_at<D>(j, 8 * c), *sv = sk + AM_KB * D;
+        const int p = t + 128 * u, j = (p >> 3) % AM_KB, c = 8 * ((p >> 3) / AM_KB) + (p & 7);
+        uint16_t *sk = stg + wg_at<AM_KB>(j, 8 * c), *sv = sk + AM_KB * D;
         if (j < nk) {
             const size_t at = base + (size_t)((kb + j) * stride) + (size_t)(8 * c);
             cp16(sk, K0 + at);
@@ -155,8 +163,10 @@ __global__ void __launch_bounds__(WG_T, 1) attn_wg_kernel(const float *qf, const
     pdl_enter();
     using C = wg_cfg<D>;
     constexpr int NT = D / 8;
-    constexpr uint32_t QKL = 128, QKS = 16 * D, VL = 16 * D, VS = 128; /* descriptor offsets, bytes (see the top) */
-    HK_DYN_SMEM(sm);
+    constexpr uint32_t QKL = 16, QKS = 1024, VL = 128 * AM_KB, VS = 1024; /* descriptor offsets, bytes (see the top) */
+    HK_DYN_SMEM(sm_raw);
+    /* the swizzle's atoms on 1,024-byte boundaries of the shared window (BYTES holds the pad) */
+    float *sm = sm_raw + ((1024 - (wg_saddr(sm_raw) & 1023)) & 1023) / 4;
     uint16_t *Qs = (uint16_t *)sm, *stg = Qs + C::Q_HALVES;
     float *Of = (float *)(stg + 2 * WG_NS * C::STAGE), *Ms = Of + C::O_FLOATS, *Ls = Ms + 2 * 128;
     const hk_qtile tile = tiles[n_tiles - 1 - (int)blockIdx.x];
@@ -168,7 +178,7 @@ __global__ void __launch_bounds__(WG_T, 1) attn_wg_kernel(const float *qf, const
         const int v = i / (D / 4), d = 4 * (i % (D / 4));
         float4 q = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
         if (v < nv) q = *(const float4 *)(qf + (int64_t)(tile.r0 + v / G) * 2 * H * D + (kvh * G + v % G) * 2 * D + d);
-        uint16_t *h = Qs + wg_at<D>(v, d) + (d & 7);
+        uint16_t *h = Qs + wg_at<WG_QV>(v, d & ~7) + (d & 7);
         h[0] = am_h(q.x), h[1] = am_h(q.y), h[2] = am_h(q.z), h[3] = am_h(q.w);
     }
     for (int i = tid; i < C::O_FLOATS; i += WG_T) Of[i] = 0.0f;
@@ -206,10 +216,15 @@ __global__ void __launch_bounds__(WG_T, 1) attn_wg_kernel(const float *qf, const
             for (int j = 0; j < 4; j++) lo[j][0] = lo[j][1] = lo[j][2] = lo[j][3] = hi[j][0] = hi[j][1] = hi[j][2] = hi[j][3] = 0.0f;
             wg_pin_rows<4>(lo), wg_pin_rows<4>(hi);
             wg_fence();
+            /* k-step ks: column ks / 4, 16 (ks % 4) halves into its rows */
 #pragma unroll
-            for (int ks = 0; ks < D / 32; ks++) wg_n32(lo, wg_desc(Qs + 128 * ks, QKL, QKS), wg_desc(Kb + 128 * ks, QKL, QKS));
+            for (int ks = 0; ks < D / 32; ks++)
+                wg_n32(lo, wg_desc(Qs + (ks >> 2) * WG_QV * 64 + (ks & 3) * 16, QKL, QKS),
+                       wg_desc(Kb + (ks >> 2) * AM_KB * 64 + (ks & 3) * 16, QKL, QKS));
 #pragma unroll
-            for (int ks = D / 32; ks < D / 16; ks++) wg_n32(hi, wg_desc(Qs + 128 * ks, QKL, QKS), wg_desc(Kb + 128 * ks, QKL, QKS));
+            for (int ks = D / 32; ks < D / 16; ks++)
+                wg_n32(hi, wg_desc(Qs + (ks >> 2) * WG_QV * 64 + (ks & 3) * 16, QKL, QKS),
+                       wg_desc(Kb + (ks >> 2) * AM_KB * 64 + (ks & 3) * 16, QKL, QKS));
             wg_commit();
             wg_wait0();
             wg_pin_rows<4>(lo), wg_pin_rows<4>(hi);
@@ -219,9 +234,9 @@ __global__ void __launch_bounds__(WG_T, 1) attn_wg_kernel(const float *qf, const
             wg_pin_rows<NT>(o);
             wg_fence();
 #pragma unroll
-            for (int ks = 0; ks < 2; ks++) { /* keys 16 ks .. 16 ks + 15: key groups 2 ks, 2 ks + 1 */
+            for (int ks = 0; ks < 2; ks++) { /* keys 16 ks .. 16 ks + 15: rows 16 ks .. of every column */
                 const uint32_t a[4] = {P[2 * ks][0], P[2 * ks][1], P[2 * ks + 1][0], P[2 * ks + 1][1]};
-                wg_pv<D>(o, a, wg_desc(Vb + 2 * ks * (D / 8) * 64, VL, VS));
+                wg_pv<D>(o, a, wg_desc(Vb + 16 * ks * 64, VL, VS));
             }
             wg_commit();
         }
