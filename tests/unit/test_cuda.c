@@ -1072,10 +1072,11 @@ TEST(attn_matches_ref) {
             CHECK_MSG(bad == 0, "%s KV: %lld values differ when the rows are cut into other tiles", f16 ? "f16" : "f32", (long long)bad);
             free(cut), free(ao2);
         }
-        /* f16: the prompt kernel in pairs of warps (hk_attn_form(0)), its whole form in tiles
-         * of 4 warps (8 rows) and its wgmma form (8: two warpgroups, 8 rows, attn_wg.cuh) = the
-         * default (6 warps, 12 rows), bit for bit */
-        for (int form = 0; f16 && form <= 8; form += 4) {
+        /* f16: every form of the prompt kernel = the default (HK_ATTN_FORM_DEFAULT: the wgmma
+         * form, two warpgroups, 8 rows, attn_wg.cuh), bit for bit: mma.sync in pairs of warps
+         * (hk_attn_form(0)) and its whole form in tiles of 4 warps (8 rows) and 6 (12 rows) */
+        for (int form = 0; f16 && form <= 8; form += form == 4 ? 2 : 4) {
+            if (form == HK_ATTN_FORM_DEFAULT) continue;
             float *ao3 = xmalloc(4 * (size_t)(n * H * D));
             hk_attn_form(form);
             const int64_t qf_rows = hk_attn_tile_rows(G, f16);
@@ -1087,7 +1088,7 @@ TEST(attn_matches_ref) {
             CHECK_MSG(hk_attn(st, dq, dtiles, nf, 0, dpos, n, H, Hkv, D, dk, dv, (size_t)(n_ctx * Hkv * D), f16, seg, n_seg, dpart,
                               dao, NULL, &e) == 0 && hk_stream_sync(st, &e) == 0,
                       "%s", e.msg);
-            hk_attn_form(6);
+            hk_attn_form(HK_ATTN_FORM_DEFAULT);
             hk_d2h(ao3, dao, 4 * (size_t)(n * H * D), &e);
             int64_t bad = 0;
             double far = 0; /* the largest difference, relative to the default's value: a rounding (~1e-7) or a layout (~1) */

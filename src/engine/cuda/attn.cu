@@ -79,10 +79,11 @@ extern "C" int hk_attn_prep(void *st, float *qf, float *k, const float *v, const
 
 extern "C" int64_t hk_attn_part_floats(int64_t D) { return PART(D); }
 static bool mma_form(int64_t G, bool f16) { return f16 && G > 0 && G <= 16; }
-/* 6: bench/RESULTS.md (2026-12-06, twelfth session): pp2048 after 32,768 rows 3% faster than
- * 4 warps, 1.7% than the pairs */
-static int am_warps = 6; /* the prompt kernel's whole form in tiles of this many warps (attn_mma.cuh), 0: its pairs; 8:
-                          * two warpgroups on wgmma (attn_wg.cuh, tiles of 64 vectors) */
+/* the prompt kernel's form (kernels.h): 8, two warpgroups on wgmma (attn_wg.cuh): on an H100
+ * pp2048 after 32,768 rows 21% faster than 6 warps of mma.sync, after 8,192 7% (bench/RESULTS.md,
+ * 2026-12-07, sixteenth session); 6 and 4: the whole form in tiles of this many warps
+ * (attn_mma.cuh), 0: its pairs */
+static int am_warps = HK_ATTN_FORM_DEFAULT;
 extern "C" int hk_attn_form(int warps) {
     if (warps != 0 && warps != 4 && warps != 6 && warps != 8) return -1;
     am_warps = warps;

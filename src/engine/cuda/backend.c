@@ -1017,9 +1017,9 @@ int engine_open_cuda(engine **out, const model *m, const engine_opts *o, herr *e
     const char *mf = getenv("HEARTH_CUDA_MMQ_NF"); /* 0: mmq.cuh's first form of the Q4_K / Q5_K block */
     hk_mmq_form(!(mf && !strcmp(mf, "0")));
     const char *aw = getenv("HEARTH_CUDA_ATTN_WHOLE"); /* 0: attn_mma.cuh's prompt kernel in pairs of warps; 4, 6: warps;
-                                                         * 8: two warpgroups on wgmma (attn_wg.cuh) */
+                                                         * 8 (the default): two warpgroups on wgmma (attn_wg.cuh) */
     char *aw_end = NULL;
-    const long aw_n = aw && *aw ? strtol(aw, &aw_end, 10) : 6;
+    const long aw_n = aw && *aw ? strtol(aw, &aw_end, 10) : HK_ATTN_FORM_DEFAULT;
     if ((aw_end && *aw_end) || aw_n < 0 || aw_n > 8 || hk_attn_form((int)aw_n) < 0) {
         herr_set(e, "HEARTH_CUDA_ATTN_WHOLE=%s: 0 (pairs of warps), 4 or 6 (warps of the whole form), 8 (two warpgroups on wgmma)", aw);
         cuda_free(eng);

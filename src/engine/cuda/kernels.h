@@ -315,9 +315,10 @@ int hk_attn(void *st, const float *qf, const hk_qtile *tiles, int n_tiles, int n
 /* query rows per tile: 64 query vectors / G with f16 KV rows and G <= 16 (the tensor-core
  * form, attn_mma.cuh), else 32 / G (0: no kernel for G) */
 int hk_attn_tile_rows(int64_t G, bool f16);
-/* the tensor-core prompt kernel's whole form in tiles of 6 (the default) or 4 warps, (0) its
- * pairs of warps, or (8) two warpgroups on wgmma (64 vectors a tile); -1 for another count.
- * Tiles change rows (hk_attn_tile_rows), never bits */
+/* the tensor-core prompt kernel: (8, the default) two warpgroups on wgmma (64 vectors a tile,
+ * attn_wg.cuh), its mma.sync forms in tiles of 6 or 4 warps, or (0) in pairs of warps; -1 for
+ * another count. Tiles change rows (hk_attn_tile_rows), never bits */
+#define HK_ATTN_FORM_DEFAULT 8
 int hk_attn_form(int warps);
 /* the multi-row tiles' split form (a CTA per segment, then a fold over the rows; the same
  * bits): 0 never (the default), 1 when the pass's multi-row tiles times Hkv are fewer than
