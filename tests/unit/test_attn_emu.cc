@@ -7,7 +7,8 @@
  * emulated tensor core rounds its own way (cuda_emu.h), so the bits carry over only as a
  * structure: test_cuda.c's attn_matches_ref repeats the equalities on a GPU. Shapes: the
  * model's 16 query heads on 2 KV heads, heads of 128 and 256, segments of 64 keys (four
- * blocks), 24 rows across a segment's end and 5 rows at depth across another. */
+ * blocks), 24 rows across a segment's end and 5 rows at depth across another; the cache past
+ * the last row NaN (a block's rows past its keys must be zeroed, not read). */
 #include "cuda_emu.h"
 
 extern "C" {
@@ -41,6 +42,10 @@ struct case_t {
         k.resize((size_t)(n_ctx * Hkv * D)), v.resize(k.size());
         for (auto &x : k) x = __half_as_ushort(__float2half_rn(rndf(-1.0f, 1.0f)));
         for (auto &x : v) x = __half_as_ushort(__float2half_rn(rndf(-1.0f, 1.0f)));
+        /* the cache past the pass's last row holds no key of it (a stale or unwritten row on a
+         * GPU): NaN there, so a kernel that reads it into a block instead of zeroing the rows
+         * past the block's keys gives 0 x NaN */
+        for (size_t i = (size_t)((p0 + n) * Hkv * D); i < k.size(); i++) k[i] = v[i] = 0x7E00;
         qf.resize((size_t)(n * 2 * H * D));
         for (auto &x : qf) x = rndf(-0.3f, 0.3f);
         part.assign((size_t)(n * H * n_seg * PART(D)), NAN);
