@@ -129,34 +129,21 @@ template <int R> __device__ __forceinline__ int wg_at(int r, int d) {
     return (d >> 6) * R * 64 + r * 64 + ((((d >> 3) & 7) ^ (r & 7)) << 3);
 }
 
-// where a thread's pieces of a K or V block go: piece p = t + 128 u of a matrix (t the
-// thread's index in its warpgroup) is key (p / 8) % AM_KB, 16-byte piece 8 ((p / 8) / AM_KB) +
-// p % 8 of its row, so each 8 lanes read one key's 128 contiguous bytes and write one shared
-// row. With j0 = t / 8 (< 16) that is key j0 + 16 (u % 2), column u / 2: in shared memory at
-// s0 + 1,024 u halves (s0 = 64 j0 + 8 ((t % 8) ^ (j0 % 8)): wg_at's, key j0 + 16 having j0's
-// swizzle), in the cache at g0 + 16 stride (u % 2) + 64 (u / 2) halves from the block's first
-// key (g0 = j0 stride + 8 (t % 8)). Worked out once a tile, not at every piece.
-struct wg_pieces {
-    int s0, j0;
-    int64_t g0, g16; /* g16: 16 keys' stride */
-};
-__device__ __forceinline__ wg_pieces wg_pieces_of(int t, int64_t stride) {
-    const int j0 = t >> 3;
-    return wg_pieces{64 * j0 + (((t & 7) ^ (j0 & 7)) << 3), j0, j0 * stride + 8 * (t & 7), 16 * stride};
-}
-
-// keys [kb, kb + nk) of K and V (at K0 + blk, V0 + blk: blk the halves to key kb) into a stage
-// in the swizzled layout, rows nk..AM_KB - 1 zeroed (a p of 0 times them must be 0, never
-// NaN); commits
+// the warpgroup's 128 threads (t its thread): keys [kb, kb + nk) of K and V into a stage in
+// the swizzled layout, rows nk..AM_KB - 1 zeroed (a p of 0 times them must be 0, never NaN);
+// commits. Piece p of a matrix: key (p / 8) % AM_KB, piece 8 ((p / 8) / AM_KB) + p % 8 of it,
+// so each 8 lanes read one key's 128 contiguous bytes and write one shared row
 template <int D>
-__device__ __forceinline__ void wg_fetch(uint16_t *stg, const uint16_t *K0, const uint16_t *V0, size_t blk, const wg_pieces &pc,
-                                         int nk) {
+__device__ __forceinline__ void wg_fetch(uint16_t *stg, const uint16_t *K0, const uint16_t *V0, size_t base, int64_t Hkv,
+                                         int64_t kb, int nk, int t) {
     constexpr int PER = AM_KB * (D / 8) / 128; /* pieces of a matrix a thread */
+    const int64_t stride = Hkv * D;
 #pragma unroll
     for (int u = 0; u < PER; u++) {
-        uint16_t *sk = stg + pc.s0 + 1024 * u, *sv = sk + AM_KB * D;
-        if (pc.j0 + 16 * (u & 1) < nk) {
-            const size_t at = blk + (size_t)(pc.g0 + (u & 1) * pc.g16 + 64 * (u >> 1));
+        const int p = t + 128 * u, j = (p >> 3) % AM_KB, c = 8 * ((p >> 3) / AM_KB) + (p & 7);
+        uint16_t *sk = stg + wg_at<AM_KB>(j, 8 * c), *sv = sk + AM_KB * D;
+        if (j < nk) {
+            const size_t at = base + (size_t)((kb + j) * stride) + (size_t)(8 * c);
             cp16(sk, K0 + at);
             cp16(sv, V0 + at);
         } else {
@@ -204,8 +191,6 @@ __global__ void __launch_bounds__(WG_T, 1) attn_wg_kernel(const float *qf, const
     }
     const float scale = am_scale(D);
     const size_t base = (size_t)tile.seq * seq_stride + (size_t)(kvh * D);
-    const int64_t kstride = Hkv * D; /* halves from one key to the next */
-    const wg_pieces pc = wg_pieces_of(t, kstride);
     uint16_t *mine = stg + wg * WG_NS * C::STAGE;
     const int64_t n_seg_t = last / seg + 1; /* the tile's segments */
     async_fence();
@@ -215,7 +200,7 @@ __global__ void __launch_bounds__(WG_T, 1) attn_wg_kernel(const float *qf, const
         float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f}, o[NT][4];
 #pragma unroll
         for (int j = 0; j < NT; j++) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
-        wg_fetch<D>(mine, K0, V0, base + (size_t)(k0 * kstride), pc, (int)min((int64_t)AM_KB, kstop - k0));
+        wg_fetch<D>(mine, K0, V0, base, Hkv, k0, (int)min((int64_t)AM_KB, kstop - k0), t);
         int buf = 0;
         for (int64_t kb = k0; kb < kstop; kb += AM_KB, buf ^= 1) {
             wg_wait0(); /* the last block's P V: its stage is free, o final */
@@ -224,8 +209,7 @@ __global__ void __launch_bounds__(WG_T, 1) attn_wg_kernel(const float *qf, const
             async_fence();
             bar_sync(1 + wg, 128); /* block kb's stage, every thread's pieces; the other stage read by every warp */
             if (kb + AM_KB < kstop)
-                wg_fetch<D>(mine + (buf ^ 1) * C::STAGE, K0, V0, base + (size_t)((kb + AM_KB) * kstride), pc,
-                            (int)min((int64_t)AM_KB, kstop - kb - AM_KB));
+                wg_fetch<D>(mine + (buf ^ 1) * C::STAGE, K0, V0, base, Hkv, kb + AM_KB, (int)min((int64_t)AM_KB, kstop - kb - AM_KB), t);
             const uint16_t *Kb = mine + buf * C::STAGE, *Vb = Kb + AM_KB * D;
             float lo[4][4], hi[4][4], S[4][4];
 #pragma unroll
