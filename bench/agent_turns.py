@@ -538,10 +538,25 @@ class Server:
             time.sleep(0.2)
         raise RuntimeError(f"{self.name}: no 200 from /health in {self.start_timeout} s")
 
+    def metrics_to_log(self):
+        """The server's /metrics (where it serves them: hearth with --metrics, llama-server with
+        --metrics) appended to its log before it stops: the counters behind a run's times"""
+        try:
+            c = http.client.HTTPConnection(self.host, self.port, timeout=5)
+            c.request("GET", "/metrics")
+            resp = c.getresponse()
+            body = resp.read()
+            if resp.status == 200:
+                with open(self.log_path, "ab") as log:
+                    log.write(f"=== {time.strftime('%H:%M:%S')} /metrics before the stop\n".encode() + body)
+        except OSError:
+            pass
+
     def stop(self):
         if self.proc is None:
             return
         if self.proc.poll() is None:
+            self.metrics_to_log()
             self.proc.send_signal(signal.SIGTERM)
             try:
                 self.proc.wait(timeout=60)
