@@ -14,6 +14,9 @@
 #   gates   `gates all tiny` and `gates all small` on the cuda engine, f16 KV rows, under
 #           HEARTH_CUDA_ATTN_WHOLE=${GATE_FORM:-8};
 #   mutants tests/gates/mutants on the cuda engine, f16 KV rows, the same form;
+#   abbin   two builds of the default form against each other: $B/hearth and $B/hearth_b (a
+#           branch's build, packed beside; $B/test_cuda_b, if there, run first), pp2048 at
+#           DEPTHS, interleaved, REPS rounds;
 #   agent   hearth alone on bench/agent_turns.py's agent trace to 40k tokens (one rep after the
 #           dropped rep 0; q36 with Qwen3's tokenizer from a carried .peer/tokenizer-qwen3.tar.xz,
 #           Qwen3.5's template, one slot, 64k context): each turn's wall time against its pass
@@ -57,6 +60,17 @@ for s in ${STEPS:-attn ab unit agent gates ncu}; do
                 done
             done
         done ;;
+    abbin) [ -x $B/hearth_b ] || { echo "== abbin: no $B/hearth_b"; continue; }
+           q36
+           [ -x $B/test_cuda_b ] && step unit_b 120 $B/test_cuda_b
+           for i in $(seq 1 "${REPS:-2}"); do
+               for d in ${DEPTHS:-32768 8192}; do
+                   for v in a b; do
+                       bin=$B/hearth; [ $v = b ] && bin=$B/hearth_b
+                       step "pp2048_d${d}_${v}_${i}" 90 $bin bench --device cuda -m /dev/shm/q36.gguf --kv f16 -p 2048 -n 0 -d $d -r 2
+                   done
+               done
+           done ;;
     unit) step unit 120 $B/test_cuda
           step unit_chunk 120 $B/test_gdn_chunk ;;
     ncu) q36
