@@ -16,7 +16,8 @@ out=${OUT:-/tmp/out}; mkdir -p "$out"
 . bench/device_deps.sh
 reps=${REPS:-2} groups=${SETS:-a b c d}
 [ -f /tmp/llama-cuda/done ] || { pgrep -f device_peer_build.sh >/dev/null || (setsid nohup bash bench/device_peer_build.sh >/tmp/peer-build.log 2>&1 &); }
-make -j16 build/hearth >"$out/make.log" 2>&1 || { tail -20 "$out/make.log"; exit 1; }
+# HEARTH_BIN_READY=1: build/hearth was put there (a carried binary, bench/device_wg.sh), not built
+[ "${HEARTH_BIN_READY:-0}" = 1 ] && [ -x build/hearth ] || make -j16 build/hearth >"$out/make.log" 2>&1 || { tail -20 "$out/make.log"; exit 1; }
 [ -f /dev/shm/q36.gguf ] || build/hearth gen --preset q36 --quant q4_k_m --seed 1 -o /dev/shm/q36.gguf >"$out/gen.log" 2>&1 \
     || { cat "$out/gen.log"; exit 1; }
 while [ ! -f /tmp/llama-cuda/done ]; do

@@ -1,13 +1,13 @@
 #!/bin/bash
 # bench/device_wg.sh: a GPU call for the prompt attention's wgmma form (F11 item 1,
-# attn_wg.cuh, HEARTH_CUDA_ATTN_WHOLE=8), with binaries built here and carried in .dev/bin
-# (hearth, test_cuda, test_gdn_chunk, gates; BIN names another folder), so no build time is
-# spent there. The mutant runner needs mut_hearth and mut_test_engine beside hearth and gates:
-# with the tree's 38 MiB there is no room to carry all six, so STEPS=mutants gets a folder of
-# its own (BIN=.dev/mutbin). STEPS picks (default "attn ab unit agent gates ncu"):
-#   attn    test_cuda's attn_matches_ref alone (form 8 against the default, bit for bit);
-#   ab      q36 made in /dev/shm; pp2048 at depths 32,768 and 8,192 (DEPTHS), forms 6 (default)
-#           and 8, interleaved, REPS rounds (one process each, the figure it prints);
+# attn_wg.cuh, the default since da0a0a8), with binaries built here and carried (BIN, default
+# .dev/bin: hearth, test_cuda, test_gdn_chunk, gates, and for the mutant runner mut_hearth and
+# mut_test_engine; stripped they are 25 MB and the tree 38 MiB of the 64 carried, so pack them:
+# $BIN/bins.tar.xz, ~3 MB, is unpacked first), so no build time is spent there.
+# STEPS picks (default "attn ab unit agent gates ncu"):
+#   attn    test_cuda's attn_matches_ref alone (the other forms against the default, bit for bit);
+#   ab      q36 made in /dev/shm; pp2048 at depths 32,768 and 8,192 (DEPTHS), forms 6 and 8 (the
+#           default), interleaved, REPS rounds (one process each, the figure it prints);
 #   unit    all of test_cuda and test_gdn_chunk;
 #   ncu     Nsight Compute on one launch of form 8 (NCU_FORMS="8 6": both) at 32k (the timed
 #           pass's first: the fill's 16 passes x 10 layers skipped);
@@ -17,6 +17,11 @@
 #   abbin   two builds of the default form against each other: $B/hearth and $B/hearth_b (a
 #           branch's build, packed beside; $B/test_cuda_b, if there, run first), pp2048 at
 #           DEPTHS, interleaved, REPS rounds;
+#   rows    bench/device_cuda_vs_llama.sh with the carried hearth: ROWS_SETS (default "e f g":
+#           pp2048 after 0, 8,192 and 32,768 rows) against llama-bench, ROWS_REPS (2) reps after
+#           rep 0, interleaved; llama.cpp's CUDA build (bench/device_peer_build.sh, ~4.5 min, .peer
+#           carried whole) starts in the background when the call begins and stays on a warm
+#           machine for the next call;
 #   agent   hearth alone on bench/agent_turns.py's agent trace to 40k tokens (one rep after the
 #           dropped rep 0; q36 with Qwen3's tokenizer from a carried .peer/tokenizer-qwen3.tar.xz,
 #           Qwen3.5's template, one slot, 64k context): each turn's wall time against its pass
@@ -26,10 +31,11 @@
 #   make build/hearth build/tests/test_cuda build/tests/test_gdn_chunk build/gates build/mut/hearth build/mut/test_engine
 #   mkdir -p .dev/bin && for b in build/hearth build/tests/test_cuda build/tests/test_gdn_chunk build/gates; do
 #     strip -o .dev/bin/$(basename $b) $b; done
-#   mkdir -p .dev/mutbin; cp .dev/bin/hearth .dev/bin/gates .dev/mutbin/
-#   strip -o .dev/mutbin/mut_hearth build/mut/hearth; strip -o .dev/mutbin/mut_test_engine build/mut/test_engine
-# then the device tool: carry [".peer/debs", ".peer/tokenizer-qwen3.tar.xz", ".dev/bin"] (".dev/mutbin" instead of ".dev/bin"
-# with BIN=.dev/mutbin STEPS=mutants), command `bash bench/device_wg.sh`.
+#   strip -o .dev/bin/mut_hearth build/mut/hearth; strip -o .dev/bin/mut_test_engine build/mut/test_engine
+#   (cd .dev/bin && tar -cJf bins.tar.xz hearth test_cuda test_gdn_chunk gates mut_hearth mut_test_engine
+#    && rm hearth test_cuda test_gdn_chunk gates mut_hearth mut_test_engine)
+# then the device tool: carry [".peer", BIN] (or only what the steps read: .peer/debs, and
+# .peer/tokenizer-qwen3.tar.xz for agent), command `BIN=... bash bench/device_wg.sh`.
 cd "$(dirname "$0")/.."
 out=${OUT:-/tmp/out}; mkdir -p "$out"
 . bench/device_deps.sh >/dev/null 2>&1
@@ -41,12 +47,17 @@ B=${BIN:-.dev/bin}
 # or the binaries packed (tar -cJf $B/bins.tar.xz: six stripped binaries are 25 MB, 3 MB packed)
 [ -f "$B/bins.tar.xz" ] && tar -xJf "$B/bins.tar.xz" -C "$B"
 # a carried folder may say what it was built for: $B/env (shell assignments, e.g. STEPS and
-# DEADLINE) read here, so a call whose command line is fixed runs that folder's steps
+# DEADLINE) read here, so a call whose command line is fixed runs that folder's steps (written
+# as `: ${STEPS:=...}`, a command line's own STEPS wins)
 if [ -f "$B/env" ]; then . "$B/env"; deadline=${DEADLINE:-$deadline}; cat "$B/env"; fi
 mkdir -p build/mut build/tests
 cp $B/hearth build/hearth; cp $B/gates build/gates 2>/dev/null
 cp $B/mut_hearth build/mut/hearth 2>/dev/null; cp $B/mut_test_engine build/mut/test_engine 2>/dev/null
 export HEARTH_TMP=/dev/shm
+case " ${STEPS:-} " in *" rows "*)
+    [ -f /tmp/llama-cuda/done ] || pgrep -f device_peer_build.sh >/dev/null ||
+        (setsid nohup bash bench/device_peer_build.sh >/tmp/peer-build.log 2>&1 &) ;;
+esac
 q36() { [ -f /dev/shm/q36.gguf ] || step gen 60 $B/hearth gen --preset q36 --quant q4_k_m --seed 1 -o /dev/shm/q36.gguf; }
 for s in ${STEPS:-attn ab unit agent gates ncu}; do
     case $s in
@@ -71,6 +82,10 @@ for s in ${STEPS:-attn ab unit agent gates ncu}; do
                    done
                done
            done ;;
+    rows) l=$(left); [ "$l" -lt 120 ] && { echo "== rows: skipped, ${l} s left"; continue; }
+          ( HEARTH_BIN_READY=1 SETS=${ROWS_SETS:-e f g} REPS=${ROWS_REPS:-2} timeout $(( l - 15 )) bash bench/device_cuda_vs_llama.sh ) \
+              >"$out/rows.log" 2>&1
+          echo "== rows: rc $?"; grep -E "^\||llama.cpp |NVIDIA" "$out/rows.log" | head -20 ;;
     unit) step unit 120 $B/test_cuda
           step unit_chunk 120 $B/test_gdn_chunk ;;
     ncu) q36
