@@ -970,12 +970,12 @@ static int cut_tiles(hk_qtile *cut, int64_t n, int64_t qt, int64_t p0) {
  * twice the largest relative weight error times max |v|; the running sums over nk keys and
  * the segment merge add gamma(nk + 8) of max |v|. A wrong key, mask or rescale moves the
  * output by about its own size (~1e-2 here), two orders past the bound. */
-TEST(attn_matches_ref) {
-#ifndef HEARTH_CUDA
-    SKIP("built without CUDA (nvcc not found)");
-#else
-    if (!have_gpu()) return;
-    const int64_t H = 16, Hkv = 2, D = 256, n_ctx = 1000, n = 300, p0 = 700, seg = 128, n_seg = 8;
+#ifdef HEARTH_CUDA
+/* attn_matches_ref's checks for heads of D (256: q36's; 128: the tiny preset's, and the wgmma
+ * form's m64n128 products) */
+static void attn_case(const int64_t D) {
+    printf("  heads of %lld\n", (long long)D);
+    const int64_t H = 16, Hkv = 2, n_ctx = 1000, n = 300, p0 = 700, seg = 128, n_seg = 8;
     const int64_t G = H / Hkv;
     herr e;
     void *st;
@@ -983,7 +983,7 @@ TEST(attn_matches_ref) {
     float *kc = randf(n_ctx * Hkv * D, 900, -1.0f, 1.0f), *vc = randf(n_ctx * Hkv * D, 901, -1.0f, 1.0f);
     float *qf = randf(n * 2 * H * D, 902, -0.15f, 0.15f);
     for (int f16 = 0; f16 < 2; f16++) {
-        const int64_t qt = hk_attn_tile_rows(G, f16); /* f16: the tensor-core form, 12 rows a tile */
+        const int64_t qt = hk_attn_tile_rows(G, f16); /* f16: the default tensor-core form's rows a tile (the wgmma form: 8) */
         const size_t esz = f16 ? 2 : 4, kvb = esz * (size_t)(n_ctx * Hkv * D);
         uint8_t *hk = xmalloc(kvb), *hv = xmalloc(kvb);
         float *kr = xmalloc(4 * (size_t)(n_ctx * Hkv * D)), *vr = xmalloc(4 * (size_t)(n_ctx * Hkv * D));
@@ -1178,12 +1178,22 @@ TEST(attn_matches_ref) {
         dev_act_free(&ra), dev_act_free(&rb);
         printf("  attention %s KV: %.2g from double (%.3f of the bound) at 300 rows over 1000 keys; 3 rows decoded "
                "alone = the rows in tiles%s, bit for bit\n", f16 ? "f16" : "f32", worst_abs, worst,
-               f16 ? " = the pairs form = 4 warps = the wgmma form = the split form (tiles, cut, 5 rows alone)" : "");
+               f16 ? " (the wgmma form) = the pairs form = 4 warps = 6 warps = the split form (tiles, cut, 5 rows alone)" : "");
         hk_free(dk), hk_free(dv), hk_free(dq), hk_free(dpos), hk_free(dtiles), hk_free(dpart), hk_free(dao);
         free(hk), free(hv), free(kr), free(vr), free(pos), free(tiles), free(ao), free(one_ao);
     }
     hk_stream_free(st);
     free(kc), free(vc), free(qf);
+}
+#endif
+
+TEST(attn_matches_ref) {
+#ifndef HEARTH_CUDA
+    SKIP("built without CUDA (nvcc not found)");
+#else
+    if (!have_gpu()) return;
+    attn_case(256);
+    attn_case(128);
 #endif
 }
 
