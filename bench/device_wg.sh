@@ -59,29 +59,29 @@ case " ${STEPS:-} " in *" rows "*)
         (setsid nohup bash bench/device_peer_build.sh >/tmp/peer-build.log 2>&1 &) ;;
 esac
 q36() { [ -f /dev/shm/q36.gguf ] || step gen 60 $B/hearth gen --preset q36 --quant q4_k_m --seed 1 -o /dev/shm/q36.gguf; }
+# pp2048 after each of DEPTHS rows, REPS rounds, the variants interleaved within a round, one
+# process each (the figure it prints, to pp2048_dDEPTH_LABEL_ROUND.log); a variant is
+# "LABEL BINARY [NAME=VALUE]"
+pp_rounds() {
+    local i d v label bin var
+    for i in $(seq 1 "${REPS:-2}"); do
+        for d in ${DEPTHS:-32768 8192}; do
+            for v in "$@"; do
+                read -r label bin var <<<"$v"
+                step "pp2048_d${d}_${label}_$i" 90 env $var $bin bench --device cuda -m /dev/shm/q36.gguf --kv f16 -p 2048 -n 0 -d $d -r 2
+            done
+        done
+    done
+}
 for s in ${STEPS:-attn ab unit agent gates ncu}; do
     case $s in
     attn) HEARTH_ATTN_ONLY=1 step attn 60 $B/test_cuda ;;
     ab) q36
-        for i in $(seq 1 "${REPS:-2}"); do
-            for d in ${DEPTHS:-32768 8192}; do
-                for w in 6 8; do
-                    HEARTH_CUDA_ATTN_WHOLE=$w step "pp2048_d${d}_w${w}_$i" 90 \
-                        $B/hearth bench --device cuda -m /dev/shm/q36.gguf --kv f16 -p 2048 -n 0 -d $d -r 2
-                done
-            done
-        done ;;
+        pp_rounds "w6 $B/hearth HEARTH_CUDA_ATTN_WHOLE=6" "w8 $B/hearth HEARTH_CUDA_ATTN_WHOLE=8" ;;
     abbin) [ -x $B/hearth_b ] || { echo "== abbin: no $B/hearth_b"; continue; }
            q36
            [ -x $B/test_cuda_b ] && step unit_b 120 $B/test_cuda_b
-           for i in $(seq 1 "${REPS:-2}"); do
-               for d in ${DEPTHS:-32768 8192}; do
-                   for v in a b; do
-                       bin=$B/hearth; [ $v = b ] && bin=$B/hearth_b
-                       step "pp2048_d${d}_${v}_${i}" 90 $bin bench --device cuda -m /dev/shm/q36.gguf --kv f16 -p 2048 -n 0 -d $d -r 2
-                   done
-               done
-           done ;;
+           pp_rounds "a $B/hearth" "b $B/hearth_b" ;;
     rows) l=$(left); [ "$l" -lt 120 ] && { echo "== rows: skipped, ${l} s left"; continue; }
           ( HEARTH_BIN_READY=1 SETS=${ROWS_SETS:-e f g} REPS=${ROWS_REPS:-2} timeout $(( l - 15 )) bash bench/device_cuda_vs_llama.sh ) \
               >"$out/rows.log" 2>&1

@@ -1075,7 +1075,9 @@ static void attn_case(const int64_t D) {
         /* f16: every form of the prompt kernel = the default (HK_ATTN_FORM_DEFAULT: the wgmma
          * form, two warpgroups, 8 rows, attn_wg.cuh), bit for bit: mma.sync in pairs of warps
          * (hk_attn_form(0)) and its whole form in tiles of 4 warps (8 rows) and 6 (12 rows) */
-        for (int form = 0; f16 && form <= 8; form += form == 4 ? 2 : 4) {
+        static const int forms[] = {0, 4, 6, 8};
+        for (int fi = 0; f16 && fi < 4; fi++) {
+            const int form = forms[fi];
             if (form == HK_ATTN_FORM_DEFAULT) continue;
             float *ao3 = xmalloc(4 * (size_t)(n * H * D));
             hk_attn_form(form);
