@@ -71,8 +71,12 @@ done
 peer_ok || pgrep -f device_peer_build.sh >/dev/null || (setsid nohup bash bench/device_peer_build.sh >/tmp/peer-build.log 2>&1 &)
 
 t0=$(date +%s)
-make -j12 build/hearth >"$work/make.log" 2>&1 || { tail -30 "$work/make.log"; finish 1; }
-echo "== build hearth: $(( $(date +%s) - t0 )) s"
+# HEARTH_BIN_READY=1: build/hearth was put there (a carried binary, bench/device_wg.sh's agentvs), not built
+if [ "${HEARTH_BIN_READY:-0}" = 1 ] && [ -x build/hearth ]; then echo "== hearth: carried, not built"
+else
+    make -j12 build/hearth >"$work/make.log" 2>&1 || { tail -30 "$work/make.log"; finish 1; }
+    echo "== build hearth: $(( $(date +%s) - t0 )) s"
+fi
 
 tok=/tmp/tokenizer-qwen3 model=/dev/shm/$preset-qwen3tok.gguf
 [ -f $tok/tokenizer.json ] || { mkdir -p $tok && tar -xJf .peer/tokenizer-qwen3.tar.xz -C $tok; } || finish 1

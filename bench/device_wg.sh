@@ -22,6 +22,11 @@
 #           rep 0, interleaved; llama.cpp's CUDA build (bench/device_peer_build.sh, ~4.5 min, .peer
 #           carried whole) starts in the background when the call begins and stays on a warm
 #           machine for the next call;
+#   agentvs bench/device_agent.sh with the carried hearth (HEARTH_BIN_READY=1): hearth serve against
+#           llama-server on the agent trace (AGENT_TRACE, default agent; AGENT_REPS, default 1,
+#           after rep 0), F11's session bar; waits for the peer's build like rows;
+#   loop    test_cuda LOOP_N times (default 50, F11 item 5: a race would show as a failing run),
+#           cut to the time left; prints the count of runs and of failed ones;
 #   agent   hearth alone on bench/agent_turns.py's agent trace to 40k tokens (one rep after the
 #           dropped rep 0; q36 with Qwen3's tokenizer from a carried .peer/tokenizer-qwen3.tar.xz,
 #           Qwen3.5's template, one slot, 64k context): each turn's wall time against its pass
@@ -54,7 +59,8 @@ mkdir -p build/mut build/tests
 cp $B/hearth build/hearth; cp $B/gates build/gates 2>/dev/null
 cp $B/mut_hearth build/mut/hearth 2>/dev/null; cp $B/mut_test_engine build/mut/test_engine 2>/dev/null
 export HEARTH_TMP=/dev/shm
-case " ${STEPS:-} " in *" rows "*)
+# (PEER=1: start it in a call without those steps, for the warm machine's next call)
+case " ${STEPS:-} ${PEER:+ rows} " in *" rows "*|*" agentvs "*)
     [ -f /tmp/llama-cuda/done ] || pgrep -f device_peer_build.sh >/dev/null ||
         (setsid nohup bash bench/device_peer_build.sh >/tmp/peer-build.log 2>&1 &) ;;
 esac
@@ -104,6 +110,16 @@ for s in ${STEPS:-attn ab unit agent gates ncu}; do
            step agent 240 python3 bench/agent_turns.py --trace agent --reps 1 --target-tokens 40000 --out "$out/agent" --hearth-cmd \
                "$B/hearth serve -m /dev/shm/q36t.gguf -c 65536 -np 1 --device cuda --metrics --chat-template-file tests/fixtures/templates/Qwen3.5-4B.jinja --port {port}"
            grep -E "^\| *[0-9]+ \||total" "$out"/agent/*.md 2>/dev/null | head -24 ;;
+    agentvs) l=$(left); [ "$l" -lt 200 ] && { echo "== agentvs: skipped, ${l} s left"; continue; }
+             ( HEARTH_BIN_READY=1 OUT="$out/agentvs" TRACE=${AGENT_TRACE:-agent} REPS=${AGENT_REPS:-1} DEADLINE=$(( l - 10 )) \
+                   bash bench/device_agent.sh ) >"$out/agentvs.log" 2>&1
+             echo "== agentvs: rc $?"; grep -E "^\||^==|total" "$out/agentvs.log" | tail -40 ;;
+    loop) n=0 bad=0
+          while [ "$n" -lt "${LOOP_N:-50}" ] && [ "$(left)" -gt 40 ]; do
+              n=$((n + 1))
+              timeout 120 $B/test_cuda >"$out/loop_last.log" 2>&1 || { bad=$((bad + 1)); cp "$out/loop_last.log" "$out/loop_fail_$n.log"; }
+          done
+          echo "== loop: test_cuda $n runs, $bad failed" | tee "$out/loop.log" ;;
     mutants) HEARTH_CUDA_ATTN_WHOLE=${GATE_FORM:-8} HEARTH_GATES_DEVICE=cuda HEARTH_GATES_KV=f16 step mutants 500 tests/gates/mutants
              tail -40 "$out/mutants.log" | grep -E "\||passed|FAIL" | tail -30 ;;
     esac

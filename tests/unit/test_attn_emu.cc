@@ -278,11 +278,28 @@ TEST(planted_fold_order_red) {
            !same(in_order, good) ? " [threads in order]" : "", !same(reversed, good) ? " [later threads first]" : "");
 }
 
+/* 64: the wgmma form's warpgroup not fetching its next segment's first block during its
+ * segment's last (the fetch that replaced the one at the segment's start): that segment then
+ * reads a stale stage. Six segments of 64 keys, three a warpgroup: red */
+TEST(planted_segment_prefetch_red) {
+    case_t c(128, 5, 318, 384);
+    c.whole = 8;
+    const std::vector<float> good = c.run<128>(c.tiles(0));
+    CHECK_MSG(c.worst(good) <= 1.0, "the unplanted run of the wgmma form is out of its bound");
+    emu_mut = 64;
+    const std::vector<float> bad = c.run<128>(c.tiles(0));
+    emu_mut = 0;
+    CHECK_MSG(!same(bad, good) || c.worst(bad) > 1.0, "planted defect 'the next segment's block not fetched' passed");
+    printf("  planted 'the wgmma form's next segment not fetched' (wgmma form): red%s%s\n", !same(bad, good) ? " [bits moved]" : "",
+           c.worst(bad) > 1.0 ? " [out of bound]" : "");
+}
+
 int main(void) {
     RUN(heads_128);
     RUN(heads_256);
     RUN(few_rows_at_depth);
     RUN(planted_defects_red);
     RUN(planted_fold_order_red);
+    RUN(planted_segment_prefetch_red);
     return harness_done();
 }

@@ -68,7 +68,8 @@ template <int N> __device__ __forceinline__ void cp_wait() { asm volatile("cp.as
 // so it has nothing to restart), 4 the decode form's warps all writing the first quarter of
 // the dims, 8 the split form's fold taking a row's segments last first, 16 the split form's
 // CTA of a tile's last segment writing no partial, 32 the wgmma form's warpgroups folding
-// without waiting for each other (attn_wg.cuh)
+// without waiting for each other (attn_wg.cuh), 64 the wgmma form's warpgroup not fetching
+// its next segment's first block (attn_wg.cuh)
 #ifndef AMUT
 #define AMUT(bit) 0
 #endif

@@ -129,21 +129,34 @@ template <int R> __device__ __forceinline__ int wg_at(int r, int d) {
     return (d >> 6) * R * 64 + r * 64 + ((((d >> 3) & 7) ^ (r & 7)) << 3);
 }
 
-// the warpgroup's 128 threads (t its thread): keys [kb, kb + nk) of K and V into a stage in
-// the swizzled layout, rows nk..AM_KB - 1 zeroed (a p of 0 times them must be 0, never NaN);
-// commits. Piece p of a matrix: key (p / 8) % AM_KB, piece 8 ((p / 8) / AM_KB) + p % 8 of it,
-// so each 8 lanes read one key's 128 contiguous bytes and write one shared row
+// where a thread's pieces of a K or V block go: piece p = t + 128 u of a matrix (t the
+// thread's index in its warpgroup) is key (p / 8) % AM_KB, 16-byte piece 8 ((p / 8) / AM_KB) +
+// p % 8 of its row, so each 8 lanes read one key's 128 contiguous bytes and write one shared
+// row. With j0 = t / 8 (< 16) that is key j0 + 16 (u % 2), column u / 2: in shared memory at
+// s0 + 1,024 u halves (s0 = 64 j0 + 8 ((t % 8) ^ (j0 % 8)): wg_at's, key j0 + 16 having j0's
+// swizzle), in the cache at g0 + 16 stride (u % 2) + 64 (u / 2) halves from the block's first
+// key (g0 = j0 stride + 8 (t % 8)). Worked out once a tile, not at every piece.
+struct wg_pieces {
+    int s0, j0;
+    int64_t g0, g16; /* g16: 16 keys' stride */
+};
+__device__ __forceinline__ wg_pieces wg_pieces_of(int t, int64_t stride) {
+    const int j0 = t >> 3;
+    return wg_pieces{64 * j0 + (((t & 7) ^ (j0 & 7)) << 3), j0, j0 * stride + 8 * (t & 7), 16 * stride};
+}
+
+// keys [kb, kb + nk) of K and V (at K0 + blk, V0 + blk: blk the halves to key kb) into a stage
+// in the swizzled layout, rows nk..AM_KB - 1 zeroed (a p of 0 times them must be 0, never
+// NaN); commits
 template <int D>
-__device__ __forceinline__ void wg_fetch(uint16_t *stg, const uint16_t *K0, const uint16_t *V0, size_t base, int64_t Hkv,
-                                         int64_t kb, int nk, int t) {
+__device__ __forceinline__ void wg_fetch(uint16_t *stg, const uint16_t *K0, const uint16_t *V0, size_t blk, const wg_pieces &pc,
+                                         int nk) {
     constexpr int PER = AM_KB * (D / 8) / 128; /* pieces of a matrix a thread */
-    const int64_t stride = Hkv * D;
 #pragma unroll
     for (int u = 0; u < PER; u++) {
-        const int p = t + 128 * u, j = (p >> 3) % AM_KB, c = 8 * ((p >> 3) / AM_KB) + (p & 7);
-        uint16_t *sk = stg + wg_at<AM_KB>(j, 8 * c), *sv = sk + AM_KB * D;
-        if (j < nk) {
-            const size_t at = base + (size_t)((kb + j) * stride) + (size_t)(8 * c);
+        uint16_t *sk = stg + pc.s0 + 1024 * u, *sv = sk + AM_KB * D;
+        if (pc.j0 + 16 * (u & 1) < nk) {
+            const size_t at = blk + (size_t)(pc.g0 + (u & 1) * pc.g16 + 64 * (u >> 1));
             cp16(sk, K0 + at);
             cp16(sv, V0 + at);
         } else {
@@ -169,6 +182,7 @@ __global__ void __launch_bounds__(WG_T, 1) attn_wg_kernel(const float *qf, const
     float *sm = sm_raw + ((1024 - (wg_saddr(sm_raw) & 1023)) & 1023) / 4;
     uint16_t *Qs = (uint16_t *)sm, *stg = Qs + C::Q_HALVES;
     float *Of = (float *)(stg + 2 * WG_NS * C::STAGE), *Ms = Of + C::O_FLOATS, *Ls = Ms + 2 * 128;
+    float2 *Of2 = (float2 *)Of; /* thread t's outputs 8 j + 2 (lane % 4) + e of vector i at Of2[(2 j + i) 128 + t], e = .x, .y */
     const hk_qtile tile = tiles[n_tiles - 1 - (int)blockIdx.x];
     if (tile.n == 1) return;
     const int64_t kvh = blockIdx.y, last = tile.pos0 + tile.n - 1;
@@ -191,25 +205,28 @@ __global__ void __launch_bounds__(WG_T, 1) attn_wg_kernel(const float *qf, const
     }
     const float scale = am_scale(D);
     const size_t base = (size_t)tile.seq * seq_stride + (size_t)(kvh * D);
+    const int64_t kstride = Hkv * D; /* halves from one key to the next */
+    const wg_pieces pc = wg_pieces_of(t, kstride);
     uint16_t *mine = stg + wg * WG_NS * C::STAGE;
     const int64_t n_seg_t = last / seg + 1; /* the tile's segments */
     async_fence();
     __syncthreads(); /* Q, O, M and L */
+    /* the first block of the warpgroup's first segment; each later segment's first block is
+     * fetched during its previous segment's last block (into the stage that block leaves
+     * free), so no segment starts by waiting on the cache */
+    int buf = 0;
+    if (wg < n_seg_t) wg_fetch<D>(mine, K0, V0, base + (size_t)(wg * seg * kstride), pc, (int)min((int64_t)AM_KB, last + 1 - wg * seg));
     for (int64_t s = wg; s < n_seg_t; s += 2) {
         const int64_t k0 = s * seg, kstop = min(k0 + seg, last + 1);
         float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f}, o[NT][4];
 #pragma unroll
         for (int j = 0; j < NT; j++) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
-        wg_fetch<D>(mine, K0, V0, base, Hkv, k0, (int)min((int64_t)AM_KB, kstop - k0), t);
-        int buf = 0;
         for (int64_t kb = k0; kb < kstop; kb += AM_KB, buf ^= 1) {
             wg_wait0(); /* the last block's P V: its stage is free, o final */
             wg_pin_rows<NT>(o);
             cp_wait<0>();
             async_fence();
             bar_sync(1 + wg, 128); /* block kb's stage, every thread's pieces; the other stage read by every warp */
-            if (kb + AM_KB < kstop)
-                wg_fetch<D>(mine + (buf ^ 1) * C::STAGE, K0, V0, base, Hkv, kb + AM_KB, (int)min((int64_t)AM_KB, kstop - kb - AM_KB), t);
             const uint16_t *Kb = mine + buf * C::STAGE, *Vb = Kb + AM_KB * D;
             float lo[4][4], hi[4][4], S[4][4];
 #pragma unroll
@@ -226,6 +243,14 @@ __global__ void __launch_bounds__(WG_T, 1) attn_wg_kernel(const float *qf, const
                 wg_n32(hi, wg_desc(Qs + (ks >> 2) * WG_QV * 64 + (ks & 3) * 16, QKL, QKS),
                        wg_desc(Kb + (ks >> 2) * AM_KB * 64 + (ks & 3) * 16, QKL, QKS));
             wg_commit();
+            /* the next block's fetch is issued while the scores run: the next block of this
+             * segment, or after its last the first of the warpgroup's next segment (s + 2) */
+            if (kb + AM_KB < kstop)
+                wg_fetch<D>(mine + (buf ^ 1) * C::STAGE, K0, V0, base + (size_t)((kb + AM_KB) * kstride), pc,
+                            (int)min((int64_t)AM_KB, kstop - kb - AM_KB));
+            else if (s + 2 < n_seg_t && !AMUT(64))
+                wg_fetch<D>(mine + (buf ^ 1) * C::STAGE, K0, V0, base + (size_t)((s + 2) * seg * kstride), pc,
+                            (int)min((int64_t)AM_KB, last + 1 - (s + 2) * seg));
             wg_wait0();
             wg_pin_rows<4>(lo), wg_pin_rows<4>(hi);
             am_sum(S, lo, hi);
@@ -246,16 +271,30 @@ __global__ void __launch_bounds__(WG_T, 1) attn_wg_kernel(const float *qf, const
         if (s > 0 && !AMUT(32)) bar_sync(wg ? 3 : 4, WG_T);
 #pragma unroll
         for (int i = 0; i < 2; i++) {
-            if (kend[i] <= k0) continue; /* no key of this vector in the segment */
-            float M = Ms[i * 128 + t], L = Ls[i * 128 + t], a, b;
-            am_fold_w(M, L, m[i], l[i], a, b);
-            Ms[i * 128 + t] = M, Ls[i * 128 + t] = L;
+            const bool act = kend[i] > k0; /* else no key of this vector in the segment */
+            float a = 1.0f, b = 1.0f;
+            if (act) {
+                float M = Ms[i * 128 + t], L = Ls[i * 128 + t];
+                am_fold_w(M, L, m[i], l[i], a, b);
+                Ms[i * 128 + t] = M, Ls[i * 128 + t] = L;
+            }
+            /* O a is O where a is 1 (the segment's max below the running one: most segments
+             * but the first), so the warp skips that product when all its vectors' a are 1 */
+            const bool a1 = __all_sync(0xffffffffu, !act || a == 1.0f);
+            if (!act) continue;
+            if (a1)
 #pragma unroll
-            for (int j = 0; j < NT; j++)
+                for (int j = 0; j < NT; j++) {
+                    float2 *O = Of2 + (2 * j + i) * 128 + t, v = *O;
+                    v.x = __fadd_rn(v.x, __fmul_rn(o[j][2 * i], b)), v.y = __fadd_rn(v.y, __fmul_rn(o[j][2 * i + 1], b));
+                    *O = v;
+                }
+            else
 #pragma unroll
-                for (int e = 0; e < 2; e++) {
-                    float *O = Of + (4 * j + 2 * i + e) * 128 + t;
-                    *O = am_fold_o(*O, o[j][2 * i + e], a, b);
+                for (int j = 0; j < NT; j++) {
+                    float2 *O = Of2 + (2 * j + i) * 128 + t, v = *O;
+                    v.x = am_fold_o(v.x, o[j][2 * i], a, b), v.y = am_fold_o(v.y, o[j][2 * i + 1], a, b);
+                    *O = v;
                 }
         }
         if (s + 1 < n_seg_t && !AMUT(32)) bar_arrive(wg ? 4 : 3, WG_T);
@@ -273,7 +312,7 @@ __global__ void __launch_bounds__(WG_T, 1) attn_wg_kernel(const float *qf, const
 #pragma unroll
                 for (int e = 0; e < 2; e++) {
                     const int d = 8 * j + 2 * (lane & 3) + e;
-                    out[d] = am_out(Of[(4 * j + 2 * i + e) * 128 + t], L, gate[d]);
+                    out[d] = am_out(e ? Of2[(2 * j + i) * 128 + t].y : Of2[(2 * j + i) * 128 + t].x, L, gate[d]);
                 }
         }
     }
