@@ -115,7 +115,7 @@ ctx=${CTX:-65536}
 timeout -s TERM $(( l - 15 )) python3 bench/agent_turns.py --trace "${TRACE:-both}" --reps "${REPS:-2}" \
     --target-tokens "${TARGET:-40000}" --fresh "${FRESH:-conversation}" --deadline $(( l - 120 )) --out "$work/at" \
     --start-timeout 180 --label "$label" \
-    --hearth-cmd "build/hearth serve -m $model -c $ctx -np 1 $thr --device ${HEARTH_DEV:-cuda} --chat-template-file $tmpl --port {port}" \
+    --hearth-cmd "build/hearth serve -m $model -c $ctx -np 1 $thr --device ${HEARTH_DEV:-cuda} --metrics --chat-template-file $tmpl --port {port}" \
     --llama-cmd "$ldir/bin/llama-server -m $model -c $ctx -np 1 $thr ${LLAMA_ARGS--ngl 99 -fa on} --jinja --chat-template-file $tmpl --port {port}" \
     >"$work/agent_turns.log" 2>&1
 rc=$?

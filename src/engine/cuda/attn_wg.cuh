@@ -106,6 +106,12 @@ template <> __device__ __forceinline__ void wg_pv<128>(float (*o)[4], const uint
 }
 #endif
 
+// a descriptor d moved on by h halves (h a multiple of 8: whole 16-byte steps): its start
+// field is the address >> 4, and no shared address of a block passes 14 bits of it (256 KB),
+// so the add never carries out of the field. A tile works out its three descriptors once
+// (wg_desc's shifts and masks) and each k-step's by one add.
+__device__ __forceinline__ uint64_t wg_desc_add(uint64_t d, int h) { return d + (uint64_t)(h >> 3); }
+
 // wg_pin over rows [0, R) of accumulators (rows of 4 floats)
 template <int R> __device__ __forceinline__ void wg_pin_rows(float (*x)[4]) {
 #pragma unroll
@@ -208,6 +214,8 @@ __global__ void __launch_bounds__(WG_T, 1) attn_wg_kernel(const float *qf, const
     const int64_t kstride = Hkv * D; /* halves from one key to the next */
     const wg_pieces pc = wg_pieces_of(t, kstride);
     uint16_t *mine = stg + wg * WG_NS * C::STAGE;
+    /* Q's descriptor, and K's and V's in the warpgroup's first stage (see the top) */
+    const uint64_t qd = wg_desc(Qs, QKL, QKS), kd = wg_desc(mine, QKL, QKS), vd = wg_desc(mine + AM_KB * D, VL, VS);
     const int64_t n_seg_t = last / seg + 1; /* the tile's segments */
     async_fence();
     __syncthreads(); /* Q, O, M and L */
@@ -227,7 +235,7 @@ __global__ void __launch_bounds__(WG_T, 1) attn_wg_kernel(const float *qf, const
             cp_wait<0>();
             async_fence();
             bar_sync(1 + wg, 128); /* block kb's stage, every thread's pieces; the other stage read by every warp */
-            const uint16_t *Kb = mine + buf * C::STAGE, *Vb = Kb + AM_KB * D;
+            const int so = buf * C::STAGE; /* the stage's halves from mine */
             float lo[4][4], hi[4][4], S[4][4];
 #pragma unroll
             for (int j = 0; j < 4; j++) lo[j][0] = lo[j][1] = lo[j][2] = lo[j][3] = hi[j][0] = hi[j][1] = hi[j][2] = hi[j][3] = 0.0f;
@@ -236,12 +244,12 @@ __global__ void __launch_bounds__(WG_T, 1) attn_wg_kernel(const float *qf, const
             /* k-step ks: column ks / 4, 16 (ks % 4) halves into its rows */
 #pragma unroll
             for (int ks = 0; ks < D / 32; ks++)
-                wg_n32(lo, wg_desc(Qs + (ks >> 2) * WG_QV * 64 + (ks & 3) * 16, QKL, QKS),
-                       wg_desc(Kb + (ks >> 2) * AM_KB * 64 + (ks & 3) * 16, QKL, QKS));
+                wg_n32(lo, wg_desc_add(qd, (ks >> 2) * WG_QV * 64 + (ks & 3) * 16),
+                       wg_desc_add(kd, so + (ks >> 2) * AM_KB * 64 + (ks & 3) * 16));
 #pragma unroll
             for (int ks = D / 32; ks < D / 16; ks++)
-                wg_n32(hi, wg_desc(Qs + (ks >> 2) * WG_QV * 64 + (ks & 3) * 16, QKL, QKS),
-                       wg_desc(Kb + (ks >> 2) * AM_KB * 64 + (ks & 3) * 16, QKL, QKS));
+                wg_n32(hi, wg_desc_add(qd, (ks >> 2) * WG_QV * 64 + (ks & 3) * 16),
+                       wg_desc_add(kd, so + (ks >> 2) * AM_KB * 64 + (ks & 3) * 16));
             wg_commit();
             /* the next block's fetch is issued while the scores run: the next block of this
              * segment, or after its last the first of the warpgroup's next segment (s + 2) */
@@ -261,7 +269,7 @@ __global__ void __launch_bounds__(WG_T, 1) attn_wg_kernel(const float *qf, const
 #pragma unroll
             for (int ks = 0; ks < 2; ks++) { /* keys 16 ks .. 16 ks + 15: rows 16 ks .. of every column */
                 const uint32_t a[4] = {P[2 * ks][0], P[2 * ks][1], P[2 * ks + 1][0], P[2 * ks + 1][1]};
-                wg_pv<D>(o, a, wg_desc(Vb + 16 * ks * 64, VL, VS));
+                wg_pv<D>(o, a, wg_desc_add(vd, so + 16 * ks * 64));
             }
             wg_commit();
         }
