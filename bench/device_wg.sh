@@ -25,6 +25,8 @@
 #   agentvs bench/device_agent.sh with the carried hearth (HEARTH_BIN_READY=1): hearth serve against
 #           llama-server on the agent trace (AGENT_TRACE, default agent; AGENT_REPS, default 1,
 #           after rep 0), F11's session bar; waits for the peer's build like rows;
+#   agentsp the agent step with HEARTH_SPARES=${SPARES:-64} (spares enough for the whole
+#           session made at start: no pinned point buffer allocated beside its passes);
 #   loop    test_cuda LOOP_N times (default 50, F11 item 5: a race would show as a failing run),
 #           cut to the time left; prints the count of runs and of failed ones;
 #   agent   hearth alone on bench/agent_turns.py's agent trace to 40k tokens (one rep after the
@@ -54,6 +56,7 @@ B=${BIN:-.dev/bin}
 # a carried folder may say what it was built for: $B/env (shell assignments, e.g. STEPS and
 # DEADLINE) read here, so a call whose command line is fixed runs that folder's steps (written
 # as `: ${STEPS:=...}`, a command line's own STEPS wins)
+echo "binaries: $($B/hearth --version 2>&1 | head -1); b: $($B/hearth_b --version 2>/dev/null | head -1)" | tee -a "$out/host.txt"
 if [ -f "$B/env" ]; then . "$B/env"; deadline=${DEADLINE:-$deadline}; cat "$B/env"; fi
 mkdir -p build/mut build/tests
 cp $B/hearth build/hearth; cp $B/gates build/gates 2>/dev/null
@@ -105,11 +108,14 @@ for s in ${STEPS:-attn ab unit agent gates ncu}; do
     gates) for p in tiny small; do
                HEARTH_CUDA_ATTN_WHOLE=${GATE_FORM:-8} HEARTH_GATES_DEVICE=cuda HEARTH_GATES_KV=f16 step "gates_${p}_f16" 150 build/gates all $p
            done ;;
-    agent) tok=/tmp/tok-qwen3; mkdir -p $tok && tar -xJf .peer/tokenizer-qwen3.tar.xz -C $tok || continue
+    agent|agentsp)
+           tok=/tmp/tok-qwen3; mkdir -p $tok && tar -xJf .peer/tokenizer-qwen3.tar.xz -C $tok || continue
            [ -f /dev/shm/q36t.gguf ] || step gen_tok 90 $B/hearth gen --preset q36 --quant q4_k_m --seed 1 --tokenizer $tok -o /dev/shm/q36t.gguf
-           step agent 240 python3 bench/agent_turns.py --trace agent --reps 1 --target-tokens 40000 --out "$out/agent" --hearth-cmd \
+           sp=; [ $s = agentsp ] && sp=HEARTH_SPARES=${SPARES:-64}
+           env $sp bash -c 'echo "spares: ${HEARTH_SPARES:-default}"' >"$out/$s.env"
+           step $s 240 env $sp python3 bench/agent_turns.py --trace agent --reps 1 --target-tokens 40000 --out "$out/$s" --hearth-cmd \
                "$B/hearth serve -m /dev/shm/q36t.gguf -c 65536 -np 1 --device cuda --metrics --chat-template-file tests/fixtures/templates/Qwen3.5-4B.jinja --port {port}"
-           grep -E "^\| *[0-9]+ \||total" "$out"/agent/*.md 2>/dev/null | head -24 ;;
+           grep -E "^\| *[0-9]+ \||total" "$out"/$s/*.md 2>/dev/null | head -24 ;;
     agentvs) l=$(left); [ "$l" -lt 200 ] && { echo "== agentvs: skipped, ${l} s left"; continue; }
              ( HEARTH_BIN_READY=1 OUT="$out/agentvs" TRACE=${AGENT_TRACE:-agent} REPS=${AGENT_REPS:-1} DEADLINE=$(( l - 10 )) \
                    bash bench/device_agent.sh ) >"$out/agentvs.log" 2>&1

@@ -1512,7 +1512,12 @@ int sched_start(sched **out, engine *eng, const tokenizer *tok, const sched_opts
     pcache_keep_ram(s->pc, !o->cache_ram_off);
     s->pc_stats = pcache_get_stats(s->pc); /* what the files found at start came to */
     /* the first turns find spares too: made here, before the engine thread serves */
-    s->spare_want = SLOT_SPARES * o->n_slots;
+    /* HEARTH_SPARES: a bench's seam, the spares kept ready a slot (default SLOT_SPARES): enough
+     * for a whole session means no point buffer is made during it (what a turn pays for the
+     * spare thread's pinned allocations beside its passes, F11 item 2) */
+    const char *sv = getenv("HEARTH_SPARES");
+    const long per = sv && atol(sv) > 0 && atol(sv) <= 1024 ? atol(sv) : SLOT_SPARES;
+    s->spare_want = (int)per * o->n_slots;
     if (!MUTANT("spare_topup_skip")) engine_point_reserve(eng, s->spare_want);
     publish(s);
     s->sp_ready = xcalloc((size_t)s->spare_want, sizeof *s->sp_ready);
