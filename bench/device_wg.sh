@@ -27,6 +27,8 @@
 #           after rep 0), F11's session bar; waits for the peer's build like rows;
 #   agentsp the agent step with HEARTH_SPARES=${SPARES:-64} (spares enough for the whole
 #           session made at start: no pinned point buffer allocated beside its passes);
+#   sass    cuobjdump's SASS of attn_wg_kernel<256> in the carried hearth (sass_wg256.txt) and
+#           its instruction mix;
 #   loop    test_cuda LOOP_N times (default 50, F11 item 5: a race would show as a failing run),
 #           cut to the time left; prints the count of runs and of failed ones;
 #   agent   hearth alone on bench/agent_turns.py's agent trace to 40k tokens (one rep after the
@@ -116,6 +118,11 @@ for s in ${STEPS:-attn ab unit agent gates ncu}; do
            step $s 240 env $sp python3 bench/agent_turns.py --trace agent --reps 1 --target-tokens 40000 --out "$out/$s" --hearth-cmd \
                "$B/hearth serve -m /dev/shm/q36t.gguf -c 65536 -np 1 --device cuda --metrics --chat-template-file tests/fixtures/templates/Qwen3.5-4B.jinja --port {port}"
            grep -E "^\| *[0-9]+ \||total" "$out"/$s/*.md 2>/dev/null | head -24 ;;
+    sass) cu=$(command -v cuobjdump || ls /usr/local/cuda*/bin/cuobjdump 2>/dev/null | head -1)
+          [ -n "$cu" ] || { echo "== sass: no cuobjdump here"; continue; }
+          "$cu" -sass $B/hearth 2>&1 | awk '/Function : .*attn_wg_kernelILi256/ {on = 1} on && /Function : / && !/attn_wg_kernelILi256/ {on = 0} on' >"$out/sass_wg256.txt"
+          echo "== sass: $(grep -c '/\*[0-9a-f]*\*/' "$out/sass_wg256.txt") instructions in attn_wg_kernel<256>; the most used:"
+          grep -o '/\*[0-9a-f]*\*/ *[A-Z][A-Z0-9_.]*' "$out/sass_wg256.txt" | awk '{print $2}' | sed 's/\..*//' | sort | uniq -c | sort -rn | head -25 ;;
     agentvs) l=$(left); [ "$l" -lt 200 ] && { echo "== agentvs: skipped, ${l} s left"; continue; }
              ( HEARTH_BIN_READY=1 OUT="$out/agentvs" TRACE=${AGENT_TRACE:-agent} REPS=${AGENT_REPS:-1} DEADLINE=$(( l - 10 )) \
                    bash bench/device_agent.sh ) >"$out/agentvs.log" 2>&1
@@ -131,5 +138,6 @@ for s in ${STEPS:-attn ab unit agent gates ncu}; do
     esac
 done
 # at most 8 files come back: every log in one archive, the host line beside it
-tar czf /tmp/wg-logs.tgz -C "$out" . && find "$out" -mindepth 1 ! -name host.txt -delete && mv /tmp/wg-logs.tgz "$out/logs.tgz"
+# (only the top folder's host.txt stays beside it: a step's folder goes whole, its own host.txt too)
+tar czf /tmp/wg-logs.tgz -C "$out" . && find "$out" -mindepth 1 -maxdepth 1 ! -name host.txt -exec rm -rf {} + ; mv /tmp/wg-logs.tgz "$out/logs.tgz"
 echo "== done, $(left) s left"
