@@ -241,17 +241,15 @@ __global__ void __launch_bounds__(WG_T, 1) attn_wg_kernel(const float *qf, const
             for (int j = 0; j < 4; j++) lo[j][0] = lo[j][1] = lo[j][2] = lo[j][3] = hi[j][0] = hi[j][1] = hi[j][2] = hi[j][3] = 0.0f;
             wg_pin_rows<4>(lo), wg_pin_rows<4>(hi);
             wg_fence();
-            /* k-step ks: column ks / 4, 16 (ks % 4) halves into its rows; the low half's
-             * chain and the high half's issued in turn (each still sums its own k-steps in
-             * order), so neither chain's steps wait on each other back to back */
+            /* k-step ks: column ks / 4, 16 (ks % 4) halves into its rows */
 #pragma unroll
-            for (int ks = 0; ks < D / 32; ks++) {
-                const int kh = ks + D / 32;
+            for (int ks = 0; ks < D / 32; ks++)
                 wg_n32(lo, wg_desc_add(qd, (ks >> 2) * WG_QV * 64 + (ks & 3) * 16),
                        wg_desc_add(kd, so + (ks >> 2) * AM_KB * 64 + (ks & 3) * 16));
-                wg_n32(hi, wg_desc_add(qd, (kh >> 2) * WG_QV * 64 + (kh & 3) * 16),
-                       wg_desc_add(kd, so + (kh >> 2) * AM_KB * 64 + (kh & 3) * 16));
-            }
+#pragma unroll
+            for (int ks = D / 32; ks < D / 16; ks++)
+                wg_n32(hi, wg_desc_add(qd, (ks >> 2) * WG_QV * 64 + (ks & 3) * 16),
+                       wg_desc_add(kd, so + (ks >> 2) * AM_KB * 64 + (ks & 3) * 16));
             wg_commit();
             /* the next block's fetch is issued while the scores run: the next block of this
              * segment, or after its last the first of the warpgroup's next segment (s + 2) */
