@@ -960,6 +960,14 @@ def spare_points(model):
           f"{metric(m, 'point_reserved_total'):.0f} made ahead")
     check("spare points: held and spare bytes stay under --cache-ram", held <= 2 ** 30, f"{held:.0f}")
     s.stop()
+    # HEARTH_SPARES (a bench's seam: spares kept a slot, F11 item 2's agentsp step): 9 made at
+    # start on one slot; a value out of 1..1024 (or not a number) keeps the default 4
+    for val, n in (("9", 9), ("0", 4), ("x", 4), ("5000", 4)):
+        s = Server(model, "-np", "1", "--metrics", env={"HEARTH_SPARES": val})
+        m = wait_metrics(s, lambda m: metric(m, "cache_spare_points") >= n, limit=3)
+        check(f"HEARTH_SPARES={val}: {n} spares made at start", metric(m, "cache_spare_points") == n,
+              f"{metric(m, 'cache_spare_points'):.0f}")
+        s.stop()
 
 
 def wait_metrics(srv, cond, limit=10):
