@@ -125,7 +125,7 @@ template <int R> __device__ __forceinline__ void wg_pin_rows(float (*x)[4]) {
 template <int D> struct wg_cfg {
     static constexpr int Q_HALVES = WG_QV * D;
     static constexpr int STAGE = 2 * AM_KB * D; /* a block's K rows, then its V rows */
-    static constexpr int O_FLOATS = WG_QV * D;  /* the folded outputs: thread t of a warpgroup's output i at [i 128 + t] */
+    static constexpr int O_FLOATS = WG_QV * D;  /* the folded outputs (the kernel's Of2: pairs a thread) */
     /* + M and L, + 1,024 for the atoms' alignment: 232,448 at D = 256, an H100's most */
     static constexpr int BYTES = 2 * Q_HALVES + 2 * 2 * WG_NS * STAGE + 4 * O_FLOATS + 4 * 2 * 2 * 128 + 1024;
 };
