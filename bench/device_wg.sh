@@ -36,7 +36,8 @@
 #           Qwen3.5's template, one slot, 64k context): each turn's wall time against its pass
 #           (F11 item 2: what a turn spends outside the pass, <= 30 ms at 40k).
 # Each step is cut to the time left (DEADLINE, default 570 s).
-# Local preparation (nvcc 13.0, sm_90a):
+# Local preparation: bench/device_pack_bins.sh [DIR] [REV] does what follows (REV: hearth_b
+# built at that revision). By hand (nvcc 13.0, sm_90a):
 #   make build/hearth build/tests/test_cuda build/tests/test_gdn_chunk build/gates build/mut/hearth build/mut/test_engine
 #   mkdir -p .dev/bin && for b in build/hearth build/tests/test_cuda build/tests/test_gdn_chunk build/gates; do
 #     strip -o .dev/bin/$(basename $b) $b; done
