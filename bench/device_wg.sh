@@ -115,7 +115,7 @@ for s in ${STEPS:-attn ab unit agent gates ncu}; do
            tok=/tmp/tok-qwen3; mkdir -p $tok && tar -xJf .peer/tokenizer-qwen3.tar.xz -C $tok || continue
            [ -f /dev/shm/q36t.gguf ] || step gen_tok 90 $B/hearth gen --preset q36 --quant q4_k_m --seed 1 --tokenizer $tok -o /dev/shm/q36t.gguf
            sp=; [ $s = agentsp ] && sp=HEARTH_SPARES=${SPARES:-64}
-           env $sp bash -c 'echo "spares: ${HEARTH_SPARES:-default}"' >"$out/$s.env"
+           echo "spares: ${sp:-default}" >"$out/$s.env"
            step $s 240 env $sp python3 bench/agent_turns.py --trace agent --reps 1 --target-tokens 40000 --out "$out/$s" --hearth-cmd \
                "$B/hearth serve -m /dev/shm/q36t.gguf -c 65536 -np 1 --device cuda --metrics --chat-template-file tests/fixtures/templates/Qwen3.5-4B.jinja --port {port}"
            grep -E "^\| *[0-9]+ \||total" "$out"/$s/*.md 2>/dev/null | head -24 ;;

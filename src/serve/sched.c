@@ -1516,7 +1516,7 @@ int sched_start(sched **out, engine *eng, const tokenizer *tok, const sched_opts
      * for a whole session means no point buffer is made during it (what a turn pays for the
      * spare thread's pinned allocations beside its passes, F11 item 2) */
     const char *sv = getenv("HEARTH_SPARES");
-    const long per = sv && atol(sv) > 0 && atol(sv) <= 1024 ? atol(sv) : SLOT_SPARES;
+    const long asked = sv ? atol(sv) : 0, per = asked > 0 && asked <= 1024 ? asked : SLOT_SPARES;
     s->spare_want = (int)per * o->n_slots;
     if (!MUTANT("spare_topup_skip")) engine_point_reserve(eng, s->spare_want);
     publish(s);
