@@ -470,6 +470,11 @@ inline void wg_n32(float (*d)[4], uint64_t da, uint64_t db) {
             d[j][q] = (float)acc;
         }
 }
+/* scale-d 0: d = A B (d not read) */
+inline void wg_n32z(float (*d)[4], uint64_t da, uint64_t db) {
+    for (int j = 0; j < 4; j++) d[j][0] = d[j][1] = d[j][2] = d[j][3] = 0.0f;
+    wg_n32(d, da, db);
+}
 /* A from registers (mma.sync's A fragment of the warp's 16 rows: read through the warp), B N-major */
 template <int N> inline void wg_pv(float (*o)[4], const uint32_t a[4], uint64_t db) {
     const void *all[32];

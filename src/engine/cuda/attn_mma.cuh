@@ -82,6 +82,27 @@ template <int N> __device__ __forceinline__ void cp_wait() { asm volatile("cp.as
 
 __device__ __forceinline__ uint16_t am_h(float x) { return __half_as_ushort(__float2half_rn(x)); }
 __device__ __forceinline__ uint32_t am_h2(float lo, float hi) { return (uint32_t)am_h(lo) | (uint32_t)am_h(hi) << 16; }
+#ifndef HEARTH_CUDA_EMU_H
+// am_h2 in one instruction (cvt's f16x2 form: each half rounded to nearest even, as am_h)
+__device__ __forceinline__ uint32_t am_pack(float lo, float hi) {
+    uint32_t r;
+    asm("cvt.rn.f16x2.f32 %0, %2, %1;" : "=r"(r) : "f"(lo), "f"(hi));
+    return r;
+}
+// a weight's exponential, 2^x, where it is rounded to f16 next: the unit's ex2 alone, where
+// exp2f wraps it in a test and two multiplies for results below 2^-126 (subnormal in f32).
+// For x >= -126 the two are the same instruction on the same input; below, both are under
+// 2^-126, which f16 (least subnormal 2^-24) rounds to 0: so am_h(am_ex2(x)) = am_h(exp2f(x))
+// for every x, -inf included (both 0)
+__device__ __forceinline__ float am_ex2(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+#else
+inline uint32_t am_pack(float lo, float hi) { return am_h2(lo, hi); }
+inline float am_ex2(float x) { return exp2f(x); }
+#endif
 
 // shared memory, in halves unless named: rows of D halves padded by 8 (16 bytes), so the 8
 // rows one ldmatrix reads fall on distinct banks
@@ -184,7 +205,7 @@ __device__ __forceinline__ void am_sum(float (*S)[4], float (*lo)[4], float (*hi
 }
 
 // am_step's softmax of vector i (lane holds S[j][2 i + e]): the block's max of its keys
-// (those below lim; ALL: lim is AM_KB, no per-key test), alpha, p = exp2f(s - max) rounded to
+// (those below lim; ALL: lim is AM_KB, no per-key test), alpha, p = 2^(s - max) rounded to
 // f16 into P[j][i] (pairs), their sum into l
 template <bool ALL>
 __device__ __forceinline__ void am_soft(float (*S)[4], int i, int lim, float scale, float &m, float &l, float &alpha,
@@ -209,15 +230,16 @@ __device__ __forceinline__ void am_soft(float (*S)[4], int i, int lim, float sca
     float sum = 0.0f;
 #pragma unroll
     for (int j = 0; j < 4; j++) {
-        uint32_t pair = 0;
+        float p[2];
 #pragma unroll
         for (int e = 0; e < 2; e++) {
             const bool in = ALL || 8 * j + 2 * (lane & 3) + e < lim;
-            const __half h = __float2half_rn(in ? exp2f(S[j][2 * i + e] - mn) : 0.0f);
-            pair |= (uint32_t)__half_as_ushort(h) << (16 * e);
-            sum = __fadd_rn(sum, __half2float(h));
+            p[e] = in ? am_ex2(S[j][2 * i + e] - mn) : 0.0f;
         }
+        const uint32_t pair = am_pack(p[0], p[1]);
         P[j][i] = pair;
+        sum = __fadd_rn(sum, __half2float(__ushort_as_half((uint16_t)(pair & 0xFFFFu))));
+        sum = __fadd_rn(sum, __half2float(__ushort_as_half((uint16_t)(pair >> 16))));
     }
     sum = __fadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, 1));
     sum = __fadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, 2));

@@ -82,6 +82,10 @@ __device__ __forceinline__ uint64_t wg_desc(const void *p, uint32_t lbo, uint32_
     "+f"((d)[0][0]), "+f"((d)[0][1]), "+f"((d)[0][2]), "+f"((d)[0][3]), "+f"((d)[1][0]), "+f"((d)[1][1]),           \
         "+f"((d)[1][2]), "+f"((d)[1][3]), "+f"((d)[2][0]), "+f"((d)[2][1]), "+f"((d)[2][2]), "+f"((d)[2][3]),       \
         "+f"((d)[3][0]), "+f"((d)[3][1]), "+f"((d)[3][2]), "+f"((d)[3][3])
+#define WG_SET16(d)                                                                                                   \
+    "=f"((d)[0][0]), "=f"((d)[0][1]), "=f"((d)[0][2]), "=f"((d)[0][3]), "=f"((d)[1][0]), "=f"((d)[1][1]),           \
+        "=f"((d)[1][2]), "=f"((d)[1][3]), "=f"((d)[2][0]), "=f"((d)[2][1]), "=f"((d)[2][2]), "=f"((d)[2][3]),       \
+        "=f"((d)[3][0]), "=f"((d)[3][1]), "=f"((d)[3][2]), "=f"((d)[3][3])
 #define WG_OUT64(d) WG_OUT16(d), WG_OUT16((d) + 4), WG_OUT16((d) + 8), WG_OUT16((d) + 12)
 #define WG_OUT128(d) WG_OUT64(d), WG_OUT64((d) + 16)
 
@@ -89,6 +93,14 @@ __device__ __forceinline__ uint64_t wg_desc(const void *p, uint32_t lbo, uint32_
 __device__ __forceinline__ void wg_n32(float (*d)[4], uint64_t da, uint64_t db) {
     asm volatile("wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 " WG_ACC16 ", %16, %17, 1, 1, 1, 0, 0;"
                  : WG_OUT16(d)
+                 : "l"(da), "l"(db));
+}
+// d = A B, a chain's first step: scale-d 0 (d not read), so no 16 moves of zeros before it.
+// The unit's sum of the step's 16 products is rounded once into d either way, and 0 + x is x
+// (but for the sign of a zero sum, which no score's use sees: its max and exponential)
+__device__ __forceinline__ void wg_n32z(float (*d)[4], uint64_t da, uint64_t db) {
+    asm volatile("wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 " WG_ACC16 ", %16, %17, 0, 1, 1, 0, 0;"
+                 : WG_SET16(d)
                  : "l"(da), "l"(db));
 }
 // o (m64nN, f32) += A B: A (64 x 16) from registers (mma.sync's A fragment of the warp's 16
@@ -108,9 +120,11 @@ template <> __device__ __forceinline__ void wg_pv<128>(float (*o)[4], const uint
 
 // a descriptor d moved on by h halves (h a multiple of 8: whole 16-byte steps): its start
 // field is the address >> 4, and no shared address of a block passes 14 bits of it (256 KB),
-// so the add never carries out of the field. A tile works out its three descriptors once
-// (wg_desc's shifts and masks) and each k-step's by one add.
-__device__ __forceinline__ uint64_t wg_desc_add(uint64_t d, int h) { return d + (uint64_t)(h >> 3); }
+// so the add never carries out of the field, nor out of d's low word: a 32-bit add. A tile
+// works out its three descriptors once (wg_desc's shifts and masks) and each k-step's by one add.
+__device__ __forceinline__ uint64_t wg_desc_add(uint64_t d, uint32_t h) {
+    return (d & 0xFFFFFFFF00000000ull) | (uint32_t)((uint32_t)d + (h >> 3));
+}
 
 // wg_pin over rows [0, R) of accumulators (rows of 4 floats)
 template <int R> __device__ __forceinline__ void wg_pin_rows(float (*x)[4]) {
@@ -153,21 +167,33 @@ __device__ __forceinline__ wg_pieces wg_pieces_of(int t, int64_t stride) {
 
 // keys [kb, kb + nk) of K and V (at K0 + blk, V0 + blk: blk the halves to key kb) into a stage
 // in the swizzled layout, rows nk..AM_KB - 1 zeroed (a p of 0 times them must be 0, never
-// NaN); commits
+// NaN); commits. A whole block (nk = AM_KB, the warpgroup's same for every thread) takes no
+// test a piece: four row pointers a block, each piece a constant offset from one of them
+// (which the copy instruction holds), where Nsight's count and the SASS had ~35 instructions a
+// pair of pieces, the 64-bit sums redone at each
 template <int D>
 __device__ __forceinline__ void wg_fetch(uint16_t *stg, const uint16_t *K0, const uint16_t *V0, size_t blk, const wg_pieces &pc,
                                          int nk) {
     constexpr int PER = AM_KB * (D / 8) / 128; /* pieces of a matrix a thread */
+    const size_t at = blk + (size_t)pc.g0;
+    const uint16_t *k = K0 + at, *v = V0 + at, *k16 = k + pc.g16, *v16 = v + pc.g16;
+    uint16_t *sk = stg + pc.s0, *sv = sk + AM_KB * D;
+    if (nk == AM_KB) {
 #pragma unroll
-    for (int u = 0; u < PER; u++) {
-        uint16_t *sk = stg + pc.s0 + 1024 * u, *sv = sk + AM_KB * D;
-        if (pc.j0 + 16 * (u & 1) < nk) {
-            const size_t at = blk + (size_t)(pc.g0 + (u & 1) * pc.g16 + 64 * (u >> 1));
-            cp16(sk, K0 + at);
-            cp16(sv, V0 + at);
-        } else {
-            *(uint4 *)sk = make_uint4(0u, 0u, 0u, 0u);
-            *(uint4 *)sv = make_uint4(0u, 0u, 0u, 0u);
+        for (int u = 0; u < PER; u++) {
+            cp16(sk + 1024 * u, ((u & 1) ? k16 : k) + 64 * (u >> 1));
+            cp16(sv + 1024 * u, ((u & 1) ? v16 : v) + 64 * (u >> 1));
+        }
+    } else {
+#pragma unroll
+        for (int u = 0; u < PER; u++) {
+            if (pc.j0 + 16 * (u & 1) < nk) {
+                cp16(sk + 1024 * u, ((u & 1) ? k16 : k) + 64 * (u >> 1));
+                cp16(sv + 1024 * u, ((u & 1) ? v16 : v) + 64 * (u >> 1));
+            } else {
+                *(uint4 *)(sk + 1024 * u) = make_uint4(0u, 0u, 0u, 0u);
+                *(uint4 *)(sv + 1024 * u) = make_uint4(0u, 0u, 0u, 0u);
+            }
         }
     }
     cp_commit();
@@ -192,8 +218,11 @@ __global__ void __launch_bounds__(WG_T, 1) attn_wg_kernel(const float *qf, const
     const hk_qtile tile = tiles[n_tiles - 1 - (int)blockIdx.x];
     if (tile.n == 1) return;
     const int64_t kvh = blockIdx.y, last = tile.pos0 + tile.n - 1;
-    const int G = (int)(H / Hkv), nv = tile.n * G, tid = threadIdx.x, wg = tid >> 7, t = tid & 127, lane = tid & 31,
-              warp = t >> 5;
+    /* wg through a shuffle from lane 0: warp-uniform to the compiler, so the warpgroup's stage
+     * and its descriptors live in uniform registers (wgmma reads its descriptors from them; made
+     * in a thread's own registers, each k-step's took two more moves) */
+    const int G = (int)(H / Hkv), nv = tile.n * G, tid = threadIdx.x, wg = __shfl_sync(0xffffffffu, tid >> 7, 0), t = tid & 127,
+              lane = tid & 31, warp = t >> 5;
     for (int i = tid; i < WG_QV * (D / 4); i += WG_T) {
         const int v = i / (D / 4), d = 4 * (i % (D / 4));
         float4 q = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
@@ -235,21 +264,20 @@ __global__ void __launch_bounds__(WG_T, 1) attn_wg_kernel(const float *qf, const
             cp_wait<0>();
             async_fence();
             bar_sync(1 + wg, 128); /* block kb's stage, every thread's pieces; the other stage read by every warp */
-            const int so = buf * C::STAGE; /* the stage's halves from mine */
+            const uint32_t so = (uint32_t)buf * C::STAGE; /* the stage's halves from mine */
             float lo[4][4], hi[4][4], S[4][4];
-#pragma unroll
-            for (int j = 0; j < 4; j++) lo[j][0] = lo[j][1] = lo[j][2] = lo[j][3] = hi[j][0] = hi[j][1] = hi[j][2] = hi[j][3] = 0.0f;
-            wg_pin_rows<4>(lo), wg_pin_rows<4>(hi);
             wg_fence();
-            /* k-step ks: column ks / 4, 16 (ks % 4) halves into its rows */
+            /* k-step ks: column ks / 4, 16 (ks % 4) halves into its rows; each chain's first
+             * step sets its accumulators (wg_n32z) */
 #pragma unroll
-            for (int ks = 0; ks < D / 32; ks++)
-                wg_n32(lo, wg_desc_add(qd, (ks >> 2) * WG_QV * 64 + (ks & 3) * 16),
-                       wg_desc_add(kd, so + (ks >> 2) * AM_KB * 64 + (ks & 3) * 16));
-#pragma unroll
-            for (int ks = D / 32; ks < D / 16; ks++)
-                wg_n32(hi, wg_desc_add(qd, (ks >> 2) * WG_QV * 64 + (ks & 3) * 16),
-                       wg_desc_add(kd, so + (ks >> 2) * AM_KB * 64 + (ks & 3) * 16));
+            for (int ks = 0; ks < D / 16; ks++) {
+                const uint64_t a = wg_desc_add(qd, (ks >> 2) * WG_QV * 64 + (ks & 3) * 16),
+                               b = wg_desc_add(kd, so + (ks >> 2) * AM_KB * 64 + (ks & 3) * 16);
+                if (ks == 0) wg_n32z(lo, a, b);
+                else if (ks < D / 32) wg_n32(lo, a, b);
+                else if (ks == D / 32) wg_n32z(hi, a, b);
+                else wg_n32(hi, a, b);
+            }
             wg_commit();
             /* the next block's fetch is issued while the scores run: the next block of this
              * segment, or after its last the first of the warpgroup's next segment (s + 2) */
@@ -269,7 +297,7 @@ __global__ void __launch_bounds__(WG_T, 1) attn_wg_kernel(const float *qf, const
 #pragma unroll
             for (int ks = 0; ks < 2; ks++) { /* keys 16 ks .. 16 ks + 15: rows 16 ks .. of every column */
                 const uint32_t a[4] = {P[2 * ks][0], P[2 * ks][1], P[2 * ks + 1][0], P[2 * ks + 1][1]};
-                wg_pv<D>(o, a, wg_desc_add(vd, so + 16 * ks * 64));
+                wg_pv<D>(o, a, wg_desc_add(vd, so + 16u * ks * 64));
             }
             wg_commit();
         }
