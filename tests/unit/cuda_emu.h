@@ -427,6 +427,7 @@ inline void bar_arrive(int id, int n) { emu_named(id, n); }
 inline void wg_fence() {}
 inline void wg_commit() {}
 inline void wg_wait0() {}
+inline void wg_wait1() {}
 inline void async_fence() {}
 inline void wg_pin(float &) {}
 inline uint32_t wg_saddr(const void *p) { return (uint32_t)((const char *)p - (const char *)emu::dyn.data()); }

@@ -257,10 +257,10 @@ __device__ __forceinline__ void am_soft(float (*S)[4], int i, int lim, float sca
 // am_weigh is its first half: the softmax of both vectors into P (the p rounded to f16, pairs
 // of keys 8 j + 2 (lane % 4) + e, e = 0, 1, of vector i at P[j][i]: the P operand) and o
 // rescaled where a max moved; the wgmma form (attn_wg.cuh) runs it on its accumulators too.
-template <int NT>
-__device__ __forceinline__ void am_weigh(float (*S)[4], int64_t kb, const int64_t kend[2], float scale, float m[2], float l[2],
-                                         float (*o)[4], uint32_t (*P)[2]) {
-    float alpha[2];
+// (am_weigh_p, the softmax alone, and am_rescale, o's part, apart for the wgmma form, which
+// runs the softmax of a block while the tensor cores still add the last one's P V into o)
+__device__ __forceinline__ void am_weigh_p(float (*S)[4], int64_t kb, const int64_t kend[2], float scale, float m[2], float l[2],
+                                           float alpha[2], uint32_t (*P)[2]) {
 #pragma unroll
     for (int i = 0; i < 2; i++) {
         const int lim = (int)max((int64_t)0, min((int64_t)AM_KB, kend[i] - kb)); /* the vector's keys in the block */
@@ -269,12 +269,21 @@ __device__ __forceinline__ void am_weigh(float (*S)[4], int64_t kb, const int64_
         if (__all_sync(0xffffffffu, lim == AM_KB)) am_soft<true>(S, i, lim, scale, m[i], l[i], alpha[i], P);
         else am_soft<false>(S, i, lim, scale, m[i], l[i], alpha[i], P);
     }
+}
+template <int NT> __device__ __forceinline__ void am_rescale(float (*o)[4], const float alpha[2]) {
     if (alpha[0] != 1.0f) /* o times 1 is o: once a vector's max settles, nothing to do */
 #pragma unroll
         for (int t = 0; t < NT; t++) o[t][0] = __fmul_rn(o[t][0], alpha[0]), o[t][1] = __fmul_rn(o[t][1], alpha[0]);
     if (alpha[1] != 1.0f)
 #pragma unroll
         for (int t = 0; t < NT; t++) o[t][2] = __fmul_rn(o[t][2], alpha[1]), o[t][3] = __fmul_rn(o[t][3], alpha[1]);
+}
+template <int NT>
+__device__ __forceinline__ void am_weigh(float (*S)[4], int64_t kb, const int64_t kend[2], float scale, float m[2], float l[2],
+                                         float (*o)[4], uint32_t (*P)[2]) {
+    float alpha[2];
+    am_weigh_p(S, kb, kend, scale, m, l, alpha, P);
+    am_rescale<NT>(o, alpha);
 }
 template <int D, int NT>
 __device__ __forceinline__ void am_step(float (*S)[4], const uint16_t *Vb, int d0, int64_t kb, const int64_t kend[2],

@@ -45,6 +45,7 @@
 __device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
 __device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
 __device__ __forceinline__ void wg_wait0() { asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory"); }
+__device__ __forceinline__ void wg_wait1() { asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory"); }
 // the generic proxy's shared-memory writes (cp.async, stores) made visible to wgmma's reads
 __device__ __forceinline__ void async_fence() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
 __device__ __forceinline__ void bar_sync(int id, int n) { asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(n) : "memory"); }
@@ -126,6 +127,12 @@ __device__ __forceinline__ uint64_t wg_desc_add(uint64_t d, uint32_t h) {
     return (d & 0xFFFFFFFF00000000ull) | (uint32_t)((uint32_t)d + (h >> 3));
 }
 
+// a wgmma's A operand in registers is read while it runs: N words kept where they are (live,
+// in order) until after the wait that ends it
+template <int N> __device__ __forceinline__ void wg_pin_u(uint32_t *x) {
+#pragma unroll
+    for (int j = 0; j < N; j++) asm volatile("" : "+r"(x[j])::"memory");
+}
 // wg_pin over rows [0, R) of accumulators (rows of 4 floats)
 template <int R> __device__ __forceinline__ void wg_pin_rows(float (*x)[4]) {
 #pragma unroll
@@ -165,38 +172,42 @@ __device__ __forceinline__ wg_pieces wg_pieces_of(int t, int64_t stride) {
     return wg_pieces{64 * j0 + (((t & 7) ^ (j0 & 7)) << 3), j0, j0 * stride + 8 * (t & 7), 16 * stride};
 }
 
-// keys [kb, kb + nk) of K and V (at K0 + blk, V0 + blk: blk the halves to key kb) into a stage
-// in the swizzled layout, rows nk..AM_KB - 1 zeroed (a p of 0 times them must be 0, never
-// NaN); commits. A whole block (nk = AM_KB, the warpgroup's same for every thread) takes no
-// test a piece: four row pointers a block, each piece a constant offset from one of them
-// (which the copy instruction holds), where Nsight's count and the SASS had ~35 instructions a
-// pair of pieces, the 64-bit sums redone at each
+// keys [kb, kb + nk) of one matrix, K or V (at M0 + blk: blk the halves to key kb), into a
+// slot in the swizzled layout, rows nk..AM_KB - 1 zeroed (a p of 0 times them must be 0, never
+// NaN); commits nothing. A whole block (nk = AM_KB, the same for every thread of the
+// warpgroup) takes no test a piece: two row pointers a block, each piece a constant offset from
+// one of them (which the copy instruction holds), where the SASS had ~35 instructions a pair of
+// pieces, the 64-bit sums redone at each
 template <int D>
-__device__ __forceinline__ void wg_fetch(uint16_t *stg, const uint16_t *K0, const uint16_t *V0, size_t blk, const wg_pieces &pc,
-                                         int nk) {
+__device__ __forceinline__ void wg_fetch(uint16_t *slot, const uint16_t *M0, size_t blk, const wg_pieces &pc, int nk) {
     constexpr int PER = AM_KB * (D / 8) / 128; /* pieces of a matrix a thread */
-    const size_t at = blk + (size_t)pc.g0;
-    const uint16_t *k = K0 + at, *v = V0 + at, *k16 = k + pc.g16, *v16 = v + pc.g16;
-    uint16_t *sk = stg + pc.s0, *sv = sk + AM_KB * D;
+    const uint16_t *g = M0 + (blk + (size_t)pc.g0), *g16 = g + pc.g16;
+    uint16_t *sp = slot + pc.s0;
     if (nk == AM_KB) {
 #pragma unroll
-        for (int u = 0; u < PER; u++) {
-            cp16(sk + 1024 * u, ((u & 1) ? k16 : k) + 64 * (u >> 1));
-            cp16(sv + 1024 * u, ((u & 1) ? v16 : v) + 64 * (u >> 1));
-        }
+        for (int u = 0; u < PER; u++) cp16(sp + 1024 * u, ((u & 1) ? g16 : g) + 64 * (u >> 1));
     } else {
 #pragma unroll
         for (int u = 0; u < PER; u++) {
-            if (pc.j0 + 16 * (u & 1) < nk) {
-                cp16(sk + 1024 * u, ((u & 1) ? k16 : k) + 64 * (u >> 1));
-                cp16(sv + 1024 * u, ((u & 1) ? v16 : v) + 64 * (u >> 1));
-            } else {
-                *(uint4 *)(sk + 1024 * u) = make_uint4(0u, 0u, 0u, 0u);
-                *(uint4 *)(sv + 1024 * u) = make_uint4(0u, 0u, 0u, 0u);
-            }
+            if (pc.j0 + 16 * (u & 1) < nk) cp16(sp + 1024 * u, ((u & 1) ? g16 : g) + 64 * (u >> 1));
+            else *(uint4 *)(sp + 1024 * u) = make_uint4(0u, 0u, 0u, 0u);
         }
     }
-    cp_commit();
+}
+
+// a block's scores into the two chains lo (dims < D/2) and hi, issued (not waited): Q's
+// descriptor qd, the K slot's kd; k-step ks at column ks / 4, 16 (ks % 4) halves into its rows;
+// each chain's first step sets its accumulators (wg_n32z)
+template <int D> __device__ __forceinline__ void wg_scores(float (*lo)[4], float (*hi)[4], uint64_t qd, uint64_t kd) {
+#pragma unroll
+    for (int ks = 0; ks < D / 16; ks++) {
+        const uint64_t a = wg_desc_add(qd, (ks >> 2) * WG_QV * 64 + (ks & 3) * 16),
+                       b = wg_desc_add(kd, (ks >> 2) * AM_KB * 64 + (ks & 3) * 16);
+        if (ks == 0) wg_n32z(lo, a, b);
+        else if (ks < D / 32) wg_n32(lo, a, b);
+        else if (ks == D / 32) wg_n32z(hi, a, b);
+        else wg_n32(hi, a, b);
+    }
 }
 
 // grid (tiles, Hkv), WG_T threads, wg_cfg<D>::BYTES of shared memory; tiles taken last first;
@@ -207,7 +218,7 @@ __global__ void __launch_bounds__(WG_T, 1) attn_wg_kernel(const float *qf, const
                                                         int64_t seg, float *ao) {
     pdl_enter();
     using C = wg_cfg<D>;
-    constexpr int NT = D / 8;
+    constexpr int NT = D / 8, KH = AM_KB * D; /* KH: a slot's halves (one block's K or V rows) */
     constexpr uint32_t QKL = 16, QKS = 1024, VL = 128 * AM_KB, VS = 1024; /* descriptor offsets, bytes (see the top) */
     HK_DYN_SMEM(sm_raw);
     /* the swizzle's atoms on 1,024-byte boundaries of the shared window (BYTES holds the pad) */
@@ -242,98 +253,133 @@ __global__ void __launch_bounds__(WG_T, 1) attn_wg_kernel(const float *qf, const
     const size_t base = (size_t)tile.seq * seq_stride + (size_t)(kvh * D);
     const int64_t kstride = Hkv * D; /* halves from one key to the next */
     const wg_pieces pc = wg_pieces_of(t, kstride);
-    uint16_t *mine = stg + wg * WG_NS * C::STAGE;
-    /* Q's descriptor, and K's and V's in the warpgroup's first stage (see the top) */
-    const uint64_t qd = wg_desc(Qs, QKL, QKS), kd = wg_desc(mine, QKL, QKS), vd = wg_desc(mine + AM_KB * D, VL, VS);
+    uint16_t *mine = stg + wg * WG_NS * C::STAGE; /* the warpgroup's K slots 0 and 1, then its V slots 0 and 1 */
+    /* Q's descriptor, and K's and V's in slot 0 (see the top) */
+    const uint64_t qd = wg_desc(Qs, QKL, QKS), kd = wg_desc(mine, QKL, QKS), vd = wg_desc(mine + 2 * KH, VL, VS);
     const int64_t n_seg_t = last / seg + 1; /* the tile's segments */
     async_fence();
     __syncthreads(); /* Q, O, M and L */
-    /* the first block of the warpgroup's first segment; each later segment's first block is
-     * fetched during its previous segment's last block (into the stage that block leaves
-     * free), so no segment starts by waiting on the cache */
-    int buf = 0;
-    if (wg < n_seg_t) wg_fetch<D>(mine, K0, V0, base + (size_t)(wg * seg * kstride), pc, (int)min((int64_t)AM_KB, last + 1 - wg * seg));
-    for (int64_t s = wg; s < n_seg_t; s += 2) {
-        const int64_t k0 = s * seg, kstop = min(k0 + seg, last + 1);
-        float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f}, o[NT][4];
+    if (wg < n_seg_t) {
+        /* The warpgroup's blocks in one stream: segments wg, wg + 2, ..., each's blocks in
+         * order; block j (segment s0, first key k0) has its K and its V in slot j % 2, j + 1 at
+         * (s1, k1), j + 2 at (s2, k2). Iteration j issues block j + 1's scores, then block j's
+         * P V; makes block j + 1's softmax while the tensor cores run P V; waits for it; folds
+         * where block j ends a segment; rescales o for block j + 1. The copies run an
+         * iteration ahead: K of j + 2 into the slot block j's scores left, V of j + 1 into the
+         * slot block j - 1's P V left, in one group that iteration j + 1 waits for. The sums
+         * are the same as one block after the other (am_weigh_p then am_rescale is am_weigh);
+         * only when the instructions run moves. */
+        const int sg = (int)seg, end = (int)last + 1;
+        auto seg_stop = [&](int s) { return min(s * sg + sg, end); };
+        auto fetch = [&](uint16_t *slot, const uint16_t *M0, int s, int kb) {
+            wg_fetch<D>(slot, M0, base + (size_t)kb * (size_t)kstride, pc, min(AM_KB, seg_stop(s) - kb));
+        };
+        auto next = [&](int &s, int &kb) {
+            kb += AM_KB;
+            if (kb >= seg_stop(s)) s += 2, kb = s * sg;
+        };
+        int s0 = wg, k0 = wg * (int)seg, s1 = s0, k1 = k0, s2, k2; /* positions < 2^31 (hk_attn's context) */
+        next(s1, k1);
+        s2 = s1, k2 = k1;
+        next(s2, k2);
+        fetch(mine, K0, s0, k0);
+        cp_commit();
+        if (s1 < n_seg_t && !AMUT(64)) fetch(mine + KH, K0, s1, k1);
+        fetch(mine + 2 * KH, V0, s0, k0);
+        cp_commit(); /* K of block 1 and V of block 0: iteration 0's group */
+        cp_wait<1>();
+        async_fence();
+        bar_sync(1 + wg, 128); /* K of block 0, every thread's pieces */
+        float lo[4][4], hi[4][4], S[4][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f}, alpha[2], o[NT][4];
+        uint32_t P[4][2];
+        wg_fence();
+        wg_scores<D>(lo, hi, qd, kd);
+        wg_commit();
+        wg_wait0();
+        wg_pin_rows<4>(lo), wg_pin_rows<4>(hi);
+        am_sum(S, lo, hi);
+        am_weigh_p(S, k0, kend, scale, m, l, alpha, P);
 #pragma unroll
         for (int j = 0; j < NT; j++) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
-        for (int64_t kb = k0; kb < kstop; kb += AM_KB, buf ^= 1) {
-            wg_wait0(); /* the last block's P V: its stage is free, o final */
-            wg_pin_rows<NT>(o);
+        for (uint32_t slot = 0;; slot ^= 1) {
+            const bool more = s1 < n_seg_t, ends = !more || s1 != s0; /* a block j + 1; block j its segment's last */
             cp_wait<0>();
             async_fence();
-            bar_sync(1 + wg, 128); /* block kb's stage, every thread's pieces; the other stage read by every warp */
-            const uint32_t so = (uint32_t)buf * C::STAGE; /* the stage's halves from mine */
-            float lo[4][4], hi[4][4], S[4][4];
+            bar_sync(1 + wg, 128); /* K of j + 1 and V of j, every thread's pieces; slots read by j's scores and j - 1's P V free */
             wg_fence();
-            /* k-step ks: column ks / 4, 16 (ks % 4) halves into its rows; each chain's first
-             * step sets its accumulators (wg_n32z) */
-#pragma unroll
-            for (int ks = 0; ks < D / 16; ks++) {
-                const uint64_t a = wg_desc_add(qd, (ks >> 2) * WG_QV * 64 + (ks & 3) * 16),
-                               b = wg_desc_add(kd, so + (ks >> 2) * AM_KB * 64 + (ks & 3) * 16);
-                if (ks == 0) wg_n32z(lo, a, b);
-                else if (ks < D / 32) wg_n32(lo, a, b);
-                else if (ks == D / 32) wg_n32z(hi, a, b);
-                else wg_n32(hi, a, b);
-            }
+            /* block j + 1's scores, issued on every path (after the stream's last block, over
+             * whatever the other slot holds, and not read): under a test ptxas cannot tell that
+             * wg_wait1 below waits for them, and runs every wgmma of the form one at a time (its
+             * C7514) */
+            wg_scores<D>(lo, hi, qd, wg_desc_add(kd, (slot ^ 1) * KH));
             wg_commit();
-            /* the next block's fetch is issued while the scores run: the next block of this
-             * segment, or after its last the first of the warpgroup's next segment (s + 2) */
-            if (kb + AM_KB < kstop)
-                wg_fetch<D>(mine + (buf ^ 1) * C::STAGE, K0, V0, base + (size_t)((kb + AM_KB) * kstride), pc,
-                            (int)min((int64_t)AM_KB, kstop - kb - AM_KB));
-            else if (s + 2 < n_seg_t && !AMUT(64))
-                wg_fetch<D>(mine + (buf ^ 1) * C::STAGE, K0, V0, base + (size_t)((s + 2) * seg * kstride), pc,
-                            (int)min((int64_t)AM_KB, last + 1 - (s + 2) * seg));
-            wg_wait0();
-            wg_pin_rows<4>(lo), wg_pin_rows<4>(hi);
-            am_sum(S, lo, hi);
-            uint32_t P[4][2];
-            am_weigh<NT>(S, kb, kend, scale, m, l, o, P);
-            wg_pin_rows<NT>(o);
-            wg_fence();
 #pragma unroll
             for (int ks = 0; ks < 2; ks++) { /* keys 16 ks .. 16 ks + 15: rows 16 ks .. of every column */
                 const uint32_t a[4] = {P[2 * ks][0], P[2 * ks][1], P[2 * ks + 1][0], P[2 * ks + 1][1]};
-                wg_pv<D>(o, a, wg_desc_add(vd, so + 16u * ks * 64));
+                wg_pv<D>(o, a, wg_desc_add(vd, slot * KH + 16u * ks * 64));
             }
             wg_commit();
-        }
-        wg_wait0();
-        wg_pin_rows<NT>(o);
-        /* the fold, in segment order: segment s after s - 1 (the other warpgroup's) */
-        if (s > 0 && !AMUT(32)) bar_sync(wg ? 3 : 4, WG_T);
+            if (s2 < n_seg_t && !(AMUT(64) && k2 == s2 * seg)) fetch(mine + slot * KH, K0, s2, k2);
+            if (more) fetch(mine + (2 + (slot ^ 1)) * KH, V0, s1, k1);
+            cp_commit();
+            uint32_t Pn[4][2];
+            wg_wait1(); /* j + 1's scores; j's P V may run on */
+            wg_pin_rows<4>(lo), wg_pin_rows<4>(hi);
+            if (more) am_sum(S, lo, hi);
+            if (ends) { /* o final for block j's segment before j + 1's softmax begins the next */
+                wg_wait0();
+                wg_pin_rows<NT>(o);
+                wg_pin_u<8>(&P[0][0]);
+                /* the fold, in segment order: segment s0 after s0 - 1 (the other warpgroup's) */
+                if (s0 > 0 && !AMUT(32)) bar_sync(wg ? 3 : 4, WG_T);
 #pragma unroll
-        for (int i = 0; i < 2; i++) {
-            const bool act = kend[i] > k0; /* else no key of this vector in the segment */
-            float a = 1.0f, b = 1.0f;
-            if (act) {
-                float M = Ms[i * 128 + t], L = Ls[i * 128 + t];
-                am_fold_w(M, L, m[i], l[i], a, b);
-                Ms[i * 128 + t] = M, Ls[i * 128 + t] = L;
+                for (int i = 0; i < 2; i++) {
+                    const bool act = kend[i] > s0 * seg; /* else no key of this vector in the segment */
+                    float a = 1.0f, b = 1.0f;
+                    if (act) {
+                        float M = Ms[i * 128 + t], L = Ls[i * 128 + t];
+                        am_fold_w(M, L, m[i], l[i], a, b);
+                        Ms[i * 128 + t] = M, Ls[i * 128 + t] = L;
+                    }
+                    /* O a is O where a is 1 (the segment's max below the running one: most
+                     * segments but the first), so the warp skips that product when all its
+                     * vectors' a are 1 */
+                    const bool a1 = __all_sync(0xffffffffu, !act || a == 1.0f);
+                    if (!act) continue;
+                    if (a1)
+#pragma unroll
+                        for (int j = 0; j < NT; j++) {
+                            float2 *O = Of2 + (2 * j + i) * 128 + t, v = *O;
+                            v.x = __fadd_rn(v.x, __fmul_rn(o[j][2 * i], b)), v.y = __fadd_rn(v.y, __fmul_rn(o[j][2 * i + 1], b));
+                            *O = v;
+                        }
+                    else
+#pragma unroll
+                        for (int j = 0; j < NT; j++) {
+                            float2 *O = Of2 + (2 * j + i) * 128 + t, v = *O;
+                            v.x = am_fold_o(v.x, o[j][2 * i], a, b), v.y = am_fold_o(v.y, o[j][2 * i + 1], a, b);
+                            *O = v;
+                        }
+                }
+                if (s0 + 1 < n_seg_t && !AMUT(32)) bar_arrive(wg ? 4 : 3, WG_T);
+#pragma unroll
+                for (int j = 0; j < NT; j++) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
+                m[0] = m[1] = -INFINITY, l[0] = l[1] = 0.0f;
             }
-            /* O a is O where a is 1 (the segment's max below the running one: most segments
-             * but the first), so the warp skips that product when all its vectors' a are 1 */
-            const bool a1 = __all_sync(0xffffffffu, !act || a == 1.0f);
-            if (!act) continue;
-            if (a1)
+            if (more) am_weigh_p(S, k1, kend, scale, m, l, alpha, Pn); /* while j's P V runs, but at a segment's end */
+            /* j's P V: o holds blocks .. j; P free. On every path (after a fold nothing is left to
+             * wait for): ptxas proves the accumulators' reads safe only so, and otherwise runs
+             * every wgmma of the form one at a time (its C7514) */
+            wg_wait0();
+            wg_pin_rows<NT>(o);
+            wg_pin_u<8>(&P[0][0]);
+            if (!more) break;
+            am_rescale<NT>(o, alpha);
 #pragma unroll
-                for (int j = 0; j < NT; j++) {
-                    float2 *O = Of2 + (2 * j + i) * 128 + t, v = *O;
-                    v.x = __fadd_rn(v.x, __fmul_rn(o[j][2 * i], b)), v.y = __fadd_rn(v.y, __fmul_rn(o[j][2 * i + 1], b));
-                    *O = v;
-                }
-            else
-#pragma unroll
-                for (int j = 0; j < NT; j++) {
-                    float2 *O = Of2 + (2 * j + i) * 128 + t, v = *O;
-                    v.x = am_fold_o(v.x, o[j][2 * i], a, b), v.y = am_fold_o(v.y, o[j][2 * i + 1], a, b);
-                    *O = v;
-                }
+            for (int j = 0; j < 4; j++) P[j][0] = Pn[j][0], P[j][1] = Pn[j][1];
+            s0 = s1, k0 = k1, s1 = s2, k1 = k2;
+            next(s2, k2);
         }
-        if (s + 1 < n_seg_t && !AMUT(32)) bar_arrive(wg ? 4 : 3, WG_T);
     }
     __syncthreads(); /* every segment folded */
     { /* warpgroup g writes its threads' vector i = g */
