@@ -15,8 +15,8 @@
 #           HEARTH_CUDA_ATTN_WHOLE=${GATE_FORM:-8};
 #   mutants tests/gates/mutants on the cuda engine, f16 KV rows, the same form;
 #   abbin   two builds of the default form against each other: $B/hearth and $B/hearth_b (a
-#           branch's build, packed beside; $B/test_cuda_b, if there, run first), pp2048 at
-#           DEPTHS, interleaved, REPS rounds;
+#           branch's build, packed beside; $B/test_cuda_b, if there, run first), and $B/hearth_c
+#           where packed (with $B/test_cuda_c), pp2048 at DEPTHS, interleaved, REPS rounds;
 #   rows    bench/device_cuda_vs_llama.sh with the carried hearth: ROWS_SETS (default "e f g":
 #           pp2048 after 0, 8,192 and 32,768 rows) against llama-bench, ROWS_REPS (2) reps after
 #           rep 0, interleaved; llama.cpp's CUDA build (bench/device_peer_build.sh, ~4.5 min, .peer
@@ -59,7 +59,7 @@ B=${BIN:-.dev/bin}
 # a carried folder may say what it was built for: $B/env (shell assignments, e.g. STEPS and
 # DEADLINE) read here, so a call whose command line is fixed runs that folder's steps (written
 # as `: ${STEPS:=...}`, a command line's own STEPS wins)
-echo "binaries: $($B/hearth --version 2>&1 | head -1); b: $($B/hearth_b --version 2>/dev/null | head -1)" | tee -a "$out/host.txt"
+echo "binaries: $($B/hearth --version 2>&1 | head -1); b: $($B/hearth_b --version 2>/dev/null | head -1); c: $($B/hearth_c --version 2>/dev/null | head -1)" | tee -a "$out/host.txt"
 if [ -f "$B/env" ]; then . "$B/env"; deadline=${DEADLINE:-$deadline}; cat "$B/env"; fi
 mkdir -p build/mut build/tests
 cp $B/hearth build/hearth; cp $B/gates build/gates 2>/dev/null
@@ -93,7 +93,9 @@ for s in ${STEPS:-attn ab unit agent gates ncu}; do
     abbin) [ -x $B/hearth_b ] || { echo "== abbin: no $B/hearth_b"; continue; }
            q36
            [ -x $B/test_cuda_b ] && step unit_b 120 $B/test_cuda_b
-           pp_rounds "a $B/hearth" "b $B/hearth_b" ;;
+           [ -x $B/test_cuda_c ] && step unit_c 120 $B/test_cuda_c
+           if [ -x $B/hearth_c ]; then pp_rounds "a $B/hearth" "b $B/hearth_b" "c $B/hearth_c"
+           else pp_rounds "a $B/hearth" "b $B/hearth_b"; fi ;;
     rows) l=$(left); [ "$l" -lt 120 ] && { echo "== rows: skipped, ${l} s left"; continue; }
           ( HEARTH_BIN_READY=1 SETS=${ROWS_SETS:-e f g} REPS=${ROWS_REPS:-2} timeout $(( l - 15 )) bash bench/device_cuda_vs_llama.sh ) \
               >"$out/rows.log" 2>&1
