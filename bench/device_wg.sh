@@ -25,6 +25,7 @@
 #   agentvs bench/device_agent.sh with the carried hearth (HEARTH_BIN_READY=1): hearth serve against
 #           llama-server on the agent trace (AGENT_TRACE, default agent; AGENT_REPS, default 1,
 #           after rep 0), F11's session bar; waits for the peer's build like rows;
+#   chatvs  the same on the chat trace (bench/agent_turns.py --trace chat: a chat with thinking);
 #   agentsp the agent step with HEARTH_SPARES=${SPARES:-64} (spares enough for the whole
 #           session made at start: no pinned point buffer allocated beside its passes);
 #   sass    cuobjdump's SASS of attn_wg_kernel<256> in the carried hearth (sass_wg256.txt) and
@@ -126,10 +127,12 @@ for s in ${STEPS:-attn ab unit agent gates ncu}; do
           "$cu" -sass $B/hearth 2>&1 | awk '/Function : .*attn_wg_kernelILi256/ {on = 1} on && /Function : / && !/attn_wg_kernelILi256/ {on = 0} on' >"$out/sass_wg256.txt"
           echo "== sass: $(grep -c '/\*[0-9a-f]*\*/' "$out/sass_wg256.txt") instructions in attn_wg_kernel<256>; the most used:"
           grep -o '/\*[0-9a-f]*\*/ *[A-Z][A-Z0-9_.]*' "$out/sass_wg256.txt" | awk '{print $2}' | sed 's/\..*//' | sort | uniq -c | sort -rn | head -25 ;;
-    agentvs) l=$(left); [ "$l" -lt 200 ] && { echo "== agentvs: skipped, ${l} s left"; continue; }
-             ( HEARTH_BIN_READY=1 OUT="$out/agentvs" TRACE=${AGENT_TRACE:-agent} REPS=${AGENT_REPS:-1} DEADLINE=$(( l - 10 )) \
-                   bash bench/device_agent.sh ) >"$out/agentvs.log" 2>&1
-             echo "== agentvs: rc $?"; grep -E "^\||^==|total" "$out/agentvs.log" | tail -40 ;;
+    agentvs|chatvs)
+             l=$(left); [ "$l" -lt 120 ] && { echo "== $s: skipped, ${l} s left"; continue; }
+             tr=${AGENT_TRACE:-agent}; [ $s = chatvs ] && tr=chat
+             ( HEARTH_BIN_READY=1 OUT="$out/$s" TRACE=$tr REPS=${AGENT_REPS:-1} DEADLINE=$(( l - 10 )) \
+                   bash bench/device_agent.sh ) >"$out/$s.log" 2>&1
+             echo "== $s: rc $?"; grep -E "^\||^==|total" "$out/$s.log" | tail -40 ;;
     loop) n=0 bad=0
           while [ "$n" -lt "${LOOP_N:-50}" ] && [ "$(left)" -gt 40 ]; do
               n=$((n + 1))
