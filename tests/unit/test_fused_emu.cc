@@ -210,9 +210,18 @@ TEST(norm_tail_matches_apart) {
                         (const float *)nw.data(), hb.data(), E, 1e-6f, rb.a, hk_act{});
             const bool eq = same(xa, xb) && same(ha, hb) && ra == rb;
             VERDICT(plant, eq, tk, "rows=%lld", (long long)n);
+            /* the norm's row form (hk_rmsnorm's at these widths) = rmsnorm_kernel */
+            std::vector<float> hc((size_t)(n * E), NAN);
+            abuf rc;
+            rc.init(n, E);
+            emu::launch(rmsnorm_rows_kernel<>, dim3((unsigned)n), dim3((unsigned)(E / 8)), sizeof(float) * (size_t)E,
+                        (const float *)xb.data(), (const int32_t *)nullptr, (const float *)nw.data(), hc.data(), E, 1e-6f,
+                        rc.a, hk_act{});
+            CHECK_MSG(same(hb, hc) && rb == rc, "rows=%lld: rmsnorm_rows_kernel differs from rmsnorm_kernel", (long long)n);
         }
     }
-    printf("  output product + norm tail = the product then the norm (1, 3, 8 rows); an early tail is red\n");
+    printf("  output product + norm tail = the product then the norm (1, 3, 8 rows); an early tail is red;\n"
+           "  rmsnorm_rows_kernel = rmsnorm_kernel\n");
 }
 
 /* The experts' down product, its SwiGLU rows made in the launch, with the combine (and the
@@ -259,9 +268,22 @@ TEST(combine_tail_matches_apart) {
                 bool eq = same(eoa, eob) && same(xa, xb);
                 if (with_norm) eq = eq && same(ha, hb) && ra == rb;
                 VERDICT(plant, eq, tk, "rows=%lld%s", (long long)n, with_norm ? " (and the norm)" : "");
+                /* the combine's row form (hk_moe_combine's at these widths) = combine_kernel */
+                std::vector<float> xc = x0, hc((size_t)(n * E), NAN);
+                abuf rc;
+                rc.init(n, E);
+                emu::launch(combine_rows_kernel<>, dim3((unsigned)n), dim3((unsigned)(E / 8)), sizeof(float) * (size_t)E,
+                            xc.data(), (const float *)gl.data(), (int64_t)1, (const float *)eob.data(),
+                            (const float *)eob.data() + nr * E, (const float *)wsel.data(), E, (int)K,
+                            (const float *)(with_norm ? nw.data() : nullptr), hc.data(), 1e-6f, rc.a, hk_act{});
+                bool eqc = same(xb, xc);
+                if (with_norm) eqc = eqc && same(hb, hc) && rb == rc;
+                CHECK_MSG(eqc, "rows=%lld%s: combine_rows_kernel differs from combine_kernel", (long long)n,
+                          with_norm ? " (and the norm)" : "");
             }
     }
-    printf("  down + combine (+ norm) tail = the down product then the combine (1, 3 rows); an early slice is red\n");
+    printf("  down + combine (+ norm) tail = the down product then the combine (1, 3 rows); an early slice is red;\n"
+           "  combine_rows_kernel = combine_kernel\n");
 }
 
 /* A product's route as its tail: each block writes 4 logits of every row, the last routes

@@ -84,20 +84,30 @@ __device__ __forceinline__ void round_into(const hk_act &a, int64_t r, int64_t b
     else warp_q8k(v, q, a.d + r * (a.K / 256) + blk, a.s + r * (a.K / 32) + blk * 8);
 }
 
-// A warp's block blk (256 values) of y = x * sc * w (a row of E), rounded into a and a2 (row
-// r) from the very floats it stored. x is read through L2 (__ldcg): a launch's last block
-// normalises rows the launch's other blocks wrote (tail.cuh).
-__device__ __forceinline__ void norm_blk(const float *xr, const float *w, float *y, float sc, int64_t r, int64_t blk,
-                                         const hk_act &a, const hk_act &a2) {
+// A warp's block blk (256 values) of y = x * sc * w (a row of E), lane l's x values 8l..8l+7
+// of the block in x, rounded into a and a2 (row r) from the very floats it stored
+__device__ __forceinline__ void norm_vals(const float x[8], const float *w, float *y, float sc, int64_t r, int64_t blk,
+                                          const hk_act &a, const hk_act &a2) {
     const int64_t i0 = blk * 256 + 8 * (threadIdx.x & 31);
     float v[8];
 #pragma unroll
-    for (int i = 0; i < 8; i++) v[i] = __ldcg(xr + i0 + i) * sc * w[i0 + i];
+    for (int i = 0; i < 8; i++) v[i] = x[i] * sc * w[i0 + i];
     float4 *o = (float4 *)(y + i0);
     o[0] = make_float4(v[0], v[1], v[2], v[3]);
     o[1] = make_float4(v[4], v[5], v[6], v[7]);
     if (a.q) round_into(a, r, blk, v);
     if (a2.q) round_into(a2, r, blk, v);
+}
+
+// norm_vals of x's block blk, read through L2 (__ldcg): a launch's last block normalises
+// rows the launch's other blocks wrote (tail.cuh)
+__device__ __forceinline__ void norm_blk(const float *xr, const float *w, float *y, float sc, int64_t r, int64_t blk,
+                                         const hk_act &a, const hk_act &a2) {
+    const int64_t i0 = blk * 256 + 8 * (threadIdx.x & 31);
+    float x[8];
+#pragma unroll
+    for (int i = 0; i < 8; i++) x[i] = __ldcg(xr + i0 + i);
+    norm_vals(x, w, y, sc, r, blk, a, a2);
 }
 
 // y = x * sc * w over a row of E (any block of whole warps): where E is whole blocks of 256,

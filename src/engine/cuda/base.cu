@@ -247,6 +247,10 @@ extern "C" int hk_rmsnorm(void *st, const float *x, const int32_t *rows, const f
     if (n == 0) return 0;
     hk_act none = {0};
     if ((a || a2) && E % 256) return herr_set(e, "hk_rmsnorm: rows of %lld cannot be rounded in blocks of 256", (long long)E);
-    LAUNCH(e, rmsnorm_kernel<>, (unsigned)n, NORM_THREADS, 0, st, x, rows, w, y, E, eps, a ? *a : none, a2 ? *a2 : none);
+    if (rows_form(E, x, y, NULL, NULL))
+        LAUNCH(e, rmsnorm_rows_kernel<>, (unsigned)n, (unsigned)(E / 8), sizeof(float) * (size_t)E, st, x, rows, w, y, E, eps,
+               a ? *a : none, a2 ? *a2 : none);
+    else
+        LAUNCH(e, rmsnorm_kernel<>, (unsigned)n, NORM_THREADS, 0, st, x, rows, w, y, E, eps, a ? *a : none, a2 ? *a2 : none);
     return 0;
 }

@@ -95,6 +95,11 @@ extern "C" int hk_moe_combine(void *st, float *x, const float *gl, int64_t gls, 
     if (n == 0) return 0;
     hk_act none = {0};
     if (nw && (a || a2) && E % 256) return herr_set(e, "hk_moe_combine: rows of %lld cannot be rounded in blocks of 256", (long long)E);
-    LAUNCH(e, combine_kernel<>, (unsigned)n, 512, 0, st, x, gl, gls, eo, so, wsel, E, K, nw, h, eps, a ? *a : none, a2 ? *a2 : none);
+    if (K <= ROWS_MAX_K && rows_form(E, x, eo, so, h))
+        LAUNCH(e, combine_rows_kernel<>, (unsigned)n, (unsigned)(E / 8), sizeof(float) * (size_t)E, st, x, gl, gls, eo, so,
+               wsel, E, K, nw, h, eps, a ? *a : none, a2 ? *a2 : none);
+    else
+        LAUNCH(e, combine_kernel<>, (unsigned)n, 512, 0, st, x, gl, gls, eo, so, wsel, E, K, nw, h, eps, a ? *a : none,
+               a2 ? *a2 : none);
     return 0;
 }

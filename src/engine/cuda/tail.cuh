@@ -20,6 +20,12 @@
 
 #define ROUTE_MAX_X 512 /* experts a warp routes: 16 per lane, in registers */
 
+// the 8 floats at p (16-byte aligned) in two loads, through L2 like the scalar reads they stand for
+__device__ __forceinline__ void load8(const float *p, float v[8]) {
+    const float4 u = __ldcg((const float4 *)p), w = __ldcg((const float4 *)p + 1);
+    v[0] = u.x, v[1] = u.y, v[2] = u.z, v[3] = u.w, v[4] = w.x, v[5] = w.y, v[6] = w.z, v[7] = w.w;
+}
+
 // The sum of squares of a row of E, the same bits in any warp of any launch: lane l adds
 // x[i]^2 for i = l, l + 32, ... in order, then the warp's tree. Read through L2 (__ldcg): a
 // tail reads rows other blocks of its launch wrote.
@@ -33,12 +39,38 @@ __device__ __forceinline__ float row_ss(const float *xr, int64_t E) {
     return warp_sum(s);
 }
 
+// row_ss of a row staged in shared memory (the same chain per lane, the same tree)
+__device__ __forceinline__ float row_ss_sm(const float *sm, int64_t E) {
+    float s = 0.0f;
+#pragma unroll 8
+    for (int64_t i = threadIdx.x & 31; i < E; i += 32) {
+        const float v = sm[i];
+        s += v * v;
+    }
+    return warp_sum(s);
+}
+
 // y = rmsnorm(x row) * w, rounded into a and a2 (row r): every warp of the block sums the row
 // itself (row_ss), then norm_row spreads the elements over the block's warps
 __device__ __forceinline__ void rms_row(const float *xr, const float *w, float *y, int64_t E, float eps, int64_t r,
                                         const hk_act &a, const hk_act &a2) {
     const float ss = row_ss(xr, E);
     norm_row(xr, w, y, E, 1.0f / sqrtf(ss / (float)E + eps), r, a, a2);
+}
+
+// rms_row for a block of E / 8 threads that holds the row in registers, thread t its values
+// 8t..8t+7 in x (so warp w holds 256-block w, laid as norm_vals takes it): the row staged in
+// sm (E floats) once, every warp's sum of squares from there (row_ss's chain and tree), then
+// each thread's own values. The row is read from memory once instead of once a warp
+// (rms_row's row_ss) and again for the products; the bits are rms_row's.
+__device__ __forceinline__ void rms_regs(const float x[8], float *sm, const float *w, float *y, int64_t E, float eps,
+                                         int64_t r, const hk_act &a, const hk_act &a2) {
+    float4 *s4 = (float4 *)(sm + 8 * threadIdx.x);
+    s4[0] = make_float4(x[0], x[1], x[2], x[3]);
+    s4[1] = make_float4(x[4], x[5], x[6], x[7]);
+    __syncthreads();
+    const float ss = row_ss_sm(sm, E);
+    norm_vals(x, w, y, 1.0f / sqrtf(ss / (float)E + eps), r, threadIdx.x / 32, a, a2);
 }
 
 // One warp routes one row (logits l): p = softmax(l) (max and sum by the warp's fixed tree),
@@ -251,6 +283,60 @@ __global__ void combine_kernel(float *x, const float *gl, int64_t gls, const flo
     __threadfence(); /* the new row in L2, where rms_row reads it (__ldcg) */
     __syncthreads();
     rms_row(x + r * E, nw, h + r * E, E, eps, r, a, a2);
+}
+
+// The row forms (rows_form: E whole 256-blocks, at most 8192, the rows 16-byte aligned): a
+// block of E / 8 threads per row, thread t its values 8t..8t+7, every load of the row issued
+// at once (float4) and the norm by rms_regs; dynamic shared memory of E floats. The kernels
+// above read a row once a warp in dependent steps (a latency per step, the row again per
+// warp): at a prompt's 2,048 rows they were latency-bound (the norm ~50 us, the combine
+// ~130 us a call on an H100). Each element's arithmetic is theirs, in their order.
+#define ROWS_MAX_E 8192
+#define ROWS_MAX_K 8 /* the combine's experts a row in registers */
+static inline bool rows_form(int64_t E, const void *p, const void *q, const void *s, const void *t) {
+    return E % 256 == 0 && E <= ROWS_MAX_E && ((uintptr_t)p | (uintptr_t)q | (uintptr_t)s | (uintptr_t)t) % 16 == 0;
+}
+
+// rmsnorm_kernel's row form
+template <int = 0>
+__global__ void rmsnorm_rows_kernel(const float *x, const int32_t *rows, const float *w, float *y, int64_t E, float eps,
+                                    hk_act a, hk_act a2) {
+    HK_DYN_SMEM(sm);
+    pdl_enter();
+    const int64_t r = blockIdx.x, src = rows ? rows[r] : r;
+    float v[8];
+    load8(x + src * E + 8 * threadIdx.x, v);
+    rms_regs(v, sm, w, y + r * E, E, eps, r, a, a2);
+}
+
+// combine_kernel's row form (K <= ROWS_MAX_K): a thread's 8 elements, combine_elem's sum per
+// element (slot order, the same expression) from the K experts' values loaded at once
+template <int = 0>
+__global__ void combine_rows_kernel(float *x, const float *gl, int64_t gls, const float *eo, const float *so,
+                                    const float *wsel, int64_t E, int K, const float *nw, float *h, float eps, hk_act a,
+                                    hk_act a2) {
+    HK_DYN_SMEM(sm);
+    pdl_enter();
+    const int64_t r = blockIdx.x, i0 = 8 * threadIdx.x;
+    float ev[ROWS_MAX_K][8], wk[ROWS_MAX_K], xv[8], sv[8], v[8];
+#pragma unroll
+    for (int k = 0; k < ROWS_MAX_K; k++)
+        if (k < K) load8(eo + (r * K + k) * E + i0, ev[k]), wk[k] = __ldcg(wsel + r * K + k);
+    load8(x + r * E + i0, xv);
+    load8(so + r * E + i0, sv);
+    const float sg = sigm(gl[r * gls]);
+#pragma unroll
+    for (int j = 0; j < 8; j++) {
+        float o = 0;
+#pragma unroll
+        for (int k = 0; k < ROWS_MAX_K; k++)
+            if (k < K) o += wk[k] * ev[k][j];
+        v[j] = xv[j] + (o + sg * sv[j]);
+    }
+    float4 *xo = (float4 *)(x + r * E + i0);
+    xo[0] = make_float4(v[0], v[1], v[2], v[3]);
+    xo[1] = make_float4(v[4], v[5], v[6], v[7]);
+    if (nw) rms_regs(v, sm, nw, h + r * E, E, eps, r, a, a2);
 }
 
 // block per row, 256 threads; warp w takes 256 values (two heads of 128) at a time (gated_blk)
