@@ -423,6 +423,41 @@ TEST(conv_decode_matches_prompt_form) {
     printf("  decode's conv (windows at once) = the prompt form + the rings' kernel; ring_reverse planted is red\n");
 }
 
+/* A prompt's conv at the model's shape (conv_norm_kernel's CONV_PROMPT form, the windows
+ * loaded at once, a q or k head stored once scaled) against the loop form (ring_too 0) on
+ * pieces of 5 and 4 rows, their first rows' windows reaching into the rings: conv outputs
+ * and gates bit for bit, the rings untouched. Planted: neighbour_leak (a piece's first rows
+ * read the pass rows before it, not its ring) on the loaded-at-once side must be red. */
+TEST(conv_prompt_matches_loop) {
+    const int64_t Gk = 2, Gv = 4, S = 128, cd = 2 * Gk * S + Gv * S, dc = 4, np = 2, n = 9;
+    const size_t rfl = (size_t)((dc - 1) * cd);
+    std::vector<float> qkv = randv((size_t)(n * cd), -2.0f, 2.0f), w = randv((size_t)(cd * dc), -0.5f, 0.5f);
+    std::vector<float> r0 = randv(rfl * np, -2.0f, 2.0f), b0 = randv((size_t)(n * Gv), -2.0f, 2.0f);
+    std::vector<float> a0 = randv((size_t)(n * Gv), -2.0f, 2.0f), ssm_a = randv((size_t)Gv, -1.0f, -0.1f);
+    std::vector<float> dt = randv((size_t)Gv, -0.5f, 0.5f);
+    const std::vector<hk_piece> pcs = {hk_piece{0, 5, 9, 0, 0, 0, 0}, hk_piece{5, 4, 30, 1, 0, 0, 0}};
+    std::vector<int32_t> row_piece((size_t)n);
+    for (int64_t r = 0; r < n; r++) row_piece[r] = r < 5 ? 0 : 1;
+    for (int plant = 0; plant < 2; plant++) {
+        std::vector<float> ra = r0, rb = r0, ba = b0, bb = b0, aa = a0, ab = a0;
+        std::vector<float> cva((size_t)(n * cd), NAN), cvb((size_t)(n * cd), NAN);
+        emu_mut = plant ? M_NEIGHBOUR : 0;
+        emu::launch(conv_norm_kernel, dim3((unsigned)((cd / S + 7) / 8), (unsigned)n), dim3(256), 0, (const float *)qkv.data(),
+                    ra.data(), rfl, (const float *)w.data(), (const int32_t *)row_piece.data(), (const hk_piece *)pcs.data(),
+                    (const hk_mark *)nullptr, (float *)nullptr, rfl, CONV_PROMPT, cva.data(), ba.data(), aa.data(),
+                    (const float *)ssm_a.data(), (const float *)dt.data(), S, Gk, Gv, cd, dc, 1e-6f);
+        emu_mut = 0;
+        emu::launch(conv_norm_kernel, dim3((unsigned)((cd / S + 7) / 8), (unsigned)n), dim3(256), 0, (const float *)qkv.data(),
+                    rb.data(), rfl, (const float *)w.data(), (const int32_t *)row_piece.data(), (const hk_piece *)pcs.data(),
+                    (const hk_mark *)nullptr, (float *)nullptr, rfl, 0, cvb.data(), bb.data(), ab.data(),
+                    (const float *)ssm_a.data(), (const float *)dt.data(), S, Gk, Gv, cd, dc, 1e-6f);
+        const bool eq = same(cva, cvb) && same(ba, bb) && same(aa, ab) && same(ra, r0) && same(rb, r0);
+        if (!plant) CHECK_MSG(eq, "the prompt's conv loaded at once differs from the loop form");
+        else CHECK_MSG(!eq, "neighbour_leak planted in the prompt's conv went unseen");
+    }
+    printf("  a prompt's conv (windows at once) = the loop form (pieces of 5 and 4 rows); neighbour_leak planted is red\n");
+}
+
 /* Decode's conv inside the chunked delta rule's launch (hk_gconv: each block makes its q, k
  * and value columns from the input products' row and the rings; the rings written by their
  * readers, a key head's q and k rings by the last of its 8 blocks) against conv_norm_kernel
@@ -523,6 +558,7 @@ int main(void) {
     RUN(route_tail_matches_apart);
     RUN(gated_tail_matches_apart);
     RUN(conv_decode_matches_prompt_form);
+    RUN(conv_prompt_matches_loop);
     RUN(conv_in_delta_matches_apart);
     RUN(merge_round_matches_apart);
     return harness_done();

@@ -67,8 +67,9 @@ extern "C" int hk_gdn_conv_norm(void *st, const float *qkv, float *ring0, size_t
     if (S % 32 || cd % S || dc - 1 > RING_MAX)
         return herr_set(e, "hk_gdn_conv_norm: heads of %lld channels, a conv of %lld taps", (long long)S, (long long)dc);
     dim3 g(blocks_of(cd / S, 8), (unsigned)n);
+    const int form = ring_too == 0 && S == 4 * 32 && dc == CONV_FAST ? CONV_PROMPT : ring_too;
     LAUNCH(e, conv_norm_kernel, g, 256, 0, st, qkv, ring0, seq_stride, w, row_piece, pieces, marks, stage0,
-           stage_stride, ring_too, cv, b, a, ssm_a, dt, S, Gk, Gv, cd, dc, eps);
+           stage_stride, form, cv, b, a, ssm_a, dt, S, Gk, Gv, cd, dc, eps);
     return 0;
 }
 

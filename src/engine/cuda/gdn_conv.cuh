@@ -66,7 +66,14 @@ __device__ __forceinline__ float conv_out(const float win[CONV_FAST], const floa
 // then writes that channel's ring (ring_channel) after its conv read the old one; ring_too
 // 2 (decode's fused form, the part conv of HEARTH_CUDA_FUSE), at the model's shape (heads of 128, 4 taps):
 // a lane loads its 4 channels' windows at once (ring_window writes the rings from them),
-// with the loop's arithmetic (explicit fmas).
+// with the loop's arithmetic (explicit fmas). ring_too CONV_PROMPT: that form without the
+// rings, for a prompt pass at the model's shape (hk_gdn_conv_norm picks it): the loop's
+// steps each wait for a load (four channels of four taps one after another), which left a
+// 2,048-row pass latency-bound (~170 us a call on an H100) where its 134 MB want ~45. In
+// the loaded-at-once forms a q or k head's channels stay in registers until the head's scale
+// is known and are stored once, scaled (the loop stores, then reads back and scales: the
+// same product of the same floats).
+#define CONV_PROMPT 3
 __global__ void conv_norm_kernel(const float *qkv, float *ring0, size_t seq_stride, const float *w,
                                  const int32_t *row_piece, const hk_piece *pieces, const hk_mark *marks, float *stage0,
                                  size_t stage_stride, int ring_too, float *cv, float *b, float *a, const float *ssm_a,
@@ -78,20 +85,27 @@ __global__ void conv_norm_kernel(const float *qkv, float *ring0, size_t seq_stri
     float *ring = ring0 + (size_t)pc->seq * seq_stride;
     if (hh < cd / S) {
         float ss = 0;
-        if (ring_too == 2 && S == 4 * 32 && dc == CONV_FAST) {
-            /* decode at the model's shape: a lane's 4 channels' windows and taps loaded at once,
-             * then the same arithmetic as the loop below, the rings written from the windows */
-            float win[4][CONV_FAST], wt[4][CONV_FAST];
+        if ((ring_too == 2 || ring_too == CONV_PROMPT) && S == 4 * 32 && dc == CONV_FAST) {
+            /* the model's shape: a lane's 4 channels' windows and taps loaded at once, then the
+             * same arithmetic as the loop below; in decode the rings written from the windows */
+            float win[4][CONV_FAST], wt[4][CONV_FAST], x[4];
 #pragma unroll
             for (int i = 0; i < 4; i++) conv_load(qkv, ring, pc, r, w, cd, hh * S + lane + 32 * i, win[i], wt[i]);
 #pragma unroll
             for (int i = 0; i < 4; i++) {
                 const int64_t ch = hh * S + lane + 32 * i;
-                const float x = conv_out(win[i], wt[i]);
-                cv[r * cd + ch] = x;
-                ss = __fmaf_rn(x, x, ss);
-                ring_window(win[i], ring, pc, marks, stage0, stage_stride, cd, ch);
+                x[i] = conv_out(win[i], wt[i]);
+                ss = __fmaf_rn(x[i], x[i], ss);
+                if (ring_too == 2) ring_window(win[i], ring, pc, marks, stage0, stage_stride, cd, ch);
             }
+            float sc = 1.0f;
+            if (hh < 2 * Gk) {
+                ss = warp_sum(ss);
+                sc = 1.0f / sqrtf(ss + eps);
+                if (hh < Gk) sc *= 1.0f / sqrtf((float)S);
+            }
+#pragma unroll
+            for (int i = 0; i < 4; i++) cv[r * cd + hh * S + lane + 32 * i] = hh < 2 * Gk ? x[i] * sc : x[i];
         } else {
             for (int64_t i = lane; i < S; i += 32) {
                 const int64_t ch = hh * S + i;
@@ -102,12 +116,12 @@ __global__ void conv_norm_kernel(const float *qkv, float *ring0, size_t seq_stri
                 ss = __fmaf_rn(x, x, ss);
                 if (ring_too) ring_channel(qkv, ring, pc, marks, stage0, stage_stride, cd, dc, ch);
             }
-        }
-        if (hh < 2 * Gk) {
-            ss = warp_sum(ss);
-            float sc = 1.0f / sqrtf(ss + eps);
-            if (hh < Gk) sc *= 1.0f / sqrtf((float)S);
-            for (int64_t i = lane; i < S; i += 32) cv[r * cd + hh * S + i] *= sc;
+            if (hh < 2 * Gk) {
+                ss = warp_sum(ss);
+                float sc = 1.0f / sqrtf(ss + eps);
+                if (hh < Gk) sc *= 1.0f / sqrtf((float)S);
+                for (int64_t i = lane; i < S; i += 32) cv[r * cd + hh * S + i] *= sc;
+            }
         }
     }
     if (blockIdx.x == 0)

@@ -267,7 +267,8 @@ int hk_moe_combine(void *st, float *x, const float *gl, int64_t gls, const float
  * k heads (S channels) L2-normed (q also times 1/sqrt(S)); per row b = sigmoid(b), a = A *
  * softplus(a + dt). ring_too (every piece one row): each channel's ring written as
  * hk_gdn_ring writes it, in the same launch; 2: the same, a lane's channels' windows loaded
- * at once where the heads are 128 and the taps 4 (the same bits). */
+ * at once where the heads are 128 and the taps 4 (the same bits). ring_too 0 (a prompt) at
+ * that shape also loads them at once (the same bits). */
 int hk_gdn_conv_norm(void *st, const float *qkv, float *ring0, size_t seq_stride, const float *w, const int32_t *row_piece,
                      const hk_piece *pieces, int64_t n, const hk_mark *marks, float *stage0, size_t stage_stride,
                      int ring_too, float *cv, float *b, float *a, const float *ssm_a, const float *dt, int64_t S,
