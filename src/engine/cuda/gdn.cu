@@ -169,6 +169,7 @@ extern "C" int hk_gdn_gated_norm(void *st, float *o, const float *z, const float
     if (n == 0) return 0;
     if (S != DS || (Gv * S) % 256) return herr_set(e, "hk_gdn_gated_norm: %lld heads of %lld", (long long)Gv, (long long)S);
     hk_act none = {0};
-    LAUNCH(e, gated_norm_kernel<>, (unsigned)n, 256, 0, st, o, z, nw, Gv * S, eps, a ? *a : none);
+    const int64_t warps = Gv * S / 256 < 32 ? Gv * S / 256 : 32;
+    LAUNCH(e, gated_norm_kernel<>, (unsigned)n, (unsigned)(32 * warps), 0, st, o, z, nw, Gv * S, eps, a ? *a : none);
     return 0;
 }

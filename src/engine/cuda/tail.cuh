@@ -213,13 +213,15 @@ __device__ __forceinline__ void gated_blk(float *o, const float *z, const float 
     const int lane = threadIdx.x & 31;
     const int64_t i0 = r * Vd + blk * 256 + 8 * lane;
     const int d0 = (8 * lane) % GN_DS;
-    float v[8], ss = 0;
+    float v[8], zv[8], ss = 0;
+    load8(o + i0, v); /* every load of the lane at once (float4): the values loaded one by one */
+    load8(z + i0, zv);
 #pragma unroll
-    for (int i = 0; i < 8; i++) v[i] = __ldcg(o + i0 + i), ss += v[i] * v[i];
+    for (int i = 0; i < 8; i++) ss += v[i] * v[i];
     for (int off = 1; off < 16; off <<= 1) ss += __shfl_xor_sync(0xffffffffu, ss, off);
     const float sc = 1.0f / sqrtf(ss / (float)GN_DS + eps);
 #pragma unroll
-    for (int i = 0; i < 8; i++) v[i] = v[i] * sc * nw[d0 + i] * silu(z[i0 + i]);
+    for (int i = 0; i < 8; i++) v[i] = v[i] * sc * nw[d0 + i] * silu(zv[i]);
 #pragma unroll
     for (int i = 0; i < 8; i++) o[i0 + i] = v[i];
     if (a.q) round_into(a, r, blk, v);
@@ -339,11 +341,13 @@ __global__ void combine_rows_kernel(float *x, const float *gl, int64_t gls, cons
     if (nw) rms_regs(v, sm, nw, h + r * E, E, eps, r, a, a2);
 }
 
-// block per row, 256 threads; warp w takes 256 values (two heads of 128) at a time (gated_blk)
+// block per row, a warp per 256 values (two heads of 128: gated_blk), or fewer warps taking
+// blocks w, w + warps, ... (hk_gdn_gated_norm gives a row of up to 32 blocks its warps: one
+// block a warp, so no warp waits on its first block's loads before it issues the next's)
 template <int = 0>
 __global__ void gated_norm_kernel(float *o, const float *z, const float *nw, int64_t Vd, float eps, hk_act a) {
     pdl_enter();
-    for (int64_t blk = threadIdx.x / 32; blk < Vd / 256; blk += 8) gated_blk(o, z, nw, blockIdx.x, blk, Vd, eps, a);
+    for (int64_t blk = threadIdx.x / 32; blk < Vd / 256; blk += blockDim.x / 32) gated_blk(o, z, nw, blockIdx.x, blk, Vd, eps, a);
 }
 
 #endif
