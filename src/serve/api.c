@@ -23,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <errno.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -50,6 +51,7 @@ typedef struct app {
     pthread_mutex_t id_mu;
     uint64_t next_id;
     int32_t *script;        /* HEARTH_TEST_REPLY's ids, or NULL */
+    int64_t render_delay_ms; /* HEARTH_TEST_RENDER_DELAY_MS: a chat prompt's rendering made this much slower */
     req_ctx rx;             /* what requests are read against (request.h) */
     cJSON *template_kwargs; /* --chat-template-kwargs, or NULL */
     int32_t end_ids[64];    /* what the template renders after an answer (sched_opts.end_ids) */
@@ -826,7 +828,7 @@ static void gen_done(void *cls) {
  * marks: message starts (taken over); think_open: the prompt leaves a thinking block open;
  * resp_req: a /v1/responses request (the Response repeats its fields), else NULL. */
 static void gen_run(app *a, const http_call *c, http_out *o, api_kind kind, gen_params *p, int32_t *ids, int64_t n_ids,
-                    int64_t *marks, int n_marks, bool think_open, const cJSON *tools, const cJSON *resp_req) {
+                    int64_t *marks, int n_marks, bool think_open, const cJSON *tools, const cJSON *resp_req, sched_hold *h) {
     gen *g = xcalloc(1, sizeof *g);
     g->a = a;
     g->kind = kind;
@@ -868,7 +870,7 @@ static void gen_run(app *a, const http_call *c, http_out *o, api_kind kind, gen_
     r->bias_id = g->p.bias_id, r->bias = g->p.bias, r->n_bias = g->p.n_bias;
     g->p.bias_id = NULL, g->p.bias = NULL, g->p.n_bias = 0;
     herr e;
-    const int rc = sched_submit(a->sc, r, &e);
+    const int rc = sched_submit(a->sc, r, h, &e);
     if (rc < 0) {
         const bool full = rc == SCHED_UNAVAILABLE;
         http_error(o, c, full ? 503 : 400, full ? "unavailable_error" : "invalid_request_error", "%s", e.msg);
@@ -976,6 +978,11 @@ static bool ends_in_open_think(const char *text) {
     return n >= 7 && !strncmp(text + n - 7, "<think>", 7);
 }
 
+static void nap_ms(int64_t ms) {
+    struct timespec ts = {.tv_sec = (time_t)(ms / 1000), .tv_nsec = (long)(ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) < 0 && errno == EINTR) {}
+}
+
 /* ---------------------------------------------------------------- endpoints */
 
 /* A chat request (OpenAI's, or Anthropic's or a Responses request as read into one):
@@ -987,6 +994,8 @@ static void chat_generate(app *a, const http_call *c, http_out *o, api_kind kind
     int32_t *ids = NULL;
     int64_t n_ids = 0, *starts = NULL;
     int n_starts = 0;
+    sched_hold h = sched_hold_begin(a->sc); /* closings wait while this prompt is rendered (sched.h) */
+    if (a->render_delay_ms > 0) nap_ms(a->render_delay_ms);
     if (req_params(&a->rx, q, kind, request_seed(a), &p, &e) < 0 ||
         req_chat_prompt(&a->rx, q, true, &text, &ids, &n_ids, &starts, &n_starts, &e) < 0) {
         http_error(o, c, 400, "invalid_request_error", "%s", e.msg);
@@ -996,8 +1005,9 @@ static void chat_generate(app *a, const http_call *c, http_out *o, api_kind kind
     } else {
         if (kind == API_CHAT) p.prefill = req_chat_prefill(q); /* Anthropic's and Responses' answers leave it out */
         gen_run(a, c, o, kind, &p, ids, n_ids, starts, n_starts, ends_in_open_think(text),
-                req_tool_choice_none(q) ? NULL : cJSON_GetObjectItemCaseSensitive(q, "tools"), resp_req);
+                req_tool_choice_none(q) ? NULL : cJSON_GetObjectItemCaseSensitive(q, "tools"), resp_req, &h);
     }
+    sched_hold_end(&h); /* (let go at the queue already, but on a refusal) */
     free(text);
 }
 
@@ -1020,7 +1030,7 @@ static void on_completion(app *a, const http_call *c, http_out *o, api_kind kind
         http_error(o, c, 400, "invalid_request_error", "%s", e.msg);
         req_params_free(&p);
     } else {
-        gen_run(a, c, o, kind, &p, ids, n, NULL, 0, false, NULL, NULL);
+        gen_run(a, c, o, kind, &p, ids, n, NULL, 0, false, NULL, NULL, NULL);
     }
     cJSON_Delete(j);
 }
@@ -1747,6 +1757,13 @@ int serve_main(const serve_opts *o) {
     if (so.n_end == 0)
         fprintf(stderr, "hearth serve: the chat template closes no probe answer with ids of its own: no points at "
                         "answers' ends (a next turn resumes at the start of the answer's message)\n");
+    /* a test seam (tests/cli/serve_test.py answer_end): a chat prompt's rendering made this
+     * many milliseconds slower, as a long one's is, so a next turn is still on its way when the
+     * closing pass comes due (sched_hold_begin) */
+    const char *rd = getenv("HEARTH_TEST_RENDER_DELAY_MS");
+    a.render_delay_ms = rd ? atoll(rd) : 0;
+    if (a.render_delay_ms < 0 || a.render_delay_ms > 60000) a.render_delay_ms = 0;
+    if (a.render_delay_ms > 0) fprintf(stderr, "hearth serve: test seam: chat prompts rendered %" PRId64 " ms slower\n", a.render_delay_ms);
     const char *script = getenv("HEARTH_TEST_REPLY"); /* sched.h's test seam: a file of the reply's text */
     if (script && script[0]) {
         char *text;

@@ -77,6 +77,7 @@ typedef struct slot {
 
 struct sched {
     engine *eng;
+    atomic_int holds;       /* prompts on their way to sched_submit (sched_hold_begin): closings wait */
     const tokenizer *tok;
     engine_info info;
     int64_t V;
@@ -692,24 +693,28 @@ static void slot_close_begin(sched *s, slot *sl, const sched_req *r) {
 
 /* A slot whose answer's prefill has not begun and is not due yet: free for a request (which
  * then prefills the answer itself, closes_yield), and no work for the engine thread. */
-static bool close_waiting(const slot *sl, double now) {
-    return sl->state == SLOT_CLOSE && sl->close_done == 0 && now < sl->close_due;
+static bool close_waiting(const sched *s, const slot *sl, double now) {
+    if (sl->state != SLOT_CLOSE || sl->close_done != 0) return false;
+    /* a prompt being rendered holds it past its due (sched_hold_begin; not under the mutant) */
+    const bool held = atomic_load(&s->holds) > 0 && !MUTANT("close_no_hold");
+    return now < sl->close_due || (held && now < sl->close_due + SCHED_HOLD_MAX_S);
 }
 
-/* under s->mu: the waiting closings r comes before (close_waiting): the slot of r's own
+/* under s->mu: the closings not begun that r comes before: the slot of r's own
  * conversation (r holds the rows before the answer's message), and, when no slot is free
  * for r, the one waiting longest; each left as it was before the answer ended (its point at
  * the message's start serves r, which prefills the answer in its own pass) */
 static void closes_yield(sched *s, const sched_req *r) {
     if (MUTANT("close_no_yield")) return; /* mutant: the request waits for the closing instead */
-    const double now = time_now();
     slot *oldest = NULL;
     bool free_slot = false;
     for (int k = 0; k < s->o.n_slots; k++) {
         slot *sl = &s->slots[k];
         if (r->slot_wanted >= 0 && r->slot_wanted != k) continue;
         if (sl->state == SLOT_IDLE) free_slot = true;
-        if (!close_waiting(sl, now)) continue;
+        /* a closing not begun, due or not: r would only wait for it (a prompt that held it
+         * past its due comes here as its hold ends, sched_hold_begin) */
+        if (sl->state != SLOT_CLOSE || sl->close_done != 0) continue;
         if (!r->no_reuse && ids_common_prefix(sl->ids, sl->close_at, r->ids, r->n_ids) == sl->close_at) {
             sl->state = SLOT_IDLE;
             s->st.n_closes_skipped++;
@@ -1165,7 +1170,7 @@ static void step(sched *s, bool stopping) {
         slot *sl = &s->slots[k];
         if (sl->state == SLOT_IDLE) continue;
         if (sl->state == SLOT_CLOSE) {
-            if (!stopping && close_waiting(sl, time_now())) continue;
+            if (!stopping && close_waiting(s, sl, time_now())) continue;
             const bool begins = sl->close_done == 0;
             if (stopping || !model_ok || !close_span(s, sl, &s->spans[n])) {
                 sl->state = SLOT_IDLE;
@@ -1278,16 +1283,18 @@ static void step(sched *s, bool stopping) {
 static bool busy(const sched *s) {
     const double now = time_now();
     for (int k = 0; k < s->o.n_slots; k++)
-        if (s->slots[k].state != SLOT_IDLE && !close_waiting(&s->slots[k], now)) return true;
+        if (s->slots[k].state != SLOT_IDLE && !close_waiting(s, &s->slots[k], now)) return true;
     return false;
 }
 
-/* the earliest time a waiting closing is due (close_waiting), or 0: none */
+/* the earliest time a waiting closing is due (close_waiting: held, its due's hold ends it;
+ * a hold let go wakes the engine thread), or 0: none */
 static double close_due_first(const sched *s) {
     double t = 0;
+    const double hold = atomic_load(&s->holds) > 0 && !MUTANT("close_no_hold") ? SCHED_HOLD_MAX_S : 0;
     for (int k = 0; k < s->o.n_slots; k++) {
         const slot *sl = &s->slots[k];
-        if (sl->state == SLOT_CLOSE && sl->close_done == 0 && (t == 0 || sl->close_due < t)) t = sl->close_due;
+        if (sl->state == SLOT_CLOSE && sl->close_done == 0 && (t == 0 || sl->close_due + hold < t)) t = sl->close_due + hold;
     }
     return t;
 }
@@ -1300,7 +1307,7 @@ enum { JOB_SAVE, JOB_RESTORE, JOB_ERASE };
 static void run_job(sched *s) {
     if (!s->job.busy || s->job.done) return;
     slot *sl = &s->slots[s->job.slot];
-    if (close_waiting(sl, time_now())) { /* the job comes first (closes_yield) */
+    if (close_waiting(s, sl, time_now())) { /* the job comes first (closes_yield) */
         sl->state = SLOT_IDLE;
         s->st.n_closes_skipped++;
     }
@@ -1640,7 +1647,35 @@ static void prompt_marks(const sched *s, sched_req *r) {
     if (g > from && g < r->n_ids) r->marks[r->n_marks++] = g;
 }
 
-int sched_submit(sched *s, sched_req *r, herr *e) {
+static int submit(sched *s, sched_req *r, sched_hold *h, herr *e);
+
+sched_hold sched_hold_begin(sched *s) {
+    atomic_fetch_add(&s->holds, 1);
+    return (sched_hold){.s = s, .on = true};
+}
+
+/* under s->mu or not: the count falls once a hold */
+static void hold_drop(sched_hold *h) {
+    if (!h || !h->on) return;
+    h->on = false;
+    atomic_fetch_sub(&h->s->holds, 1);
+}
+
+void sched_hold_end(sched_hold *h) {
+    if (!h || !h->on) return;
+    pthread_mutex_lock(&h->s->mu);
+    hold_drop(h);
+    pthread_cond_broadcast(&h->s->cv); /* a closing held past its due may run now */
+    pthread_mutex_unlock(&h->s->mu);
+}
+
+int sched_submit(sched *s, sched_req *r, sched_hold *h, herr *e) {
+    const int rc = submit(s, r, h, e);
+    sched_hold_end(h); /* refused before the queue's lock */
+    return rc;
+}
+
+static int submit(sched *s, sched_req *r, sched_hold *h, herr *e) {
     if (r->n_ids < 1) return herr_set(e, "the prompt is empty");
     if (!r->exact) prompt_marks(s, r);
     if (r->n_ids >= s->info.n_ctx)
@@ -1658,6 +1693,8 @@ int sched_submit(sched *s, sched_req *r, herr *e) {
         else if (s->model_bad) herr_set(e, "%s", s->model_err);
         else herr_set(e, "the queue is full (%lld requests wait)", (long long)s->o.queue_max);
         s->st.n_refused++;
+        hold_drop(h);
+        pthread_cond_broadcast(&s->cv);
         pthread_mutex_unlock(&s->mu);
         return SCHED_UNAVAILABLE;
     }
@@ -1666,6 +1703,7 @@ int sched_submit(sched *s, sched_req *r, herr *e) {
     s->q_n++;
     s->st.queue_depth = s->q_n;
     s->st.n_requests++;
+    hold_drop(h); /* with r queued: the engine thread sees the one or the other */
     pthread_cond_broadcast(&s->cv);
     pthread_mutex_unlock(&s->mu);
     return 0;

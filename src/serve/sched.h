@@ -39,8 +39,9 @@
  * the message (its prompt rows, the answer, the ids the template closes it with) in a
  * step of its own once the slot has waited --answer-point-wait (answer_wait_ms) idle, beside
  * the other slots' rows; a request of the conversation, or one needing the slot, arriving
- * sooner takes the slot and prefills the answer in its own pass (no point made: it would only
- * have waited for that step), and one arriving while that step runs waits for it. The point at its end is what a cold pass leaves at the next message's
+ * sooner (or still being rendered then: sched_hold_begin) takes the slot and prefills the
+ * answer in its own pass (no point made: it would only have waited for that step), and one
+ * arriving while that step runs waits for it. The point at its end is what a cold pass leaves at the next message's
  * start, so the next turn resumes there when its rendering of the answer is those ids, and
  * at the message's start when the template rewrote it (thinking dropped). Points are
  * counted in the engine's cache budget (--cache-ram); when it is full the least recently
@@ -218,7 +219,21 @@ sched_req *sched_req_new(int32_t *ids, int64_t n_ids, int64_t *marks, int n_mark
  * SCHED_UNAVAILABLE when the queue is full, the server is stopping or its model file was
  * written in place (the server's state). */
 #define SCHED_UNAVAILABLE (-2)
-int sched_submit(sched *s, sched_req *r, herr *e);
+/* A prompt on its way to sched_submit (an HTTP thread reading, rendering and tokenizing it:
+ * tens of milliseconds at 40k tokens): while one is, a closing pass that comes due waits
+ * (at most SCHED_HOLD_MAX_S past its due), so a conversation's next turn, sent at once but
+ * still being rendered when --answer-point-wait runs out, takes the slot and prefills the
+ * answer itself instead of waiting behind that pass. sched_hold_begin counts one; sched_submit
+ * given it (queued or refused) or sched_hold_end, whichever comes first, lets it go. */
+#define SCHED_HOLD_MAX_S 1.0
+typedef struct sched_hold {
+    sched *s;
+    bool on;
+} sched_hold;
+sched_hold sched_hold_begin(sched *s);
+void sched_hold_end(sched_hold *h);
+/* h: the request's hold, or NULL */
+int sched_submit(sched *s, sched_req *r, sched_hold *h, herr *e);
 /* false (why: the reason) once the model file was written in place while serving */
 bool sched_model_ok(sched *s, char *why, size_t cap);
 /* Waits until r has more than n_seen tokens or has finished, or timeout_s passes (<= 0:

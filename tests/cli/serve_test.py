@@ -697,7 +697,8 @@ def answer_end_points():
     the slot and prefills the answer itself from its message's start: the same bits, the
     closings counted skipped. tests/gates/mutants runs this part alone (argument answer_end)
     against the scheduler built with close_decode (the decoded rows' state kept instead of the
-    prefill) and close_no_yield (a turn waits for the closing): red."""
+    prefill), close_no_yield (a turn waits for the closing) and close_no_hold (a closing starts
+    while the next turn is being rendered): red."""
     if not os.path.exists(DEMO):
         check(f"the demo model {DEMO} is there (answer-end points)", False)
         return
@@ -769,6 +770,27 @@ def answer_end_points():
     check("answer-end point skipped: the turns' greedy answers and log-probabilities equal the closed server's",
           all(a["content"] == b["content"] and a["logprobs"] == b["logprobs"] for a, b in zip(got_q, got)))
     quick.stop()
+    # --answer-point-wait 100 and every chat prompt's rendering 400 ms slower (the test seam
+    # HEARTH_TEST_RENDER_DELAY_MS; a 40k-token prompt's takes tens of ms): each next turn, sent
+    # at once, is still being rendered when its slot's closing pass comes due. The prompt on its
+    # way holds the closing (sched_hold_begin), so the turn takes the slot as in the quick run:
+    # every closing skipped but the last answer's (no turn follows it: made once it is due).
+    # Red under close_no_hold (the closing starts while the turn renders, and the turn waits).
+    held = Server(DEMO, "-np", "2", "--answer-point-wait", "100", "--metrics", env={"HEARTH_TEST_RENDER_DELAY_MS": "400"})
+    convo, got_h = [{"role": "user", "content": "Who are you?"}], []
+    got_h.append(ask(held, convo))
+    for q in questions:
+        convo = convo + [{"role": "assistant", "content": got_h[-1]["content"]}, {"role": "user", "content": q}]
+        got_h.append(ask(held, convo))
+    time.sleep(0.5)  # the last answer's closing: due after 100 ms, no prompt on its way
+    _, m = held.request("GET", "/metrics")
+    check("answer-end point held: a next turn still being rendered when the closing comes due takes the slot, "
+          "every closing skipped but the last answer's",
+          metric(m, "answer_points_skipped_total") == len(questions) and metric(m, "answer_points_total") == 1,
+          f"{metric(m, 'answer_points_skipped_total'):.0f} skipped, {metric(m, 'answer_points_total'):.0f} made")
+    check("answer-end point held: the turns' greedy answers and log-probabilities equal the closed server's",
+          all(a["content"] == b["content"] and a["logprobs"] == b["logprobs"] for a, b in zip(got_h, got)))
+    held.stop()
     convo = [{"role": "user", "content": "Who are you?"}]
     same = True
     for k, q in enumerate(questions):  # each turn on a server of its own
