@@ -16,12 +16,14 @@
 // attn_matches_ref checks this form against the others bit for bit.
 //
 // A CTA: one tile of up to WG_QV vectors (8 rows of 8 heads), two warpgroups. Warpgroup g
-// walks the tile's segments g, g + 2, ... (each its own two stages of K/V blocks), so the
-// two overlap each other's softmax with their products; both fold into one O in shared
-// memory, in segment order: named barrier 3 passes warpgroup 1 once warpgroup 0 has folded
-// the segment before, barrier 4 the other way. Shared memory: Q (f16), the four stages, O
-// (f32), each vector's M and L, and up to 1,024 bytes to align the first: 232,448 bytes at
-// D = 256, an H100's most a block.
+// walks the tile's segments g, g + 2, ... as one stream of blocks (two K slots and two V
+// slots of its own), pipelined inside itself as FlashAttention-3 does: block j + 1's scores
+// are issued before block j's P V, and its softmax is made while P V runs; the two
+// warpgroups overlap each other's softmax with their products too. Both fold into one O in
+// shared memory, in segment order: named barrier 3 passes warpgroup 1 once warpgroup 0 has
+// folded the segment before, barrier 4 the other way. Shared memory: Q (f16), the eight
+// slots, O (f32), each vector's M and L, and up to 1,024 bytes to align the first: 232,448
+// bytes at D = 256, an H100's most a block.
 //
 // Shared-memory layout of Q, K and V: PTX's 128-byte swizzle. A matrix of R rows (vectors or
 // keys) of D halves is cut into columns of 64 halves (128 bytes); column a takes R x 128 bytes
@@ -141,11 +143,11 @@ template <int R> __device__ __forceinline__ void wg_pin_rows(float (*x)[4]) {
 
 #define WG_QV 64  /* query vectors of a tile: a warpgroup's M */
 #define WG_T 256  /* threads: two warpgroups */
-#define WG_NS 2   /* stages of a warpgroup */
+#define WG_NS 2   /* blocks a warpgroup holds: K and V slots of each */
 
 template <int D> struct wg_cfg {
     static constexpr int Q_HALVES = WG_QV * D;
-    static constexpr int STAGE = 2 * AM_KB * D; /* a block's K rows, then its V rows */
+    static constexpr int STAGE = 2 * AM_KB * D; /* a block's K and V rows (in a K slot and a V slot) */
     static constexpr int O_FLOATS = WG_QV * D;  /* the folded outputs (the kernel's Of2: pairs a thread) */
     /* + M and L, + 1,024 for the atoms' alignment: 232,448 at D = 256, an H100's most */
     static constexpr int BYTES = 2 * Q_HALVES + 2 * 2 * WG_NS * STAGE + 4 * O_FLOATS + 4 * 2 * 2 * 128 + 1024;
