@@ -263,8 +263,8 @@ __global__ void __launch_bounds__(WG_T, 1) attn_wg_kernel(const float *qf, const
     __syncthreads(); /* Q, O, M and L */
     if (wg < n_seg_t) {
         /* The warpgroup's blocks in one stream: segments wg, wg + 2, ..., each's blocks in
-         * order; block j (segment s0, first key k0) has its K and its V in slot j % 2, j + 1 at
-         * (s1, k1), j + 2 at (s2, k2). Iteration j issues block j + 1's scores, then block j's
+         * order; block j (of segment s0; the first at key k0) has its K and its V in slot j % 2,
+         * j + 1 at (s1, k1), j + 2 at (s2, k2). Iteration j issues block j + 1's scores, then block j's
          * P V; makes block j + 1's softmax while the tensor cores run P V; waits for it; folds
          * where block j ends a segment; rescales o for block j + 1. The copies run an
          * iteration ahead: K of j + 2 into the slot block j's scores left, V of j + 1 into the
@@ -379,7 +379,7 @@ __global__ void __launch_bounds__(WG_T, 1) attn_wg_kernel(const float *qf, const
             am_rescale<NT>(o, alpha);
 #pragma unroll
             for (int j = 0; j < 4; j++) P[j][0] = Pn[j][0], P[j][1] = Pn[j][1];
-            s0 = s1, k0 = k1, s1 = s2, k1 = k2;
+            s0 = s1, s1 = s2, k1 = k2; /* (k0 is the first block's alone) */
             next(s2, k2);
         }
     }

@@ -74,6 +74,13 @@ __device__ __forceinline__ float conv_out(const float win[CONV_FAST], const floa
 // is known and are stored once, scaled (the loop stores, then reads back and scales: the
 // same product of the same floats).
 #define CONV_PROMPT 3
+// a q or k head's scale from its lanes' sums of squares: the warp's tree, its L2 norm, q's
+// (q) also times 1/sqrt(S)
+__device__ __forceinline__ float conv_head_scale(float ss, bool q, int64_t S, float eps) {
+    float sc = 1.0f / sqrtf(warp_sum(ss) + eps);
+    if (q) sc *= 1.0f / sqrtf((float)S);
+    return sc;
+}
 __global__ void conv_norm_kernel(const float *qkv, float *ring0, size_t seq_stride, const float *w,
                                  const int32_t *row_piece, const hk_piece *pieces, const hk_mark *marks, float *stage0,
                                  size_t stage_stride, int ring_too, float *cv, float *b, float *a, const float *ssm_a,
@@ -99,11 +106,7 @@ __global__ void conv_norm_kernel(const float *qkv, float *ring0, size_t seq_stri
                 if (ring_too == 2) ring_window(win[i], ring, pc, marks, stage0, stage_stride, cd, ch);
             }
             float sc = 1.0f;
-            if (hh < 2 * Gk) {
-                ss = warp_sum(ss);
-                sc = 1.0f / sqrtf(ss + eps);
-                if (hh < Gk) sc *= 1.0f / sqrtf((float)S);
-            }
+            if (hh < 2 * Gk) sc = conv_head_scale(ss, hh < Gk, S, eps);
 #pragma unroll
             for (int i = 0; i < 4; i++) cv[r * cd + hh * S + lane + 32 * i] = hh < 2 * Gk ? x[i] * sc : x[i];
         } else {
@@ -117,9 +120,7 @@ __global__ void conv_norm_kernel(const float *qkv, float *ring0, size_t seq_stri
                 if (ring_too) ring_channel(qkv, ring, pc, marks, stage0, stage_stride, cd, dc, ch);
             }
             if (hh < 2 * Gk) {
-                ss = warp_sum(ss);
-                float sc = 1.0f / sqrtf(ss + eps);
-                if (hh < Gk) sc *= 1.0f / sqrtf((float)S);
+                const float sc = conv_head_scale(ss, hh < Gk, S, eps);
                 for (int64_t i = lane; i < S; i += 32) cv[r * cd + hh * S + i] *= sc;
             }
         }
