@@ -105,6 +105,11 @@ double time_now(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+void sleep_ms(int64_t ms) {
+    struct timespec ts = {.tv_sec = (time_t)(ms / 1000), .tv_nsec = (long)(ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) < 0 && errno == EINTR) {}
+}
+
 int read_file(const char *path, char **data, size_t *len, herr *e) {
     *data = NULL;
     if (len) *len = 0;

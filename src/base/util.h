@@ -58,6 +58,7 @@ uint64_t rng_key(uint64_t seed, const char *name); /* a key per (seed, tensor na
 float rng_normal(uint64_t key, uint64_t i);
 
 double time_now(void); /* seconds, monotonic */
+void sleep_ms(int64_t ms); /* sleeps that long, signals or not */
 
 /* The whole file into *data (malloc'd, NUL-terminated; *len excludes the NUL; len may be
  * NULL). Reads pipes and /dev/stdin too. Returns 0, or -1 with e = "PATH: why" (the errno

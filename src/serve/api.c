@@ -23,7 +23,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <errno.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -978,11 +977,6 @@ static bool ends_in_open_think(const char *text) {
     return n >= 7 && !strncmp(text + n - 7, "<think>", 7);
 }
 
-static void nap_ms(int64_t ms) {
-    struct timespec ts = {.tv_sec = (time_t)(ms / 1000), .tv_nsec = (long)(ms % 1000) * 1000000L};
-    while (nanosleep(&ts, &ts) < 0 && errno == EINTR) {}
-}
-
 /* ---------------------------------------------------------------- endpoints */
 
 /* A chat request (OpenAI's, or Anthropic's or a Responses request as read into one):
@@ -995,7 +989,7 @@ static void chat_generate(app *a, const http_call *c, http_out *o, api_kind kind
     int64_t n_ids = 0, *starts = NULL;
     int n_starts = 0;
     sched_hold h = sched_hold_begin(a->sc); /* closings wait while this prompt is rendered (sched.h) */
-    if (a->render_delay_ms > 0) nap_ms(a->render_delay_ms);
+    if (a->render_delay_ms > 0) sleep_ms(a->render_delay_ms);
     if (req_params(&a->rx, q, kind, request_seed(a), &p, &e) < 0 ||
         req_chat_prompt(&a->rx, q, true, &text, &ids, &n_ids, &starts, &n_starts, &e) < 0) {
         http_error(o, c, 400, "invalid_request_error", "%s", e.msg);
@@ -1007,7 +1001,7 @@ static void chat_generate(app *a, const http_call *c, http_out *o, api_kind kind
         gen_run(a, c, o, kind, &p, ids, n_ids, starts, n_starts, ends_in_open_think(text),
                 req_tool_choice_none(q) ? NULL : cJSON_GetObjectItemCaseSensitive(q, "tools"), resp_req, &h);
     }
-    sched_hold_end(&h); /* (let go at the queue already, but on a refusal) */
+    sched_hold_end(&h); /* (let go at the queue already, or by sched_submit; here a prompt refused before it) */
     free(text);
 }
 

@@ -1074,10 +1074,7 @@ static void *writer_main(void *arg) {
         }
         const unsigned delay = w->delay_ms;
         pthread_mutex_unlock(&w->mu);
-        if (delay) {
-            struct timespec ts = {.tv_sec = delay / 1000, .tv_nsec = (long)(delay % 1000) * 1000000L};
-            while (nanosleep(&ts, &ts) < 0 && errno == EINTR) {}
-        }
+        if (delay) sleep_ms(delay);
         herr e = {{0}};
         uint64_t sum = 0;
         int rc = prc < 0 ? herr_set(&e, "not written: the file it follows, %s, was not written", par.name)

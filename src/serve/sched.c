@@ -693,8 +693,11 @@ static void slot_close_begin(sched *s, slot *sl, const sched_req *r) {
 
 /* A slot whose answer's prefill has not begun and is not due yet: free for a request (which
  * then prefills the answer itself, closes_yield), and no work for the engine thread. */
+/* a slot whose answer's prefill has not begun (due or not) */
+static bool close_pending(const slot *sl) { return sl->state == SLOT_CLOSE && sl->close_done == 0; }
+
 static bool close_waiting(const sched *s, const slot *sl, double now) {
-    if (sl->state != SLOT_CLOSE || sl->close_done != 0) return false;
+    if (!close_pending(sl)) return false;
     /* a prompt being rendered holds it past its due (sched_hold_begin; not under the mutant) */
     const bool held = atomic_load(&s->holds) > 0 && !MUTANT("close_no_hold");
     return now < sl->close_due || (held && now < sl->close_due + SCHED_HOLD_MAX_S);
@@ -714,7 +717,7 @@ static void closes_yield(sched *s, const sched_req *r) {
         if (sl->state == SLOT_IDLE) free_slot = true;
         /* a closing not begun, due or not: r would only wait for it (a prompt that held it
          * past its due comes here as its hold ends, sched_hold_begin) */
-        if (sl->state != SLOT_CLOSE || sl->close_done != 0) continue;
+        if (!close_pending(sl)) continue;
         if (!r->no_reuse && ids_common_prefix(sl->ids, sl->close_at, r->ids, r->n_ids) == sl->close_at) {
             sl->state = SLOT_IDLE;
             s->st.n_closes_skipped++;
@@ -1294,7 +1297,7 @@ static double close_due_first(const sched *s) {
     const double hold = atomic_load(&s->holds) > 0 && !MUTANT("close_no_hold") ? SCHED_HOLD_MAX_S : 0;
     for (int k = 0; k < s->o.n_slots; k++) {
         const slot *sl = &s->slots[k];
-        if (sl->state == SLOT_CLOSE && sl->close_done == 0 && (t == 0 || sl->close_due + hold < t)) t = sl->close_due + hold;
+        if (close_pending(sl) && (t == 0 || sl->close_due + hold < t)) t = sl->close_due + hold;
     }
     return t;
 }
@@ -1671,7 +1674,7 @@ void sched_hold_end(sched_hold *h) {
 
 int sched_submit(sched *s, sched_req *r, sched_hold *h, herr *e) {
     const int rc = submit(s, r, h, e);
-    sched_hold_end(h); /* refused before the queue's lock */
+    sched_hold_end(h); /* refused: let go here */
     return rc;
 }
 
@@ -1693,8 +1696,6 @@ static int submit(sched *s, sched_req *r, sched_hold *h, herr *e) {
         else if (s->model_bad) herr_set(e, "%s", s->model_err);
         else herr_set(e, "the queue is full (%lld requests wait)", (long long)s->o.queue_max);
         s->st.n_refused++;
-        hold_drop(h);
-        pthread_cond_broadcast(&s->cv);
         pthread_mutex_unlock(&s->mu);
         return SCHED_UNAVAILABLE;
     }
