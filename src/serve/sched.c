@@ -17,8 +17,16 @@
 #define SLOT_POINTS 256 /* points one slot keeps; past it the oldest goes */
 /* spare points kept ready a slot (engine_point_reserve): a turn of an agent's chat takes a
  * point at each new message's start (the answer, a tool result, the next prompt), at its
- * last row and at its answer's end, ~4; the engine caps them at the cache budget */
-#define SLOT_SPARES 4
+ * last row and at its answer's end, 2-4, and an agent sends turns back to back for a while.
+ * Made at start, then only while the server is idle (SPARE_IDLE_S): a point buffer made
+ * beside a pass or a request's preparation stalls them (on CUDA, pinning ~63 MB at q36 held
+ * 30-90 ms of each turn of the agent trace, bench/RESULTS.md). At most half the cache
+ * budget's room; the engine caps them at the budget. */
+#define SLOT_SPARES 64
+/* how long the server stays idle (no request queued, in flight or being rendered, no closing
+ * pending) before the spare thread makes points: longer than the gap between an agent's
+ * back-to-back turns (< 1 ms on the agent trace), short beside a user's reading */
+#define SPARE_IDLE_S 0.05
 
 /* SLOT_CLOSE: no request; the answer that ended is prefilled again from its message's start
  * (sched.h), a piece a step */
@@ -134,10 +142,15 @@ struct sched {
     pthread_cond_t job_cv;
     /* spare points (F11): SLOT_SPARES a slot, made at start (sched_start), then by sp_th, a
      * thread that only allocates (engine_point_make: pages touched, pinned on CUDA), so that
-     * neither a pass nor the engine thread waits on an allocation, busy or idle. The engine
-     * thread adopts what it made (engine_point_adopt: into the budget) before every step and
-     * says how many more it wants (spares_sync). sp_mu is taken under mu, never the reverse. */
+     * the engine thread never waits on an allocation. It allocates only while the server is
+     * idle (spares_idle): the engine thread asks once idle SPARE_IDLE_S and stops asking as
+     * work comes; a prompt's hold or a submit stops it at once (sp_go), so a turn waits at
+     * most for the one point in the making. The engine thread adopts what it made
+     * (engine_point_adopt: into the budget) before every step. sp_mu is taken under mu,
+     * never the reverse. */
     int spare_want;
+    double sp_idle_since;   /* under mu: since when the engine thread has found the server idle (0: not idle) */
+    atomic_bool sp_go;      /* sp_th may start a point: the engine thread asked, no work has come since */
     pthread_t sp_th;
     bool sp_started, sp_stop;
     pthread_mutex_t sp_mu;
@@ -1335,9 +1348,10 @@ static void run_job(sched *s) {
     pthread_cond_broadcast(&s->job_cv);
 }
 
-/* engine thread, s->mu held: adopts the points sp_th made and asks it for what is still
- * short of spare_want (as far as the budget has room; none under the mutant) */
-static void spares_sync(sched *s) {
+/* engine thread, s->mu held: adopts the points sp_th made; with ask, asks it for what is
+ * still short of spare_want (as far as the budget has room; none under the mutant), else
+ * for none (it finishes the point it is making, if any) */
+static void spares_sync(sched *s, bool ask_more) {
     pthread_mutex_lock(&s->sp_mu);
     for (int i = 0; i < s->sp_n; i++) engine_point_adopt(s->eng, s->sp_ready[i]);
     s->sp_n = 0;
@@ -1345,10 +1359,42 @@ static void spares_sync(sched *s) {
     const int64_t room = (in.cache_budget - in.cache_used - in.spare_bytes) / (int64_t)in.point_bytes;
     int64_t ask = s->spare_want - in.n_spare;
     if (ask > room) ask = room;
+    if (!ask_more) ask = 0;
     s->sp_ask = ask > 0 && !MUTANT("spare_topup_skip") ? (int)ask : 0; /* mutant: spares only as points are freed */
+    atomic_store(&s->sp_go, s->sp_ask > 0);
     if (s->sp_ask > 0) pthread_cond_signal(&s->sp_cv);
     pthread_mutex_unlock(&s->sp_mu);
     s->sp_wake = false;
+}
+
+/* under s->mu: no request queued, in flight or being rendered, no closing pending, no job
+ * (the mutant spare_busy: idle always, so points are made beside the passes) */
+static bool spare_idle(const sched *s) {
+    if (MUTANT("spare_busy")) return true;
+    if (s->q_n > 0 || atomic_load(&s->holds) > 0 || (s->job.busy && !s->job.done)) return false;
+    for (int k = 0; k < s->o.n_slots; k++)
+        if (s->slots[k].state != SLOT_IDLE) return false;
+    return true;
+}
+
+/* engine thread, s->mu held, about to wait: once the server has been idle SPARE_IDLE_S,
+ * sp_th is asked for the spares short; returns when to look again (0: no need) */
+static double spares_idle(sched *s, double now) {
+    if (!spare_idle(s)) {
+        s->sp_idle_since = 0;
+        return 0;
+    }
+    if (s->sp_idle_since == 0) s->sp_idle_since = now;
+    if (now < s->sp_idle_since + SPARE_IDLE_S) return s->sp_idle_since + SPARE_IDLE_S;
+    spares_sync(s, true);
+    return 0;
+}
+
+/* engine thread, s->mu held, at the top of its loop: adopts what sp_th made, and lets it go
+ * on only while the server has stayed idle (spares_idle asked) */
+static void spares_step(sched *s) {
+    if (!spare_idle(s)) s->sp_idle_since = 0;
+    spares_sync(s, s->sp_idle_since > 0 && time_now() >= s->sp_idle_since + SPARE_IDLE_S);
 }
 
 /* sp_th: makes the points the engine thread asks for, one at a time, and wakes it (an idle
@@ -1357,7 +1403,7 @@ static void *spare_maker(void *arg) {
     sched *s = arg;
     pthread_mutex_lock(&s->sp_mu);
     while (!s->sp_stop) {
-        if (s->sp_n >= s->sp_ask) {
+        if (s->sp_n >= s->sp_ask || !atomic_load(&s->sp_go)) { /* asked for none, or work came */
             pthread_cond_wait(&s->sp_cv, &s->sp_mu);
             continue;
         }
@@ -1391,7 +1437,9 @@ static void *loop(void *arg) {
             const bool evicted = seq_reserve(s); /* idle: a parked sequence's copy made now, off any request's path */
             pthread_mutex_lock(&s->mu);
             if (!evicted && !s->stopping && s->q_n == 0 && !busy(s) && !work_asked(s) && !s->sp_wake) {
-                const double due = close_due_first(s); /* a closing waiting (--answer-point-wait) */
+                double due = close_due_first(s); /* a closing waiting (--answer-point-wait) */
+                const double sp = spares_idle(s, time_now()); /* spares asked for once idle a while */
+                if (sp > 0 && (due == 0 || sp < due)) due = sp;
                 if (due > 0) {
                     struct timespec ts = {.tv_sec = (time_t)due, .tv_nsec = (long)((due - (double)(time_t)due) * 1e9)};
                     if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
@@ -1402,7 +1450,7 @@ static void *loop(void *arg) {
             }
         }
         if (s->stopping && !busy(s)) break;
-        spares_sync(s);
+        spares_step(s);
         run_job(s);
         if (!s->stopping) admit(s);
         publish(s);
@@ -1521,14 +1569,21 @@ int sched_start(sched **out, engine *eng, const tokenizer *tok, const sched_opts
     if (o->cache_dir) pcache_set_disk_max(s->pc, o->cache_disk ? o->cache_disk : (int64_t)PCACHE_DISK_DEFAULT_MIB << 20);
     pcache_keep_ram(s->pc, !o->cache_ram_off);
     s->pc_stats = pcache_get_stats(s->pc); /* what the files found at start came to */
-    /* the first turns find spares too: made here, before the engine thread serves */
-    /* HEARTH_SPARES: a bench's seam, the spares kept ready a slot (default SLOT_SPARES): enough
-     * for a whole session means no point buffer is made during it (what a turn pays for the
-     * spare thread's pinned allocations beside its passes, F11 item 2) */
+    /* the first turns find spares too: made here, before the engine thread serves, at most
+     * half the cache budget */
+    /* HEARTH_SPARES: a bench's and a test's seam, the spares kept ready a slot (default
+     * SLOT_SPARES; 1..1024) */
     const char *sv = getenv("HEARTH_SPARES");
     const long asked = sv ? atol(sv) : 0, per = asked > 0 && asked <= 1024 ? asked : SLOT_SPARES;
-    s->spare_want = (int)per * o->n_slots;
+    const engine_info ei = engine_get_info(eng);
+    const int64_t half = ei.cache_budget / 2 / (ei.point_bytes > 0 ? (int64_t)ei.point_bytes : 1);
+    s->spare_want = (int)(per * o->n_slots < half ? per * o->n_slots : half > 0 ? half : 1);
+    const double t_sp = time_now();
     if (!MUTANT("spare_topup_skip")) engine_point_reserve(eng, s->spare_want);
+    const engine_info ej = engine_get_info(eng);
+    if (ej.spare_bytes >= (int64_t)1 << 30) /* what start-up paid for them, where it is felt */
+        fprintf(stderr, "hearth serve: %d spare point buffers (%.0f MiB) made in %.2f s\n", ej.n_spare,
+                (double)ej.spare_bytes / 1048576.0, time_now() - t_sp);
     publish(s);
     s->sp_ready = xcalloc((size_t)s->spare_want, sizeof *s->sp_ready);
     if (pthread_create(&s->sp_th, NULL, spare_maker, s) != 0) {
@@ -1654,6 +1709,7 @@ static int submit(sched *s, sched_req *r, sched_hold *h, herr *e);
 
 sched_hold sched_hold_begin(sched *s) {
     atomic_fetch_add(&s->holds, 1);
+    atomic_store(&s->sp_go, MUTANT("spare_busy")); /* no spare begun while a prompt is made (spares_idle) */
     return (sched_hold){.s = s, .on = true};
 }
 
@@ -1679,6 +1735,7 @@ int sched_submit(sched *s, sched_req *r, sched_hold *h, herr *e) {
 }
 
 static int submit(sched *s, sched_req *r, sched_hold *h, herr *e) {
+    atomic_store(&s->sp_go, MUTANT("spare_busy")); /* work comes: the spare thread stops (spares_idle) */
     if (r->n_ids < 1) return herr_set(e, "the prompt is empty");
     if (!r->exact) prompt_marks(s, r);
     if (r->n_ids >= s->info.n_ctx)

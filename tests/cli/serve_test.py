@@ -951,13 +951,15 @@ def billing_header(model):
 
 def spare_points(model):
     """F11: no point buffer allocated on a pass's path. The server makes spare point buffers
-    at start (4 a slot) and tops them up while idle (engine_point_reserve), so two chats of 6
-    turns each on two slots, which take more points than the start made, take every one from
-    a spare: /metrics' point_allocs_total stays 0, and the spares count in --cache-ram.
-    Between turns the client waits for the spares to be back (the idle time a user's reading
-    gives a server). tests/gates/mutants runs this part alone (argument spares) against the
-    scheduler built with spare_topup_skip (no spares made ahead): red."""
-    s = Server(model, "-np", "2", "--metrics")
+    at start and tops them up while idle (engine_point_reserve); here 4 a slot
+    (HEARTH_SPARES), so two chats of 6 turns each on two slots, which take more points than
+    the start made, take every one from a spare: /metrics' point_allocs_total stays 0, and
+    the spares count in --cache-ram. Between turns the client waits for the spares to be
+    back (the idle time a user's reading gives a server). tests/gates/mutants runs this part
+    alone (argument spares) against the scheduler built with spare_topup_skip (no spares
+    made ahead): red; and against spare_busy (spares made beside the passes) for the part
+    after."""
+    s = Server(model, "-np", "2", "--metrics", env={"HEARTH_SPARES": "4"})
     want = 4 * 2
 
     def spares_back():
@@ -982,14 +984,50 @@ def spare_points(model):
           f"{metric(m, 'point_reserved_total'):.0f} made ahead")
     check("spare points: held and spare bytes stay under --cache-ram", held <= 2 ** 30, f"{held:.0f}")
     s.stop()
-    # HEARTH_SPARES (a bench's seam: spares kept a slot, F11 item 2's agentsp step): 9 made at
-    # start on one slot; a value out of 1..1024 (or not a number) keeps the default 4
-    for val, n in (("9", 9), ("0", 4), ("x", 4), ("5000", 4)):
+    spares_idle_only(model)
+    # HEARTH_SPARES (a bench's and a test's seam: spares kept a slot): 9 made at start on one
+    # slot; a value out of 1..1024 (or not a number) keeps the default 64
+    for val, n in (("9", 9), ("0", 64), ("x", 64), ("5000", 64)):
         s = Server(model, "-np", "1", "--metrics", env={"HEARTH_SPARES": val})
         m = wait_metrics(s, lambda m: metric(m, "cache_spare_points") >= n, limit=3)
         check(f"HEARTH_SPARES={val}: {n} spares made at start", metric(m, "cache_spare_points") == n,
               f"{metric(m, 'cache_spare_points'):.0f}")
         s.stop()
+
+
+def spares_idle_only(model):
+    """F11 item 2: spares are made only while the server is idle, never beside a request's
+    pass or steps (on CUDA a point buffer is ~63 MB of pinned memory at q36, and pinning it
+    stalled the engine's calls and the request's preparation 30-90 ms a turn). A chat of
+    two messages takes points from the 4 spares of one slot, then decodes ~1,500 tokens
+    (~1-2 s on tiny): while it runs, no spare is made (point_reserved_total stays as it
+    was once its points were taken); once it has ended and the server has been idle a
+    while, the spares are back. Red under the mutant spare_busy (made as soon as short)."""
+    s = Server(model, "-np", "1", "--metrics", env={"HEARTH_SPARES": "4"})
+    m = wait_metrics(s, lambda m: metric(m, "cache_spare_points") >= 4, limit=3)
+    r0 = metric(m, "point_reserved_total")
+    body = {"messages": [{"role": "system", "content": "You are a careful agent."},
+                         {"role": "user", "content": "List the files, then read each one and say what it does."}],
+            "max_tokens": 1500, "temperature": 0, "ignore_eos": True}
+    out = []
+    th = threading.Thread(target=lambda: out.append(s.post("/v1/chat/completions", body)[0]))
+    th.start()
+    seen = []
+    while th.is_alive():
+        _, m = s.request("GET", "/metrics")
+        if metric(m, "requests_processing") >= 1:
+            seen.append(metric(m, "point_reserved_total"))
+        time.sleep(0.02)
+    th.join()
+    check("spare points: the request seen while it ran", out == [200] and len(seen) >= 5, f"{out}, {len(seen)} samples")
+    check("spare points: none made while the request ran (only while idle)", set(seen) == {r0},
+          f"point_reserved_total {sorted(set(seen))} during the request, {r0:.0f} made at start")
+    m = wait_metrics(s, lambda m: metric(m, "cache_spare_points") >= 4, limit=3)
+    check("spare points: made again once the server is idle", metric(m, "cache_spare_points") >= 4 and
+          metric(m, "point_reserved_total") > r0 and metric(m, "point_allocs_total") == 0,
+          f"{metric(m, 'cache_spare_points'):.0f} spares, {metric(m, 'point_reserved_total'):.0f} made, "
+          f"{metric(m, 'point_allocs_total'):.0f} allocated on the path")
+    s.stop()
 
 
 def wait_metrics(srv, cond, limit=10):
