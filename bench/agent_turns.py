@@ -717,7 +717,7 @@ def one_turn(srv, msgs, tools, conv):
     return {"prompt_tokens": u.get("prompt_tokens", ""), "prompt_n": t.get("prompt_n", ""),
             "cache_n": t.get("cache_n", ""), "cached_tokens": det.get("cached_tokens", ""),
             "prompt_ms": t.get("prompt_ms", ""), "wall_ms": round(wall, 3),
-            "predicted_n": t.get("predicted_n", ""),
+            "predicted_n": t.get("predicted_n", ""), "queue_ms": t.get("queue_ms", ""),
             "cache_info": json.dumps(t.get("cache"))[:200] if "cache" in t else ""}
 
 
@@ -746,7 +746,7 @@ def template_check(servers, msgs, tools):
 # tables
 
 COLS = ["trace", "rep", "server", "turn", "messages", "prompt_tokens", "prompt_n", "cache_n", "cached_tokens",
-        "prompt_ms", "wall_ms", "predicted_n", "load1", "cache_info", "conv", "phase", "t0_ms", "restore_ms", "save_ms"]
+        "prompt_ms", "wall_ms", "predicted_n", "queue_ms", "load1", "cache_info", "conv", "phase", "t0_ms", "restore_ms", "save_ms"]
 
 SCENARIO = {"agent": "3a the append-only agent loop", "chat": "3b a chat with thinking",
             "interleave": "3c conversations interleaved round-robin on fewer slots",

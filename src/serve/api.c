@@ -418,6 +418,9 @@ static cJSON *timings_json(const gen *g) {
     cJSON_AddNumberToObject(t, "predicted_per_token_ms", pred_n > 1 ? gen_s * 1e3 / (double)(pred_n - 1) : 0);
     cJSON_AddNumberToObject(t, "predicted_per_second", gen_s > 0 ? (double)(pred_n - 1) / gen_s : 0);
     cJSON_AddStringToObject(t, "cache", r->cache_why);
+    /* hearth's own: queued to the pass's start (a slot or a closing waited for, the point
+     * and KV rows restored), the part of a turn outside prompt_ms the engine thread spends */
+    cJSON_AddNumberToObject(t, "queue_ms", r->t_start > 0 && r->t_queued > 0 ? (r->t_start - r->t_queued) * 1e3 : 0);
     return t;
 }
 

@@ -1403,7 +1403,9 @@ static void *spare_maker(void *arg) {
     sched *s = arg;
     pthread_mutex_lock(&s->sp_mu);
     while (!s->sp_stop) {
-        if (s->sp_n >= s->sp_ask || !atomic_load(&s->sp_go)) { /* asked for none, or work came */
+        /* asked for none, or work came (sp_go let go), or a prompt is being made */
+        const bool go = atomic_load(&s->sp_go) && (atomic_load(&s->holds) == 0 || MUTANT("spare_busy"));
+        if (s->sp_n >= s->sp_ask || !go) {
             pthread_cond_wait(&s->sp_cv, &s->sp_mu);
             continue;
         }

@@ -61,6 +61,7 @@ DELIBERATE = {
 # hearth's own additions, which a llama-server client ignores
 OWN = {
     "timings.cache": "where the prompt resumed and why (README: the prompt cache)",
+    "timings.queue_ms": "from the request queued to its pass's start: a slot or a closing waited for, its point restored",
     "slots[].n_tokens": "rows the slot holds",
     "slots[].n_points": "points (recurrent-state copies) the slot holds",
     "props.backend": "the engine (cpu or cuda)",
