@@ -728,20 +728,25 @@ def answer_end_points():
 
     questions = ["What does John 3:16 say?", "And the verse after it?", "Tell me a fortune."]
 
-    def converse(srv):
+    def converse(srv, settle=False):
+        """settle: before each next turn, wait until the answer's closing pass is made (else
+        the turn, sent at once, may take the slot first on a loaded box: closes_yield)"""
         convo = [{"role": "user", "content": "Who are you?"}]
         got = [ask(srv, convo)]
         wants = []
         for k, q in enumerate(questions):
+            if settle:
+                wait_metrics(srv, lambda m: metric(m, "answer_points_total") >= k + 1, limit=5)
             convo = convo + [{"role": "assistant", "content": got[-1]["content"]}, {"role": "user", "content": q}]
             got.append(ask(srv, convo, stream=k == 1))  # turn 3's answer arrives as a stream
             wants.append(new_message_at(srv, convo))
         return got, wants
 
-    # --answer-point-wait 0: the closing pass starts as the answer ends, and the next turn, sent
-    # at once, waits for it and resumes past the answer
+    # --answer-point-wait 0: the closing pass starts as the answer ends, and the next turn,
+    # sent once it is made, resumes past the answer (sent at once, it would race the engine
+    # thread to the slot: on a loaded box the turn may come first and take it over)
     warm = Server(DEMO, "-np", "2", "--answer-point-wait", "0", "--metrics")
-    got, wants = converse(warm)
+    got, wants = converse(warm, settle=True)
     for k in range(len(questions)):
         cached = got[k + 1]["usage"]["prompt_tokens_details"]["cached_tokens"]
         check(f"answer-end point: turn {k + 2} resumes past turn {k + 1}'s answer, where its new message begins",
