@@ -21,7 +21,7 @@
  * Made at start, then only while the server is idle (SPARE_IDLE_S): a point buffer made
  * beside a pass or a request's preparation stalls them (on CUDA, pinning ~63 MB at q36 held
  * 30-90 ms of each turn of the agent trace, bench/RESULTS.md). At most half the cache
- * budget's room; the engine caps them at the budget. */
+ * budget at start, then as far as its room allows (spares_sync). */
 #define SLOT_SPARES 64
 /* how long the server stays idle (no request queued, in flight or being rendered, no closing
  * pending) before the spare thread makes points: longer than the gap between an agent's
