@@ -788,8 +788,8 @@ def tables(samples, trace, names):
     hdr = "| turn | tokens in prompt |"
     sep = "|---:|---:|"
     for n in names:
-        hdr += f" {n} prompt_n | {n} cache_n | {n} prompt ms | {n} wall ms |"
-        sep += "---:|---:|---:|---:|"
+        hdr += f" {n} prompt_n | {n} cache_n | {n} prompt ms | {n} wall ms | {n} outside ms |"
+        sep += "---:|---:|---:|---:|---:|"
     if len(names) == 2:
         hdr += " wall ratio h/l |"
         sep += "---:|"
@@ -802,8 +802,12 @@ def tables(samples, trace, names):
             notes.append(f"turn {t}: the servers' prompt_tokens differ: "
                          + ", ".join(f"{n} {sorted({int(v) for v in toks[n]})}" for n in names))
         for n in names:
+            # outside: the turn's wall time less its pass (F11 item 2), paired per rep
+            outside = [w - p for rp in reps[n] for w, p in zip(get(n, t, "wall_ms", rp), get(n, t, "prompt_ms", rp))
+                       if w is not None and p is not None]
             line += (f" {cell(get(n, t, 'prompt_n'))} | {cell(get(n, t, 'cache_n'))} |"
-                     f" {cell(get(n, t, 'prompt_ms'), '{:.1f}')} | {cell(get(n, t, 'wall_ms'), '{:.1f}')} |")
+                     f" {cell(get(n, t, 'prompt_ms'), '{:.1f}')} | {cell(get(n, t, 'wall_ms'), '{:.1f}')} |"
+                     f" {cell(outside, '{:.1f}')} |")
         if len(names) == 2:
             h, l_ = names
             q = []
@@ -826,8 +830,10 @@ def tables(samples, trace, names):
         for rp in full[n]:
             tot[n][rp] = {k: sum(v for v in (num(s[k]) for s in rows if s["server"] == n and s["rep"] == rp) if v)
                           for k in ("prompt_n", "cache_n", "prompt_ms", "wall_ms")}
+            tot[n][rp]["outside"] = tot[n][rp]["wall_ms"] - tot[n][rp]["prompt_ms"]
         line += "".join(f" {cell([tot[n][rp][k] for rp in tot[n]], f)} |" for k, f in
-                        (("prompt_n", "{:.0f}"), ("cache_n", "{:.0f}"), ("prompt_ms", "{:.0f}"), ("wall_ms", "{:.0f}")))
+                        (("prompt_n", "{:.0f}"), ("cache_n", "{:.0f}"), ("prompt_ms", "{:.0f}"), ("wall_ms", "{:.0f}"),
+                         ("outside", "{:.0f}")))
     if len(names) == 2:
         h, l_ = names
         q = [tot[h][rp]["wall_ms"] / tot[l_][rp]["wall_ms"] for rp in set(tot[h]) & set(tot[l_]) if tot[l_][rp]["wall_ms"]]
