@@ -35,7 +35,10 @@
 #   agent   hearth alone on bench/agent_turns.py's agent trace to 40k tokens (one rep after the
 #           dropped rep 0; q36 with Qwen3's tokenizer from a carried .peer/tokenizer-qwen3.tar.xz,
 #           Qwen3.5's template, one slot, 64k context): each turn's wall time against its pass
-#           (F11 item 2: what a turn spends outside the pass, <= 30 ms at 40k).
+#           (F11 item 2: what a turn spends outside the pass, <= 30 ms at 40k). Its two reps run
+#           back to back with no idle time, so the second runs out of the 64 spares made at start
+#           and pins its points on the passes' path (~45 ms each, nineteenth session): agentvs,
+#           where hearth idles while llama-server runs its turns, is the one to read for the bar.
 # Each step is cut to the time left (DEADLINE, default 570 s).
 # Local preparation: bench/device_pack_bins.sh [DIR] [REV] does what follows (REV: hearth_b
 # built at that revision). By hand (nvcc 13.0, sm_90a):
