@@ -144,8 +144,8 @@ struct sched {
      * thread that only allocates (engine_point_make: pages touched, pinned on CUDA), so that
      * the engine thread never waits on an allocation. It allocates only while the server is
      * idle (spares_idle): the engine thread asks once idle SPARE_IDLE_S and stops asking as
-     * work comes; a prompt's hold or a submit stops it at once (sp_go), so a turn waits at
-     * most for the one point in the making. The engine thread adopts what it made
+     * work comes; a prompt's hold (holds) or a submit (sp_go) stops it at once, so a turn waits
+     * at most for the one point in the making. The engine thread adopts what it made
      * (engine_point_adopt: into the budget) before every step. sp_mu is taken under mu,
      * never the reverse. */
     int spare_want;
@@ -704,11 +704,12 @@ static void slot_close_begin(sched *s, slot *sl, const sched_req *r) {
     sl->state = SLOT_CLOSE;
 }
 
-/* A slot whose answer's prefill has not begun and is not due yet: free for a request (which
- * then prefills the answer itself, closes_yield), and no work for the engine thread. */
 /* a slot whose answer's prefill has not begun (due or not) */
 static bool close_pending(const slot *sl) { return sl->state == SLOT_CLOSE && sl->close_done == 0; }
 
+/* A slot whose answer's prefill has not begun and is not due yet (or held past its due):
+ * free for a request (which then prefills the answer itself, closes_yield), and no work for
+ * the engine thread. */
 static bool close_waiting(const sched *s, const slot *sl, double now) {
     if (!close_pending(sl)) return false;
     /* a prompt being rendered holds it past its due (sched_hold_begin; not under the mutant) */
@@ -1371,11 +1372,14 @@ static void spares_sync(sched *s, bool ask_more) {
  * (the mutant spare_busy: idle always, so points are made beside the passes) */
 static bool spare_idle(const sched *s) {
     if (MUTANT("spare_busy")) return true;
-    if (s->q_n > 0 || atomic_load(&s->holds) > 0 || (s->job.busy && !s->job.done)) return false;
+    if (s->q_n > 0 || atomic_load(&s->holds) > 0 || work_asked(s)) return false;
     for (int k = 0; k < s->o.n_slots; k++)
         if (s->slots[k].state != SLOT_IDLE) return false;
     return true;
 }
+
+/* under s->mu: when the server, idle since sp_idle_since, has been so SPARE_IDLE_S (0: not idle) */
+static double spares_due(const sched *s) { return s->sp_idle_since > 0 ? s->sp_idle_since + SPARE_IDLE_S : 0; }
 
 /* engine thread, s->mu held, about to wait: once the server has been idle SPARE_IDLE_S,
  * sp_th is asked for the spares short; returns when to look again (0: no need) */
@@ -1385,7 +1389,7 @@ static double spares_idle(sched *s, double now) {
         return 0;
     }
     if (s->sp_idle_since == 0) s->sp_idle_since = now;
-    if (now < s->sp_idle_since + SPARE_IDLE_S) return s->sp_idle_since + SPARE_IDLE_S;
+    if (now < spares_due(s)) return spares_due(s);
     spares_sync(s, true);
     return 0;
 }
@@ -1394,7 +1398,7 @@ static double spares_idle(sched *s, double now) {
  * on only while the server has stayed idle (spares_idle asked) */
 static void spares_step(sched *s) {
     if (!spare_idle(s)) s->sp_idle_since = 0;
-    spares_sync(s, s->sp_idle_since > 0 && time_now() >= s->sp_idle_since + SPARE_IDLE_S);
+    spares_sync(s, spares_due(s) > 0 && time_now() >= spares_due(s));
 }
 
 /* sp_th: makes the points the engine thread asks for, one at a time, and wakes it (an idle
@@ -1577,8 +1581,7 @@ int sched_start(sched **out, engine *eng, const tokenizer *tok, const sched_opts
      * SLOT_SPARES; 1..1024) */
     const char *sv = getenv("HEARTH_SPARES");
     const long asked = sv ? atol(sv) : 0, per = asked > 0 && asked <= 1024 ? asked : SLOT_SPARES;
-    const engine_info ei = engine_get_info(eng);
-    const int64_t half = ei.cache_budget / 2 / (ei.point_bytes > 0 ? (int64_t)ei.point_bytes : 1);
+    const int64_t half = info.cache_budget / 2 / (info.point_bytes > 0 ? (int64_t)info.point_bytes : 1);
     s->spare_want = (int)(per * o->n_slots < half ? per * o->n_slots : half > 0 ? half : 1);
     const double t_sp = time_now();
     if (!MUTANT("spare_topup_skip")) engine_point_reserve(eng, s->spare_want);
@@ -1710,8 +1713,7 @@ static void prompt_marks(const sched *s, sched_req *r) {
 static int submit(sched *s, sched_req *r, sched_hold *h, herr *e);
 
 sched_hold sched_hold_begin(sched *s) {
-    atomic_fetch_add(&s->holds, 1);
-    atomic_store(&s->sp_go, MUTANT("spare_busy")); /* no spare begun while a prompt is made (spares_idle) */
+    atomic_fetch_add(&s->holds, 1); /* (the spare thread begins no point while one is counted) */
     return (sched_hold){.s = s, .on = true};
 }
 
