@@ -28,6 +28,12 @@
 #   chatvs  the same on the chat trace (bench/agent_turns.py --trace chat: a chat with thinking);
 #   agentsp the agent step with HEARTH_SPARES=${SPARES:-64} (spares enough for the whole
 #           session made at start: no pinned point buffer allocated beside its passes);
+#   stall   Nsight Compute's warp states and per-SASS-instruction stall samples of one attention
+#           launch at 32k for each HEARTH_CUDA_WG_EARLY in STALL_VARIANTS (default "1 0"):
+#           stall_eV_details.txt, _raw.csv and _sass.csv (the source page);
+#   abenv   one binary under several environments, pp2048 at DEPTHS, interleaved, REPS rounds:
+#           AB_ENVS="LABEL=NAME=VALUE ..." (default: HEARTH_CUDA_WG_EARLY 1 against 0);
+#   prof    HEARTH_CUDA_PROFILE's per-op table of pp2048 at 32k, per PROF_ENVS entry (as AB_ENVS);
 #   sass    cuobjdump's SASS of attn_wg_kernel<256> in the carried hearth (sass_wg256.txt) and
 #           its instruction mix;
 #   loop    test_cuda LOOP_N times (default 50, F11 item 5: a race would show as a failing run),
@@ -114,6 +120,27 @@ for s in ${STEPS:-attn ab unit agent gates ncu}; do
                  --launch-skip 160 --launch-count 1 --set full $B/hearth bench --device cuda -m /dev/shm/q36.gguf --kv f16 -p 2048 -n 0 -d 32768 -r 1
              grep -E "Duration|Issue Slots Busy|Achieved Occupancy|Registers Per|Stall|L1/TEX Hit|L2 Hit|Mem Busy|Max Bandwidth|Compute \(SM\) Throughput|Memory Throughput|Shared Memory|excessive" "$out/ncu_w$w.log" | head -30
          done ;;
+    stall) q36
+           command -v ncu >/dev/null || { echo "== stall: no ncu here"; continue; }
+           for v in ${STALL_VARIANTS:-1 0}; do # HEARTH_CUDA_WG_EARLY: where the warps wait, per SASS instruction
+               HEARTH_CUDA_WG_EARLY=$v HEARTH_CUDA_GRAPHS=0 step "stall_e$v" 150 ncu --clock-control none --kernel-name regex:attn_wg_kernel \
+                   --launch-skip 160 --launch-count 1 --section SpeedOfLight --section WarpStateStats --section SourceCounters \
+                   --section SchedulerStats -f -o "$out/stall_e$v" $B/hearth bench --device cuda -m /dev/shm/q36.gguf --kv f16 -p 2048 -n 0 -d 32768 -r 1
+               ncu -i "$out/stall_e$v.ncu-rep" --page details --print-details all >"$out/stall_e${v}_details.txt" 2>&1
+               ncu -i "$out/stall_e$v.ncu-rep" --page raw --csv >"$out/stall_e${v}_raw.csv" 2>&1
+               ncu -i "$out/stall_e$v.ncu-rep" --page source --csv --print-source sass >"$out/stall_e${v}_sass.csv" 2>&1
+               grep -iE "Duration|stall|Warp Cycles|Eligible" "$out/stall_e${v}_details.txt" | head -40
+               rm -f "$out/stall_e$v.ncu-rep"
+           done ;;
+    abenv) q36 # AB_ENVS: LABEL=NAME=VALUE ..., one binary, interleaved (DEPTHS, REPS)
+           vs=(); for x in ${AB_ENVS:-e1=HEARTH_CUDA_WG_EARLY=1 e0=HEARTH_CUDA_WG_EARLY=0}; do vs+=("${x%%=*} $B/hearth ${x#*=}"); done
+           pp_rounds "${vs[@]}"
+           for f in "$out"/pp2048_d*_*.log; do echo "$(basename $f .log) $(grep -oE 'pp2048 @ d[0-9]+ \| +[0-9.]+' $f | grep -oE '[0-9.]+$')"; done ;;
+    prof) q36 # HEARTH_CUDA_PROFILE's table at 32k, per PROF_ENVS entry (LABEL=NAME=VALUE; default: the defaults)
+          for x in ${PROF_ENVS:-def=HEARTH_CUDA_PROFILE=1}; do
+              HEARTH_CUDA_PROFILE=1 step prof_d32k_${x%%=*} 120 env ${x#*=} $B/hearth bench --device cuda -m /dev/shm/q36.gguf --kv f16 -p 2048 -n 0 -d 32768 -r 1
+              grep -E "^cuda profile|router|attn \||gate up|down|delta|t/s" "$out/prof_d32k_${x%%=*}.log" | head -12
+          done ;;
     gates) for p in tiny small; do
                HEARTH_CUDA_ATTN_WHOLE=${GATE_FORM:-8} HEARTH_GATES_DEVICE=cuda HEARTH_GATES_KV=f16 step "gates_${p}_f16" 150 build/gates all $p
            done ;;
