@@ -32,7 +32,8 @@
 #           launch at 32k for each HEARTH_CUDA_WG_EARLY in STALL_VARIANTS (default "1 0"):
 #           stall_eV_details.txt, _raw.csv and _sass.csv (the source page);
 #   abenv   one binary under several environments, pp2048 at DEPTHS, interleaved, REPS rounds:
-#           AB_ENVS="LABEL=NAME=VALUE ..." (default: HEARTH_CUDA_WG_EARLY 1 against 0);
+#           AB_ENVS="LABEL=NAME=VALUE ..." (default: HEARTH_CUDA_WG_EARLY 1 against 0); an entry
+#           LABEL@b runs $B/hearth_b (device_pack_bins.sh's REV) as it is;
 #   prof    HEARTH_CUDA_PROFILE's per-op table of pp2048 at 32k, per PROF_ENVS entry (as AB_ENVS);
 #   sass    cuobjdump's SASS of attn_wg_kernel<256> in the carried hearth (sass_wg256.txt) and
 #           its instruction mix;
@@ -133,7 +134,9 @@ for s in ${STEPS:-attn ab unit agent gates ncu}; do
                rm -f "$out/stall_e$v.ncu-rep"
            done ;;
     abenv) q36 # AB_ENVS: LABEL=NAME=VALUE ..., one binary, interleaved (DEPTHS, REPS)
-           vs=(); for x in ${AB_ENVS:-e1=HEARTH_CUDA_WG_EARLY=1 e0=HEARTH_CUDA_WG_EARLY=0}; do vs+=("${x%%=*} $B/hearth ${x#*=}"); done
+           vs=(); for x in ${AB_ENVS:-e1=HEARTH_CUDA_WG_EARLY=1 e0=HEARTH_CUDA_WG_EARLY=0}; do
+               case $x in *@*) vs+=("${x%@*} $B/hearth_${x#*@}") ;; *) vs+=("${x%%=*} $B/hearth ${x#*=}") ;; esac
+           done
            pp_rounds "${vs[@]}"
            for f in "$out"/pp2048_d*_*.log; do echo "$(basename $f .log) $(grep -oE 'pp2048 @ d[0-9]+ \| +[0-9.]+' $f | grep -oE '[0-9.]+$')"; done ;;
     prof) q36 # HEARTH_CUDA_PROFILE's table at 32k, per PROF_ENVS entry (LABEL=NAME=VALUE; default: the defaults)
