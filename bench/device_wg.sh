@@ -29,11 +29,11 @@
 #   agentsp the agent step with HEARTH_SPARES=${SPARES:-64} (spares enough for the whole
 #           session made at start: no pinned point buffer allocated beside its passes);
 #   stall   Nsight Compute's warp states and per-SASS-instruction stall samples of one attention
-#           launch at 32k for each HEARTH_CUDA_WG_EARLY in STALL_VARIANTS (default "1 0"):
-#           stall_eV_details.txt, _raw.csv and _sass.csv (the source page);
+#           launch at 32k: stall_details.txt, stall_raw.csv and stall_sass.csv (the source page,
+#           which bench/ncu_stalls.py sums by opcode and reason);
 #   abenv   one binary under several environments, pp2048 at DEPTHS, interleaved, REPS rounds:
-#           AB_ENVS="LABEL=NAME=VALUE ..." (default: HEARTH_CUDA_WG_EARLY 1 against 0); an entry
-#           LABEL@b runs $B/hearth_b (device_pack_bins.sh's REV) as it is;
+#           AB_ENVS="LABEL=NAME=VALUE ..."; an entry LABEL@b runs $B/hearth_b (device_pack_bins.sh's
+#           REV) as it is (default: "a=HEARTH_CUDA_FM_TILE=1 b@b", the defaults against hearth_b);
 #   prof    HEARTH_CUDA_PROFILE's per-op table of pp2048 at 32k, per PROF_ENVS entry (as AB_ENVS);
 #   sass    cuobjdump's SASS of attn_wg_kernel<256> in the carried hearth (sass_wg256.txt) and
 #           its instruction mix;
@@ -123,18 +123,17 @@ for s in ${STEPS:-attn ab unit agent gates ncu}; do
          done ;;
     stall) q36
            command -v ncu >/dev/null || { echo "== stall: no ncu here"; continue; }
-           for v in ${STALL_VARIANTS:-1 0}; do # HEARTH_CUDA_WG_EARLY: where the warps wait, per SASS instruction
-               HEARTH_CUDA_WG_EARLY=$v HEARTH_CUDA_GRAPHS=0 step "stall_e$v" 150 ncu --clock-control none --kernel-name regex:attn_wg_kernel \
-                   --launch-skip 160 --launch-count 1 --section SpeedOfLight --section WarpStateStats --section SourceCounters \
-                   --section SchedulerStats -f -o "$out/stall_e$v" $B/hearth bench --device cuda -m /dev/shm/q36.gguf --kv f16 -p 2048 -n 0 -d 32768 -r 1
-               ncu -i "$out/stall_e$v.ncu-rep" --page details --print-details all >"$out/stall_e${v}_details.txt" 2>&1
-               ncu -i "$out/stall_e$v.ncu-rep" --page raw --csv >"$out/stall_e${v}_raw.csv" 2>&1
-               ncu -i "$out/stall_e$v.ncu-rep" --page source --csv --print-source sass >"$out/stall_e${v}_sass.csv" 2>&1
-               grep -iE "Duration|stall|Warp Cycles|Eligible" "$out/stall_e${v}_details.txt" | head -40
-               rm -f "$out/stall_e$v.ncu-rep"
-           done ;;
+           # where the attention's warps wait, per SASS instruction (bench/ncu_stalls.py reads _sass.csv)
+           HEARTH_CUDA_GRAPHS=0 step stall 150 ncu --clock-control none --kernel-name regex:attn_wg_kernel \
+               --launch-skip 160 --launch-count 1 --section SpeedOfLight --section WarpStateStats --section SourceCounters \
+               --section SchedulerStats -f -o "$out/stall" $B/hearth bench --device cuda -m /dev/shm/q36.gguf --kv f16 -p 2048 -n 0 -d 32768 -r 1
+           ncu -i "$out/stall.ncu-rep" --page details --print-details all >"$out/stall_details.txt" 2>&1
+           ncu -i "$out/stall.ncu-rep" --page raw --csv >"$out/stall_raw.csv" 2>&1
+           ncu -i "$out/stall.ncu-rep" --page source --csv --print-source sass >"$out/stall_sass.csv" 2>&1
+           grep -iE "Duration|stall|Warp Cycles|Eligible" "$out/stall_details.txt" | head -40
+           rm -f "$out/stall.ncu-rep" ;;
     abenv) q36 # AB_ENVS: LABEL=NAME=VALUE ..., one binary, interleaved (DEPTHS, REPS)
-           vs=(); for x in ${AB_ENVS:-e1=HEARTH_CUDA_WG_EARLY=1 e0=HEARTH_CUDA_WG_EARLY=0}; do
+           vs=(); for x in ${AB_ENVS:-a=HEARTH_CUDA_FM_TILE=1 b@b}; do
                case $x in *@*) vs+=("${x%@*} $B/hearth_${x#*@}") ;; *) vs+=("${x%%=*} $B/hearth ${x#*=}") ;; esac
            done
            pp_rounds "${vs[@]}"

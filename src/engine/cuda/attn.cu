@@ -84,10 +84,6 @@ static bool mma_form(int64_t G, bool f16) { return f16 && G > 0 && G <= 16; }
  * 2026-12-07, sixteenth session); 6 and 4: the whole form in tiles of this many warps
  * (attn_mma.cuh), 0: its pairs */
 static int am_warps = HK_ATTN_FORM_DEFAULT;
-// HEARTH_CUDA_WG_EARLY=0 (hk_attn_wg_early): the wgmma form's K of block j + 3 fetched at the top
-// of iteration j + 1 (as before 2026-12-07) rather than once j + 1's scores are read; the same bits
-static bool wg_early = true;
-extern "C" void hk_attn_wg_early(bool on) { wg_early = on; }
 extern "C" int hk_attn_form(int warps) {
     if (warps != 0 && warps != 4 && warps != 6 && warps != 8) return -1;
     am_warps = warps;
@@ -466,8 +462,7 @@ template <int D> static int mma_launch(void *st, const float *qf, const hk_qtile
         CUDA_TRY(cudaFuncSetAttribute(attn_mma_whole_split_kernel<D, 6>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                       C::whole_split_bytes(6)), e);
         CUDA_TRY(cudaFuncSetAttribute(attn_mma_split_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, C::DECODE_BYTES), e);
-        CUDA_TRY(cudaFuncSetAttribute(attn_wg_kernel<D, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, wg_cfg<D>::BYTES), e);
-        CUDA_TRY(cudaFuncSetAttribute(attn_wg_kernel<D, false>, cudaFuncAttributeMaxDynamicSharedMemorySize, wg_cfg<D>::BYTES), e);
+        CUDA_TRY(cudaFuncSetAttribute(attn_wg_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, wg_cfg<D>::BYTES), e);
         if (dev_sms(&am_sms, e) < 0) return -1;
         ready = true;
     }
@@ -501,10 +496,8 @@ template <int D> static int mma_launch(void *st, const float *qf, const hk_qtile
     }
     if (n_one < n_tiles) {
         dim3 g((unsigned)n_tiles, (unsigned)Hkv);
-        if (am_warps == 8 && wg_early)
-            LAUNCH(e, (attn_wg_kernel<D, true>), g, WG_T, wg_cfg<D>::BYTES, st, qf, tiles, n_tiles, H, Hkv, K0, V0, seq_stride, seg, ao);
-        else if (am_warps == 8)
-            LAUNCH(e, (attn_wg_kernel<D, false>), g, WG_T, wg_cfg<D>::BYTES, st, qf, tiles, n_tiles, H, Hkv, K0, V0, seq_stride, seg, ao);
+        if (am_warps == 8)
+            LAUNCH(e, attn_wg_kernel<D>, g, WG_T, wg_cfg<D>::BYTES, st, qf, tiles, n_tiles, H, Hkv, K0, V0, seq_stride, seg, ao);
         else if (am_warps == 4)
             LAUNCH(e, attn_mma_whole_kernel<D, 4>, g, 128, C::whole_bytes(4), st, qf, tiles, n_tiles, H, Hkv, K0, V0, seq_stride, seg, ao);
         else if (am_warps == 6)

@@ -261,7 +261,6 @@ __device__ __forceinline__ void am_soft(float (*S)[4], int i, int lim, float sca
 // runs the softmax of a block while the tensor cores still add the last one's P V into o)
 __device__ __forceinline__ void am_weigh_p(float (*S)[4], int64_t kb, const int64_t kend[2], float scale, float m[2], float l[2],
                                            float alpha[2], uint32_t (*P)[2]) {
-#pragma unroll
     int lim[2];
 #pragma unroll
     for (int i = 0; i < 2; i++) lim[i] = (int)max((int64_t)0, min((int64_t)AM_KB, kend[i] - kb)); /* the vector's keys in the block */
@@ -272,12 +271,13 @@ __device__ __forceinline__ void am_weigh_p(float (*S)[4], int64_t kb, const int6
     if (__all_sync(0xffffffffu, lim[0] == AM_KB && lim[1] == AM_KB)) {
         am_soft<true>(S, 0, AM_KB, scale, m[0], l[0], alpha[0], P);
         am_soft<true>(S, 1, AM_KB, scale, m[1], l[1], alpha[1], P);
-    } else
+    } else {
 #pragma unroll
         for (int i = 0; i < 2; i++) {
             if (__all_sync(0xffffffffu, lim[i] == AM_KB)) am_soft<true>(S, i, lim[i], scale, m[i], l[i], alpha[i], P);
             else am_soft<false>(S, i, lim[i], scale, m[i], l[i], alpha[i], P);
         }
+    }
 }
 template <int NT> __device__ __forceinline__ void am_rescale(float (*o)[4], const float alpha[2]) {
     if (alpha[0] != 1.0f) /* o times 1 is o: once a vector's max settles, nothing to do */

@@ -214,7 +214,7 @@ template <int D> __device__ __forceinline__ void wg_scores(float (*lo)[4], float
 
 // grid (tiles, Hkv), WG_T threads, wg_cfg<D>::BYTES of shared memory; tiles taken last first;
 // one-row tiles return (the decode form's). Writes the multi-row tiles' outputs to ao.
-template <int D, bool EARLY = true>
+template <int D>
 __global__ void __launch_bounds__(WG_T, 1) attn_wg_kernel(const float *qf, const hk_qtile *tiles, int n_tiles, int64_t H,
                                                         int64_t Hkv, const uint16_t *K0, const uint16_t *V0, size_t seq_stride,
                                                         int64_t seg, float *ao) {
@@ -280,15 +280,10 @@ __global__ void __launch_bounds__(WG_T, 1) attn_wg_kernel(const float *qf, const
             kb += AM_KB;
             if (kb >= seg_stop(s)) s += 2, kb = s * sg;
         };
-        int s0 = wg, k0 = wg * (int)seg, s1 = s0, k1 = k0, s2, k2, s3, k3; /* positions < 2^31 (hk_attn's context) */
+        int s0 = wg, k0 = wg * (int)seg, s1 = s0, k1 = k0, s2, k2; /* positions < 2^31 (hk_attn's context) */
         next(s1, k1);
         s2 = s1, k2 = k1;
         next(s2, k2);
-        s3 = s2, k3 = k2;
-        next(s3, k3);
-        auto fetch_k = [&](int slot, int s, int kb) { /* a block's K, but the next segment's first under AMUT(64) */
-            if (s < n_seg_t && !(AMUT(64) && kb == s * sg)) fetch(mine + slot * KH, K0, s, kb);
-        };
         fetch(mine, K0, s0, k0);
         cp_commit();
         if (s1 < n_seg_t && !AMUT(64)) fetch(mine + KH, K0, s1, k1);
@@ -304,19 +299,13 @@ __global__ void __launch_bounds__(WG_T, 1) attn_wg_kernel(const float *qf, const
         wg_commit();
         wg_wait0();
         wg_pin_rows<4>(lo), wg_pin_rows<4>(hi);
-        if (EARLY) { /* K slot 0 free once every warp's part of block 0's scores is: K of block 2 into it */
-            bar_sync(1 + wg, 128);
-            fetch_k(0, s2, k2);
-            cp_commit();
-        }
         am_sum(S, lo, hi);
         am_weigh_p(S, k0, kend, scale, m, l, alpha, P);
 #pragma unroll
         for (int j = 0; j < NT; j++) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
         for (uint32_t slot = 0;; slot ^= 1) {
             const bool more = s1 < n_seg_t, ends = !more || s1 != s0; /* a block j + 1; block j its segment's last */
-            if (EARLY) cp_wait<1>(); /* all but K of j + 3's group (EARLY: see below) */
-            else cp_wait<0>();
+            cp_wait<0>();
             async_fence();
             bar_sync(1 + wg, 128); /* K of j + 1 and V of j, every thread's pieces; slots read by j's scores and j - 1's P V free */
             wg_fence();
@@ -332,18 +321,12 @@ __global__ void __launch_bounds__(WG_T, 1) attn_wg_kernel(const float *qf, const
                 wg_pv<D>(o, a, wg_desc_add(vd, slot * KH + 16u * ks * 64));
             }
             wg_commit();
-            if (!EARLY) fetch_k(slot, s2, k2);
+            if (s2 < n_seg_t && !(AMUT(64) && k2 == s2 * seg)) fetch(mine + slot * KH, K0, s2, k2);
             if (more) fetch(mine + (2 + (slot ^ 1)) * KH, V0, s1, k1);
             cp_commit();
             uint32_t Pn[4][2];
             wg_wait1(); /* j + 1's scores; j's P V may run on */
             wg_pin_rows<4>(lo), wg_pin_rows<4>(hi);
-            if (EARLY) { /* K slot j + 1's free once every warp's part of its scores is: K of j + 3 into it, an
-                          * iteration and a half before its scores (the top's wait leaves this group pending) */
-                bar_sync(1 + wg, 128);
-                fetch_k(slot ^ 1, s3, k3);
-                cp_commit();
-            }
             if (more) am_sum(S, lo, hi);
             if (ends) { /* o final for block j's segment before j + 1's softmax begins the next */
                 wg_wait0();
@@ -397,8 +380,7 @@ __global__ void __launch_bounds__(WG_T, 1) attn_wg_kernel(const float *qf, const
 #pragma unroll
             for (int j = 0; j < 4; j++) P[j][0] = Pn[j][0], P[j][1] = Pn[j][1];
             s0 = s1, s1 = s2, k1 = k2; /* (k0 is the first block's alone) */
-            if (EARLY) s2 = s3, k2 = k3, next(s3, k3);
-            else next(s2, k2);
+            next(s2, k2);
         }
     }
     __syncthreads(); /* every segment folded */

@@ -1012,13 +1012,8 @@ int engine_open_cuda(engine **out, const model *m, const engine_opts *o, herr *e
     hk_pdl(!(pdl && !strcmp(pdl, "0")));
     const char *gs = getenv("HEARTH_CUDA_GEMV_STAGE"); /* 1: one-row products staged (not yet the default) */
     hk_gemv_stage(gs && !strcmp(gs, "1"));
-    const char *ft = getenv("HEARTH_CUDA_FM_TILE"); /* float weights over prompt rows: 0 one warp an output, 1 tiles of 4 x 8 a warp, 2 of 8 x 8 */
-    if (ft && *ft && strcmp(ft, "0") && strcmp(ft, "1") && strcmp(ft, "2")) {
-        herr_set(e, "HEARTH_CUDA_FM_TILE=%s: 0 (one warp an output), 1 (4 outputs x 8 rows a warp) or 2 (8 x 8, the default)", ft);
-        cuda_free(eng);
-        return -1;
-    }
-    hk_fm_tile(ft && *ft ? ft[0] - '0' : 2);
+    const char *ft = getenv("HEARTH_CUDA_FM_TILE"); /* 0: float weights' prompt rows through the one-warp form */
+    hk_fm_tile(!(ft && !strcmp(ft, "0")));
     const char *mf = getenv("HEARTH_CUDA_MMQ_NF"); /* 0: mmq.cuh's first form of the Q4_K / Q5_K block */
     hk_mmq_form(!(mf && !strcmp(mf, "0")));
     const char *aw = getenv("HEARTH_CUDA_ATTN_WHOLE"); /* 0: attn_mma.cuh's prompt kernel in pairs of warps; 4, 6: warps;
@@ -1040,8 +1035,6 @@ int engine_open_cuda(engine **out, const model *m, const engine_opts *o, herr *e
         return -1;
     }
     hk_attn_split(as && !strcmp(as, "0") ? 0 : 1);
-    const char *we = getenv("HEARTH_CUDA_WG_EARLY"); /* 0: the wgmma form's K fetched as before 2026-12-07 (for timing) */
-    hk_attn_wg_early(!(we && !strcmp(we, "0")));
     const char *mo = getenv("HEARTH_CUDA_MMQ_OCC"); /* 0: mmq_kernel's registers uncapped (two blocks an SM at 64 rows) */
     hk_mmq_occ(!(mo && !strcmp(mo, "0")));
     const char *gw = getenv("HEARTH_CUDA_GDN_WIDE"); /* 0: the delta rule's state kernel always in 256 threads */

@@ -137,7 +137,7 @@ int hk_stream_new(void **st, herr *e);
 /* programmatic dependent launch of the kernels (common.cuh), on unless turned off */
 void hk_pdl(bool on);
 void hk_gemv_stage(bool on); /* one-row products staged through shared memory (mmq.cu) */
-void hk_fm_tile(int form);   /* float weights over prompt rows: 0 a warp an output, 1 or 2 (default) warp tiles (mmq.cu) */
+void hk_fm_tile(bool on);    /* float weights over prompt rows in warp tiles (mmq.cu; on by default) */
 void hk_mmq_form(bool nf);   /* the second form of mmq.cuh's Q4_K / Q5_K block (on by default) */
 void hk_mmq_occ(bool on);   /* mmq_kernel's launch bounds for 3 (64-row tiles) or 4 blocks an SM (on by default) */
 int hk_gdn_wide(int mode);  /* the chunked delta rule's state kernel in 512 threads: 0 never, 1 where its blocks fit the SMs
@@ -325,7 +325,6 @@ int hk_attn_form(int warps);
  * bits): 0 never (the default), 1 when the pass's multi-row tiles times Hkv are fewer than
  * the device's SMs, 2 always (tests); -1 for another mode */
 int hk_attn_split(int mode);
-void hk_attn_wg_early(bool on);
 int64_t hk_attn_part_floats(int64_t D);
 
 #ifdef __cplusplus

@@ -233,13 +233,12 @@ __global__ void __launch_bounds__(128) fmm_kernel(hk_w w, hk_w ws, const float *
 // FT_O outputs; a block is FT_WO x FT_WR warps (8 outputs x 32 rows). Each (output, row) is
 // fm_rows' arithmetic exactly: lane l sums the groups c = l, l + 32, ... in order with fma,
 // then warp_sum; so a row's bits are those of a one-row product (decode), whatever the tile.
-// FT_O is a template argument: 4 (a lane's 32 sums) or 8 (64 sums, ~128 registers): each input
-// group then serves 8 outputs and the launch reads the rows from L2 half as often.
+#define FT_O 4
 #define FT_R 8
 #define FT_WO 2
 #define FT_WR 4
 #define FT_MIN_ROWS 16 /* fewer rows: fmm_kernel (its rows share the weight reads well enough) */
-template <int T, int FT_O>
+template <int T>
 __global__ void __launch_bounds__(32 * FT_WO * FT_WR) fmm_tile_kernel(hk_w w, const float *x, int64_t xs, int64_t n, float *y,
                                                                      int64_t ys, bool add) {
     pdl_enter();
@@ -279,8 +278,8 @@ __global__ void __launch_bounds__(32 * FT_WO * FT_WR) fmm_tile_kernel(hk_w w, co
     for (int i = 0; i < FT_O; i++)
 #pragma unroll
         for (int k = 0; k < FT_R; k++) {
-            const float v = warp_sum(acc[i][k]); /* every lane holds the sum; lane (FT_R i + k) % 32 writes it */
-            if (lane == ((FT_R * i + k) & 31) && o0 + i < w.M && r0 + k < n) {
+            const float v = warp_sum(acc[i][k]); /* every lane holds the sum; lane FT_R i + k writes it */
+            if (lane == FT_R * i + k && o0 + i < w.M && r0 + k < n) {
                 float *yp = y + (r0 + k) * ys + o0 + i;
                 *yp = add ? FADD(*yp, v) : v;
             }
@@ -290,8 +289,8 @@ __global__ void __launch_bounds__(32 * FT_WO * FT_WR) fmm_tile_kernel(hk_w w, co
 static bool is_float(uint32_t t) { return t == QT_F32 || t == QT_F16 || t == QT_BF16; }
 // HEARTH_CUDA_FM_TILE=0 (hk_fm_tile): prompt rows of float weights through fmm_kernel, to
 // time the two forms against each other (their bits are the same)
-static int fm_tile = 2;
-extern "C" void hk_fm_tile(int form) { fm_tile = form; }
+static bool fm_tile_off = false;
+extern "C" void hk_fm_tile(bool on) { fm_tile_off = !on; }
 
 // HEARTH_CUDA_GEMV_STAGE=1 (hk_gemv_stage): one-row products through gemv_staged_kernel. Off
 // by default until a GPU run has checked and timed it (bench/device_f7.sh's forms).
@@ -416,14 +415,9 @@ extern "C" int hk_matmul(void *st, const hk_w *w, const float *x, int64_t xs, co
     if (n == 0) return 0;
     if (is_float(w->type)) {
         if (w->K % 8 || xs % 4) return herr_set(e, "hk_matmul: rows of %lld weights (stride %lld) are no groups of 8", (long long)w->K, (long long)xs);
-        if (n >= FT_MIN_ROWS && fm_tile == 2) {
-            dim3 g(blocks_of(w->M, 8 * FT_WO), blocks_of(n, FT_R * FT_WR));
-            DQ_DISPATCH(w->type, LAUNCH(e, (fmm_tile_kernel<T_, 8>), g, 32 * FT_WO * FT_WR, 0, st, *w, x, xs, n, y, ys, add));
-            return 0;
-        }
-        if (n >= FT_MIN_ROWS && fm_tile == 1) {
-            dim3 g(blocks_of(w->M, 4 * FT_WO), blocks_of(n, FT_R * FT_WR));
-            DQ_DISPATCH(w->type, LAUNCH(e, (fmm_tile_kernel<T_, 4>), g, 32 * FT_WO * FT_WR, 0, st, *w, x, xs, n, y, ys, add));
+        if (n >= FT_MIN_ROWS && !fm_tile_off) {
+            dim3 g(blocks_of(w->M, FT_O * FT_WO), blocks_of(n, FT_R * FT_WR));
+            DQ_DISPATCH(w->type, LAUNCH(e, fmm_tile_kernel<T_>, g, 32 * FT_WO * FT_WR, 0, st, *w, x, xs, n, y, ys, add));
             return 0;
         }
         const hk_w none = {0};
