@@ -27,7 +27,7 @@
  * cores, exact). For the wgmma form of the prompt attention (src/engine/cuda/attn_wg.cuh):
  * wg_n32 and wg_pv (wgmma m64nNk16 with shared-memory descriptors, the mma16816 arithmetic per
  * element), named barriers (bar_sync parks until n threads have arrived, bar_arrive counts
- * without parking). */
+ * without parking), the copy engine's tensor fetch and its mbarriers (tma_box, mb_*: below). */
 #ifndef HEARTH_CUDA_EMU_H
 #define HEARTH_CUDA_EMU_H
 
@@ -492,6 +492,58 @@ template <int N> inline void wg_pv(float (*o)[4], const uint32_t a[4], uint64_t 
             o[j][q] = (float)acc;
         }
     emu_warp_done();
+}
+/* wg_pv with scale-d acc: o = P V where acc is false (o not read) */
+template <int N> inline void wg_pv_acc(float (*o)[4], const uint32_t a[4], uint64_t db, bool acc) {
+    if (!acc)
+        for (int j = 0; j < N / 8; j++) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
+    wg_pv<N>(o, a, db);
+}
+/* The copy engine's tensor fetch (TMA, attn_wg.cuh) and its mbarriers. A view (wg_map) of
+ * cols halves x rows rows, rows cols halves apart; tma_box copies the box of 64 halves x 32 rows
+ * at (x, y) at the ask, rows past the view zero, into dst (1,024-aligned: else abort) in the
+ * 128-byte swizzle as the wgmma reads above undo it, and counts its 4,096 bytes on the
+ * mbarrier. An mbarrier (one arrival a phase, as the form makes them): the bytes still due, an
+ * arrived flag and the phase's parity; mb_expect arrives and adds the bytes, a phase ends when
+ * it has arrived and none are due. mb_wait on a phase not ended aborts: in the emulation the
+ * copies run at the ask, so a wait that could spin means a wait placed before its ask. */
+struct wg_map {
+    const uint16_t *base;
+    int64_t cols, rows;
+};
+inline void mb_init(uint64_t *b, int n) {
+    if (n != 1) abort();
+    *b = 0;
+}
+inline void mb_init_fence() {}
+inline void emu_mb_end(uint64_t *b) {
+    if ((uint32_t)*b == 0 && (*b >> 32 & 1)) *b = (*b & ~((1ull << 33) - 1)) ^ (1ull << 40);
+}
+inline void mb_expect(uint64_t *b, uint32_t bytes) {
+    if (*b >> 32 & 1) abort(); /* a second arrival in one phase */
+    *b = (*b & ~0xFFFFFFFFull) | (uint32_t)((uint32_t)*b + bytes) | 1ull << 32;
+    emu_mb_end(b);
+}
+inline void tma_box(void *dst, const wg_map *m, int x, int y, uint64_t *b) {
+    const size_t a0 = (size_t)((const char *)dst - (const char *)emu::dyn.data());
+    if (a0 % 1024 || x % 8) abort();
+    for (int r = 0; r < 32; r++)
+        for (int c = 0; c < 8; c++) {
+            uint16_t piece[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+            const int64_t row = (int64_t)y + r, col = (int64_t)x + 8 * c;
+            if (row < m->rows && col < m->cols) memcpy(piece, m->base + row * m->cols + col, 16);
+            size_t a = a0 + (size_t)(128 * r + 16 * c);
+            a ^= ((a >> 7) & 7) << 4;
+            memcpy((char *)emu::dyn.data() + a, piece, 16);
+        }
+    *b = (*b & ~0xFFFFFFFFull) | (uint32_t)((uint32_t)*b - 4096u);
+    emu_mb_end(b);
+}
+inline void mb_wait(uint64_t *b, uint32_t parity) {
+    if ((uint32_t)(*b >> 40 & 1) == parity) {
+        fprintf(stderr, "cuda_emu: a wait on an mbarrier phase whose copies were not all asked for\n");
+        abort();
+    }
 }
 inline void ldsm4(uint32_t r[4], const void *p) { emu_ldsm4(r, p, false); }
 inline void ldsm4t(uint32_t r[4], const void *p) { emu_ldsm4(r, p, true); }

@@ -33,7 +33,7 @@ struct case_t {
     std::vector<float> part;      /* (n, H, n_seg, PART(D)): NaN before every run, so a partial not written shows */
     std::vector<int64_t> pos;     /* (n): p0 + r */
     int whole = 0;      /* the prompt kernel's whole form in tiles of this many warps (4, 6), (8) two warpgroups on
-                         * wgmma (attn_wg.cuh), else (0) its pairs */
+                         * wgmma (attn_wg.cuh; 9: its blocks fetched by the copy engine, TMA), else (0) its pairs */
     bool split = false; /* the multi-row tiles through the split form (attn.cu's HEARTH_CUDA_ATTN_SPLIT) */
     /* n rows at positions p0.. of one sequence, over a cache of n_ctx keys */
     explicit case_t(int64_t d, int64_t rows = 24, int64_t first = 110, int64_t ctx = 160)
@@ -52,7 +52,7 @@ struct case_t {
     }
     /* tiles: rows 0..ones-1 one row each, then tiles of the prompt kernel's rows from there */
     std::vector<hk_qtile> tiles(int64_t ones) const {
-        const int64_t qt = (whole == 8 ? WG_QV : whole ? 16 * whole : AM_QV) / (H / Hkv);
+        const int64_t qt = (whole >= 8 ? WG_QV : whole ? 16 * whole : AM_QV) / (H / Hkv);
         std::vector<hk_qtile> t;
         for (int64_t r = 0; r < ones; r++) t.push_back(hk_qtile{(int32_t)r, 1, 0, 0, p0 + r});
         for (int64_t r = ones; r < n; r += qt) t.push_back(hk_qtile{(int32_t)r, (int32_t)(n - r < qt ? n - r : qt), 0, 0, p0 + r});
@@ -90,9 +90,16 @@ struct case_t {
             emu::launch(attn_fold_kernel, dim3((unsigned)H, (unsigned)nt), dim3((unsigned)D), 0, (const float *)qf.data(),
                         t.data(), H, D, seg, n_seg, (const float *)part.data(), ao.data(), hk_act{});
         }
+        /* the TMA form's views of the cache: Hkv D halves x n_ctx rows (one sequence) */
+        const wg_map km = {k.data(), Hkv * D, n_ctx}, vm = {v.data(), Hkv * D, n_ctx};
         if (n_one < nt && whole == 8)
-            emu::launch(attn_wg_kernel<DD>, dim3((unsigned)nt, (unsigned)Hkv), dim3(WG_T), wg_cfg<DD>::BYTES, (const float *)qf.data(),
-                        t.data(), nt, H, Hkv, (const uint16_t *)k.data(), (const uint16_t *)v.data(), stride, seg, ao.data());
+            emu::launch(attn_wg_kernel<DD, false>, dim3((unsigned)nt, (unsigned)Hkv), dim3(WG_T), wg_cfg<DD>::BYTES,
+                        (const float *)qf.data(), t.data(), nt, H, Hkv, (const uint16_t *)k.data(), (const uint16_t *)v.data(), stride,
+                        seg, ao.data(), km, vm);
+        else if (n_one < nt && whole == 9)
+            emu::launch(attn_wg_kernel<DD, true>, dim3((unsigned)nt, (unsigned)Hkv), dim3(WG_T), wg_cfg<DD>::BYTES,
+                        (const float *)qf.data(), t.data(), nt, H, Hkv, (const uint16_t *)k.data(), (const uint16_t *)v.data(), stride,
+                        seg, ao.data(), km, vm);
         else if (n_one < nt && whole == 4)
             emu::launch(attn_mma_whole_kernel<DD, 4>, dim3((unsigned)nt, (unsigned)Hkv), dim3(128), am_cfg<DD>::whole_bytes(4),
                         (const float *)qf.data(), t.data(), nt, H, Hkv, (const uint16_t *)k.data(), (const uint16_t *)v.data(),
@@ -176,6 +183,11 @@ template <int D> static void forms_agree(case_t &c, const char *what) {
     emu::threads_reversed = true; /* the second warpgroup's threads run ahead: the folds' barriers keep their order */
     const std::vector<float> wg_cut = c.run<D>(c.tiles(3));
     emu::threads_reversed = false;
+    c.whole = 9; /* the TMA form: the later threads first in the cut too (a wait before its copies' ask aborts) */
+    const std::vector<float> tma = c.run<D>(c.tiles(0));
+    emu::threads_reversed = true;
+    const std::vector<float> tma_cut = c.run<D>(c.tiles(3));
+    emu::threads_reversed = false;
     c.whole = 0;
     std::vector<float> split[2];
     split_runs<D>(c, split);
@@ -189,11 +201,13 @@ template <int D> static void forms_agree(case_t &c, const char *what) {
     CHECK_MSG(same(whole6_cut, tiled), "%s: the whole form's tiles of 6 warps cut otherwise differ", what);
     CHECK_MSG(same(wg, tiled), "%s: the wgmma form's tiles differ from the pairs'", what);
     CHECK_MSG(same(wg_cut, tiled), "%s: the wgmma form's tiles cut otherwise (its later threads run first) differ", what);
+    CHECK_MSG(same(tma, tiled), "%s: the wgmma form's tiles with the copy engine's fetch differ from the pairs'", what);
+    CHECK_MSG(same(tma_cut, tiled), "%s: the wgmma form's TMA tiles cut otherwise (its later threads run first) differ", what);
     for (int i = 0; i < 2; i++)
         CHECK_MSG(same(split[i], tiled), "%s: the split form in tiles of 6 warps%s differs from the tiles", what,
                   i ? " (cut beside 3 one-row tiles)" : "");
-    printf("  %s: %.3f of the bound; decoded alone, cut otherwise, the whole form (4 and 6 warps), the wgmma form and the "
-           "split form (2 cuts each) = the tiles, bit for bit\n", what, w);
+    printf("  %s: %.3f of the bound; decoded alone, cut otherwise, the whole form (4 and 6 warps), the wgmma form (its "
+           "cp.async and TMA fetches) and the split form (2 cuts each) = the tiles, bit for bit\n", what, w);
 }
 
 TEST(heads_128) {
@@ -224,8 +238,9 @@ TEST(planted_defects_red) {
                            bit == 4 ? "decode warps on one quarter of the dims" :
                            bit == 8 ? "the split form's fold takes the segments last first" : "the split form's last segment of a tile unwritten";
         for (int form = 0; form <= 8; form += form ? 2 : 4) {
-            /* the wgmma form declares a segment's (m, l, o) inside its segment loop: 2 cannot happen there */
-            const bool prompt = bit == 1 || (bit == 2 && form != 8), decode = bit == 4 && form == 0,
+            /* 2 in the wgmma form: a segment's first P V adds to the last one's o (its restart is
+             * the scale-d of that P V, wg_pv_acc, o neither zeroed nor rescaled at the fold) */
+            const bool prompt = bit == 1 || bit == 2, decode = bit == 4 && form == 0,
                        split = (bit == 1 || bit >= 8) && form == 6;
             if (!prompt && !decode && !split) continue;
             case_t c(128);
@@ -282,16 +297,33 @@ TEST(planted_fold_order_red) {
  * segment's last (the fetch that replaced the one at the segment's start): that segment then
  * reads a stale stage. Six segments of 64 keys, three a warpgroup: red */
 TEST(planted_segment_prefetch_red) {
-    case_t c(128, 5, 318, 384);
-    c.whole = 8;
+    for (int form = 8; form <= 9; form++) {
+        case_t c(128, 5, 318, 384);
+        c.whole = form;
+        const std::vector<float> good = c.run<128>(c.tiles(0));
+        CHECK_MSG(c.worst(good) <= 1.0, "the unplanted run of the wgmma form is out of its bound");
+        emu_mut = 64;
+        const std::vector<float> bad = c.run<128>(c.tiles(0));
+        emu_mut = 0;
+        CHECK_MSG(!same(bad, good) || c.worst(bad) > 1.0, "planted defect 'the next segment's block not fetched' passed");
+        printf("  planted 'the wgmma form's next segment not fetched' (%s): red%s%s\n", form == 9 ? "TMA fetch" : "cp.async",
+               !same(bad, good) ? " [bits moved]" : "", c.worst(bad) > 1.0 ? " [out of bound]" : "");
+    }
+}
+
+/* 128: the TMA form not zeroing the rows of a block past its keys (the tile's last block): the
+ * copy engine brings whole boxes, and the cache past the pass's last row is NaN here (case_t),
+ * so 0 x NaN reaches the outputs. 24 rows at 110..133: the last block ends at key 133 */
+TEST(planted_tma_rows_red) {
+    case_t c(128);
+    c.whole = 9;
     const std::vector<float> good = c.run<128>(c.tiles(0));
-    CHECK_MSG(c.worst(good) <= 1.0, "the unplanted run of the wgmma form is out of its bound");
-    emu_mut = 64;
+    CHECK_MSG(c.worst(good) <= 1.0, "the unplanted run of the TMA form is out of its bound");
+    emu_mut = 128;
     const std::vector<float> bad = c.run<128>(c.tiles(0));
     emu_mut = 0;
-    CHECK_MSG(!same(bad, good) || c.worst(bad) > 1.0, "planted defect 'the next segment's block not fetched' passed");
-    printf("  planted 'the wgmma form's next segment not fetched' (wgmma form): red%s%s\n", !same(bad, good) ? " [bits moved]" : "",
-           c.worst(bad) > 1.0 ? " [out of bound]" : "");
+    CHECK_MSG(!same(bad, good) && c.worst(bad) > 1.0, "planted defect 'the TMA form's rows past the keys not zeroed' passed");
+    printf("  planted 'the TMA form's rows past a block's keys kept' (TMA fetch): red\n");
 }
 
 int main(void) {
@@ -301,5 +333,6 @@ int main(void) {
     RUN(planted_defects_red);
     RUN(planted_fold_order_red);
     RUN(planted_segment_prefetch_red);
+    RUN(planted_tma_rows_red);
     return harness_done();
 }

@@ -1020,7 +1020,7 @@ static void attn_case(const int64_t D) {
               hk_malloc(&dpart, 4 * (size_t)(n * H * n_seg * hk_attn_part_floats(D)), &e) == 0 && hk_malloc(&dao, 4 * (size_t)(n * H * D), &e) == 0);
         hk_h2d(dk, hk, kvb, &e), hk_h2d(dv, hv, kvb, &e), hk_h2d(dq, qf, 4 * (size_t)(n * 2 * H * D), &e);
         hk_h2d(dpos, pos, 8 * (size_t)n, &e), hk_h2d(dtiles, tiles, sizeof(hk_qtile) * (size_t)nt, &e);
-        CHECK_MSG(hk_attn(st, dq, dtiles, nt, 0, dpos, n, H, Hkv, D, dk, dv, (size_t)(n_ctx * Hkv * D), f16, seg, n_seg, dpart, dao,
+        CHECK_MSG(hk_attn(st, dq, dtiles, nt, 0, dpos, n, H, Hkv, D, dk, dv, (size_t)(n_ctx * Hkv * D), n_ctx, f16, seg, n_seg, dpart, dao,
                           NULL, &e) == 0 && hk_stream_sync(st, &e) == 0,
                   "%s", e.msg);
         float *ao = xmalloc(4 * (size_t)(n * H * D));
@@ -1074,7 +1074,7 @@ static void attn_case(const int64_t D) {
             const int nc = cut_tiles(cut, n, qt, p0);
             float *ao2 = xmalloc(4 * (size_t)(n * H * D));
             hk_h2d(dtiles, cut, sizeof(hk_qtile) * (size_t)nc, &e);
-            CHECK_MSG(hk_attn(st, dq, dtiles, nc, 5, dpos, n, H, Hkv, D, dk, dv, (size_t)(n_ctx * Hkv * D), f16, seg, n_seg, dpart,
+            CHECK_MSG(hk_attn(st, dq, dtiles, nc, 5, dpos, n, H, Hkv, D, dk, dv, (size_t)(n_ctx * Hkv * D), n_ctx, f16, seg, n_seg, dpart,
                               dao, NULL, &e) == 0 && hk_stream_sync(st, &e) == 0,
                       "%s", e.msg);
             hk_d2h(ao2, dao, 4 * (size_t)(n * H * D), &e);
@@ -1086,22 +1086,27 @@ static void attn_case(const int64_t D) {
         /* f16: every form of the prompt kernel = the default (HK_ATTN_FORM_DEFAULT: the wgmma
          * form, two warpgroups, 8 rows, attn_wg.cuh), bit for bit: mma.sync in pairs of warps
          * (hk_attn_form(0)) and its whole form in tiles of 4 warps (8 rows) and 6 (12 rows) */
-        static const int forms[] = {0, 4, 6, 8};
-        for (int fi = 0; f16 && fi < 4; fi++) {
+        /* (9: the wgmma form with its blocks fetched by every thread's cp.async, hk_attn_tma(0),
+         * where the default fetches them through the copy engine) */
+        static const int forms[] = {0, 4, 6, 8, 9};
+        CHECK(hk_attn_tma(2) == -1);
+        for (int fi = 0; f16 && fi < 5; fi++) {
             const int form = forms[fi];
             if (form == HK_ATTN_FORM_DEFAULT) continue;
             float *ao3 = xmalloc(4 * (size_t)(n * H * D));
-            hk_attn_form(form);
+            hk_attn_form(form == 9 ? 8 : form);
+            hk_attn_tma(form != 9);
             const int64_t qf_rows = hk_attn_tile_rows(G, f16);
             hk_qtile *ft = xmalloc(sizeof(hk_qtile) * (size_t)n);
             int nf = 0;
             for (int64_t t0 = 0; t0 < n; t0 += qf_rows)
                 ft[nf++] = (hk_qtile){.r0 = (int32_t)t0, .n = (int32_t)(n - t0 < qf_rows ? n - t0 : qf_rows), .seq = 0, .pos0 = p0 + t0};
             hk_h2d(dtiles, ft, sizeof(hk_qtile) * (size_t)nf, &e);
-            CHECK_MSG(hk_attn(st, dq, dtiles, nf, 0, dpos, n, H, Hkv, D, dk, dv, (size_t)(n_ctx * Hkv * D), f16, seg, n_seg, dpart,
+            CHECK_MSG(hk_attn(st, dq, dtiles, nf, 0, dpos, n, H, Hkv, D, dk, dv, (size_t)(n_ctx * Hkv * D), n_ctx, f16, seg, n_seg, dpart,
                               dao, NULL, &e) == 0 && hk_stream_sync(st, &e) == 0,
                       "%s", e.msg);
             hk_attn_form(HK_ATTN_FORM_DEFAULT);
+            hk_attn_tma(1);
             hk_d2h(ao3, dao, 4 * (size_t)(n * H * D), &e);
             int64_t bad = 0;
             double far = 0; /* the largest difference, relative to the default's value: a rounding (~1e-7) or a layout (~1) */
@@ -1126,7 +1131,7 @@ static void attn_case(const int64_t D) {
             float *ao4 = xmalloc(4 * (size_t)(n * H * D));
             for (int c = 0; c < 2; c++) {
                 hk_h2d(dtiles, c ? cut : tiles, sizeof(hk_qtile) * (size_t)(c ? nc : nt), &e);
-                CHECK_MSG(hk_attn(st, dq, dtiles, c ? nc : nt, c ? 5 : 0, dpos, n, H, Hkv, D, dk, dv, (size_t)(n_ctx * Hkv * D), f16, seg,
+                CHECK_MSG(hk_attn(st, dq, dtiles, c ? nc : nt, c ? 5 : 0, dpos, n, H, Hkv, D, dk, dv, (size_t)(n_ctx * Hkv * D), n_ctx, f16, seg,
                                   n_seg, dpart, dao, NULL, &e) == 0 && hk_stream_sync(st, &e) == 0,
                           "%s", e.msg);
                 hk_d2h(ao4, dao, 4 * (size_t)(n * H * D), &e);
@@ -1144,7 +1149,7 @@ static void attn_case(const int64_t D) {
             for (int split = 0; split <= 2; split += 2) {
                 hk_attn_split(split);
                 hk_h2d(ao5, ao4, 4 * (size_t)(5 * H * D), &e); /* NaN: a row not written shows */
-                CHECK_MSG(hk_attn(st, q5, dtiles, 1, 0, pos5, 5, H, Hkv, D, dk, dv, (size_t)(n_ctx * Hkv * D), f16, seg, n_seg, dpart, ao5,
+                CHECK_MSG(hk_attn(st, q5, dtiles, 1, 0, pos5, 5, H, Hkv, D, dk, dv, (size_t)(n_ctx * Hkv * D), n_ctx, f16, seg, n_seg, dpart, ao5,
                                   NULL, &e) == 0 && hk_stream_sync(st, &e) == 0,
                           "%s", e.msg);
                 hk_d2h(ao4 + 5 * H * D, ao5, 4 * (size_t)(5 * H * D), &e);
@@ -1154,7 +1159,7 @@ static void attn_case(const int64_t D) {
             if (D % 256 == 0) { /* (rows rounded in the fold: heads of whole 256-blocks, as hk_attn says) */
                 hk_act ra, rb;
                 act8k_new(&ra, 5, H * D, &e), act8k_new(&rb, 5, H * D, &e);
-                CHECK_MSG(hk_attn(st, q5, dtiles, 1, 0, pos5, 5, H, Hkv, D, dk, dv, (size_t)(n_ctx * Hkv * D), f16, seg, n_seg, dpart,
+                CHECK_MSG(hk_attn(st, q5, dtiles, 1, 0, pos5, 5, H, Hkv, D, dk, dv, (size_t)(n_ctx * Hkv * D), n_ctx, f16, seg, n_seg, dpart,
                                   ao5, &ra, &e) == 0 && hk_quantize(st, ao5, H * D, 5, &rb, &e) == 0 && hk_stream_sync(st, &e) == 0,
                           "%s", e.msg);
                 CHECK_MSG(diff_act(&ra, &rb, 5, &e) == 0, "f16 KV: the split form's rounding in its fold differs from hk_quantize");
@@ -1175,7 +1180,7 @@ static void attn_case(const int64_t D) {
         }
         hk_h2d(dtiles, one, sizeof one, &e);
         hk_h2d(dpos, one_pos, sizeof one_pos, &e);
-        CHECK_MSG(hk_attn(st, dq, dtiles, 3, 3, dpos, 3, H, Hkv, D, dk, dv, (size_t)(n_ctx * Hkv * D), f16, seg, n_seg, dpart, dao,
+        CHECK_MSG(hk_attn(st, dq, dtiles, 3, 3, dpos, 3, H, Hkv, D, dk, dv, (size_t)(n_ctx * Hkv * D), n_ctx, f16, seg, n_seg, dpart, dao,
                           NULL, &e) == 0 && hk_stream_sync(st, &e) == 0,
                   "%s", e.msg);
         float *one_ao = xmalloc(4 * (size_t)(3 * H * D));
@@ -1188,20 +1193,21 @@ static void attn_case(const int64_t D) {
         hk_act ra, rb;
         act8k_new(&ra, 3, H * D, &e), act8k_new(&rb, 3, H * D, &e);
         if (D % 256 == 0) {
-            CHECK_MSG(hk_attn(st, dq, dtiles, 3, 3, dpos, 3, H, Hkv, D, dk, dv, (size_t)(n_ctx * Hkv * D), f16, seg, n_seg, dpart, dao,
+            CHECK_MSG(hk_attn(st, dq, dtiles, 3, 3, dpos, 3, H, Hkv, D, dk, dv, (size_t)(n_ctx * Hkv * D), n_ctx, f16, seg, n_seg, dpart, dao,
                               &ra, &e) == 0 && hk_quantize(st, dao, H * D, 3, &rb, &e) == 0 && hk_stream_sync(st, &e) == 0,
                       "%s", e.msg);
             CHECK_MSG(diff_act(&ra, &rb, 3, &e) == 0, "%s KV: the merge's rounding differs from hk_quantize", f16 ? "f16" : "f32");
         } else {
             e.msg[0] = 0;
-            CHECK_MSG(hk_attn(st, dq, dtiles, 3, 3, dpos, 3, H, Hkv, D, dk, dv, (size_t)(n_ctx * Hkv * D), f16, seg, n_seg, dpart, dao,
+            CHECK_MSG(hk_attn(st, dq, dtiles, 3, 3, dpos, 3, H, Hkv, D, dk, dv, (size_t)(n_ctx * Hkv * D), n_ctx, f16, seg, n_seg, dpart, dao,
                               &ra, &e) < 0 && strstr(e.msg, "rounded into rows"),
                       "heads of %lld rounded into rows: not refused by name (%s)", (long long)D, e.msg);
         }
         dev_act_free(&ra), dev_act_free(&rb);
         printf("  attention %s KV: %.2g from double (%.3f of the bound) at 300 rows over 1000 keys; 3 rows decoded "
                "alone = the rows in tiles%s, bit for bit\n", f16 ? "f16" : "f32", worst_abs, worst,
-               f16 ? " (the wgmma form) = the pairs form = 4 warps = 6 warps = the split form (tiles, cut, 5 rows alone)" : "");
+               f16 ? " (the wgmma form, TMA) = its cp.async fetch = the pairs form = 4 warps = 6 warps = the split form (tiles, cut, 5 rows alone)"
+                   : "");
         hk_free(dk), hk_free(dv), hk_free(dq), hk_free(dpos), hk_free(dtiles), hk_free(dpart), hk_free(dao);
         free(hk), free(hv), free(kr), free(vr), free(pos), free(tiles), free(ao), free(one_ao);
     }

@@ -9,6 +9,7 @@
 // piece (32 query vectors), so K and V are read once for all of them; a decode row is a tile
 // of one row and takes the same path.
 #include <cuda_fp16.h>
+#include <cudaTypedefs.h>
 
 #include "engine/cuda/common.cuh"
 #include "engine/cuda/attn_merge.cuh"
@@ -96,6 +97,50 @@ extern "C" int hk_attn_form(int warps) {
  * HEARTH_CUDA_ATTN_SPLIT=0 never), 2 always (tests). On an H100 (bench/RESULTS.md,
  * 2026-12-06, thirteenth session) test_cuda's attn_matches_ref passed with it, and a pass of
  * 64 rows after 32,768 went from 1,267 to 2,142 rows a second */
+/* the wgmma form's K and V blocks fetched by the copy engine (TMA, attn_wg.cuh; the same
+ * bytes in the same places, so the same bits) where the driver makes the cache's views: 1 (the
+ * default) or by every thread's cp.async (0) */
+static int am_tma = 1;
+extern "C" int hk_attn_tma(int on) {
+    if (on != 0 && on != 1) return -1;
+    am_tma = on;
+    return 0;
+}
+/* cuTensorMapEncodeTiled through the runtime (no link to the driver library): null where the
+ * driver has none. A view: cols halves x rows rows, rows 2 cols bytes apart, boxes of 64
+ * halves x AM_KB rows in the 128-byte swizzle, rows past the end read as zeros. The last
+ * views made are kept (a pass asks for the same layers' views again: one search, no encode) */
+static PFN_cuTensorMapEncodeTiled_v12000 am_encode;
+static bool am_encode_tried;
+struct am_view {
+    const void *base;
+    int64_t cols, rows;
+    CUtensorMap map;
+};
+static am_view am_views[64];
+static int am_n_views;
+static bool wg_view(CUtensorMap *m, const void *base, int64_t cols, int64_t rows) {
+    for (int i = 0; i < am_n_views; i++)
+        if (am_views[i].base == base && am_views[i].cols == cols && am_views[i].rows == rows) return *m = am_views[i].map, true;
+    if (!am_encode_tried) {
+        am_encode_tried = true;
+        void *fn = NULL;
+        cudaDriverEntryPointQueryResult q;
+        if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &q) == cudaSuccess &&
+            q == cudaDriverEntryPointSuccess)
+            am_encode = (PFN_cuTensorMapEncodeTiled_v12000)fn;
+        else (void)cudaGetLastError();
+    }
+    if (!am_encode || (uintptr_t)base % 16 || rows >= ((int64_t)1 << 31) || cols % 64) return false;
+    const cuuint64_t dims[2] = {(cuuint64_t)cols, (cuuint64_t)rows}, strides[1] = {(cuuint64_t)(2 * cols)};
+    const cuuint32_t box[2] = {64, AM_KB}, es[2] = {1, 1};
+    if (am_encode(m, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 2, (void *)base, dims, strides, box, es, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                  CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) != CUDA_SUCCESS)
+        return false;
+    am_views[am_n_views % 64] = am_view{base, cols, rows, *m};
+    if (am_n_views < 64) am_n_views++;
+    return true;
+}
 static int am_split = 1;
 static int am_sms = 0; /* the device's SMs, read at the first launch */
 extern "C" int hk_attn_split(int mode) {
@@ -449,8 +494,8 @@ template <int D> static int attn_launch(void *st, const float *qf, const hk_qtil
 
 template <int D> static int mma_launch(void *st, const float *qf, const hk_qtile *tiles, int n_tiles, int n_one,
                                        const int64_t *pos, int64_t n, int64_t H, int64_t Hkv, const void *k0, const void *v0,
-                                       size_t seq_stride, int64_t seg, int64_t n_seg, float *part, float *ao, hk_act *a,
-                                       herr *e) {
+                                       size_t seq_stride, int64_t kv_rows, int64_t seg, int64_t n_seg, float *part, float *ao,
+                                       hk_act *a, herr *e) {
     static bool ready = false;
     using C = am_cfg<D>;
     if (!ready) {
@@ -462,7 +507,8 @@ template <int D> static int mma_launch(void *st, const float *qf, const hk_qtile
         CUDA_TRY(cudaFuncSetAttribute(attn_mma_whole_split_kernel<D, 6>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                       C::whole_split_bytes(6)), e);
         CUDA_TRY(cudaFuncSetAttribute(attn_mma_split_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, C::DECODE_BYTES), e);
-        CUDA_TRY(cudaFuncSetAttribute(attn_wg_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, wg_cfg<D>::BYTES), e);
+        CUDA_TRY(cudaFuncSetAttribute(attn_wg_kernel<D, false>, cudaFuncAttributeMaxDynamicSharedMemorySize, wg_cfg<D>::BYTES), e);
+        CUDA_TRY(cudaFuncSetAttribute(attn_wg_kernel<D, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, wg_cfg<D>::BYTES), e);
         if (dev_sms(&am_sms, e) < 0) return -1;
         ready = true;
     }
@@ -496,8 +542,16 @@ template <int D> static int mma_launch(void *st, const float *qf, const hk_qtile
     }
     if (n_one < n_tiles) {
         dim3 g((unsigned)n_tiles, (unsigned)Hkv);
-        if (am_warps == 8)
-            LAUNCH(e, attn_wg_kernel<D>, g, WG_T, wg_cfg<D>::BYTES, st, qf, tiles, n_tiles, H, Hkv, K0, V0, seq_stride, seg, ao);
+        CUtensorMap km, vm; /* the views of the layer's cache (TMA), each a sequence's rows after the last's */
+        if (am_warps == 8 && am_tma && wg_view(&km, k0, Hkv * D, kv_rows) && wg_view(&vm, v0, Hkv * D, kv_rows) &&
+            seq_stride % (size_t)(Hkv * D) == 0)
+            LAUNCH(e, (attn_wg_kernel<D, true>), g, WG_T, wg_cfg<D>::BYTES, st, qf, tiles, n_tiles, H, Hkv, K0, V0, seq_stride, seg, ao,
+                   km, vm);
+        else if (am_warps == 8) {
+            memset(&km, 0, sizeof km);
+            LAUNCH(e, (attn_wg_kernel<D, false>), g, WG_T, wg_cfg<D>::BYTES, st, qf, tiles, n_tiles, H, Hkv, K0, V0, seq_stride, seg,
+                   ao, km, km);
+        }
         else if (am_warps == 4)
             LAUNCH(e, attn_mma_whole_kernel<D, 4>, g, 128, C::whole_bytes(4), st, qf, tiles, n_tiles, H, Hkv, K0, V0, seq_stride, seg, ao);
         else if (am_warps == 6)
@@ -510,14 +564,15 @@ template <int D> static int mma_launch(void *st, const float *qf, const hk_qtile
 
 extern "C" int hk_attn(void *st, const float *qf, const hk_qtile *tiles, int n_tiles, int n_one, const int64_t *pos,
                        int64_t n, int64_t H, int64_t Hkv, int64_t D, const void *k0, const void *v0, size_t seq_stride,
-                       bool f16, int64_t seg, int64_t n_seg, float *part, float *ao, hk_act *a, herr *e) {
+                       int64_t kv_rows, bool f16, int64_t seg, int64_t n_seg, float *part, float *ao, hk_act *a, herr *e) {
     if (n == 0) return 0;
     if (a && (D % 256 || D > 1024 || a->K != H * D))
         return herr_set(e, "hk_attn: heads of %lld rounded into rows of %lld", (long long)D, (long long)a->K);
     const hk_act none = {0};
     if (mma_form(H / Hkv, f16) && seg % AM_KB == 0 && (D == 256 || D == 128)) {
-        if (D == 256) return mma_launch<256>(st, qf, tiles, n_tiles, n_one, pos, n, H, Hkv, k0, v0, seq_stride, seg, n_seg, part, ao, a, e);
-        return mma_launch<128>(st, qf, tiles, n_tiles, n_one, pos, n, H, Hkv, k0, v0, seq_stride, seg, n_seg, part, ao, a, e);
+        if (D == 256)
+            return mma_launch<256>(st, qf, tiles, n_tiles, n_one, pos, n, H, Hkv, k0, v0, seq_stride, kv_rows, seg, n_seg, part, ao, a, e);
+        return mma_launch<128>(st, qf, tiles, n_tiles, n_one, pos, n, H, Hkv, k0, v0, seq_stride, kv_rows, seg, n_seg, part, ao, a, e);
     }
     if (!hk_attn_tile_rows(H / Hkv, false) || seg % ATTN_KB)
         return herr_set(e, "hk_attn: %lld query heads over %lld KV heads (segments of %lld)", (long long)H, (long long)Hkv,

@@ -65,11 +65,12 @@ template <int N> __device__ __forceinline__ void cp_wait() { asm volatile("cp.as
 // planted defects, only under tests/unit/test_attn_emu.cc: 1 every vector of a tile sees
 // the keys of its last row (causality broken inside a tile), 2 the tile kernel's segments
 // not restarted (one running softmax over all keys; the split form's CTA walks one segment,
-// so it has nothing to restart), 4 the decode form's warps all writing the first quarter of
+// so it has nothing to restart; the wgmma form's next segment adding to the last one's o), 4 the decode form's warps all writing the first quarter of
 // the dims, 8 the split form's fold taking a row's segments last first, 16 the split form's
 // CTA of a tile's last segment writing no partial, 32 the wgmma form's warpgroups folding
 // without waiting for each other (attn_wg.cuh), 64 the wgmma form's warpgroup not fetching
-// its next segment's first block (attn_wg.cuh)
+// its next segment's first block (attn_wg.cuh), 128 its TMA fetch not zeroing a block's rows
+// past its keys (attn_wg.cuh)
 #ifndef AMUT
 #define AMUT(bit) 0
 #endif

@@ -42,6 +42,9 @@
 #define HEARTH_CUDA_ATTN_WG_CUH
 
 #include "engine/cuda/attn_mma.cuh"
+#ifndef HEARTH_CUDA_EMU_H
+#include <cuda.h> /* CUtensorMap */
+#endif
 
 #ifndef HEARTH_CUDA_EMU_H
 __device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
@@ -118,6 +121,53 @@ template <> __device__ __forceinline__ void wg_pv<128>(float (*o)[4], const uint
     asm volatile("wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 " WG_ACC64 ", {%64, %65, %66, %67}, %68, 1, 1, 1, 1;"
                  : WG_OUT64(o)
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
+}
+// wg_pv whose scale-d is acc (a segment's first step: o = P V, o not read): where o is set
+// afresh, no 128 moves of zeros before it. 0 + x is x in the unit's one rounding, but for the
+// sign of a zero sum, which no fold keeps (am_fold_o adds the segment's o to an O that starts
+// at +0, and +0 + -0 is +0)
+template <int N> __device__ __forceinline__ void wg_pv_acc(float (*o)[4], const uint32_t a[4], uint64_t db, bool acc);
+template <> __device__ __forceinline__ void wg_pv_acc<256>(float (*o)[4], const uint32_t a[4], uint64_t db, bool acc) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %133, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16 " WG_ACC128 ", {%128, %129, %130, %131}, %132, p, 1, 1, 1;\n}"
+                 : WG_OUT128(o)
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"((int)acc));
+}
+template <> __device__ __forceinline__ void wg_pv_acc<128>(float (*o)[4], const uint32_t a[4], uint64_t db, bool acc) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 " WG_ACC64 ", {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}"
+                 : WG_OUT64(o)
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"((int)acc));
+}
+
+// The tensor-memory-accelerator fetch (TMA): one thread of a warpgroup asks the copy engine
+// for a box of a 2-D view of the cache (wg_map: halves x rows, made on the host by
+// cuTensorMapEncodeTiled with the 128-byte swizzle, attn.cu), and it lands in shared memory in
+// the layout above, counted on an mbarrier (arrive with the bytes expected, then a wait on the
+// phase's parity). Rows past the view's end come as zeros.
+typedef CUtensorMap wg_map;
+__device__ __forceinline__ void mb_init(uint64_t *b, int n) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(wg_saddr(b)), "r"(n) : "memory");
+}
+__device__ __forceinline__ void mb_init_fence() { asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory"); }
+__device__ __forceinline__ void mb_expect(uint64_t *b, uint32_t bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(wg_saddr(b)), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mb_wait(uint64_t *b, uint32_t parity) {
+    uint32_t ok;
+    do {
+        asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}"
+                     : "=r"(ok)
+                     : "r"(wg_saddr(b)), "r"(parity)
+                     : "memory");
+    } while (!ok);
+}
+// the box of 64 halves x AM_KB rows at (x halves, y rows) into dst (1,024-aligned), counted on b
+__device__ __forceinline__ void tma_box(void *dst, const wg_map *m, int x, int y, uint64_t *b) {
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];" ::"r"(
+                     wg_saddr(dst)),
+                 "l"((uint64_t)m), "r"(x), "r"(y), "r"(wg_saddr(b))
+                 : "memory");
 }
 #endif
 
@@ -214,20 +264,29 @@ template <int D> __device__ __forceinline__ void wg_scores(float (*lo)[4], float
 
 // grid (tiles, Hkv), WG_T threads, wg_cfg<D>::BYTES of shared memory; tiles taken last first;
 // one-row tiles return (the decode form's). Writes the multi-row tiles' outputs to ao.
-template <int D>
+// TMA: K and V blocks fetched by the copy engine (km, vm: the layer's K and V cache as views
+// of Hkv D halves x rows, a sequence's rows seq_stride / (Hkv D) apart) instead of by every
+// thread's cp.async; the same bytes land in the same places (a block's rows past its keys
+// zeroed after they land), so the same sums. Else km and vm are not read.
+template <int D, bool TMA>
 __global__ void __launch_bounds__(WG_T, 1) attn_wg_kernel(const float *qf, const hk_qtile *tiles, int n_tiles, int64_t H,
                                                         int64_t Hkv, const uint16_t *K0, const uint16_t *V0, size_t seq_stride,
-                                                        int64_t seg, float *ao) {
+                                                        int64_t seg, float *ao, const __grid_constant__ wg_map km,
+                                                        const __grid_constant__ wg_map vm) {
     pdl_enter();
     using C = wg_cfg<D>;
     constexpr int NT = D / 8, KH = AM_KB * D; /* KH: a slot's halves (one block's K or V rows) */
     constexpr uint32_t QKL = 16, QKS = 1024, VL = 128 * AM_KB, VS = 1024; /* descriptor offsets, bytes (see the top) */
     HK_DYN_SMEM(sm_raw);
     /* the swizzle's atoms on 1,024-byte boundaries of the shared window (BYTES holds the pad) */
-    float *sm = sm_raw + ((1024 - (wg_saddr(sm_raw) & 1023)) & 1023) / 4;
+    const uint32_t pad = (1024 - (wg_saddr(sm_raw) & 1023)) & 1023;
+    float *sm = sm_raw + pad / 4;
     uint16_t *Qs = (uint16_t *)sm, *stg = Qs + C::Q_HALVES;
     float *Of = (float *)(stg + 2 * WG_NS * C::STAGE), *Ms = Of + C::O_FLOATS, *Ls = Ms + 2 * 128;
     float2 *Of2 = (float2 *)Of; /* thread t's outputs 8 j + 2 (lane % 4) + e of vector i at Of2[(2 j + i) 128 + t], e = .x, .y */
+    /* TMA's four mbarriers (two a warpgroup): in the pad before the atoms where it holds 32
+     * bytes, else in what the pad leaves of BYTES' last 1,024 (at least 993 bytes) */
+    uint64_t *mbs = pad >= 32 ? (uint64_t *)sm_raw : (uint64_t *)(Ls + 2 * 128);
     const hk_qtile tile = tiles[n_tiles - 1 - (int)blockIdx.x];
     if (tile.n == 1) return;
     const int64_t kvh = blockIdx.y, last = tile.pos0 + tile.n - 1;
@@ -245,6 +304,11 @@ __global__ void __launch_bounds__(WG_T, 1) attn_wg_kernel(const float *qf, const
     }
     for (int i = tid; i < C::O_FLOATS; i += WG_T) Of[i] = 0.0f;
     for (int i = tid; i < 2 * 128; i += WG_T) Ms[i] = -INFINITY, Ls[i] = 0.0f;
+    uint64_t *mb = mbs + 2 * wg; /* the warpgroup's: a fetch group of iteration j counts on mb[j % 2] */
+    if (TMA && t == 0) {
+        mb_init(mb, 1), mb_init(mb + 1, 1);
+        mb_init_fence();
+    }
     int64_t kend[2];
 #pragma unroll
     for (int i = 0; i < 2; i++) {
@@ -260,7 +324,7 @@ __global__ void __launch_bounds__(WG_T, 1) attn_wg_kernel(const float *qf, const
     const uint64_t qd = wg_desc(Qs, QKL, QKS), kd = wg_desc(mine, QKL, QKS), vd = wg_desc(mine + 2 * KH, VL, VS);
     const int64_t n_seg_t = last / seg + 1; /* the tile's segments */
     async_fence();
-    __syncthreads(); /* Q, O, M and L */
+    __syncthreads(); /* Q, O, M and L; the mbarriers made */
     if (wg < n_seg_t) {
         /* The warpgroup's blocks in one stream: segments wg, wg + 2, ..., each's blocks in
          * order; block j (of segment s0; the first at key k0) has its K and its V in slot j % 2,
@@ -273,8 +337,23 @@ __global__ void __launch_bounds__(WG_T, 1) attn_wg_kernel(const float *qf, const
          * only when the instructions run moves. */
         const int sg = (int)seg, end = (int)last + 1;
         auto seg_stop = [&](int s) { return min(s * sg + sg, end); };
-        auto fetch = [&](uint16_t *slot, const uint16_t *M0, int s, int kb) {
-            wg_fetch<D>(slot, M0, base + (size_t)kb * (size_t)kstride, pc, min(AM_KB, seg_stop(s) - kb));
+        /* TMA: the sequence's first row in the view; a slot's four (D = 256) boxes of 64 halves */
+        const int row0 = TMA ? (int)((size_t)tile.seq * seq_stride / (size_t)kstride) : 0;
+        constexpr uint32_t KB = 2 * KH; /* a block's bytes (K or V) */
+        auto fetch = [&](uint16_t *slot, const uint16_t *M0, int s, int kb, const wg_map *m, uint64_t *b) {
+            if (TMA) {
+#pragma unroll
+                for (int c = 0; c < D / 64; c++) tma_box(slot + c * AM_KB * 64, m, (int)(kvh * D) + 64 * c, row0 + kb, b);
+            } else {
+                wg_fetch<D>(slot, M0, base + (size_t)kb * (size_t)kstride, pc, min(AM_KB, seg_stop(s) - kb));
+            }
+        };
+        /* TMA: rows nk.. of a slot that landed whole zeroed (a p of 0 times them must be 0, never
+         * NaN); every 16-byte piece of those rows, so the swizzle does not matter */
+        auto zero_rows = [&](uint16_t *slot, int nk) {
+            const int per = (AM_KB - nk) * 8; /* pieces a column */
+            for (int i = t; i < (D / 64) * per; i += 128)
+                *(uint4 *)(slot + (i / per) * AM_KB * 64 + (nk + (i % per) / 8) * 64 + 8 * (i % 8)) = make_uint4(0u, 0u, 0u, 0u);
         };
         auto next = [&](int &s, int &kb) {
             kb += AM_KB;
@@ -284,12 +363,28 @@ __global__ void __launch_bounds__(WG_T, 1) attn_wg_kernel(const float *qf, const
         next(s1, k1);
         s2 = s1, k2 = k1;
         next(s2, k2);
-        fetch(mine, K0, s0, k0);
-        cp_commit();
-        if (s1 < n_seg_t && !AMUT(64)) fetch(mine + KH, K0, s1, k1);
-        fetch(mine + 2 * KH, V0, s0, k0);
-        cp_commit(); /* K of block 1 and V of block 0: iteration 0's group */
-        cp_wait<1>();
+        int nk_cur = min(AM_KB, seg_stop(s0) - k0); /* block j's keys (< AM_KB: the tile's last block) */
+        uint32_t ph = 0;                            /* TMA: bit b the parity of mb[b]'s next phase */
+        if (TMA) {
+            if (t == 0) {
+                mb_expect(mb, KB);
+                fetch(mine, K0, s0, k0, &km, mb);
+                mb_expect(mb + 1, s1 < n_seg_t && !AMUT(64) ? 2 * KB : KB);
+                if (s1 < n_seg_t && !AMUT(64)) fetch(mine + KH, K0, s1, k1, &km, mb + 1);
+                fetch(mine + 2 * KH, V0, s0, k0, &vm, mb + 1);
+            }
+            bar_sync(1 + wg, 128); /* (the copies asked for before any thread waits: the emulation runs them at the ask) */
+            mb_wait(mb, 0);
+            ph = 1;
+            if (nk_cur < AM_KB && !AMUT(128)) zero_rows(mine, nk_cur);
+        } else {
+            fetch(mine, K0, s0, k0, &km, mb);
+            cp_commit();
+            if (s1 < n_seg_t && !AMUT(64)) fetch(mine + KH, K0, s1, k1, &km, mb);
+            fetch(mine + 2 * KH, V0, s0, k0, &vm, mb);
+            cp_commit(); /* K of block 1 and V of block 0: iteration 0's group */
+            cp_wait<1>();
+        }
         async_fence();
         bar_sync(1 + wg, 128); /* K of block 0, every thread's pieces */
         float lo[4][4], hi[4][4], S[4][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f}, alpha[2], o[NT][4];
@@ -303,11 +398,25 @@ __global__ void __launch_bounds__(WG_T, 1) attn_wg_kernel(const float *qf, const
         am_weigh_p(S, k0, kend, scale, m, l, alpha, P);
 #pragma unroll
         for (int j = 0; j < NT; j++) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
+        bool fresh = true; /* o holds no block of the segment yet: the next P V sets it (wg_pv_acc's scale-d) */
         for (uint32_t slot = 0;; slot ^= 1) {
             const bool more = s1 < n_seg_t, ends = !more || s1 != s0; /* a block j + 1; block j its segment's last */
-            cp_wait<0>();
-            async_fence();
-            bar_sync(1 + wg, 128); /* K of j + 1 and V of j, every thread's pieces; slots read by j's scores and j - 1's P V free */
+            const int nk_next = more ? min(AM_KB, seg_stop(s1) - k1) : AM_KB;
+            if (TMA) {
+                bar_sync(1 + wg, 128); /* slots read by j's scores and j - 1's P V free in every warp; j - 1's group asked for */
+                mb_wait(mb + (slot ^ 1), (ph >> (slot ^ 1)) & 1u); /* K of j + 1 and V of j */
+                ph ^= 1u << (slot ^ 1);
+                if ((nk_next < AM_KB || nk_cur < AM_KB) && !AMUT(128)) {
+                    if (nk_next < AM_KB) zero_rows(mine + (slot ^ 1) * KH, nk_next);
+                    if (nk_cur < AM_KB) zero_rows(mine + (2 + slot) * KH, nk_cur);
+                    async_fence();
+                    bar_sync(1 + wg, 128);
+                }
+            } else {
+                cp_wait<0>();
+                async_fence();
+                bar_sync(1 + wg, 128); /* K of j + 1 and V of j, every thread's pieces; slots read by j's scores and j - 1's P V free */
+            }
             wg_fence();
             /* block j + 1's scores, issued on every path (after the stream's last block, over
              * whatever the other slot holds, and not read): under a test ptxas cannot tell that
@@ -318,12 +427,22 @@ __global__ void __launch_bounds__(WG_T, 1) attn_wg_kernel(const float *qf, const
 #pragma unroll
             for (int ks = 0; ks < 2; ks++) { /* keys 16 ks .. 16 ks + 15: rows 16 ks .. of every column */
                 const uint32_t a[4] = {P[2 * ks][0], P[2 * ks][1], P[2 * ks + 1][0], P[2 * ks + 1][1]};
-                wg_pv<D>(o, a, wg_desc_add(vd, slot * KH + 16u * ks * 64));
+                wg_pv_acc<D>(o, a, wg_desc_add(vd, slot * KH + 16u * ks * 64), ks > 0 || !fresh || AMUT(2));
             }
             wg_commit();
-            if (s2 < n_seg_t && !(AMUT(64) && k2 == s2 * seg)) fetch(mine + slot * KH, K0, s2, k2);
-            if (more) fetch(mine + (2 + (slot ^ 1)) * KH, V0, s1, k1);
-            cp_commit();
+            fresh = false;
+            const bool k_next = s2 < n_seg_t && !(AMUT(64) && k2 == s2 * seg);
+            if (TMA) {
+                if (t == 0 && more) { /* (k_next only where more) */
+                    mb_expect(mb + slot, k_next ? 2 * KB : KB);
+                    if (k_next) fetch(mine + slot * KH, K0, s2, k2, &km, mb + slot);
+                    fetch(mine + (2 + (slot ^ 1)) * KH, V0, s1, k1, &vm, mb + slot);
+                }
+            } else {
+                if (k_next) fetch(mine + slot * KH, K0, s2, k2, &km, mb);
+                if (more) fetch(mine + (2 + (slot ^ 1)) * KH, V0, s1, k1, &vm, mb);
+                cp_commit();
+            }
             uint32_t Pn[4][2];
             wg_wait1(); /* j + 1's scores; j's P V may run on */
             wg_pin_rows<4>(lo), wg_pin_rows<4>(hi);
@@ -364,8 +483,7 @@ __global__ void __launch_bounds__(WG_T, 1) attn_wg_kernel(const float *qf, const
                         }
                 }
                 if (s0 + 1 < n_seg_t && !AMUT(32)) bar_arrive(wg ? 4 : 3, WG_T);
-#pragma unroll
-                for (int j = 0; j < NT; j++) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
+                fresh = true; /* the next segment's o: set by its first P V (neither zeroed nor rescaled here) */
                 m[0] = m[1] = -INFINITY, l[0] = l[1] = 0.0f;
             }
             if (more) am_weigh_p(S, k1, kend, scale, m, l, alpha, Pn); /* while j's P V runs, but at a segment's end */
@@ -376,10 +494,11 @@ __global__ void __launch_bounds__(WG_T, 1) attn_wg_kernel(const float *qf, const
             wg_pin_rows<NT>(o);
             wg_pin_u<8>(&P[0][0]);
             if (!more) break;
-            am_rescale<NT>(o, alpha);
+            if (!fresh) am_rescale<NT>(o, alpha); /* (a segment's first block: its alpha 0, o set by its P V) */
 #pragma unroll
             for (int j = 0; j < 4; j++) P[j][0] = Pn[j][0], P[j][1] = Pn[j][1];
             s0 = s1, s1 = s2, k1 = k2; /* (k0 is the first block's alone) */
+            nk_cur = nk_next;
             next(s2, k2);
         }
     }

@@ -566,7 +566,8 @@ static int attn_layer(cuda_engine *ce, const cuda_layer *C, const pass *p, herr 
     hk_act aov, *ao = act_view(act_for(&C->attn_out, &ce->ao8k, &ce->ao80), H * D, &aov);
     const bool round_in = ao && (ce->fuse & FU_MERGE) && D % 256 == 0 && D <= 1024;
     OP("attn", hk_attn(st, ce->qf, IO(ce, tiles, hk_qtile), p->n_tiles, p->n_one, IO(ce, pos, int64_t), n, H, Hkv, D, ce->kc[C->ai],
-                ce->vc[C->ai], sstride, ce->f16, ce->seg, ce->n_seg, ce->part, ce->ao, round_in ? ao : NULL, e));
+                ce->vc[C->ai], sstride, ce->base.opts.n_ctx * ce->base.opts.n_seq_max, ce->f16, ce->seg, ce->n_seg, ce->part, ce->ao,
+                round_in ? ao : NULL, e));
     if (ao && !round_in) OP("attn round", hk_quantize(st, ce->ao, H * D, n, ao, e));
     OP("attn out", out_product(ce, C, &C->attn_out, ce->ao, H * D, ao, n, e));
     return 0;
@@ -1035,6 +1036,13 @@ int engine_open_cuda(engine **out, const model *m, const engine_opts *o, herr *e
         return -1;
     }
     hk_attn_split(as && !strcmp(as, "0") ? 0 : 1);
+    const char *tm = getenv("HEARTH_CUDA_WG_TMA"); /* 0: the wgmma form's blocks by every thread's cp.async, not the copy engine */
+    if (tm && *tm && strcmp(tm, "0") && strcmp(tm, "1")) {
+        herr_set(e, "HEARTH_CUDA_WG_TMA=%s: 1 (the copy engine fetches the wgmma form's blocks) or 0 (every thread's cp.async)", tm);
+        cuda_free(eng);
+        return -1;
+    }
+    hk_attn_tma(tm && !strcmp(tm, "0") ? 0 : 1);
     const char *mo = getenv("HEARTH_CUDA_MMQ_OCC"); /* 0: mmq_kernel's registers uncapped (two blocks an SM at 64 rows) */
     hk_mmq_occ(!(mo && !strcmp(mo, "0")));
     const char *gw = getenv("HEARTH_CUDA_GDN_WIDE"); /* 0: the delta rule's state kernel always in 256 threads */

@@ -309,10 +309,11 @@ int hk_attn_prep(void *st, float *qf, float *k, const float *v, const float *qn,
  * on hk_attn_split); part: scratch of n * H * n_seg * hk_attn_part_floats(D) floats. Every row takes the same path
  * whatever shares its tile. With f16 rows and G <= 16 on tensor cores (attn_mma.cuh), else
  * in f32 on CUDA cores. a (or NULL; heads of whole 256-blocks): ao's rows also rounded into
- * a (hk_quantize's bytes). */
+ * a (hk_quantize's bytes). kv_rows: the rows k0 and v0 hold (sequences x positions; the
+ * wgmma form's copy-engine fetch reads no row past them). */
 int hk_attn(void *st, const float *qf, const hk_qtile *tiles, int n_tiles, int n_one, const int64_t *pos, int64_t n,
-            int64_t H, int64_t Hkv, int64_t D, const void *k0, const void *v0, size_t seq_stride, bool f16, int64_t seg,
-            int64_t n_seg, float *part, float *ao, hk_act *a, herr *e);
+            int64_t H, int64_t Hkv, int64_t D, const void *k0, const void *v0, size_t seq_stride, int64_t kv_rows, bool f16,
+            int64_t seg, int64_t n_seg, float *part, float *ao, hk_act *a, herr *e);
 /* query rows per tile: 64 query vectors / G with f16 KV rows and G <= 16 (the tensor-core
  * form, attn_mma.cuh), else 32 / G (0: no kernel for G) */
 int hk_attn_tile_rows(int64_t G, bool f16);
@@ -325,6 +326,9 @@ int hk_attn_form(int warps);
  * bits): 0 never (the default), 1 when the pass's multi-row tiles times Hkv are fewer than
  * the device's SMs, 2 always (tests); -1 for another mode */
 int hk_attn_split(int mode);
+/* the wgmma form's K and V blocks through the copy engine (TMA: 1, the default, where the
+ * driver makes the views) or every thread's cp.async (0); the same bits; -1 for another value */
+int hk_attn_tma(int on);
 int64_t hk_attn_part_floats(int64_t D);
 
 #ifdef __cplusplus
