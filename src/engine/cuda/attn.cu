@@ -10,6 +10,7 @@
 // of one row and takes the same path.
 #include <cuda_fp16.h>
 #include <cudaTypedefs.h>
+#include <pthread.h>
 
 #include "engine/cuda/common.cuh"
 #include "engine/cuda/attn_merge.cuh"
@@ -107,9 +108,10 @@ extern "C" int hk_attn_tma(int on) {
     return 0;
 }
 /* cuTensorMapEncodeTiled through the runtime (no link to the driver library): null where the
- * driver has none. A view: cols halves x rows rows, rows 2 cols bytes apart, boxes of 64
- * halves x AM_KB rows in the 128-byte swizzle, rows past the end read as zeros. The last
- * views made are kept (a pass asks for the same layers' views again: one search, no encode) */
+ * driver has none (the form then fetches by cp.async, the same bits). A view: cols halves x
+ * rows rows, rows 2 cols bytes apart, boxes of 64 halves x AM_KB rows in the 128-byte swizzle,
+ * rows past the end read as zeros. The last 64 views made are kept (a pass asks for the same
+ * layers' views again: one search, no encode), under a lock (engines on other threads) */
 static PFN_cuTensorMapEncodeTiled_v12000 am_encode;
 static bool am_encode_tried;
 struct am_view {
@@ -118,8 +120,9 @@ struct am_view {
     CUtensorMap map;
 };
 static am_view am_views[64];
-static int am_n_views;
-static bool wg_view(CUtensorMap *m, const void *base, int64_t cols, int64_t rows) {
+static int am_n_views, am_next_view;
+static pthread_mutex_t am_views_lock = PTHREAD_MUTEX_INITIALIZER;
+static bool wg_view_locked(CUtensorMap *m, const void *base, int64_t cols, int64_t rows) {
     for (int i = 0; i < am_n_views; i++)
         if (am_views[i].base == base && am_views[i].cols == cols && am_views[i].rows == rows) return *m = am_views[i].map, true;
     if (!am_encode_tried) {
@@ -137,9 +140,16 @@ static bool wg_view(CUtensorMap *m, const void *base, int64_t cols, int64_t rows
     if (am_encode(m, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 2, (void *)base, dims, strides, box, es, CU_TENSOR_MAP_INTERLEAVE_NONE,
                   CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) != CUDA_SUCCESS)
         return false;
-    am_views[am_n_views % 64] = am_view{base, cols, rows, *m};
+    am_views[am_next_view] = am_view{base, cols, rows, *m};
+    am_next_view = (am_next_view + 1) % 64;
     if (am_n_views < 64) am_n_views++;
     return true;
+}
+static bool wg_view(CUtensorMap *m, const void *base, int64_t cols, int64_t rows) {
+    pthread_mutex_lock(&am_views_lock);
+    const bool ok = wg_view_locked(m, base, cols, rows);
+    pthread_mutex_unlock(&am_views_lock);
+    return ok;
 }
 static int am_split = 1;
 static int am_sms = 0; /* the device's SMs, read at the first launch */
