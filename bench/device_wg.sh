@@ -30,7 +30,8 @@
 #           session made at start: no pinned point buffer allocated beside its passes);
 #   stall   Nsight Compute's warp states and per-SASS-instruction stall samples of one attention
 #           launch at 32k: stall_details.txt, stall_raw.csv and stall_sass.csv (the source page,
-#           which bench/ncu_stalls.py sums by opcode and reason);
+#           which bench/ncu_stalls.py sums by opcode and reason); STALL_KERNEL, STALL_SKIP and
+#           STALL_COUNT pick another kernel's launches (default attn_wg_kernel, 160, 1);
 #   abenv   one binary under several environments, pp2048 at DEPTHS, interleaved, REPS rounds:
 #           AB_ENVS="LABEL=NAME=VALUE ..."; an entry LABEL@b runs $B/hearth_b (device_pack_bins.sh's
 #           REV) as it is (default: "a=HEARTH_CUDA_FM_TILE=1 b@b", the defaults against hearth_b);
@@ -124,8 +125,11 @@ for s in ${STEPS:-attn ab unit agent gates ncu}; do
     stall) q36
            command -v ncu >/dev/null || { echo "== stall: no ncu here"; continue; }
            # where the attention's warps wait, per SASS instruction (bench/ncu_stalls.py reads _sass.csv)
-           HEARTH_CUDA_GRAPHS=0 step stall 150 ncu --clock-control none --kernel-name regex:attn_wg_kernel \
-               --launch-skip 160 --launch-count 1 --section SpeedOfLight --section WarpStateStats --section SourceCounters \
+           # (STALL_KERNEL, STALL_SKIP, STALL_COUNT: another kernel's launches, e.g. mmq_kernel with
+           # STALL_SKIP past the 32k fill's 16 passes: 16 x that kernel's launches a pass, which
+           # HEARTH_CUDA_PROFILE's per-op call counts give)
+           HEARTH_CUDA_GRAPHS=0 step stall 150 ncu --clock-control none --kernel-name regex:${STALL_KERNEL:-attn_wg_kernel} \
+               --launch-skip ${STALL_SKIP:-160} --launch-count ${STALL_COUNT:-1} --section SpeedOfLight --section WarpStateStats --section SourceCounters \
                --section SchedulerStats -f -o "$out/stall" $B/hearth bench --device cuda -m /dev/shm/q36.gguf --kv f16 -p 2048 -n 0 -d 32768 -r 1
            ncu -i "$out/stall.ncu-rep" --page details --print-details all >"$out/stall_details.txt" 2>&1
            ncu -i "$out/stall.ncu-rep" --page raw --csv >"$out/stall_raw.csv" 2>&1
