@@ -33,7 +33,7 @@
 #           which bench/ncu_stalls.py sums by opcode and reason); STALL_KERNEL, STALL_SKIP and
 #           STALL_COUNT pick another kernel's launches (default attn_wg_kernel, 160, 1);
 #   abenv   one binary under several environments, pp2048 at DEPTHS, interleaved, REPS rounds:
-#           AB_ENVS="LABEL=NAME=VALUE ..."; an entry LABEL@b runs $B/hearth_b (device_pack_bins.sh's
+#           AB_ENVS="LABEL=NAME=VALUE[,NAME=VALUE] ..."; an entry LABEL@b runs $B/hearth_b (device_pack_bins.sh's
 #           REV) as it is (default: "a=HEARTH_CUDA_FM_TILE=1 b@b", the defaults against hearth_b);
 #   prof    HEARTH_CUDA_PROFILE's per-op table of pp2048 at 32k, per PROF_ENVS entry (as AB_ENVS);
 #   sass    cuobjdump's SASS of attn_wg_kernel<256> in the carried hearth (sass_wg256.txt) and
@@ -139,6 +139,7 @@ for s in ${STEPS:-attn ab unit agent gates ncu}; do
     abenv) q36 # AB_ENVS: LABEL=NAME=VALUE ..., one binary, interleaved (DEPTHS, REPS)
            vs=(); for x in ${AB_ENVS:-a=HEARTH_CUDA_FM_TILE=1 b@b}; do
                case $x in *@*) vs+=("${x%@*} $B/hearth_${x#*@}") ;; *) vs+=("${x%%=*} $B/hearth ${x#*=}") ;; esac
+               vs[-1]=${vs[-1]//,/ } # LABEL=A=1,B=2: both variables
            done
            pp_rounds "${vs[@]}"
            for f in "$out"/pp2048_d*_*.log; do echo "$(basename $f .log) $(grep -oE 'pp2048 @ d[0-9]+ \| +[0-9.]+' $f | grep -oE '[0-9.]+$')"; done ;;
