@@ -3,7 +3,8 @@
  * kernel's tiles against a double reference within the bound derived beside it; the decode
  * form (one-row tiles: a CTA a segment, then attn_fold_kernel), other cuts of the same rows
  * into tiles, the whole form and its split form (a CTA per tile and segment, then
- * attn_fold_rows_kernel) against the tiles, bit for bit; five planted defects red. The
+ * attn_fold_rows_kernel), the wgmma form with its cp.async fetch and with the copy engine's
+ * (TMA boxes and mbarriers) against the tiles, bit for bit; eight planted defects red. The
  * emulated tensor core rounds its own way (cuda_emu.h), so the bits carry over only as a
  * structure: test_cuda.c's attn_matches_ref repeats the equalities on a GPU. Shapes: the
  * model's 16 query heads on 2 KV heads, heads of 128 and 256, segments of 64 keys (four
