@@ -129,8 +129,12 @@ static bool wg_view_locked(CUtensorMap *m, const void *base, int64_t cols, int64
         am_encode_tried = true;
         void *fn = NULL;
         cudaDriverEntryPointQueryResult q;
-        if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &q) == cudaSuccess &&
-            q == cudaDriverEntryPointSuccess)
+#if CUDART_VERSION >= 12050 /* (the unversioned call is deprecated from 13.0) */
+        const cudaError_t r = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &q);
+#else
+        const cudaError_t r = cudaGetDriverEntryPoint("cuTensorMapEncodeTiled", &fn, cudaEnableDefault, &q);
+#endif
+        if (r == cudaSuccess && q == cudaDriverEntryPointSuccess)
             am_encode = (PFN_cuTensorMapEncodeTiled_v12000)fn;
         else (void)cudaGetLastError();
     }
