@@ -476,8 +476,11 @@ inline void wg_n32z(float (*d)[4], uint64_t da, uint64_t db) {
     for (int j = 0; j < 4; j++) d[j][0] = d[j][1] = d[j][2] = d[j][3] = 0.0f;
     wg_n32(d, da, db);
 }
-/* A from registers (mma.sync's A fragment of the warp's 16 rows: read through the warp), B N-major */
-template <int N> inline void wg_pv(float (*o)[4], const uint32_t a[4], uint64_t db) {
+/* A from registers (mma.sync's A fragment of the warp's 16 rows: read through the warp), B
+ * N-major; scale-d acc: o = P V where acc is false (o not read) */
+template <int N> inline void wg_pv(float (*o)[4], const uint32_t a[4], uint64_t db, bool acc) {
+    if (!acc)
+        for (int j = 0; j < N / 8; j++) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
     const void *all[32];
     emu_warp_ptrs(a, all);
     const int lane = emu::cur & 31;
@@ -492,12 +495,6 @@ template <int N> inline void wg_pv(float (*o)[4], const uint32_t a[4], uint64_t 
             o[j][q] = (float)acc;
         }
     emu_warp_done();
-}
-/* wg_pv with scale-d acc: o = P V where acc is false (o not read) */
-template <int N> inline void wg_pv_acc(float (*o)[4], const uint32_t a[4], uint64_t db, bool acc) {
-    if (!acc)
-        for (int j = 0; j < N / 8; j++) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
-    wg_pv<N>(o, a, db);
 }
 /* The copy engine's tensor fetch (TMA, attn_wg.cuh) and its mbarriers. A view (wg_map) of
  * cols halves x rows rows, rows cols halves apart; tma_box copies the box of 64 halves x 32 rows

@@ -93,14 +93,10 @@ struct case_t {
         }
         /* the TMA form's views of the cache: Hkv D halves x n_ctx rows (one sequence) */
         const wg_map km = {k.data(), Hkv * D, n_ctx}, vm = {v.data(), Hkv * D, n_ctx};
-        if (n_one < nt && whole == 8)
-            emu::launch(attn_wg_kernel<DD, false>, dim3((unsigned)nt, (unsigned)Hkv), dim3(WG_T), wg_cfg<DD>::BYTES,
-                        (const float *)qf.data(), t.data(), nt, H, Hkv, (const uint16_t *)k.data(), (const uint16_t *)v.data(), stride,
-                        seg, ao.data(), km, vm);
-        else if (n_one < nt && whole == 9)
-            emu::launch(attn_wg_kernel<DD, true>, dim3((unsigned)nt, (unsigned)Hkv), dim3(WG_T), wg_cfg<DD>::BYTES,
-                        (const float *)qf.data(), t.data(), nt, H, Hkv, (const uint16_t *)k.data(), (const uint16_t *)v.data(), stride,
-                        seg, ao.data(), km, vm);
+        if (n_one < nt && whole >= 8)
+            emu::launch(whole == 9 ? attn_wg_kernel<DD, true> : attn_wg_kernel<DD, false>, dim3((unsigned)nt, (unsigned)Hkv),
+                        dim3(WG_T), wg_cfg<DD>::BYTES, (const float *)qf.data(), t.data(), nt, H, Hkv, (const uint16_t *)k.data(),
+                        (const uint16_t *)v.data(), stride, seg, ao.data(), km, vm);
         else if (n_one < nt && whole == 4)
             emu::launch(attn_mma_whole_kernel<DD, 4>, dim3((unsigned)nt, (unsigned)Hkv), dim3(128), am_cfg<DD>::whole_bytes(4),
                         (const float *)qf.data(), t.data(), nt, H, Hkv, (const uint16_t *)k.data(), (const uint16_t *)v.data(),
@@ -240,7 +236,7 @@ TEST(planted_defects_red) {
                            bit == 8 ? "the split form's fold takes the segments last first" : "the split form's last segment of a tile unwritten";
         for (int form = 0; form <= 8; form += form ? 2 : 4) {
             /* 2 in the wgmma form: a segment's first P V adds to the last one's o (its restart is
-             * the scale-d of that P V, wg_pv_acc, o neither zeroed nor rescaled at the fold) */
+             * the scale-d of that P V, wg_pv's acc, o neither zeroed nor rescaled at the fold) */
             const bool prompt = bit == 1 || bit == 2, decode = bit == 4 && form == 0,
                        split = (bit == 1 || bit >= 8) && form == 6;
             if (!prompt && !decode && !split) continue;

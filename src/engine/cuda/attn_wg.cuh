@@ -109,31 +109,19 @@ __device__ __forceinline__ void wg_n32z(float (*d)[4], uint64_t da, uint64_t db)
                  : WG_SET16(d)
                  : "l"(da), "l"(db));
 }
-// o (m64nN, f32) += A B: A (64 x 16) from registers (mma.sync's A fragment of the warp's 16
-// rows), B (16 x N) from shared memory, N-major
-template <int N> __device__ __forceinline__ void wg_pv(float (*o)[4], const uint32_t a[4], uint64_t db);
-template <> __device__ __forceinline__ void wg_pv<256>(float (*o)[4], const uint32_t a[4], uint64_t db) {
-    asm volatile("wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16 " WG_ACC128 ", {%128, %129, %130, %131}, %132, 1, 1, 1, 1;"
-                 : WG_OUT128(o)
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
-}
-template <> __device__ __forceinline__ void wg_pv<128>(float (*o)[4], const uint32_t a[4], uint64_t db) {
-    asm volatile("wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 " WG_ACC64 ", {%64, %65, %66, %67}, %68, 1, 1, 1, 1;"
-                 : WG_OUT64(o)
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
-}
-// wg_pv whose scale-d is acc (a segment's first step: o = P V, o not read): where o is set
-// afresh, no 128 moves of zeros before it. 0 + x is x in the unit's one rounding, but for the
-// sign of a zero sum, which no fold keeps (am_fold_o adds the segment's o to an O that starts
-// at +0, and +0 + -0 is +0)
-template <int N> __device__ __forceinline__ void wg_pv_acc(float (*o)[4], const uint32_t a[4], uint64_t db, bool acc);
-template <> __device__ __forceinline__ void wg_pv_acc<256>(float (*o)[4], const uint32_t a[4], uint64_t db, bool acc) {
+// o (m64nN, f32) = (acc ? o : 0) + A B: A (64 x 16) from registers (mma.sync's A fragment of
+// the warp's 16 rows), B (16 x N) from shared memory, N-major. acc false (wgmma's scale-d 0, o
+// not read) where a segment's first step sets o afresh, with no 128 moves of zeros before it:
+// 0 + x is x in the unit's one rounding, but for the sign of a zero sum, which no fold keeps
+// (am_fold_o adds the segment's o to an O that starts at +0, and +0 + -0 is +0)
+template <int N> __device__ __forceinline__ void wg_pv(float (*o)[4], const uint32_t a[4], uint64_t db, bool acc);
+template <> __device__ __forceinline__ void wg_pv<256>(float (*o)[4], const uint32_t a[4], uint64_t db, bool acc) {
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %133, 0;\n"
                  "wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16 " WG_ACC128 ", {%128, %129, %130, %131}, %132, p, 1, 1, 1;\n}"
                  : WG_OUT128(o)
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"((int)acc));
 }
-template <> __device__ __forceinline__ void wg_pv_acc<128>(float (*o)[4], const uint32_t a[4], uint64_t db, bool acc) {
+template <> __device__ __forceinline__ void wg_pv<128>(float (*o)[4], const uint32_t a[4], uint64_t db, bool acc) {
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
                  "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 " WG_ACC64 ", {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}"
                  : WG_OUT64(o)
@@ -396,9 +384,11 @@ __global__ void __launch_bounds__(WG_T, 1) attn_wg_kernel(const float *qf, const
         wg_pin_rows<4>(lo), wg_pin_rows<4>(hi);
         am_sum(S, lo, hi);
         am_weigh_p(S, k0, kend, scale, m, l, alpha, P);
+        /* (o is set by the first P V, fresh below; zeroed once a tile only so that the asm's
+         * read-write operands never read an unset register) */
 #pragma unroll
         for (int j = 0; j < NT; j++) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
-        bool fresh = true; /* o holds no block of the segment yet: the next P V sets it (wg_pv_acc's scale-d) */
+        bool fresh = true; /* o holds no block of the segment yet: the next P V sets it (wg_pv's scale-d) */
         for (uint32_t slot = 0;; slot ^= 1) {
             const bool more = s1 < n_seg_t, ends = !more || s1 != s0; /* a block j + 1; block j its segment's last */
             const int nk_next = more ? min(AM_KB, seg_stop(s1) - k1) : AM_KB;
@@ -427,7 +417,7 @@ __global__ void __launch_bounds__(WG_T, 1) attn_wg_kernel(const float *qf, const
 #pragma unroll
             for (int ks = 0; ks < 2; ks++) { /* keys 16 ks .. 16 ks + 15: rows 16 ks .. of every column */
                 const uint32_t a[4] = {P[2 * ks][0], P[2 * ks][1], P[2 * ks + 1][0], P[2 * ks + 1][1]};
-                wg_pv_acc<D>(o, a, wg_desc_add(vd, slot * KH + 16u * ks * 64), ks > 0 || !fresh || AMUT(2));
+                wg_pv<D>(o, a, wg_desc_add(vd, slot * KH + 16u * ks * 64), ks > 0 || !fresh || AMUT(2));
             }
             wg_commit();
             fresh = false;
