@@ -79,7 +79,7 @@ $(BUILD)/libhearth-mut.a: $(MUT_OBJ)
 $(BUILD)/hearth: $(CLI_OBJ) $(BUILD)/libhearth.a
 	$(CC) $(CFLAGS) -o $@ $(CLI_OBJ) $(BUILD)/libhearth.a $(LDLIBS)
 
-tests: $(TEST_BIN) $(BUILD)/gates $(BUILD)/mut/test_engine $(BUILD)/mut/hearth
+tests: $(TEST_BIN) $(BUILD)/gates $(BUILD)/mut/test_engine $(BUILD)/mut/test_spec $(BUILD)/mut/hearth
 
 $(BUILD)/gates: tests/gates/gates.c $(REF_OBJ) $(BUILD)/libhearth-mut.a tests/unit/harness.h tests/unit/models.h
 	@mkdir -p $(@D)
@@ -88,6 +88,11 @@ $(BUILD)/gates: tests/gates/gates.c $(REF_OBJ) $(BUILD)/libhearth-mut.a tests/un
 # test_engine against the engine with planted defects: tests/gates/mutants shows its
 # reference bands red under the one defect only the float64 reference can see
 $(BUILD)/mut/test_engine: tests/unit/test_engine.c $(REF_OBJ) $(BUILD)/libhearth-mut.a tests/unit/harness.h tests/unit/models.h
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -Itests -o $@ $< $(REF_OBJ) $(BUILD)/libhearth-mut.a $(LDLIBS)
+
+# test_spec against the same defects: speculative decoding's planted defects turn it red
+$(BUILD)/mut/test_spec: tests/unit/test_spec.c $(REF_OBJ) $(BUILD)/libhearth-mut.a tests/unit/harness.h tests/unit/models.h
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -Itests -o $@ $< $(REF_OBJ) $(BUILD)/libhearth-mut.a $(LDLIBS)
 

@@ -18,16 +18,18 @@ int cmd_convert(int argc, char **argv) {
                "f32 (default) | q8_0 (matrices Q8_0, norms/router/conv taps F32) |\n"
                "q4_k_m (llama-quantize's Q4_K_M mix of the same matrices)"),
         ARG_STR("--output", "-o", &o.out_path, "FILE", "the file to write"),
+        ARG_FLAG("--no-mtp", NULL, &o.no_mtp, "leave the multi-token-prediction block (mtp.*) out"),
         ARG_END,
     };
     const arg_cmd cmd = {
         .name = "convert",
-        .usage = "hearth convert HF_DIR -o FILE [--quant f32|q8_0|q4_k_m]",
+        .usage = "hearth convert HF_DIR -o FILE [--quant f32|q8_0|q4_k_m] [--no-mtp]",
         .about = "Converts a Hugging Face Qwen3.5/3.6 MoE checkpoint (config.json, model.safetensors or\n"
                  "shards listed in model.safetensors.index.json, F32/F16/BF16 tensors) to a qwen35moe GGUF\n"
                  "with the tensor transforms of llama.cpp's convert_hf_to_gguf.py (norms +1, ssm_a =\n"
-                 "-exp(A_log), V heads re-tiled, experts stacked). tokenizer.json in HF_DIR is imported\n"
-                 "when present; otherwise hearth's built-in vocabulary is padded to the vocab size.",
+                 "-exp(A_log), V heads re-tiled, experts stacked; the MTP block as blk.N's nextn tensors).\n"
+                 "tokenizer.json in HF_DIR is imported when present; otherwise hearth's built-in\n"
+                 "vocabulary is padded to the vocab size.",
         .opts = opts,
         .pos_name = "HF_DIR",
         .max_pos = 1,

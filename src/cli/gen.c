@@ -26,6 +26,8 @@ int cmd_gen(int argc, char **argv) {
                 "a Hugging Face byte-level BPE tokenizer.json (tokenizer_config.json\n"
                 "beside it is read too); default: a small built-in vocabulary with\n"
                 "Qwen's special tokens and a ChatML template"),
+        ARG_FLAG("--mtp", NULL, &o.mtp, "also the multi-token-prediction block (one more attention layer\n"
+                 "with its MoE, as Qwen3.5/3.6 ship it), for --spec-mtp"),
         ARG_INT("--threads", "-t", &o.n_threads, 1, 1024, "N", "writer threads (default: every core)"),
         ARG_STR("--output", "-o", &o.out_path, "FILE", "the file to write"),
         ARG_END,
@@ -33,7 +35,7 @@ int cmd_gen(int argc, char **argv) {
     const arg_cmd cmd = {
         .name = "gen",
         .usage = "hearth gen --preset tiny|small|wide|q36 --quant f32|q8_0|q4_k_m -o FILE\n"
-                 "                  [--seed N] [--tokenizer tokenizer.json|DIR] [-t THREADS]",
+                 "                  [--seed N] [--tokenizer tokenizer.json|DIR] [--mtp] [-t THREADS]",
         .about = "Writes a qwen35moe GGUF with random weights (deterministic per seed, whatever the\n"
                  "thread count) in llama.cpp's F32, Q8_0 or Q4_K_M tensor-type mix.",
         .opts = opts,

@@ -10,6 +10,7 @@
 #include "cli/cli.h"
 #include "format/gguf.h"
 #include "format/quant.h"
+#include "model/model.h"
 
 #define STR_SHOWN 80     /* bytes of a long string shown before "..." */
 #define ARR_SHOWN 6      /* elements of an array shown */
@@ -122,6 +123,41 @@ static void put_shape(const gguf_tensor *t, char *buf, size_t cap) {
     if (k < cap) snprintf(buf + k, cap - k, "]");
 }
 
+/* The multi-token-prediction block of a qwen35moe file, from its tensors: what --spec-mtp
+ * needs, or why there is none (a file of another architecture says nothing here). */
+static void print_mtp(const gguf_file *f) {
+    model_hparams hp;
+    herr e;
+    if (model_hparams_read(f, &hp, &e) < 0) return;
+    if (hp.n_layer_nextn == 0) {
+        printf("mtp: none (nextn_predict_layers 0)\n");
+        return;
+    }
+    if (hp.n_layer_nextn > 1) {
+        printf("mtp: %" PRId64 " blocks; hearth reads one only and ignores these\n", hp.n_layer_nextn);
+        return;
+    }
+    tensor_spec *s;
+    const int64_t n = model_tensor_specs(&hp, &s);
+    int64_t want = 0, found = 0;
+    uint64_t bytes = 0;
+    for (int64_t i = 0; i < n; i++) {
+        if (!model_spec_is_mtp(&hp, &s[i])) continue;
+        const gguf_tensor *t = gguf_find_tensor(f, s[i].name);
+        want++;
+        if (t) found++, bytes += t->nbytes;
+    }
+    free(s);
+    if (found == 0)
+        printf("mtp: none (nextn_predict_layers 1, but no blk.%" PRId64 " tensors)\n", hp.n_layer);
+    else if (found < want)
+        printf("mtp: broken: %" PRId64 " of the block's %" PRId64 " tensors (blk.%" PRId64 "); the file will not load\n", found, want,
+               hp.n_layer);
+    else
+        printf("mtp: 1 block, blk.%" PRId64 " (%" PRId64 " tensors, %.2f MiB): drafts for --spec-mtp\n", hp.n_layer, found,
+               (double)bytes / (1024.0 * 1024.0));
+}
+
 int cmd_inspect(int argc, char **argv) {
     const char *path = NULL;
     int n_pos, rc = args_parse(&inspect_cmd, argc, argv, &path, &n_pos);
@@ -184,6 +220,7 @@ int cmd_inspect(int argc, char **argv) {
     for (uint32_t t = 0; t < QT_COUNT; t++)
         if (by_type[t]) printf(" %s %" PRIu64 " (%.2f MiB)", qtype_name(t), by_type[t], (double)by_type_bytes[t] / (1024.0 * 1024.0));
     printf("\n");
+    print_mtp(f);
     gguf_close(f);
     return 0;
 }

@@ -7,6 +7,7 @@
 #include "engine/engine.h"
 #include "cli/engine_args.h"
 #include "engine/sampler.h"
+#include "engine/spec.h"
 #include "text/tokenizer.h"
 
 #include <inttypes.h>
@@ -16,8 +17,8 @@
 #include <string.h>
 
 int cmd_run(int argc, char **argv) {
-    const char *path = NULL, *prompt = NULL, *ids_arg = NULL, *marks_arg = NULL;
-    int64_t n_gen = 32, threads = 0, n_ctx = 0, seed = 0, top_k = 0;
+    const char *path = NULL, *prompt = NULL, *ids_arg = NULL, *marks_arg = NULL, *replay_arg = NULL;
+    int64_t n_gen = 32, threads = 0, n_ctx = 0, seed = 0, top_k = 0, spec_k = 0;
     float temp = 0, top_p = 1, min_p = 0;
     bool ids_out = false, ignore_eos = false, no_parse_special = false;
     int kv = 0; /* index in kv_types */
@@ -40,6 +41,12 @@ int cmd_run(int argc, char **argv) {
                 "point inside the prompt pass, reported with its size"),
         ARG_ENUM("--kv", NULL, &kv, kv_types, "KV rows stored as f32 (default) or f16"),
         ARG_FN("--device", NULL, &device, cli_parse_device, "cpu|cuda|auto", "the engine (default auto)"),
+        ARG_I64("--spec-mtp", NULL, &spec_k, 0, SPEC_MAX, "K",
+                "speculative decoding: the model's MTP block drafts K tokens a step, one\n"
+                "pass verifies them (0: off, the default); the same tokens as without"),
+        ARG_STR("--spec-replay", NULL, &replay_arg, "1,2,3",
+                "with --spec-mtp: drafts taken from these ids (the expected output, from\n"
+                "its first token) instead of the block's: forced acceptance, for benchmarks"),
         ARG_FLAG("--ids-out", NULL, &ids_out, "print the generated ids as a JSON list instead of text"),
         ARG_FLAG("--ignore-eos", NULL, &ignore_eos, "never sample an end-of-generation token (llama.cpp's meaning)"),
         ARG_FLAG("--no-parse-special", NULL, &no_parse_special, "special tokens in -p are plain text"),
@@ -78,7 +85,14 @@ int cmd_run(int argc, char **argv) {
     }
     int64_t *marks = NULL, n_marks = 0;
     if (marks_arg && !cli_marks(marks_arg, n_ids, &marks, &n_marks, "run")) return 2;
-    engine_opts eo = {.device = device, .n_threads = (int)threads, .n_ctx = n_ctx, .kv_f16 = kv_f16};
+    int32_t *replay = NULL;
+    int64_t n_replay = 0;
+    if (replay_arg && !spec_k) {
+        fprintf(stderr, "hearth run: --spec-replay needs --spec-mtp K\n");
+        return 2;
+    }
+    if (replay_arg && !arg_id_list("--spec-replay", replay_arg, &replay, &n_replay, "run")) return 2;
+    engine_opts eo = {.device = device, .n_threads = (int)threads, .n_ctx = n_ctx, .kv_f16 = kv_f16, .mtp = spec_k > 0};
     if (eo.n_ctx == 0) {
         eo.n_ctx = n_ids + n_gen;
         if (eo.n_ctx > m->hp.n_ctx_train) eo.n_ctx = m->hp.n_ctx_train;
@@ -99,7 +113,7 @@ int cmd_run(int argc, char **argv) {
     int n_eog = 0;
     for (int64_t i = 0; tok && ignore_eos && i < V; i++)
         if (tokenizer_is_eog(tok, (int32_t)i)) eog[n_eog++] = (int32_t)i;
-    const engine_logits want = temp > 0 || n_eog > 0 ? ENGINE_LOGITS_LAST : ENGINE_LOGITS_ARGMAX;
+    const engine_logits want = temp > 0 || n_eog > 0 || spec_k ? ENGINE_LOGITS_LAST : ENGINE_LOGITS_ARGMAX;
     int32_t greedy = 0;
     double t0 = time_now();
     engine_span sp = {.seq = 0, .ids = ids, .n = n_ids, .marks = marks, .n_marks = (int)n_marks, .points = points,
@@ -121,11 +135,51 @@ int cmd_run(int argc, char **argv) {
                                       .seed = (uint64_t)seed}, V);
     tokdec dec;
     if (tok) tokdec_init(&dec, tok);
-    int32_t *out = xmalloc(sizeof(int32_t) * (size_t)(n_gen + 1));
+    int32_t *out = xmalloc(sizeof(int32_t) * (size_t)(n_gen + SPEC_MAX + 2));
     int64_t n_out = 0;
     int rc = 0;
+    spec_ctx sc = {0};
+    if (spec_k && spec_init(&sc, eng, 0, (int)spec_k, &e) < 0) {
+        fprintf(stderr, "hearth run: %s\n", e.msg);
+        return 1;
+    }
+    sc.mask = eog, sc.n_mask = n_eog, sc.replay = replay, sc.n_replay = n_replay;
     double t1 = time_now();
-    for (int64_t k = 0; k < n_gen; k++) {
+    /* speculative: each step makes 1 .. K + 1 tokens; out[n_out - 1] is the next step's last */
+    if (spec_k && n_gen > 0) {
+        for (int i = 0; i < n_eog; i++) logits[eog[i]] = -INFINITY;
+        out[n_out++] = sampler_sample(&sm, logits);
+    }
+    for (int64_t done = 0; spec_k && n_out <= n_gen;) {
+        for (; done < n_out; done++) { /* the tokens made, as the plain loop prints them */
+            const int32_t id = out[done];
+            if (tok && !ids_out) {
+                char buf[4096];
+                size_t nb = tokdec_push(&dec, id, buf, sizeof buf);
+                fwrite(buf, 1, nb, stdout);
+                fflush(stdout);
+            }
+            if ((tok && !ignore_eos && tokenizer_is_eog(tok, id)) || done + 1 == n_gen) {
+                n_out = done + 1;
+                break;
+            }
+        }
+        if (done < n_out || n_out >= n_gen) break;
+        if (engine_seq_pos(eng, 0) >= info.n_ctx) {
+            fprintf(stderr, "\nhearth run: the context of %" PRId64 " tokens (-c) filled after %" PRId64 " of -n %" PRId64
+                            " tokens\n", info.n_ctx, n_out, n_gen);
+            rc = 1;
+            break;
+        }
+        const int got = spec_step(&sc, &sm, out[n_out - 1], n_out, (int)(n_gen - n_out), out + n_out, &e);
+        if (got < 0) {
+            fprintf(stderr, "\nhearth run: %s\n", e.msg);
+            rc = 1;
+            break;
+        }
+        n_out += got;
+    }
+    for (int64_t k = 0; !spec_k && k < n_gen; k++) {
         for (int i = 0; i < n_eog; i++) logits[eog[i]] = -INFINITY;
         int32_t id = want == ENGINE_LOGITS_ARGMAX ? greedy : sampler_sample(&sm, logits);
         out[n_out++] = id;
@@ -166,6 +220,12 @@ int cmd_run(int argc, char **argv) {
     fprintf(stderr, "prompt: %" PRId64 " tokens in %.3f s, %.2f tok/s\n", n_ids, t_prompt, (double)n_ids / t_prompt);
     fprintf(stderr, "decode: %" PRId64 " tokens in %.3f s, %.2f tok/s\n", n_out > 0 ? n_out - 1 : 0, t_gen,
             n_out > 1 ? (double)(n_out - 1) / t_gen : 0.0);
+    if (spec_k)
+        fprintf(stderr, "spec: %" PRId64 " steps, %" PRId64 " drafted, %" PRId64 " accepted (%.1f%%), %.2f tokens a step\n",
+                sc.n_steps, sc.n_drafted, sc.n_accepted, sc.n_drafted ? 100.0 * (double)sc.n_accepted / (double)sc.n_drafted : 0.0,
+                sc.n_steps ? (double)(sc.n_accepted + sc.n_steps) / (double)sc.n_steps : 0.0);
+    spec_free(&sc);
+    free(replay);
     for (int64_t i = 0; i < n_marks; i++) engine_point_free(eng, points[i]);
     free(points);
     free(out);

@@ -23,6 +23,8 @@ typedef struct engine_backend {
      * pinned pages, which it copies into asynchronously); NULL or a NULL result: calloc */
     void *(*point_alloc)(engine *eng, size_t bytes);
     void (*point_dealloc)(void *p);
+    /* engine_mtp_draft's work (valid arguments, k >= 1 within the context); NULL: no MTP */
+    void (*mtp_draft)(engine *eng, int seq, int32_t token, int k, int32_t *out, float *logits);
 } engine_backend;
 
 /* A sequence as engine.c tracks it: rows [0, pos) of KV, hash[i] the prefix hash of ids

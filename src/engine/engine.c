@@ -88,7 +88,14 @@ int engine_init(engine *eng, const engine_backend *be, const model *m, const eng
     in->n_vocab = hp->n_vocab;
     in->n_seq_max = op->n_seq_max;
     in->n_threads = op->n_threads;
-    int64_t n_attn = hp->n_layer - n_gdn_layers(hp);
+    if (op->mtp && !m->has_mtp)
+        return herr_set(e, "--spec-mtp: the model has no MTP block (nextn_predict_layers %" PRId64 ", blk.%" PRId64
+                        " tensors %s): make one with hearth gen --mtp, or convert a checkpoint with its mtp.* tensors",
+                        hp->n_layer_nextn, hp->n_layer, hp->n_layer_nextn ? "missing" : "none");
+    if (op->mtp && !be->mtp_draft)
+        return herr_set(e, "--spec-mtp: the %s engine has no MTP drafting yet (use --device cpu)", be->name);
+    in->mtp = op->mtp;
+    int64_t n_attn = hp->n_layer - n_gdn_layers(hp) + op->mtp;
     in->kv_bytes_per_token = (size_t)(2 * n_attn * hp->n_head_kv * hp->head_dim) * (op->kv_f16 ? 2 : 4);
     const engine_point shape = point_shape(hp);
     in->point_bytes = engine_point_size(&shape);
@@ -102,6 +109,7 @@ int engine_init(engine *eng, const engine_backend *be, const model *m, const eng
                         "lower -c or -np, or raise --kv-budget", op->n_seq_max, op->n_ctx, need / (1 << 20),
                         (double)op->kv_budget / (1 << 20));
     in->model_id = model_identity(m);
+    if (op->mtp) in->model_id = rng_mix(in->model_id ^ 0x6d74702d6b76ull); /* KV ranges with the block's rows */
     const int64_t fit = op->cache_budget / (int64_t)in->point_bytes;
     eng->spare_cap = fit < SPARE_MAX ? (int)fit : SPARE_MAX;
     eng->spare = xcalloc((size_t)eng->spare_cap + 1, sizeof *eng->spare);
@@ -121,7 +129,7 @@ int64_t engine_seq_bytes(const model *m, const engine_opts *o) {
     int64_t n_ctx = o->n_ctx;
     if (n_ctx == 0) n_ctx = hp->n_ctx_train < 4096 ? hp->n_ctx_train : 4096; /* engine_init's default */
     if (n_ctx < 0 || n_ctx > hp->n_ctx_train) return 0;
-    const int64_t n_attn = hp->n_layer - n_gdn_layers(hp);
+    const int64_t n_attn = hp->n_layer - n_gdn_layers(hp) + (o->mtp && m->has_mtp);
     const int64_t kv = 2 * n_attn * hp->n_head_kv * hp->head_dim * (o->kv_f16 ? 2 : 4);
     const engine_point shape = point_shape(hp);
     return kv * n_ctx + (int64_t)engine_point_size(&shape) + (int64_t)sizeof(uint64_t) * (n_ctx + 1);
@@ -583,4 +591,18 @@ int engine_truncate(engine *eng, int seq, int64_t pos, herr *e) {
                         seq, pos);
     sm->pos = pos; /* KV rows alone (no recurrent layers, or a stale sequence awaiting a restore) */
     return 0;
+}
+
+int engine_mtp_draft(engine *eng, int seq, int32_t token, int k, int32_t *out, float *logits, herr *e) {
+    if (!eng->info.mtp) return herr_set(e, "the engine was opened without the MTP block (--spec-mtp)");
+    if (check_seq(eng, seq, e) < 0) return -1;
+    const engine_seq_meta *sm = &eng->seqs[seq];
+    if (sm->stale) return herr_set(e, "sequence %d needs a restore before it drafts", seq);
+    if (token < 0 || token >= eng->m->hp.n_vocab)
+        return herr_set(e, "token %" PRId32 " is outside the vocabulary of %" PRId64, token, eng->m->hp.n_vocab);
+    if (k < 1) return herr_set(e, "drafts: %d, expected at least 1", k);
+    if ((int64_t)k > eng->opts.n_ctx - sm->pos) k = (int)(eng->opts.n_ctx - sm->pos);
+    if (k == 0) return 0;
+    eng->be->mtp_draft(eng, seq, token, k, out, logits);
+    return k;
 }

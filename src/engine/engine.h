@@ -39,6 +39,9 @@ typedef struct engine_opts {
     int64_t kv_budget;      /* bytes of KV rows for all sequences (0 = what n_seq_max x n_ctx needs) */
     int64_t cache_budget;   /* bytes of points and KV ranges the caller may hold (0 = 1 GiB) */
     bool kv_f16;            /* KV rows stored as f16 (else f32) */
+    bool mtp;               /* the model's MTP block runs beside every pass (its KV rows kept, one
+                             * more attention layer's, in KV ranges too), so engine_mtp_draft can
+                             * draft; needs a file with the block (model.has_mtp); CPU engine */
 } engine_opts;
 
 /* What a scheduler needs to know. */
@@ -59,7 +62,9 @@ typedef struct engine_info {
     int64_t cache_budget, cache_used; /* bytes; cache_used: the points and KV ranges callers hold */
     int n_spare;                /* spare point buffers the engine holds (engine_point_reserve) */
     int64_t spare_bytes;        /* their bytes, in the cache budget beside cache_used */
-    uint64_t model_id;          /* identity of the model's weights and shapes (hashed at open) */
+    uint64_t model_id;          /* identity of the model's weights and shapes (hashed at open; with
+                             * the MTP block's KV rows another, as its KV ranges are wider) */
+    bool mtp;                   /* engine_mtp_draft drafts (engine_opts.mtp) */
 } engine_info;
 
 /* A copy of the recurrent state after row pos-1: for every GDN layer (in layer order) the
@@ -199,6 +204,21 @@ void engine_kv_free(engine *eng, engine_kv *kv);
 /* An empty range of rows [a, b) (data and hashes unset), counted in cache_budget: for a
  * caller that fills one from a file; engine_kv_write checks it like any other. */
 int engine_kv_new(engine *eng, int64_t a, int64_t b, engine_kv **out, herr *e);
+
+/* Speculative decoding with the model's MTP block (engine_opts.mtp). With `token` the id the
+ * sequence takes next (at its position p), drafts up to k ids greedily into out[0..): the
+ * block reads the trunk's last hidden row and token for out[0], then its own hidden row and
+ * out[i - 1] for out[i]; logits (NULL, or k rows of V) receives the block's logits. It writes only the block's KV rows at positions p .. p + k - 1 (a
+ * pass over those positions writes them again) and changes nothing a pass's outputs depend
+ * on. Returns how many it drafted: k, or fewer where the context ends; -1 (nothing done) on
+ * a bad argument or an engine opened without mtp.
+ *
+ * The caller verifies the drafts with one span [token, out[0], .., out[k - 1]] anchored at
+ * every row (so each row has a decode step's bits) and marked at rows 1..k; it keeps the
+ * first j drafts whose logits agree, and restores the point of mark j + 1 where j < k. The
+ * block's input after a restore is the trunk's row at p - 1 when the sequence's last pass
+ * ran it (the verify pass), else zeros; its KV rows below p are those the passes wrote. */
+int engine_mtp_draft(engine *eng, int seq, int32_t token, int k, int32_t *out, float *logits, herr *e);
 
 /* Drops KV rows >= pos; refuses when a lane would need rewinding (pos != position). */
 int engine_truncate(engine *eng, int seq, int64_t pos, herr *e);

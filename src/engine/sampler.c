@@ -2,6 +2,7 @@
  * the order a request names (llama-server's "samplers"), else in llama-server's default order. */
 #include "engine/sampler.h"
 #include "base/util.h"
+#include "engine/mutant.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -39,8 +40,9 @@ bool sampler_greedy(const sampler_opts *o) { return !(o->temp > 0) && (!o->order
  * the logits: sampler_penalize; dry, top_n_sigma, typ_p and xtc are refused when asked for) */
 static const char DEFAULT_ORDER[] = "kpmt";
 
-/* llama.cpp's stages in the given order, on logits (cand[].p holds a logit) */
-static int32_t sample_ordered(sampler *s, const float *logits, const char *order) {
+/* llama.cpp's stages in the given order, on logits (cand[].p holds a logit): the candidates
+ * left are cand[0, n), n returned */
+static int64_t stages(sampler *s, const float *logits, const char *order) {
     const int64_t V = s->n_vocab;
     int64_t n = V;
     bool sorted = false;
@@ -79,11 +81,19 @@ static int32_t sample_ordered(sampler *s, const float *logits, const char *order
             for (int64_t i = 0; i < n; i++) s->cand[i].p /= s->o.temp;
         }
     }
+    return n;
+}
+
+/* a uniform draw in [0, 1): the RNG is counter-based (seed, n_drawn) */
+static double draw(sampler *s) { return (double)(rng_at(s->o.seed, s->n_drawn++) >> 11) * (1.0 / 9007199254740992.0); }
+
+static int32_t sample_ordered(sampler *s, const float *logits, const char *order) {
+    const int64_t n = stages(s, logits, order);
     float mx = s->cand[0].p;
     for (int64_t i = 1; i < n; i++) mx = s->cand[i].p > mx ? s->cand[i].p : mx;
     double sum = 0;
     for (int64_t i = 0; i < n; i++) sum += exp((double)s->cand[i].p - mx);
-    double r = (double)(rng_at(s->o.seed, s->n_drawn++) >> 11) * (1.0 / 9007199254740992.0) * sum;
+    double r = draw(s) * sum;
     double acc = 0;
     for (int64_t i = 0; i < n; i++) {
         acc += exp((double)s->cand[i].p - mx);
@@ -95,6 +105,40 @@ static int32_t sample_ordered(sampler *s, const float *logits, const char *order
 int32_t sampler_sample(sampler *s, const float *logits) {
     if (sampler_greedy(&s->o)) return sampler_argmax(logits, s->n_vocab); /* every stage keeps the best */
     return sample_ordered(s, logits, s->o.ordered ? s->o.order : DEFAULT_ORDER);
+}
+
+int32_t sampler_sample_draft(sampler *s, const float *logits, int32_t d, bool *accepted) {
+    if (sampler_greedy(&s->o)) {
+        const int32_t b = sampler_argmax(logits, s->n_vocab);
+        *accepted = b == d;
+        return b;
+    }
+    const int64_t n = stages(s, logits, s->o.ordered ? s->o.order : DEFAULT_ORDER);
+    float mx = s->cand[0].p;
+    for (int64_t i = 1; i < n; i++) mx = s->cand[i].p > mx ? s->cand[i].p : mx;
+    double sum = 0, wd = 0;
+    for (int64_t i = 0; i < n; i++) {
+        const double w = exp((double)s->cand[i].p - mx);
+        sum += w;
+        if (s->cand[i].id == d) wd = w;
+    }
+    /* keep d with probability p(d) = wd / sum */
+    if (draw(s) * sum < wd) {
+        *accepted = true;
+        return d;
+    }
+    *accepted = false;
+    /* p without d, renormalized: the rest's weights, sum - wd of them (> 0 here: p(d) < 1) */
+    const double r = draw(s) * (MUTANT("spec_residual_keeps_d") ? sum : sum - wd);
+    double acc = 0;
+    int64_t last = -1;
+    for (int64_t i = 0; i < n; i++) {
+        if (s->cand[i].id == d && !MUTANT("spec_residual_keeps_d")) continue;
+        acc += exp((double)s->cand[i].p - mx);
+        last = i;
+        if (r < acc) return s->cand[i].id;
+    }
+    return s->cand[last].id; /* (acc short of r by rounding only) */
 }
 
 static int id_cmp(const void *a, const void *b) {

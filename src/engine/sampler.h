@@ -36,6 +36,12 @@ typedef struct sampler {
 void sampler_init(sampler *s, const sampler_opts *o, int64_t n_vocab);
 void sampler_free(sampler *s);
 int32_t sampler_sample(sampler *s, const float *logits);
+/* Speculative sampling of a draft d that had all the draft's mass (greedy drafts): keeps d
+ * with probability p(d) under the distribution sampler_sample draws from (its stages on
+ * logits), else draws from p without d, renormalized: so the token returned is distributed
+ * as sampler_sample's (Leviathan et al. 2023 with q = delta(d)). Greedy: the argmax, d kept
+ * where it is the argmax. *accepted: the token returned is d. */
+int32_t sampler_sample_draft(sampler *s, const float *logits, int32_t d, bool *accepted);
 /* whether sampler_sample is the argmax (of the penalized logits) under o */
 bool sampler_greedy(const sampler_opts *o);
 int32_t sampler_argmax(const float *logits, int64_t n);

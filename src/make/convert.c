@@ -16,7 +16,12 @@
  * Every HF tensor is checked for presence and shape (after dropping size-1 dims) before the
  * output file is created, so a bad checkpoint leaves no file behind. Large tensors are
  * streamed in row chunks (token_embd, output) or per expert, never held whole.
- * Not converted: the MTP block (mtp.*, ignored by hearth) and any vision tower. */
+ *   - the MTP block (config mtp_num_hidden_layers 1, tensors mtp.*), as llama.cpp's
+ *     _QwenMtpMixin: its layer mtp.layers.0.* becomes blk.N (N = num_hidden_layers, with
+ *     the trunk's names and rules), fc -> nextn.eh_proj, pre_fc_norm_embedding -> nextn.enorm,
+ *     pre_fc_norm_hidden -> nextn.hnorm, norm -> nextn.shared_head_norm (norms + 1);
+ *     block_count counts it and nextn_predict_layers is 1.
+ * Not converted: any vision tower. */
 #include "make/convert.h"
 #include "format/gguf.h"
 #include "format/quant.h"
@@ -164,8 +169,13 @@ static int config_from_json(const cJSON *root, model_hparams *hp, cfg_extra *x, 
         cfg_int(&c, "linear_value_head_dim", &val_dim, true, e) < 0 ||
         cfg_int(&c, "linear_num_key_heads", &n_key, true, e) < 0 ||
         cfg_int(&c, "linear_num_value_heads", &n_val, true, e) < 0 ||
-        cfg_int(&c, "full_attention_interval", &hp->full_attn_interval, false, e) < 0)
+        cfg_int(&c, "full_attention_interval", &hp->full_attn_interval, false, e) < 0 ||
+        cfg_int(&c, "mtp_num_hidden_layers", &hp->n_layer_nextn, false, e) < 0)
         goto out;
+    if (hp->n_layer_nextn < 0 || hp->n_layer_nextn > 1) {
+        herr_set(e, "config.json: mtp_num_hidden_layers %" PRId64 ": hearth converts 0 or 1 MTP block", hp->n_layer_nextn);
+        goto out;
+    }
     if (hp->n_head < 1 || hp->n_head > 1024) {
         herr_set(e, "config.json: num_attention_heads %" PRId64 " is out of range", hp->n_head);
         goto out;
@@ -300,6 +310,7 @@ typedef struct hf_set {
 } hf_set;
 
 static char *normalize_name(const char *raw) {
+    if (!strncmp(raw, "model.mtp.", 10)) return xstrdup(raw + 6); /* the MTP block as "mtp." */
     const char *lm = strstr(raw, "language_model.");
     if (!lm) return xstrdup(raw);
     size_t pre = (size_t)(lm - raw), skip = strlen("language_model.");
@@ -567,6 +578,13 @@ static void retile_rows(const model_hparams *hp, const float *src, float *dst, i
         memcpy(dst + (first + n * blk) * ne0, src + (first + tiled_src(hp, n) * blk) * ne0, bb);
 }
 
+/* a layer's tensor names' start: the trunk's model.layers.N, the MTP block's mtp.layers.0 */
+static const char *layer_prefix(const conv_ctx *c, int il, char *buf, size_t n) {
+    if (il >= c->hp->n_layer) snprintf(buf, n, "mtp.layers.%d", il - (int)c->hp->n_layer);
+    else snprintf(buf, n, "model.layers.%d", il);
+    return buf;
+}
+
 /* which of the expert layouts a layer uses */
 enum exp_layout { EXP_PER_EXPERT, EXP_STACKED, EXP_FUSED };
 
@@ -577,22 +595,23 @@ static int make_experts(conv_ctx *c, const tensor_spec *s, int64_t idx, uint32_t
     const model_hparams *hp = c->hp;
     const int64_t X = hp->n_expert, F = hp->n_ff_exp, E = hp->n_embd;
     const int64_t r0 = which == 2 ? E : F, r1 = which == 2 ? F : E; /* one expert's HF [r0, r1] */
-    char nm[160], alt[160];
+    char nm[160], alt[160], pb[32];
+    const char *pre = layer_prefix(c, il, pb, sizeof pb);
     /* find the layout from what exists */
     enum exp_layout lay;
-    snprintf(nm, sizeof nm, "model.layers.%d.mlp.experts.0.%s.weight", il, exp_proj[which]);
+    snprintf(nm, sizeof nm, "%s.mlp.experts.0.%s.weight", pre, exp_proj[which]);
     const char *fused_base = which == 2 ? "down_proj" : "gate_up_proj";
     if (hf_find(&c->hf, nm)) lay = EXP_PER_EXPERT;
     else {
-        snprintf(nm, sizeof nm, "model.layers.%d.mlp.experts.%s.weight", il, exp_proj[which]);
-        snprintf(alt, sizeof alt, "model.layers.%d.mlp.experts.%s", il, exp_proj[which]);
+        snprintf(nm, sizeof nm, "%s.mlp.experts.%s.weight", pre, exp_proj[which]);
+        snprintf(alt, sizeof alt, "%s.mlp.experts.%s", pre, exp_proj[which]);
         if (hf_find(&c->hf, nm) || hf_find(&c->hf, alt)) lay = EXP_STACKED;
         else {
-            snprintf(nm, sizeof nm, "model.layers.%d.mlp.experts.%s.weight", il, fused_base);
-            snprintf(alt, sizeof alt, "model.layers.%d.mlp.experts.%s", il, fused_base);
+            snprintf(nm, sizeof nm, "%s.mlp.experts.%s.weight", pre, fused_base);
+            snprintf(alt, sizeof alt, "%s.mlp.experts.%s", pre, fused_base);
             if (hf_find(&c->hf, nm) || hf_find(&c->hf, alt)) lay = which == 2 ? EXP_STACKED : EXP_FUSED;
             else {
-                snprintf(nm, sizeof nm, "model.layers.%d.mlp.experts.0.%s.weight", il, exp_proj[which]);
+                snprintf(nm, sizeof nm, "%s.mlp.experts.0.%s.weight", pre, exp_proj[which]);
                 return herr_set(e, "missing tensor %s (nor a stacked mlp.experts.%s or mlp.experts.gate_up_proj)", nm,
                                 exp_proj[which]);
             }
@@ -602,8 +621,8 @@ static int make_experts(conv_ctx *c, const tensor_spec *s, int64_t idx, uint32_t
     int64_t per_off = 0, base_off = 0; /* offset of expert x: base_off + x * per_off */
     if (lay != EXP_PER_EXPERT) {
         const char *base = lay == EXP_FUSED ? "gate_up_proj" : exp_proj[which];
-        snprintf(nm, sizeof nm, "model.layers.%d.mlp.experts.%s.weight", il, base);
-        if (!hf_find(&c->hf, nm)) snprintf(nm, sizeof nm, "model.layers.%d.mlp.experts.%s", il, base);
+        snprintf(nm, sizeof nm, "%s.mlp.experts.%s.weight", pre, base);
+        if (!hf_find(&c->hf, nm)) snprintf(nm, sizeof nm, "%s.mlp.experts.%s", pre, base);
         int64_t shape[3] = {X, lay == EXP_FUSED ? 2 * F : r0, r1};
         if (!(whole = need(c, nm, 3, shape, e))) return -1;
         per_off = shape[1] * r1;
@@ -614,7 +633,7 @@ static int make_experts(conv_ctx *c, const tensor_spec *s, int64_t idx, uint32_t
         const st_tensor *t = whole;
         int64_t off = base_off + x * per_off;
         if (lay == EXP_PER_EXPERT) {
-            snprintf(nm, sizeof nm, "model.layers.%d.mlp.experts.%" PRId64 ".%s.weight", il, x, exp_proj[which]);
+            snprintf(nm, sizeof nm, "%s.mlp.experts.%" PRId64 ".%s.weight", pre, x, exp_proj[which]);
             if (!(t = need2(c, nm, r0, r1, e))) return -1;
             off = 0;
         }
@@ -630,7 +649,9 @@ static int make_tensor(conv_ctx *c, const tensor_spec *s, int64_t idx, uint32_t 
     const int64_t Vd = hp_value_dim(hp), C = hp_conv_dim(hp), W = hp->ssm_d_conv;
     char nm[160];
     const int il = s->layer;
-#define LNAME(suffix) (snprintf(nm, sizeof nm, "model.layers.%d.%s", il, suffix), nm)
+    char pb[32];
+    const char *pre = il >= 0 ? layer_prefix(c, il, pb, sizeof pb) : "";
+#define LNAME(suffix) (snprintf(nm, sizeof nm, "%s.%s", pre, suffix), nm)
     const st_tensor *t = NULL;
     float *b;
     switch (s->role) {
@@ -647,13 +668,18 @@ static int make_tensor(conv_ctx *c, const tensor_spec *s, int64_t idx, uint32_t 
     case TR_FFN_DOWN_SHEXP: t = need2(c, LNAME("mlp.shared_expert.down_proj.weight"), s->ne[1], s->ne[0], e); break;
     case TR_FFN_GATE_INP_SHEXP: t = need2(c, LNAME("mlp.shared_expert_gate.weight"), 1, E, e); break;
     case TR_SSM_NORM: t = need(c, LNAME("linear_attn.norm.weight"), 1, &S, e); break; /* no +1 */
+    case TR_NEXTN_EH_PROJ: t = need2(c, "mtp.fc.weight", E, 2 * E, e); break;
     case TR_FFN_GATE_EXPS: return make_experts(c, s, idx, type, il, 0, e);
     case TR_FFN_UP_EXPS: return make_experts(c, s, idx, type, il, 1, e);
     case TR_FFN_DOWN_EXPS: return make_experts(c, s, idx, type, il, 2, e);
 
     /* zero-centred norms: + 1 */
-    case TR_OUTPUT_NORM: case TR_ATTN_NORM: case TR_POST_NORM: case TR_ATTN_Q_NORM: case TR_ATTN_K_NORM: {
+    case TR_OUTPUT_NORM: case TR_ATTN_NORM: case TR_POST_NORM: case TR_ATTN_Q_NORM: case TR_ATTN_K_NORM:
+    case TR_NEXTN_ENORM: case TR_NEXTN_HNORM: case TR_NEXTN_HEAD_NORM: {
         const char *n = s->role == TR_OUTPUT_NORM ? "model.norm.weight"
+                        : s->role == TR_NEXTN_ENORM ? "mtp.pre_fc_norm_embedding.weight"
+                        : s->role == TR_NEXTN_HNORM ? "mtp.pre_fc_norm_hidden.weight"
+                        : s->role == TR_NEXTN_HEAD_NORM ? "mtp.norm.weight"
                         : s->role == TR_ATTN_NORM ? LNAME("input_layernorm.weight")
                         : s->role == TR_POST_NORM ? LNAME("post_attention_layernorm.weight")
                         : s->role == TR_ATTN_Q_NORM ? LNAME("self_attn.q_norm.weight")
@@ -737,6 +763,12 @@ int convert_hf(const convert_opts *o, convert_stats *st, herr *e) {
     if (read_config(o->hf_dir, &hp, &x, e) < 0) return herr_wrap(e, "%s", o->hf_dir);
     conv_ctx c = {.hp = &hp, .quant = o->quant, .dry = true};
     if (hf_open(&c.hf, o->hf_dir, e) < 0) return -1;
+    if (hp.n_layer_nextn == 1 && (o->no_mtp || !hf_find(&c.hf, "mtp.fc.weight"))) {
+        if (o->log && !o->no_mtp)
+            fprintf(o->log, "convert: config.json has mtp_num_hidden_layers 1 but the checkpoint has no mtp.fc.weight: "
+                            "written without the MTP block\n");
+        hp.n_layer_nextn = 0;
+    }
 
     vocab_def v;
     memset(&v, 0, sizeof v);
@@ -787,10 +819,11 @@ int convert_hf(const convert_opts *o, convert_stats *st, herr *e) {
     model_hparams_write(&hp, c.w);
     if (x.has_layer_types) {
         bool rec[MODEL_MAX_LAYERS];
-        for (int il = 0; il < hp.n_layer; il++) rec[il] = hp.is_recurrent[il];
+        const int n_all = (int)(hp.n_layer + hp.n_layer_nextn); /* the MTP block's layer: attention */
+        for (int il = 0; il < n_all; il++) rec[il] = il < hp.n_layer && hp.is_recurrent[il];
         char k[128];
         snprintf(k, sizeof k, "%s.attention.recurrent_layers", hp.arch);
-        gguf_set_arr_data(c.w, k, GGUF_TYPE_BOOL, rec, (uint64_t)hp.n_layer);
+        gguf_set_arr_data(c.w, k, GGUF_TYPE_BOOL, rec, (uint64_t)n_all);
     }
     {
         char name[256];

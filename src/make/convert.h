@@ -20,6 +20,7 @@ typedef struct convert_opts {
     const char *out_path;
     convert_quant quant;
     FILE *log;                  /* notes (stderr in the CLI); NULL: silent */
+    bool no_mtp;                /* leave the MTP block (mtp.*) out, as llama.cpp's --no-mtp */
 } convert_opts;
 
 typedef struct convert_stats {

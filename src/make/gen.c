@@ -223,7 +223,7 @@ static void init_of(const tensor_spec *s, enum init_kind *kind, float *std) {
     *std = 1.0f / sqrtf((float)s->ne[0]);
     switch (s->role) {
     case TR_OUTPUT_NORM: case TR_ATTN_NORM: case TR_POST_NORM: case TR_SSM_NORM:
-    case TR_ATTN_Q_NORM: case TR_ATTN_K_NORM:
+    case TR_ATTN_Q_NORM: case TR_ATTN_K_NORM: case TR_NEXTN_ENORM: case TR_NEXTN_HNORM: case TR_NEXTN_HEAD_NORM:
         *kind = INIT_ONES;
         break;
     case TR_SSM_A: *kind = INIT_SSM_A; break;
@@ -449,10 +449,9 @@ int gen_write(const gen_opts *o, gen_stats *st, herr *e) {
     model_hparams hp;
     gen_quant q = o->quant;
     if (gen_preset(o->preset, &hp, e) < 0) return -1;
-    if (o->hparams) {
-        hp = *o->hparams;
-        if (model_hparams_check(&hp, e) < 0) return -1;
-    }
+    if (o->hparams) hp = *o->hparams;
+    if (o->mtp) hp.n_layer_nextn = 1;
+    if ((o->hparams || o->mtp) && model_hparams_check(&hp, e) < 0) return -1;
     if (!o->out_path || !o->out_path[0]) return herr_set(e, "no output file");
 
     vocab_def v;

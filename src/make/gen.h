@@ -33,6 +33,7 @@ typedef struct gen_opts {
     FILE *log;                  /* notes and progress (stderr in the CLI); NULL: silent */
     const model_hparams *hparams; /* non-NULL: these shapes instead of the preset's (tests);
                                    * the preset then only names the file */
+    bool mtp;                   /* also the MTP block (nextn_predict_layers 1, blk.n_layer) */
 } gen_opts;
 
 typedef struct gen_stats {

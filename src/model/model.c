@@ -24,6 +24,8 @@ static const char *const role_suffix[TR_COUNT] = {
     [TR_FFN_GATE_INP_SHEXP] = "ffn_gate_inp_shexp.weight",
     [TR_FFN_GATE_SHEXP] = "ffn_gate_shexp.weight", [TR_FFN_UP_SHEXP] = "ffn_up_shexp.weight",
     [TR_FFN_DOWN_SHEXP] = "ffn_down_shexp.weight",
+    [TR_NEXTN_EH_PROJ] = "nextn.eh_proj.weight", [TR_NEXTN_ENORM] = "nextn.enorm.weight",
+    [TR_NEXTN_HNORM] = "nextn.hnorm.weight", [TR_NEXTN_HEAD_NORM] = "nextn.shared_head_norm.weight",
 };
 
 static void spec_add(tensor_spec *s, int64_t *n, enum tensor_role role, int layer, uint32_t n_dims,
@@ -41,10 +43,11 @@ static void spec_add(tensor_spec *s, int64_t *n, enum tensor_role role, int laye
 int64_t model_tensor_specs(const model_hparams *hp, tensor_spec **out) {
     const int64_t E = hp->n_embd, V = hp->n_vocab, H = hp->n_head, Hkv = hp->n_head_kv, D = hp->head_dim;
     const int64_t X = hp->n_expert, F = hp->n_ff_exp, Fs = hp->n_ff_shexp, Gv = hp->ssm_dt_rank;
-    tensor_spec *s = xcalloc((size_t)(3 + hp->n_layer * 20), sizeof *s);
+    const int64_t n_all = hp->n_layer + (hp->n_layer_nextn == 1);
+    tensor_spec *s = xcalloc((size_t)(3 + n_all * 20 + 4), sizeof *s);
     int64_t n = 0;
     spec_add(s, &n, TR_TOKEN_EMBD, -1, 2, E, V, 1);
-    for (int il = 0; il < hp->n_layer; il++) {
+    for (int il = 0; il < n_all; il++) { /* the MTP block's layer (il = n_layer) is an attention layer */
         spec_add(s, &n, TR_ATTN_NORM, il, 1, E, 1, 1);
         spec_add(s, &n, TR_POST_NORM, il, 1, E, 1, 1);
         if (hp->is_recurrent[il]) {
@@ -73,6 +76,12 @@ int64_t model_tensor_specs(const model_hparams *hp, tensor_spec **out) {
         spec_add(s, &n, TR_FFN_GATE_SHEXP, il, 2, E, Fs, 1);
         spec_add(s, &n, TR_FFN_UP_SHEXP, il, 2, E, Fs, 1);
         spec_add(s, &n, TR_FFN_DOWN_SHEXP, il, 2, Fs, E, 1);
+        if (il == hp->n_layer) {
+            spec_add(s, &n, TR_NEXTN_EH_PROJ, il, 2, 2 * E, E, 1);
+            spec_add(s, &n, TR_NEXTN_ENORM, il, 1, E, 1, 1);
+            spec_add(s, &n, TR_NEXTN_HNORM, il, 1, E, 1, 1);
+            spec_add(s, &n, TR_NEXTN_HEAD_NORM, il, 1, E, 1, 1);
+        }
     }
     spec_add(s, &n, TR_OUTPUT_NORM, -1, 1, E, 1, 1);
     spec_add(s, &n, TR_OUTPUT, -1, 2, E, V, 1);
@@ -118,7 +127,10 @@ int model_hparams_check(model_hparams *hp, herr *e) {
     if (hp->rope_dims > hp->head_dim || hp->rope_dims % 2)
         return herr_set(e, "rope.dimension_count %" PRId64 " must be even and at most key_length %" PRId64,
                         hp->rope_dims, hp->head_dim);
+    if (hp->n_layer + (hp->n_layer_nextn == 1) > MODEL_MAX_LAYERS)
+        return herr_set(e, "%s.block_count %" PRId64 " with an MTP block is above %d", hp->arch, hp->n_layer + 1, MODEL_MAX_LAYERS);
     for (int il = 0; il < hp->n_layer; il++) hp->is_recurrent[il] = (il + 1) % hp->full_attn_interval != 0;
+    if (hp->n_layer < MODEL_MAX_LAYERS) hp->is_recurrent[hp->n_layer] = false; /* (the MTP block's layer, where there is one) */
     return 0;
 }
 
@@ -244,6 +256,10 @@ static qtensor *slot_of(model *m, const tensor_spec *s) {
     }
     model_layer *l = &m->layers[s->layer];
     switch (s->role) {
+    case TR_NEXTN_EH_PROJ: return &m->mtp.eh_proj;
+    case TR_NEXTN_ENORM: return &m->mtp.enorm;
+    case TR_NEXTN_HNORM: return &m->mtp.hnorm;
+    case TR_NEXTN_HEAD_NORM: return &m->mtp.head_norm;
     case TR_ATTN_NORM: return &l->attn_norm;
     case TR_POST_NORM: return &l->post_norm;
     case TR_ATTN_QKV: return &l->attn_qkv;
@@ -278,6 +294,7 @@ static bool role_needs_f32(enum tensor_role r) {
     switch (r) {
     case TR_OUTPUT_NORM: case TR_ATTN_NORM: case TR_POST_NORM: case TR_SSM_CONV1D: case TR_SSM_DT:
     case TR_SSM_A: case TR_SSM_NORM: case TR_ATTN_Q_NORM: case TR_ATTN_K_NORM: case TR_FFN_GATE_INP_SHEXP:
+    case TR_NEXTN_ENORM: case TR_NEXTN_HNORM: case TR_NEXTN_HEAD_NORM:
         return true;
     default:
         return false;
@@ -296,12 +313,24 @@ int model_load_file(model **out, gguf_file *f, herr *e) {
     if (model_hparams_read(f, &m->hp, e) < 0) { free(m); return -1; }
     tensor_spec *specs;
     int64_t n = model_tensor_specs(&m->hp, &specs);
+    /* The MTP block is all or nothing: a file may say nextn_predict_layers 1 and hold none of
+     * its tensors (a converter that dropped them); one that holds some must hold all */
+    int64_t n_mtp = 0, n_mtp_found = 0;
+    for (int64_t i = 0; i < n; i++)
+        if (model_spec_is_mtp(&m->hp, &specs[i])) n_mtp++, n_mtp_found += gguf_find_tensor(f, specs[i].name) != NULL;
+    m->has_mtp = n_mtp > 0 && n_mtp_found > 0;
     for (int64_t i = 0; i < n; i++) {
         const tensor_spec *s = &specs[i];
+        if (!m->has_mtp && model_spec_is_mtp(&m->hp, s)) continue;
         const gguf_tensor *t = gguf_find_tensor(f, s->name);
         char want[96], got[96];
         shape_str(want, sizeof want, s->n_dims, s->ne);
         if (!t && s->role == TR_OUTPUT) t = gguf_find_tensor(f, "token_embd.weight"); /* tied output */
+        if (!t && model_spec_is_mtp(&m->hp, s)) {
+            herr_set(e, "missing tensor %s, expected shape %s (the file holds part of the MTP block, blk.%" PRId64 ")", s->name,
+                     want, m->hp.n_layer);
+            goto fail;
+        }
         if (!t) {
             herr_set(e, "missing tensor %s, expected shape %s", s->name, want);
             goto fail;
@@ -336,6 +365,7 @@ int model_load_file(model **out, gguf_file *f, herr *e) {
     }
     free(specs);
     for (int il = 0; il < m->hp.n_layer; il++) m->layers[il].recurrent = m->hp.is_recurrent[il];
+    if (m->has_mtp) m->layers[m->hp.n_layer].recurrent = false;
     m->file = f;
     *out = m;
     return 0;

@@ -15,7 +15,8 @@
 typedef struct model_hparams {
     char arch[32];              /* "qwen35moe" */
     int64_t n_layer;            /* trunk layers (block_count minus nextn_predict_layers) */
-    int64_t n_layer_nextn;      /* MTP blocks stored after the trunk; ignored for inference */
+    int64_t n_layer_nextn;      /* MTP blocks stored after the trunk (block_count counts them); one is
+                                 * read (model.has_mtp), more are ignored */
     int64_t n_ctx_train;
     int64_t n_embd;             /* E: hidden size */
     int64_t n_vocab;            /* V: rows of token_embd / output */
@@ -53,6 +54,8 @@ enum tensor_role {
     TR_ATTN_Q, TR_ATTN_K, TR_ATTN_V, TR_ATTN_OUT, TR_ATTN_Q_NORM, TR_ATTN_K_NORM,
     TR_FFN_GATE_INP, TR_FFN_GATE_EXPS, TR_FFN_UP_EXPS, TR_FFN_DOWN_EXPS,
     TR_FFN_GATE_INP_SHEXP, TR_FFN_GATE_SHEXP, TR_FFN_UP_SHEXP, TR_FFN_DOWN_SHEXP,
+    /* the MTP block's own (its layer is an attention layer with the trunk's roles) */
+    TR_NEXTN_EH_PROJ, TR_NEXTN_ENORM, TR_NEXTN_HNORM, TR_NEXTN_HEAD_NORM,
     TR_COUNT
 };
 
@@ -64,8 +67,12 @@ typedef struct tensor_spec {
     int64_t ne[GGUF_MAX_DIMS];  /* ggml order: ne[0] is the input dim */
 } tensor_spec;
 
-/* The trunk's tensors in file order. Returns the count; *out is malloc'd. */
+/* The trunk's tensors in file order, then the MTP block's where hp->n_layer_nextn is 1 (its
+ * layer blk.n_layer, then the nextn tensors; model_spec_is_mtp tells them). Returns the
+ * count; *out is malloc'd. */
 int64_t model_tensor_specs(const model_hparams *hp, tensor_spec **out);
+
+static inline bool model_spec_is_mtp(const model_hparams *hp, const tensor_spec *s) { return s->layer >= hp->n_layer; }
 
 /* Reads and checks the hyperparameters of a qwen35moe file. */
 int model_hparams_read(const gguf_file *f, model_hparams *hp, herr *e);
@@ -109,13 +116,25 @@ typedef struct model_layer {
     qtensor ffn_down_shexp; /* (Fs, E) */
 } model_layer;
 
+/* The multi-token-prediction (MTP) block, llama.cpp's "nextn" names: the draft of the token
+ * after next from the trunk's last hidden row h (after output_norm) and the next token's
+ * embedding e: x = eh_proj [enorm(e); hnorm(h)], one attention layer with its MoE
+ * (layers[n_layer]), head_norm, then the trunk's output matrix (docs/MODEL.md). */
+typedef struct model_mtp {
+    qtensor eh_proj;        /* (2E, E): the embedding's E columns first, then h's */
+    qtensor enorm, hnorm;   /* (E) */
+    qtensor head_norm;      /* (E): shared_head_norm */
+} model_mtp;
+
 typedef struct model {
     gguf_file *file;
     model_hparams hp;
     qtensor token_embd;     /* (E, V) */
     qtensor output_norm;    /* (E) */
     qtensor output;         /* (E, V) */
-    model_layer layers[MODEL_MAX_LAYERS];
+    model_layer layers[MODEL_MAX_LAYERS]; /* the trunk's n_layer, then the MTP block's layer */
+    bool has_mtp;           /* the file holds one whole MTP block (n_layer_nextn 1) */
+    model_mtp mtp;
 } model;
 
 /* Opens a GGUF file and binds every tensor the table names, checking shape and type;

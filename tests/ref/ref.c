@@ -41,7 +41,10 @@ struct ref_model {
     ref_mat token_embd, output;
     /* the lazy expert copies fill as sequences run: a ref_model is not shared by threads */
     double *output_norm;                           /* (E) */
-    ref_layer layers[MODEL_MAX_LAYERS];
+    ref_layer layers[MODEL_MAX_LAYERS];            /* the trunk's, then the MTP block's (has_mtp) */
+    ref_mat eh_proj;                               /* the MTP block's (has_mtp) */
+    double *enorm, *hnorm, *head_norm;             /* (E) */
+    int n_all;                                     /* layers: n_layer + has_mtp */
     int64_t max_row;                               /* longest row of any matrix */
     size_t cached_bytes, budget;                   /* bytes of dequantized float copies: used, at most */
     void *owned[MODEL_MAX_LAYERS * 32 + 8];        /* allocations to free */
@@ -212,7 +215,14 @@ ref_model *ref_model_new(const model *m) {
     rm->budget = mb ? (size_t)strtoull(mb, NULL, 10) << 20 : (size_t)2 << 30;
     rm->token_embd = mat_of(rm, &m->token_embd, false);
     rm->output_norm = vec_of(rm, &m->output_norm);
-    for (int il = 0; il < m->hp.n_layer; il++) {
+    rm->n_all = (int)m->hp.n_layer + m->has_mtp;
+    if (m->has_mtp) {
+        rm->eh_proj = mat_of(rm, &m->mtp.eh_proj, true);
+        rm->enorm = vec_of(rm, &m->mtp.enorm);
+        rm->hnorm = vec_of(rm, &m->mtp.hnorm);
+        rm->head_norm = vec_of(rm, &m->mtp.head_norm);
+    }
+    for (int il = 0; il < rm->n_all; il++) {
         const model_layer *ml = &m->layers[il];
         ref_layer *l = &rm->layers[il];
         l->recurrent = ml->recurrent;
@@ -252,7 +262,7 @@ ref_model *ref_model_new(const model *m) {
 
 void ref_model_free(ref_model *rm) {
     if (!rm) return;
-    for (int il = 0; il < rm->m->hp.n_layer; il++)
+    for (int il = 0; il < rm->n_all; il++)
         for (int w = 0; w < 3; w++) {
             for (int64_t e = 0; e < rm->m->hp.n_expert; e++) free(rm->layers[il].exp_cache[w][e]);
             free(rm->layers[il].exp_cache[w]);
@@ -291,13 +301,13 @@ ref_seq *ref_seq_new(ref_model *rm, int64_t max_tokens) {
     HEARTH_CHECK(max_tokens > 0);
     const int64_t E = hp->n_embd, H = hp->n_head, Hkv = hp->n_head_kv, D = hp->head_dim;
     const int64_t S = hp->ssm_d_state, Gv = hp->ssm_dt_rank, C = hp_conv_dim(hp), W = hp->ssm_d_conv;
-    const int64_t L = hp->n_layer, K = hp->n_expert_used, X = hp->n_expert;
+    const int64_t L = rm->n_all, K = hp->n_expert_used, X = hp->n_expert; /* the MTP block's layer too */
     const int64_t Fmax = hp->n_ff_exp > hp->n_ff_shexp ? hp->n_ff_exp : hp->n_ff_shexp;
     ref_seq *s = xcalloc(1, sizeof *s);
     s->rm = rm;
     s->max_tokens = max_tokens;
     for (int il = 0; il < L; il++) {
-        if (hp->is_recurrent[il]) {
+        if (rm->layers[il].recurrent) {
             s->lane[il] = xcalloc((size_t)(Gv * S * S), sizeof(double));
             s->ring[il] = xcalloc((size_t)((W - 1) * C), sizeof(double));
         } else {
@@ -329,7 +339,7 @@ ref_seq *ref_seq_clone(const ref_seq *src) {
     const model_hparams *hp = &src->rm->m->hp;
     ref_seq *s = ref_seq_new(src->rm, src->max_tokens);
     const int64_t Hkv = hp->n_head_kv, D = hp->head_dim, S = hp->ssm_d_state, Gv = hp->ssm_dt_rank;
-    const int64_t C = hp_conv_dim(hp), W = hp->ssm_d_conv, L = hp->n_layer, K = hp->n_expert_used;
+    const int64_t C = hp_conv_dim(hp), W = hp->ssm_d_conv, L = src->rm->n_all, K = hp->n_expert_used;
     s->pos = src->pos;
     s->act_round = src->act_round;
     for (int il = 0; il < L; il++) {
@@ -446,7 +456,7 @@ static void attn_mixer(ref_seq *s, int il, const double *h, double *out) {
 }
 
 void ref_mixer(ref_seq *s, int il, const double *h, double *out) {
-    HEARTH_CHECK(il >= 0 && il < s->rm->m->hp.n_layer);
+    HEARTH_CHECK(il >= 0 && il < s->rm->n_all);
     HEARTH_CHECK(s->pos < s->max_tokens);
     if (s->rm->layers[il].recurrent) gdn_mixer(s, il, h, out);
     else attn_mixer(s, il, h, out);
@@ -560,6 +570,44 @@ void ref_step(ref_seq *s, int32_t token, double *logits) {
         matvec(s, &rm->output, 0, hp->n_vocab, s->h, logits);
     }
     ref_seq_advance(s);
+}
+
+void ref_seq_head_input(const ref_seq *s, double *h) {
+    const model_hparams *hp = &s->rm->m->hp;
+    memcpy(h, s->hidden + (hp->n_layer - 1) * hp->n_embd, (size_t)hp->n_embd * sizeof(double));
+    ref_rmsnorm(h, hp->n_embd, hp->rms_eps, s->rm->output_norm);
+}
+
+void ref_mtp_row(ref_seq *s, int64_t pos, int32_t token, const double *h_prev, double *h_out, double *logits) {
+    const ref_model *rm = s->rm;
+    const model_hparams *hp = &rm->m->hp;
+    const int64_t E = hp->n_embd;
+    const double eps = hp->rms_eps;
+    const int il = (int)hp->n_layer;
+    HEARTH_CHECK(rm->m->has_mtp && token >= 0 && token < hp->n_vocab && pos >= 0 && pos < s->max_tokens);
+    const int64_t saved = s->pos;
+    const int32_t *forced = s->forced;
+    s->pos = pos, s->forced = NULL; /* the block's layer at the token's position, routed by itself */
+    double *cat = xmalloc(sizeof(double) * (size_t)(2 * E));
+    const float *emb = mat_row(&rm->token_embd, token, s->row);
+    for (int64_t i = 0; i < E; i++) cat[i] = emb[i], cat[E + i] = h_prev ? h_prev[i] : 0.0;
+    ref_rmsnorm(cat, E, eps, rm->enorm);
+    ref_rmsnorm(cat + E, E, eps, rm->hnorm);
+    matvec(s, &rm->eh_proj, 0, E, cat, s->x);
+    const ref_layer *l = &rm->layers[il];
+    memcpy(s->h, s->x, (size_t)E * sizeof(double));
+    ref_rmsnorm(s->h, E, eps, l->attn_norm);
+    ref_mixer(s, il, s->h, s->out);
+    for (int64_t i = 0; i < E; i++) s->x[i] += s->out[i];
+    memcpy(s->h, s->x, (size_t)E * sizeof(double));
+    ref_rmsnorm(s->h, E, eps, l->post_norm);
+    ref_moe(s, il, s->h, s->moe_out);
+    for (int64_t i = 0; i < E; i++) s->x[i] += s->moe_out[i];
+    ref_rmsnorm(s->x, E, eps, rm->head_norm);
+    if (h_out) memcpy(h_out, s->x, (size_t)E * sizeof(double));
+    if (logits) matvec(s, &rm->output, 0, hp->n_vocab, s->x, logits);
+    free(cat);
+    s->pos = saved, s->forced = forced;
 }
 
 void ref_seq_advance(ref_seq *s) {

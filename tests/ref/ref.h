@@ -104,6 +104,17 @@ void ref_moe(ref_seq *s, int il, const double *h2, double *out);
 /* After driving the layers by hand with ref_mixer / ref_moe: moves to the next position. */
 void ref_seq_advance(ref_seq *s);
 
+/* ---- the MTP block (a model with has_mtp) ----
+ * The trunk's last hidden row of the last step after output_norm (E): the block's h. */
+void ref_seq_head_input(const ref_seq *s, double *h);
+/* The block's row at position pos (its KV row written there; ref_seq_pos unchanged): x =
+ * eh_proj [rmsnorm(e of token)*enorm; rmsnorm(h_prev)*hnorm] (h_prev NULL: zeros), then the
+ * attention layer blk.n_layer with its MoE (its own routing), rmsnorm(x)*head_norm into h_out
+ * (E, may be NULL: the next draft's h_prev) and the output matrix into logits (may be NULL).
+ * The pairing is llama.cpp's (graph_mtp, common/speculative.cpp): the row at p reads the
+ * trunk's h at p - 1 and the token at p. */
+void ref_mtp_row(ref_seq *s, int64_t pos, int32_t token, const double *h_prev, double *h_out, double *logits);
+
 /* ---- introspection (pointers into the sequence; valid until it is freed) ---- */
 int64_t ref_seq_pos(const ref_seq *s);
 /* Layer il's lane: Gv × S × S doubles, index (h*S + i)*S + j, i key dim, j value dim.

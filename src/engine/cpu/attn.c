@@ -192,6 +192,35 @@ size_t cpu_attn_scratch(const model_hparams *hp, int64_t n, int64_t n_ctx, int n
     return b + (proj > out ? proj : out);
 }
 
+/* K and V of rows h (normed, roped) stored at the rows' positions, nothing else: the MTP
+ * block's rows of a pass, which later rows attend to but whose outputs nothing reads */
+static void kv_only_task(void *arg, int64_t r, int thread) {
+    attn_ctx *c = arg;
+    const model_hparams *hp = c->hp;
+    const int64_t Hkv = hp->n_head_kv, D = hp->head_dim;
+    for (int64_t h = 0; h < Hkv; h++) {
+        float *k = c->k + r * Hkv * D + h * D;
+        cpu_rmsnorm(k, c->L->attn_k_norm.data, k, D, hp->rms_eps);
+        rope_neox(k, hp->rope_dims, c->pos[r], hp->rope_theta);
+    }
+    cpu_seq *s = c->seqs[r];
+    kv_store(c->kv_f16, c->pos[r], c->k + r * Hkv * D, s->k[c->il], Hkv * D);
+    kv_store(c->kv_f16, c->pos[r], c->v + r * Hkv * D, s->v[c->il], Hkv * D);
+}
+
+void cpu_attn_kv(cpu_engine *ce, int il, const cpu_batch *b, const float *h) {
+    const model_hparams *hp = &ce->base.m->hp;
+    const model_layer *L = &ce->base.m->layers[il];
+    const int64_t Hkv = hp->n_head_kv, D = hp->head_dim, n = b->n;
+    attn_ctx c = {.hp = hp, .L = L, .il = il, .kv_f16 = ce->kv_f16, .seqs = b->row_seq, .pos = b->pos, .n = n};
+    c.k = cpu_scratch(ce, sizeof(float) * (size_t)(n * Hkv * D));
+    c.v = cpu_scratch(ce, sizeof(float) * (size_t)(n * Hkv * D));
+    const qtensor *ws[2] = {&L->attn_k, &L->attn_v};
+    float *ys[2] = {c.k, c.v};
+    cpu_project(ce, h, n, ws, ys, 2);
+    pool_for(ce->pool, n, kv_only_task, &c);
+}
+
 void cpu_attn_layer(cpu_engine *ce, int il, const cpu_batch *b, const float *h, float *out) {
     const model *m = ce->base.m;
     const model_hparams *hp = &m->hp;

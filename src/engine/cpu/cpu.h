@@ -70,6 +70,7 @@ typedef struct cpu_engine {
     pool *pool;
     int nth;
     bool kv_f16;
+    bool mtp;               /* engine_opts.mtp: the MTP block's KV rows made in every pass */
     cpu_seq *seqs;          /* n_seq_max */
     cpu_arena ar;
     int64_t rows_max;       /* rows one pass holds: CPU_UBATCH + n_seq_max */
@@ -111,6 +112,7 @@ void cpu_gdn_layer(cpu_engine *ce, int il, const cpu_batch *b, const float *h, f
 size_t cpu_gdn_scratch(const model_hparams *hp, int64_t n, int nth);
 /* attn.c: one attention layer; row r is at position b->pos[r] of b->row_seq[r]. */
 void cpu_attn_layer(cpu_engine *ce, int il, const cpu_batch *b, const float *h, float *out);
+void cpu_attn_kv(cpu_engine *ce, int il, const cpu_batch *b, const float *h); /* K and V rows stored, no attention */
 size_t cpu_attn_scratch(const model_hparams *hp, int64_t n, int64_t n_ctx, int nth);
 /* gdn_avx2.c: the delta rule's primitives (see gdn.c); AVX2/FMA, after quant_simd_active() */
 float cpu_gdn_dot_avx2(const float *x, const float *y, int64_t n);

@@ -10,6 +10,7 @@
 #include "engine/cpu/cpu.h"
 #include "format/quant.h"
 #include "engine/mutant.h"
+#include "engine/sampler.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -50,6 +51,61 @@ static void add_task(void *arg, int64_t t, int thread) {
     for (int64_t i = i0; i < i1; i++) c->x[i] += c->y[i];
 }
 
+/* ---- the MTP block (engine_opts.mtp) ----
+ * Its row at position p reads the trunk's last hidden row at p - 1 after output_norm (h) and
+ * the embedding e of the id at p (llama.cpp's pairing; zeros for h at p = 0):
+ *   x = eh_proj [enorm(e); hnorm(h)], then one attention layer with its MoE (layers[n_layer],
+ *   residuals as the trunk's), head_norm, the trunk's output matrix.
+ * A pass makes the block's KV rows for all its rows (x, attn_norm, K and V: nothing else of
+ * the block is read later); engine_mtp_draft runs the whole block a row at a time. */
+typedef struct mtp_ctx {
+    const model *m;
+    const cpu_batch *b;
+    const float *hn;   /* (n, E) the pass's rows' h */
+    float *cat;        /* (n, 2E) [enorm(e); hnorm(h at p - 1)] */
+} mtp_ctx;
+
+/* [enorm(e of id); hnorm(h)] into cat (2E) */
+static void mtp_input(const model *m, int32_t id, const float *h, float *cat) {
+    const qtensor *te = &m->token_embd;
+    const int64_t E = m->hp.n_embd;
+    float *ce = MUTANT("mtp_swap") ? cat + E : cat, *ch = MUTANT("mtp_swap") ? cat : cat + E; /* mutant: [h; e] */
+    quant_dequantize_row(te->type, (const uint8_t *)te->data + (size_t)id * te->row_bytes, ce, E);
+    cpu_rmsnorm(ce, m->mtp.enorm.data, ce, E, m->hp.rms_eps);
+    cpu_rmsnorm(h, m->mtp.hnorm.data, ch, E, m->hp.rms_eps);
+}
+
+static void mtp_input_task(void *arg, int64_t r, int thread) {
+    mtp_ctx *c = arg;
+    const int64_t E = c->m->hp.n_embd;
+    const cpu_piece *pc = &c->b->pieces[c->b->row_piece[r]];
+    mtp_input(c->m, c->b->ids[r], r > pc->r0 ? c->hn + (r - 1) * E : pc->s->mtp_h, c->cat + r * 2 * E);
+}
+
+/* the block's KV rows for the pass's rows, then each sequence's h and kept rows */
+static void mtp_pass(cpu_engine *ce, const cpu_batch *b, const float *hn) {
+    const model *m = ce->base.m;
+    const int64_t E = m->hp.n_embd, n = b->n;
+    const int il = (int)m->hp.n_layer;
+    const size_t mark = cpu_arena_mark(&ce->ar);
+    mtp_ctx c = {.m = m, .b = b, .hn = hn, .cat = cpu_scratch(ce, sizeof(float) * (size_t)(n * 2 * E))};
+    float *x = cpu_scratch(ce, sizeof(float) * (size_t)(n * E));
+    pool_for(ce->pool, n, mtp_input_task, &c);
+    cpu_matmul(ce, &m->mtp.eh_proj, c.cat, n, x);
+    for (int64_t r = 0; r < n; r++) cpu_rmsnorm(x + r * E, m->layers[il].attn_norm.data, x + r * E, E, m->hp.rms_eps);
+    if (!MUTANT("mtp_kv_skip")) cpu_attn_kv(ce, il, b, x); /* mutant: the block's KV rows of a pass not made */
+    for (int i = 0; i < b->n_pieces; i++) {
+        const cpu_piece *pc = &b->pieces[i];
+        cpu_seq *s = pc->s;
+        const int64_t keep = pc->n < CPU_MTP_KEEP ? pc->n : CPU_MTP_KEEP, r1 = pc->r0 + pc->n;
+        memcpy(s->mtp_h, hn + (r1 - 1) * E, sizeof(float) * (size_t)E);
+        memcpy(s->mtp_rows, hn + (r1 - keep) * E, sizeof(float) * (size_t)(keep * E));
+        s->mtp_pos0 = pc->pos0 + pc->n - keep;
+        s->mtp_n = keep;
+    }
+    cpu_arena_rewind(&ce->ar, mark);
+}
+
 static void forward(cpu_engine *ce, const cpu_batch *b) {
     const model *m = ce->base.m;
     const model_hparams *hp = &m->hp;
@@ -77,6 +133,12 @@ static void forward(cpu_engine *ce, const cpu_batch *b) {
         cpu_arena_rewind(&ce->ar, mark);
         pool_for(ce->pool, add_tasks, add_task, &ac);
     }
+    if (ce->mtp) { /* every row's h after the final norm: the MTP block's input */
+        fwd_ctx fc = c;
+        fc.norm_w = m->output_norm.data;
+        pool_for(ce->pool, n, norm_task, &fc);
+        mtp_pass(ce, b, c.h);
+    }
     if (!b->n_logits) return;
     /* final norm and the output projection, for the rows whose logits are wanted, in one job
      * so the output matrix is read once */
@@ -88,10 +150,14 @@ static void forward(cpu_engine *ce, const cpu_batch *b) {
             rows[k] = (int32_t)r;
             dst[k++] = b->logit_row[r];
         }
-    fwd_ctx fc = c;
-    fc.rows = rows;
-    fc.norm_w = m->output_norm.data;
-    pool_for(ce->pool, k, norm_task, &fc);
+    if (ce->mtp) { /* the rows, normed above, packed as the plain path packs them */
+        for (int64_t i = 0; i < k; i++) memmove(c.h + i * E, c.h + (int64_t)rows[i] * E, sizeof(float) * (size_t)E);
+    } else {
+        fwd_ctx fc = c;
+        fc.rows = rows;
+        fc.norm_w = m->output_norm.data;
+        pool_for(ce->pool, k, norm_task, &fc);
+    }
     const qtensor *w = &m->output;
     const size_t xs = cpu_act_bytes(w->type, E);
     uint8_t *xq = cpu_scratch(ce, xs * (size_t)k);
@@ -119,6 +185,17 @@ static size_t scratch_bound(const model_hparams *hp, int64_t R, int64_t n_ctx, i
     const size_t out = arena_round(sizeof(int32_t) * (size_t)R) + arena_round(sizeof(float *) * (size_t)R) +
                        cpu_act_scratch(R, E, 1) + cpu_jobs_scratch(1);
     return pass_arrays(R, n_seq) + 3 * arena_round(sizeof(float) * (size_t)(R * E)) + (ops > out ? ops : out);
+}
+
+/* the MTP block's pass (its inputs, x, and K and V's scratch: within the attention layer's
+ * bound), or a draft step's rows and logits */
+static size_t mtp_scratch(const model_hparams *hp, int64_t R, int64_t n_ctx, int nth) {
+    const int64_t E = hp->n_embd;
+    const size_t pass = 3 * arena_round(sizeof(float) * (size_t)(R * E)) + cpu_attn_scratch(hp, R, n_ctx, nth);
+    const size_t draft = 6 * arena_round(sizeof(float) * (size_t)(2 * E)) + arena_round(sizeof(float) * (size_t)hp->n_vocab) +
+                         8 * arena_round(64) + cpu_attn_scratch(hp, 1, n_ctx, nth) + cpu_moe_scratch(hp, 1) +
+                         cpu_act_scratch(1, E, 1) + cpu_jobs_scratch(1);
+    return pass + draft;
 }
 
 static int cpu_run(engine *eng, const engine_span *spans, int n_spans, herr *e) {
@@ -202,7 +279,15 @@ static void cpu_save(engine *eng, int seq, engine_point *p) {
 }
 
 static void cpu_restore(engine *eng, int seq, const engine_point *p) {
-    cpu_state_copy(&((cpu_engine *)eng)->seqs[seq], &eng->m->hp, (engine_point *)p, false);
+    cpu_seq *s = &((cpu_engine *)eng)->seqs[seq];
+    cpu_state_copy(s, &eng->m->hp, (engine_point *)p, false);
+    if (s->mtp_h) { /* the MTP block's h: the trunk's row at pos - 1 where the last pass kept it (a verify pass) */
+        const int64_t E = eng->m->hp.n_embd, q = p->pos - 1;
+        if (q >= s->mtp_pos0 && q < s->mtp_pos0 + s->mtp_n && !MUTANT("mtp_h_last"))
+            memcpy(s->mtp_h, s->mtp_rows + (q - s->mtp_pos0) * E, sizeof(float) * (size_t)E);
+        else if (!MUTANT("mtp_h_last"))
+            memset(s->mtp_h, 0, sizeof(float) * (size_t)E);
+    }
 }
 
 static void cpu_kv_read(engine *eng, int seq, int64_t a, int64_t b, void *data) {
@@ -213,6 +298,50 @@ static void cpu_kv_read(engine *eng, int seq, int64_t a, int64_t b, void *data) 
 static void cpu_kv_write(engine *eng, int seq, int64_t a, int64_t b, const void *data) {
     cpu_engine *ce = (cpu_engine *)eng;
     cpu_state_kv(&ce->seqs[seq], &eng->m->hp, ce->kv_f16, a, b, (void *)data, false);
+    ce->seqs[seq].mtp_n = 0; /* rows written from elsewhere: the kept h rows may not be theirs */
+}
+
+/* engine_mtp_draft: the whole MTP block a row at a time (the comment above mtp_ctx), greedy */
+static void cpu_mtp_draft(engine *eng, int seq, int32_t token, int k, int32_t *out, float *out_logits) {
+    cpu_engine *ce = (cpu_engine *)eng;
+    const model *m = eng->m;
+    const model_hparams *hp = &m->hp;
+    const int64_t E = hp->n_embd, V = hp->n_vocab, p0 = eng->seqs[seq].pos;
+    const int il = (int)hp->n_layer;
+    const model_layer *L = &m->layers[il];
+    cpu_seq *s = &ce->seqs[seq];
+    cpu_arena_rewind(&ce->ar, 0);
+    float *h = cpu_scratch(ce, sizeof(float) * (size_t)E), *cat = cpu_scratch(ce, sizeof(float) * (size_t)(2 * E));
+    float *x = cpu_scratch(ce, sizeof(float) * (size_t)E), *hn = cpu_scratch(ce, sizeof(float) * (size_t)E);
+    float *y = cpu_scratch(ce, sizeof(float) * (size_t)E), *logits = cpu_scratch(ce, sizeof(float) * (size_t)V);
+    int32_t *ids = cpu_scratch(ce, sizeof(int32_t)), *row_piece = cpu_scratch(ce, sizeof(int32_t));
+    int64_t *pos = cpu_scratch(ce, sizeof(int64_t)), *row_call = cpu_scratch(ce, sizeof(int64_t));
+    cpu_seq **row_seq = cpu_scratch(ce, sizeof(cpu_seq *));
+    float **logit_row = cpu_scratch(ce, sizeof(float *));
+    cpu_piece *pc = cpu_scratch(ce, sizeof(cpu_piece));
+    memcpy(h, s->mtp_h, sizeof(float) * (size_t)E);
+    row_piece[0] = 0, row_call[0] = 0, row_seq[0] = s, logit_row[0] = NULL;
+    const size_t base = cpu_arena_mark(&ce->ar);
+    for (int i = 0; i < k; i++) {
+        cpu_arena_rewind(&ce->ar, base);
+        ids[0] = i ? out[i - 1] : token;
+        pos[0] = p0 + i;
+        *pc = (cpu_piece){.s = s, .r0 = 0, .n = 1, .pos0 = p0 + i};
+        const cpu_batch b = {.n = 1, .ids = ids, .pieces = pc, .n_pieces = 1, .row_piece = row_piece, .pos = pos,
+                             .row_seq = row_seq, .row_call = row_call, .logit_row = logit_row};
+        mtp_input(m, ids[0], h, cat);
+        cpu_matmul(ce, &m->mtp.eh_proj, cat, 1, x);
+        cpu_rmsnorm(x, L->attn_norm.data, hn, E, hp->rms_eps);
+        cpu_attn_layer(ce, il, &b, hn, y);
+        for (int64_t j = 0; j < E; j++) x[j] += y[j];
+        cpu_rmsnorm(x, L->post_norm.data, hn, E, hp->rms_eps);
+        cpu_moe_layer(ce, il, &b, hn, y);
+        for (int64_t j = 0; j < E; j++) x[j] += y[j];
+        cpu_rmsnorm(x, m->mtp.head_norm.data, h, E, hp->rms_eps);
+        cpu_matmul(ce, &m->output, h, 1, logits);
+        out[i] = sampler_argmax(logits, V);
+        if (out_logits) memcpy(out_logits + (size_t)i * (size_t)V, logits, sizeof(float) * (size_t)V);
+    }
 }
 
 static void cpu_free(engine *eng) {
@@ -233,6 +362,7 @@ static const engine_backend cpu_backend = {
     .restore = cpu_restore,
     .kv_read = cpu_kv_read,
     .kv_write = cpu_kv_write,
+    .mtp_draft = cpu_mtp_draft,
 };
 
 int engine_open_cpu(engine **out, const model *m, const engine_opts *o, herr *e) {
@@ -245,12 +375,14 @@ int engine_open_cpu(engine **out, const model *m, const engine_opts *o, herr *e)
     const model_hparams *hp = &m->hp;
     ce->nth = eng->opts.n_threads;
     ce->kv_f16 = eng->opts.kv_f16;
+    ce->mtp = eng->opts.mtp;
     ce->rows_max = CPU_UBATCH + eng->opts.n_seq_max;
-    if (cpu_state_new(&ce->seqs, hp, eng->opts.n_seq_max, eng->opts.n_ctx, ce->kv_f16, e) < 0) {
+    if (cpu_state_new(&ce->seqs, hp, eng->opts.n_seq_max, eng->opts.n_ctx, ce->kv_f16, ce->mtp, e) < 0) {
         cpu_free(eng);
         return -1;
     }
-    const size_t bound = scratch_bound(hp, ce->rows_max, eng->opts.n_ctx, ce->nth, eng->opts.n_seq_max);
+    const size_t bound = scratch_bound(hp, ce->rows_max, eng->opts.n_ctx, ce->nth, eng->opts.n_seq_max) +
+                         (ce->mtp ? mtp_scratch(hp, ce->rows_max, eng->opts.n_ctx, ce->nth) : 0);
     if (cpu_arena_init(&ce->ar, bound) < 0) {
         cpu_free(eng);
         return herr_set(e, "cannot allocate %.1f MiB of scratch for passes of %lld rows: lower -np or -t", (double)bound / (1 << 20),

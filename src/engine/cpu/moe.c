@@ -115,7 +115,7 @@ void cpu_moe_layer(cpu_engine *ce, int il, const cpu_batch *b, const float *h2, 
     c.wsel = cpu_scratch(ce, sizeof(float) * (size_t)(n * K));
     cpu_matmul(ce, &L->ffn_gate_inp, h2, n, c.logits);
     pool_for(ce->pool, n, route_task, &c);
-    if (ce->base.route_trace) /* tests compare routed expert choices: (row of the call, layer, K) */
+    if (ce->base.route_trace && il < hp->n_layer) /* tests compare routed expert choices: (row of the call, layer, K) */
         for (int64_t r = 0; r < n; r++)
             memcpy(ce->base.route_trace + (size_t)(b->row_call[r] * hp->n_layer + il) * (size_t)K, c.sel + r * K,
                    sizeof(int32_t) * (size_t)K);
