@@ -57,5 +57,30 @@ elif [ -n "${CI:-}" ]; then check "CI: the llama.cpp peer is built" false
 else skip "q4_k_m against llama-quantize" "llama.cpp peer not built"; fi
 check "run q4_k_m (256-wide)" "$HEARTH" run -m "$T/w_q4.gguf" --ids 7,45,85,127 -n 4 -t 2
 
+# the MTP block (mk_hf.py --mtp: the same trunk values): kept as blk.4's, shown by inspect,
+# left out by --no-mtp; drafts change no token; its Q4_K_M types and bytes are llama-quantize's
+python3 tests/cli/mk_hf.py "$T/hfm" 1 --mtp
+check "convert f32 with the MTP block" "${C[@]}" "$T/hfm" -o "$T/m_f32.gguf"
+out=$("$HEARTH" inspect "$T/m_f32.gguf" 2>&1)
+if grep -q '^mtp: 1 block, blk.4 (20 tensors' <<<"$out" && grep -q 'blk.4.nextn.eh_proj.weight  *f32  *\[512, 256\]' <<<"$out" &&
+   grep -q 'recurrent_layers: \[bool x 5\] true, true, true, false, false' <<<"$out" && grep -q 'block_count: u32 5' <<<"$out"; then
+    ok "inspect: the MTP block"; else bad "inspect: the MTP block" "$(grep -E '^mtp|blk.4|block_count|recurrent' <<<"$out")"; fi
+check "convert --no-mtp" "${C[@]}" "$T/hfm" --no-mtp -o "$T/m_no.gguf"
+if "$HEARTH" inspect "$T/m_no.gguf" 2>&1 | grep -q '^mtp: none'; then ok "--no-mtp leaves it out"; else bad "--no-mtp leaves it out" "an mtp line says otherwise"; fi
+plain=$("$HEARTH" run -m "$T/w_f32.gguf" --ids 7,45,85,127 -n 12 -t 2 --ids-out 2>/dev/null)
+spec=$("$HEARTH" run -m "$T/m_f32.gguf" --ids 7,45,85,127 -n 12 -t 2 --ids-out --spec-mtp 3 2>/dev/null)
+if [ -n "$plain" ] && [ "$plain" = "$spec" ]; then ok "--spec-mtp 3 on the converted block: the trunk's tokens"
+else bad "--spec-mtp 3 on the converted block: the trunk's tokens" "$plain against $spec"; fi
+check_fails "--spec-mtp on a file without the block" "no MTP block" "$HEARTH" run -m "$T/w_f32.gguf" --ids 7,45 -n 2 --spec-mtp 2
+check "convert q4_k_m with the MTP block" "${C[@]}" "$T/hfm" --quant q4_k_m -o "$T/m_q4.gguf"
+if [ -n "${bin:-}" ]; then
+    if ! out=$("$bin/llama-quantize" "$T/m_f32.gguf" "$T/m_q4_llama.gguf" Q4_K_M 2 2>&1); then
+        bad "llama-quantize Q4_K_M of the MTP file" "$out"
+    elif d=$(diff <(python3 tests/cli/gguf_tensors.py "$T/m_q4.gguf") <(python3 tests/cli/gguf_tensors.py "$T/m_q4_llama.gguf")); then
+        ok "q4_k_m with the MTP block: every tensor's type and bytes as llama-quantize Q4_K_M"
+    else bad "q4_k_m with the MTP block: every tensor's type and bytes as llama-quantize Q4_K_M" "$d"; fi
+elif [ -n "${CI:-}" ]; then check "CI: the llama.cpp peer is built" false
+else skip "q4_k_m with the MTP block against llama-quantize" "llama.cpp peer not built"; fi
+
 rm -rf "$T"
 summary

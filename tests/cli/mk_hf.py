@@ -6,9 +6,13 @@ widths 256), so `hearth convert --quant q4_k_m` can write every tensor in llama-
 Q4_K_M types. The tensor names and config keys are transformers' (tests/fixtures/hf_tiny is
 the checkpoint transformers itself wrote, with the same layout).
 
-    mk_hf.py OUT_DIR [SEED [CONFIG.json]]
+    mk_hf.py OUT_DIR [SEED [CONFIG.json]] [--mtp]
 
-CONFIG.json, when given, replaces the config (the same keys; widths from it)."""
+CONFIG.json, when given, replaces the config (the same keys; widths from it). --mtp adds the
+multi-token-prediction block as Qwen3.5 checkpoints ship it (config mtp_num_hidden_layers 1;
+mtp.fc, mtp.pre_fc_norm_embedding, mtp.pre_fc_norm_hidden, mtp.norm and mtp.layers.0.*, a
+full-attention layer with its MoE); its names sort after the trunk's, so the trunk's values
+are the same with and without it."""
 import array, json, os, random, struct, sys
 
 H, V, E, F, FS, L = 256, 1024, 4, 256, 256, 4
@@ -34,11 +38,15 @@ def tensors():
     HK, HV, DK, DV = c["linear_num_key_heads"], c["linear_num_value_heads"], c["linear_key_head_dim"], c["linear_value_head_dim"]
     NH, NKV, HD = c["num_attention_heads"], c["num_key_value_heads"], c["head_dim"]
     t = {"model.embed_tokens.weight": [V, H], "lm_head.weight": [V, H], "model.norm.weight": [H]}
-    for i in range(L):
-        p = f"model.layers.{i}."
+    layers = [(f"model.layers.{i}.", CONFIG["layer_types"][i]) for i in range(L)]
+    if c.get("mtp_num_hidden_layers", 0):
+        layers.append(("mtp.layers.0.", "full_attention"))
+        t.update({"mtp.fc.weight": [H, 2 * H], "mtp.pre_fc_norm_embedding.weight": [H],
+                  "mtp.pre_fc_norm_hidden.weight": [H], "mtp.norm.weight": [H]})
+    for p, kind in layers:
         t[p + "input_layernorm.weight"] = [H]
         t[p + "post_attention_layernorm.weight"] = [H]
-        if CONFIG["layer_types"][i] == "linear_attention":
+        if kind == "linear_attention":
             a = p + "linear_attn."
             t[a + "in_proj_qkv.weight"] = [2 * HK * DK + HV * DV, H]
             t[a + "in_proj_z.weight"] = [HV * DV, H]
@@ -72,10 +80,13 @@ def tensors():
 
 def main():
     global CONFIG
-    out = sys.argv[1]
-    if len(sys.argv) > 3:
-        CONFIG = json.load(open(sys.argv[3]))
-    rng = random.Random(int(sys.argv[2]) if len(sys.argv) > 2 else 1)
+    args = [a for a in sys.argv[1:] if a != "--mtp"]
+    out = args[0]
+    if len(args) > 2:
+        CONFIG = json.load(open(args[2]))
+    if "--mtp" in sys.argv:
+        CONFIG = dict(CONFIG, mtp_num_hidden_layers=1)
+    rng = random.Random(int(args[1]) if len(args) > 1 else 1)
     os.makedirs(out, exist_ok=True)
     header, blobs, off = {}, [], 0
     for name, shape in sorted(tensors().items()):

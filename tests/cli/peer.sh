@@ -17,6 +17,7 @@ checks=()
 for p in "${presets[@]}"; do for q in "${quants[@]}"; do
     checks+=("gen $p $q" "llama.cpp generates from $p-$q")
 done; done
+checks+=("gen tiny f32 --mtp" "llama.cpp generates from tiny-f32 with the MTP block")
 checks+=("test-llama-archs writes qwen35moe" "inspect test-llama-archs qwen35moe"
          "llama-quantize rewrites tiny to q8_0" "inspect llama-quantize q8_0"
          "llama-quantize rewrites tiny to Q4_K_M" "inspect llama-quantize Q4_K_M"
@@ -73,6 +74,11 @@ for p in "${presets[@]}"; do for q in "${quants[@]}"; do
     check_generates "llama.cpp generates from $p-$q" "$f"
     [ "$p-$q" = tiny-f32 ] || rm -f "$f"
 done; done
+
+# a file with the MTP block (blk.N's nextn tensors): llama.cpp names every tensor and loads it
+check "gen tiny f32 --mtp" "$HEARTH" gen --preset tiny --quant f32 --mtp -o "$TMP/tiny-mtp.gguf"
+check_generates "llama.cpp generates from tiny-f32 with the MTP block" "$TMP/tiny-mtp.gguf"
+rm -f "$TMP/tiny-mtp.gguf"
 
 # (b) llama.cpp writes, hearth reads.
 mkdir -p "$TMP/archs"

@@ -37,6 +37,27 @@ if [ -f "$v" ]; then
 else
     skip "a file of another architecture" "no vocab fixture"
 fi
+# --spec-mtp: the MTP block drafts, one pass verifies; the greedy text is the plain decode's
+mm=$TMP/run-tiny-mtp.gguf
+if $HEARTH gen --preset tiny --quant q4_k_m --seed 3 --mtp -o "$mm" >/dev/null 2>&1; then
+    p1=$($HEARTH run -m "$mm" -p "The hearth is warm" -n 24 -t 2 2>/dev/null)
+    p2=$($HEARTH run -m "$mm" -p "The hearth is warm" -n 24 -t 2 --spec-mtp 3 2>/dev/null)
+    if [ -n "$p1" ] && [ "$p1" = "$p2" ]; then ok "--spec-mtp 3: the plain decode's text"; else bad "--spec-mtp 3: the plain decode's text" "$p1 / $p2"; fi
+    # 24 tokens: the prompt pass gives the first, four steps of 4 drafts + 1 the next 20, the
+    # last step drafts 2 for the 3 left
+    g=$($HEARTH run -m "$mm" -p "The hearth is warm" -n 24 -t 2 --ids-out 2>/dev/null | tr -d '[]')
+    out=$($HEARTH run -m "$mm" -p "The hearth is warm" -n 24 -t 2 --ids-out --spec-mtp 4 --spec-replay "$g" 2>&1)
+    if grep -q "^\[$g\]$" <<<"$out" && grep -q 'spec: 5 steps, 18 drafted, 18 accepted (100.0%), 4.60 tokens a step' <<<"$out"; then
+        ok "--spec-replay of the output: every draft kept"; else bad "--spec-replay of the output: every draft kept" "$out"; fi
+    s1=$($HEARTH run -m "$mm" -p x -n 10 --temp 0.8 --seed 5 --ids-out --spec-mtp 2 2>/dev/null)
+    s2=$($HEARTH run -m "$mm" -p x -n 10 --temp 0.8 --seed 5 --ids-out --spec-mtp 2 2>/dev/null)
+    if [ -n "$s1" ] && [ "$s1" = "$s2" ]; then ok "--spec-mtp sampling is reproducible per seed"; else bad "--spec-mtp sampling is reproducible per seed" "$s1 / $s2"; fi
+    check_fails "--spec-mtp: context fills before -n tokens: exit 1" "the context of 10 tokens \(-c\) filled after" $HEARTH run -m "$mm" --ids 1,2,3 -n 20 -c 10 --spec-mtp 3
+else bad "gen tiny --mtp" "gen failed"; fi
+check_fails "--spec-mtp on a file without the block" "no MTP block" $HEARTH run -m "$m" -p hi -n 2 --spec-mtp 2
+check_fails "--spec-mtp 9" "--spec-mtp expects a whole number in \[0, 8\]" $HEARTH run -m "$m" -p hi --spec-mtp 9
+check_fails "--spec-replay without --spec-mtp" "--spec-replay needs --spec-mtp" $HEARTH run -m "$m" -p hi --spec-replay 1,2
+rm -f "$mm"
 check "bench prints pp and tg rows" bash -c "$HEARTH bench -m $m -p 16 -n 4 -r 1 | grep -q 'tg4'"
 check_fails "bench bad -r" "-r expects" $HEARTH bench -m "$m" -r 0
 rm -f "$m" "$TMP/trunc.gguf" "$TMP/vocab-qwen2.gguf"
