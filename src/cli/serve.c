@@ -5,6 +5,7 @@
 #include "cli/args.h"
 #include "cli/engine_args.h"
 #include "serve/serve.h"
+#include "engine/spec.h"
 #include "serve/cache.h"
 #include "text/chat_builtin.h"
 
@@ -103,6 +104,10 @@ int serve_args(int argc, char **argv, serve_opts *out) {
                 "-1: no limit)"),
         ARG_STR("--slot-save-path", NULL, &slot_dir, "DIR",
                 "the folder of /slots save and restore (default: --cache-dir)"),
+        ARG_INT("--spec-mtp", NULL, &o.spec_k, 0, SPEC_MAX, "K",
+                "speculative decoding: the model's MTP block drafts K tokens a step and one pass\n"
+                "verifies them, the same tokens as without (default 0: off; the CPU engine; not\n"
+                "for a request under a grammar); answers' timings give draft_n, draft_n_accepted"),
         ARG_I64("--threads", "-t", &n_threads, 1, 512, "N", "CPU threads (default: every core)"),
         ARG_STR("--api-key", NULL, &o.api_key, "KEY", "required as 'Authorization: Bearer KEY' or 'x-api-key: KEY'"),
         ARG_STR("--api-key-file", NULL, &key_file, "FILE", "--api-key read from a file (its one line)"),

@@ -50,6 +50,7 @@ typedef struct app {
     pthread_mutex_t id_mu;
     uint64_t next_id;
     int32_t *script;        /* HEARTH_TEST_REPLY's ids, or NULL */
+    int32_t spec_replay[4096]; /* HEARTH_TEST_SPEC_REPLAY's ids */
     int64_t render_delay_ms; /* HEARTH_TEST_RENDER_DELAY_MS: a chat prompt's rendering made this much slower */
     req_ctx rx;             /* what requests are read against (request.h) */
     cJSON *template_kwargs; /* --chat-template-kwargs, or NULL */
@@ -417,6 +418,10 @@ static cJSON *timings_json(const gen *g) {
     cJSON_AddNumberToObject(t, "predicted_ms", gen_s * 1e3);
     cJSON_AddNumberToObject(t, "predicted_per_token_ms", pred_n > 1 ? gen_s * 1e3 / (double)(pred_n - 1) : 0);
     cJSON_AddNumberToObject(t, "predicted_per_second", gen_s > 0 ? (double)(pred_n - 1) / gen_s : 0);
+    if (g->a->info.mtp) { /* llama-server's names for its drafts (--spec-mtp) */
+        cJSON_AddNumberToObject(t, "draft_n", (double)r->n_drafted);
+        cJSON_AddNumberToObject(t, "draft_n_accepted", (double)r->n_accepted);
+    }
     cJSON_AddStringToObject(t, "cache", r->cache_why);
     /* hearth's own: queued to the pass's start (a slot or a closing waited for, the point
      * and KV rows restored), the part of a turn outside prompt_ms the engine thread spends */
@@ -1714,7 +1719,7 @@ int serve_main(const serve_opts *o) {
      * --cache-ram -1: no limit; 0: the engine's default for the slots' own points, no shared cache */
     engine_opts eo = {.device = o->device, .n_threads = o->n_threads, .n_ctx = o->n_ctx ? o->n_ctx : a.m->hp.n_ctx_train,
                       .n_seq_max = o->n_slots, .cache_budget = o->cache_ram_mib < 0 ? INT64_MAX / 4 : o->cache_ram_mib << 20,
-                      .kv_f16 = o->kv_f16};
+                      .kv_f16 = o->kv_f16, .mtp = o->spec_k > 0};
     /* --cache-gpu: sequences beyond the slots', where a slot moving to another conversation
      * parks the old one's rows instead of copying them to the host (sched.h) */
     const int64_t seq_bytes = engine_seq_bytes(a.m, &eo);
@@ -1744,7 +1749,7 @@ int serve_main(const serve_opts *o) {
                      .template_kwargs = a.template_kwargs};
     sched_opts so = {.n_slots = o->n_slots, .queue_max = o->queue_max, .cache_dir = o->cache_dir,
                      .cache_disk = o->cache_disk_mib < 0 ? -1 : o->cache_disk_mib << 20, .cache_ram_off = o->cache_ram_mib == 0,
-                     .model_path = o->model_path, .answer_wait_ms = o->answer_wait_ms};
+                     .model_path = o->model_path, .answer_wait_ms = o->answer_wait_ms, .spec_k = o->spec_k};
     /* what the template closes an answer with: the scheduler's points at answers' ends */
     const cJSON *et = a.template_kwargs ? cJSON_GetObjectItemCaseSensitive(a.template_kwargs, "enable_thinking") : NULL;
     const chat_input probe = {.enable_thinking = et ? cJSON_IsTrue(et) : -1, .bos_token = a.bos_text,
@@ -1772,6 +1777,18 @@ int serve_main(const serve_opts *o) {
         so.script = a.script;
         free(text);
         fprintf(stderr, "hearth serve: test seam: every answer is the %" PRId64 " tokens of %s\n", so.n_script, script);
+    }
+    const char *spec_replay = getenv("HEARTH_TEST_SPEC_REPLAY"); /* sched.h's test seam: drafts from these ids */
+    if (spec_replay && spec_replay[0] && o->spec_k > 0) {
+        for (const char *q = spec_replay; *q && so.n_spec_replay < (int64_t)(sizeof a.spec_replay / sizeof a.spec_replay[0]);) {
+            char *end;
+            const long v = strtol(q, &end, 10);
+            if (end == q || v < 0 || v >= a.m->hp.n_vocab) { fprintf(stderr, "hearth serve: HEARTH_TEST_SPEC_REPLAY: not a token id at '%.20s'\n", q); goto out; }
+            a.spec_replay[so.n_spec_replay++] = (int32_t)v;
+            q = *end == ',' ? end + 1 : end;
+        }
+        so.spec_replay = a.spec_replay;
+        fprintf(stderr, "hearth serve: test seam: drafts from %" PRId64 " ids, by an answer's token index\n", so.n_spec_replay);
     }
     const char *gv_delay = getenv("HEARTH_TEST_GRAMMAR_DELAY_MS"); /* sched.h's test seam */
     if (gv_delay && gv_delay[0]) {

@@ -1,5 +1,6 @@
 /* sched.c: the engine thread, its slots and queue (sched.h). */
 #include "serve/sched.h"
+#include "engine/spec.h"
 #include "serve/grammar.h"
 #include "serve/schema.h"
 #include "engine/mutant.h"
@@ -81,6 +82,14 @@ typedef struct slot {
      * this step's piece ends there; 0: none */
     int64_t hold_at;
     int64_t step_most; /* SLOT_PREFILL: this step's most prompt rows (prompt_turns); 0: none this step */
+    /* --spec-mtp (engine/spec.h's way, inside the step): this step's drafts (spec_k of them; 0:
+     * a plain step), the span [next_id, drafts], its marks 1..spec_k (also its anchors) and the
+     * points they fill (made on the slot's first speculative step, kept), its rows' logits */
+    int spec_k, n_spec_pts;
+    int32_t spec_ids[SPEC_MAX + 1];
+    int64_t spec_marks[SPEC_MAX];
+    engine_point *spec_pts[SPEC_MAX];
+    float *spec_logits;         /* (SPEC_MAX + 1) x V, where --spec-mtp */
 } slot;
 
 struct sched {
@@ -806,7 +815,12 @@ static bool newlines_only(const tokenizer *t, int32_t id) {
 
 /* The next token from the slot's logits: log-probabilities first where asked (of the
  * model's own softmax), then the penalties over the context, then the sampler. */
-static int32_t slot_sample(sched *s, slot *sl, token_lp *t) {
+static int32_t slot_sample_draft(sched *s, slot *sl, token_lp *t, int32_t draft, bool *kept);
+static int32_t slot_sample(sched *s, slot *sl, token_lp *t) { return slot_sample_draft(s, sl, t, -1, NULL); }
+
+/* The same with a draft (>= 0: the request has no grammar nor script, spec_on): the token is
+ * sampler_sample_draft's, *kept whether it is the draft */
+static int32_t slot_sample_draft(sched *s, slot *sl, token_lp *t, int32_t draft, bool *kept) {
     const sched_req *r = sl->req;
     float *lg = sl->logits;
     const int K = r->top_logprobs;
@@ -831,6 +845,11 @@ static int32_t slot_sample(sched *s, slot *sl, token_lp *t) {
     if (r->ignore_eos)
         for (int i = 0; i < s->n_eog; i++) lg[s->eog[i]] = -INFINITY;
     for (int i = 0; i < r->n_bias; i++) lg[r->bias_id[i]] += r->bias[i];
+    if (draft >= 0) {
+        const int32_t id = sampler_sample_draft(&sl->sm, lg, draft, kept);
+        if (K >= 0) t->lp = (float)(sl->raw[id] - lse);
+        return id;
+    }
     int32_t id = sampler_sample(&sl->sm, lg);
     /* under a grammar: the token sampled when the grammar takes it (one walk of its bytes),
      * else the mask over the whole vocabulary and a new draw (the same distribution as
@@ -1175,6 +1194,75 @@ static void prompt_turns(sched *s) {
     }
 }
 
+/* --spec-mtp: whether slot sl (SLOT_GEN) drafts this step; if so its span in sp: [next_id,
+ * drafts] anchored at every row (a decode step's bits each) and marked at rows 1..k (the
+ * points after each), all rows' logits. Not under a grammar (its draws mix a refused draw's
+ * redraw into the distribution) nor the test script; no more drafts than the answer and the
+ * context have room for; fewer where the budget holds fewer points (none: a plain step). */
+static bool spec_span(sched *s, slot *sl, engine_span *sp) {
+    const sched_req *r = sl->req;
+    sl->spec_k = 0;
+    if (s->o.spec_k <= 0 || r->grammar || s->o.script) return false;
+    herr e;
+    while (sl->n_spec_pts < s->o.spec_k && engine_point_new(s->eng, &sl->spec_pts[sl->n_spec_pts], &e) == 0) sl->n_spec_pts++;
+    int64_t k = sl->n_spec_pts;
+    if (r->n_predict >= 0 && k > r->n_predict - r->n_out - 1) k = r->n_predict - r->n_out - 1;
+    if (k > s->info.n_ctx - sl->n - 1) k = s->info.n_ctx - sl->n - 1;
+    if (k <= 0) return false;
+    const int got = engine_mtp_draft(s->eng, sl->seq, sl->next_id, (int)k, sl->spec_ids + 1, NULL, &e);
+    if (got <= 0) return false;
+    for (int i = 0; i < got && s->o.spec_replay; i++) /* the test seam: the expected answer's ids */
+        if (r->n_out + i < s->o.n_spec_replay) sl->spec_ids[1 + i] = s->o.spec_replay[r->n_out + i];
+    sl->spec_k = got;
+    sl->spec_ids[0] = sl->next_id;
+    for (int i = 0; i < got; i++) sl->spec_marks[i] = i + 1;
+    const bool anchored = !MUTANT("spec_no_anchors"); /* mutant: the rows chunked, not a decode step's each */
+    *sp = (engine_span){.seq = sl->seq, .ids = sl->spec_ids, .n = got + 1, .marks = sl->spec_marks, .n_marks = got,
+                        .points = sl->spec_pts, .anchors = anchored ? sl->spec_marks : NULL, .n_anchors = anchored ? got : 0,
+                        .want = ENGINE_LOGITS_ALL, .logits = sl->spec_logits};
+    sl->req->n_drafted += got;
+    return true;
+}
+
+/* whether slot_took ends the answer at id (before it is taken) */
+static bool took_ends(const sched *s, const slot *sl, int32_t id) {
+    const sched_req *r = sl->req;
+    return (tokenizer_is_eog(s->tok, id) && !r->ignore_eos) || (r->n_predict >= 0 && r->n_out + 1 >= r->n_predict) ||
+           sl->n >= s->info.n_ctx;
+}
+
+/* After a speculative span ran (sl->n counts its k + 1 rows): its rows' tokens in order, as a
+ * plain step takes one; draft i + 1 is kept where row i's token is it. The sequence then
+ * holds the rows up to the last token taken (the point after it restored where rows past it
+ * ran), so sl->ids[0, n) is what it holds, as after plain steps. */
+static void spec_took(sched *s, slot *sl) {
+    const int k = sl->spec_k;
+    const int64_t base = sl->n - (k + 1);
+    token_lp tl;
+    sl->spec_k = 0;
+    for (int i = 0; i <= k; i++) {
+        sched_req *r = sl->req;
+        sl->n = base + i + 1; /* rows 0..i: what a plain decode would hold when row i's token is sampled */
+        memcpy(sl->logits, sl->spec_logits + (size_t)i * (size_t)s->V, sizeof(float) * (size_t)s->V);
+        bool kept = false;
+        const int32_t id = slot_sample_draft(s, sl, &tl, i < k ? sl->spec_ids[i + 1] : -1, &kept);
+        kept = kept && i < k;
+        /* the last token this step: the sequence must hold rows 0..i before it is taken */
+        const bool last = !kept || took_ends(s, sl, id);
+        if (i < k && last) {
+            herr e;
+            if (engine_restore(s->eng, sl->seq, sl->spec_pts[i], &e) < 0) {
+                sl->n = base; /* (not reached: the points are the span's own) */
+                slot_end(s, sl, SCHED_ERROR, e.msg);
+                return;
+            }
+        }
+        r->n_accepted += kept;
+        slot_took(s, sl, id, r->top_logprobs >= 0 ? &tl : NULL);
+        if (last || sl->state != SLOT_GEN) return;
+    }
+}
+
 /* one engine_run over every busy slot; stopping: s->stopping as loop read it under mu (the
  * engine thread reads it nowhere else unlocked) */
 static void step(sched *s, bool stopping) {
@@ -1246,7 +1334,7 @@ static void step(sched *s, bool stopping) {
             sp->n_anchors = sl->span_anchors;
             sp->want = b == r->n_ids ? last : ENGINE_LOGITS_NONE;
             prompt_rows = true;
-        } else {
+        } else if (!spec_span(s, sl, sp)) {
             sp->ids = &sl->next_id;
             sp->n = 1;
             sp->want = last;
@@ -1287,6 +1375,10 @@ static void step(sched *s, bool stopping) {
             pthread_mutex_unlock(&s->mu);
             sl->pf_pos = sl->span_b;
             if (sl->pf_pos < r->n_ids) continue;
+        }
+        if (sl->spec_k > 0) {
+            spec_took(s, sl);
+            continue;
         }
         const int32_t id = sp->want == ENGINE_LOGITS_ARGMAX ? sl->greedy : slot_sample(s, sl, &tl);
         if (slot_grammar_took(s, sl, id) < 0) {
@@ -1544,6 +1636,7 @@ int sched_start(sched **out, engine *eng, const tokenizer *tok, const sched_opts
         s->slots[k].ids = xmalloc(sizeof(int32_t) * (size_t)info.n_ctx);
         s->slots[k].close_ids = xmalloc(sizeof(int32_t) * (size_t)info.n_ctx);
         s->slots[k].logits = xmalloc(sizeof(float) * (size_t)s->V);
+        if (s->o.spec_k > 0) s->slots[k].spec_logits = xmalloc(sizeof(float) * (size_t)(SPEC_MAX + 1) * (size_t)s->V);
         s->slots[k].raw = xmalloc(sizeof(float) * (size_t)s->V);
     }
     s->q = xcalloc((size_t)o->queue_max, sizeof *s->q);
@@ -1661,6 +1754,8 @@ void sched_free(sched *s) {
         slot *sl = &s->slots[k];
         free(sl->ids);
         free(sl->logits);
+        free(sl->spec_logits);
+        for (int i = 0; i < sl->n_spec_pts; i++) engine_point_free(s->eng, sl->spec_pts[i]);
         free(sl->raw);
         free(sl->marks);
         free(sl->close_ids);

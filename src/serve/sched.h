@@ -121,6 +121,7 @@ typedef struct sched_req {
     bool cancel;            /* set by the HTTP side: the engine thread drops the request */
     int slot;               /* where it ran, -1 before */
     int64_t n_cached;       /* prompt rows resumed from (not prefilled) */
+    int64_t n_drafted, n_accepted; /* --spec-mtp: drafts verified, and kept */
     char cache_why[640];    /* how the resume was chosen, in words (room for a whole herr message and more) */
     double t_queued, t_start, t_first, t_end; /* seconds (time_now) */
     int refs;               /* 2 while both sides hold it */
@@ -160,6 +161,14 @@ typedef struct sched_opts {
      * a request that needs the slot, or continues its conversation, sooner takes it and the
      * point is not made (the request prefills the answer in its own pass); 0: at once */
     int64_t answer_wait_ms;
+    /* --spec-mtp: a decoding slot's step drafts this many tokens with the model's MTP block
+     * (engine_mtp_draft) and verifies them in one span (engine/spec.h's way); 0: off. The
+     * engine was opened with mtp. Not for a request under a grammar or the test script. */
+    int spec_k;
+    /* A test seam (HEARTH_TEST_SPEC_REPLAY): an answer's drafts for its tokens i.. are
+     * spec_replay[i..] (forced acceptance: the expected answer) instead of the block's. NULL in use. */
+    const int32_t *spec_replay;
+    int64_t n_spec_replay;
 } sched_opts;
 
 /* a latency histogram: counts at or under each bound of SCHED_HIST_LE (seconds), then +Inf */

@@ -40,6 +40,7 @@ typedef struct serve_opts {
     const char *template_kwargs; /* --chat-template-kwargs: a JSON object (checked by the flag's parser), or NULL */
     bool keep_billing;         /* --keep-billing-header: Claude Code's billing line stays in the prompt */
     bool no_webui;             /* --no-webui: no chat page at / (a 404, as any unknown path) */
+    int spec_k;                /* --spec-mtp: drafts a step by the model's MTP block (0: off) */
 } serve_opts;
 
 /* --cache-gpu's default: on an 80 GB card beside a 21 GB model, room for a few sequences of

@@ -4,7 +4,7 @@
 # key, the queue, SIGTERM; tests/cli/serve_hostile_test.py: idle sockets, errors as JSON, the
 # fields refused or done by name, the hostile shapes; serve_grammar_test.py: structured output;
 # serve_responses_test.py: OpenAI's Responses API; serve_share_test.py: a prefix shared by
-# requests sent at once, prefilled once), once on the binary users run and once on the AddressSanitizer +
+# requests sent at once, prefilled once; serve_spec_test.py: --spec-mtp), once on the binary users run and once on the AddressSanitizer +
 # UBSan build (`make asan`, which `make test` builds), where a leak at exit fails the
 # SIGTERM check and any memory error kills the server mid-test. One summary line for both.
 cd "$(dirname "$0")/../.."
@@ -26,6 +26,7 @@ run tests/cli/serve_hostile_test.py
 run tests/cli/serve_grammar_test.py
 run tests/cli/serve_responses_test.py
 run tests/cli/serve_share_test.py
+run tests/cli/serve_spec_test.py
 if [ -x build-asan/hearth ]; then
     echo "== the same against build-asan/hearth"
     HEARTH=build-asan/hearth run tests/cli/serve_test.py
@@ -33,6 +34,7 @@ if [ -x build-asan/hearth ]; then
     HEARTH=build-asan/hearth run tests/cli/serve_grammar_test.py
     HEARTH=build-asan/hearth run tests/cli/serve_responses_test.py
     HEARTH=build-asan/hearth run tests/cli/serve_share_test.py
+    HEARTH=build-asan/hearth run tests/cli/serve_spec_test.py
 else
     echo "SKIP serve_test under the sanitizers: build-asan/hearth missing (make asan)"
     s=1
