@@ -19,7 +19,9 @@ int cmd_gen(int argc, char **argv) {
         ARG_STR("--preset", NULL, &o.preset, "NAME",
                 "tiny (4 layers, 8 experts), small (8 layers, 64 experts, CPU benches),\n"
                 "wide (every width of q36: vocab, experts, heads; 3 GDN + 1 attention layer),\n"
-                "q36 (the shapes of Qwen3.6-35B-A3B: 40 layers, 256 experts, ~21 GB at q4_k_m)"),
+                "q36 (the shapes of Qwen3.6-35B-A3B: 40 layers, 256 experts, ~21 GB at q4_k_m);\n"
+                "dense (architecture qwen35): tiny-dense (tiny's widths), q35-0.8b and q35-27b\n"
+                "(the shapes of Qwen3.5-0.8B and -27B)"),
         ARG_FN("--quant", NULL, &o.quant, parse_quant, "f32|q8_0|q4_k_m", "tensor types (default q4_k_m)"),
         ARG_I64("--seed", NULL, &seed, 0, INT64_MAX, "N", "weights' seed (default 1)"),
         ARG_STR("--tokenizer", NULL, &o.tokenizer, "FILE|DIR",
@@ -34,9 +36,9 @@ int cmd_gen(int argc, char **argv) {
     };
     const arg_cmd cmd = {
         .name = "gen",
-        .usage = "hearth gen --preset tiny|small|wide|q36 --quant f32|q8_0|q4_k_m -o FILE\n"
+        .usage = "hearth gen --preset NAME --quant f32|q8_0|q4_k_m -o FILE\n"
                  "                  [--seed N] [--tokenizer tokenizer.json|DIR] [--mtp] [-t THREADS]",
-        .about = "Writes a qwen35moe GGUF with random weights (deterministic per seed, whatever the\n"
+        .about = "Writes a qwen35moe (or dense qwen35) GGUF with random weights (deterministic per seed, whatever the\n"
                  "thread count) in llama.cpp's F32, Q8_0 or Q4_K_M tensor-type mix.",
         .opts = opts,
     };
@@ -44,7 +46,7 @@ int cmd_gen(int argc, char **argv) {
     if (rc != ARGS_RUN) return rc;
     o.seed = (uint64_t)seed;
     if (!o.preset) {
-        fprintf(stderr, "hearth gen: --preset is required (tiny, small, wide, q36)\n");
+        fprintf(stderr, "hearth gen: --preset is required (tiny, small, wide, q36, tiny-dense, q35-0.8b, q35-27b)\n");
         return 2;
     }
     model_hparams hp;

@@ -1,4 +1,6 @@
-/* convert.c: `hearth convert`'s library part. Reads config.json (cJSON) into model_hparams,
+/* convert.c: `hearth convert`'s library part. Reads config.json (cJSON) into model_hparams
+ * (Qwen3.5/3.6 MoE, qwen35moe; or the dense Qwen3_5ForCausalLM / ForConditionalGeneration's
+ * text model, qwen35: mlp.gate_proj / up_proj / down_proj as ffn_gate / ffn_up / ffn_down),
  * opens the safetensors files (src/safetensors.h), and writes the GGUF tensors of
  * model_tensor_specs() one by one, each made from its HF tensor(s) with the transforms of
  * llama.cpp's convert_hf_to_gguf.py (conversion/qwen.py: Qwen3NextModel,
@@ -137,9 +139,10 @@ static int config_from_json(const cJSON *root, model_hparams *hp, cfg_extra *x, 
         herr_set(e, "config.json: model_type qwen3_next (fused in_proj_qkvz) is not supported: convert reads Qwen3.5/3.6 MoE");
         goto out;
     }
-    if (strcmp(mt->valuestring, "qwen3_5_moe_text") && strcmp(mt->valuestring, "qwen3_5_moe")) {
-        herr_set(e, "config.json: model_type \"%.64s\": convert reads Qwen3.5/3.6 MoE (qwen3_5_moe_text, qwen3_5_moe)",
-                 mt->valuestring);
+    const bool dense = !strcmp(mt->valuestring, "qwen3_5_text") || !strcmp(mt->valuestring, "qwen3_5");
+    if (strcmp(mt->valuestring, "qwen3_5_moe_text") && strcmp(mt->valuestring, "qwen3_5_moe") && !dense) {
+        herr_set(e, "config.json: model_type \"%.64s\": convert reads Qwen3.5/3.6 (qwen3_5_moe_text, qwen3_5_moe, "
+                    "qwen3_5_text, qwen3_5)", mt->valuestring);
         goto out;
     }
     const cJSON *act = cfg_item(&c, "hidden_act");
@@ -150,7 +153,7 @@ static int config_from_json(const cJSON *root, model_hparams *hp, cfg_extra *x, 
     const cJSON *ab = cfg_item(&c, "attention_bias");
     if (ab && cJSON_IsTrue(ab)) { herr_set(e, "config.json: attention_bias true is not supported"); goto out; }
 
-    snprintf(hp->arch, sizeof hp->arch, "qwen35moe");
+    snprintf(hp->arch, sizeof hp->arch, dense ? "qwen35" : "qwen35moe");
     int64_t key_dim = 0, val_dim = 0, n_key = 0, n_val = 0;
     hp->ssm_d_conv = 4;
     hp->full_attn_interval = 4;
@@ -160,10 +163,11 @@ static int config_from_json(const cJSON *root, model_hparams *hp, cfg_extra *x, 
         cfg_int(&c, "vocab_size", &hp->n_vocab, true, e) < 0 ||
         cfg_int(&c, "num_attention_heads", &hp->n_head, true, e) < 0 ||
         cfg_int(&c, "num_key_value_heads", &hp->n_head_kv, true, e) < 0 ||
-        cfg_int(&c, "num_experts", &hp->n_expert, true, e) < 0 ||
-        cfg_int(&c, "num_experts_per_tok", &hp->n_expert_used, true, e) < 0 ||
-        cfg_int(&c, "moe_intermediate_size", &hp->n_ff_exp, true, e) < 0 ||
-        cfg_int(&c, "shared_expert_intermediate_size", &hp->n_ff_shexp, true, e) < 0 ||
+        cfg_int(&c, "num_experts", &hp->n_expert, !dense, e) < 0 ||
+        cfg_int(&c, "num_experts_per_tok", &hp->n_expert_used, !dense, e) < 0 ||
+        cfg_int(&c, "moe_intermediate_size", &hp->n_ff_exp, !dense, e) < 0 ||
+        cfg_int(&c, "shared_expert_intermediate_size", &hp->n_ff_shexp, !dense, e) < 0 ||
+        cfg_int(&c, "intermediate_size", &hp->n_ff, dense, e) < 0 ||
         cfg_int(&c, "linear_conv_kernel_dim", &hp->ssm_d_conv, false, e) < 0 ||
         cfg_int(&c, "linear_key_head_dim", &key_dim, true, e) < 0 ||
         cfg_int(&c, "linear_value_head_dim", &val_dim, true, e) < 0 ||
@@ -666,6 +670,9 @@ static int make_tensor(conv_ctx *c, const tensor_spec *s, int64_t idx, uint32_t 
     case TR_FFN_GATE_SHEXP: t = need2(c, LNAME("mlp.shared_expert.gate_proj.weight"), s->ne[1], s->ne[0], e); break;
     case TR_FFN_UP_SHEXP: t = need2(c, LNAME("mlp.shared_expert.up_proj.weight"), s->ne[1], s->ne[0], e); break;
     case TR_FFN_DOWN_SHEXP: t = need2(c, LNAME("mlp.shared_expert.down_proj.weight"), s->ne[1], s->ne[0], e); break;
+    case TR_FFN_GATE: t = need2(c, LNAME("mlp.gate_proj.weight"), s->ne[1], s->ne[0], e); break;
+    case TR_FFN_UP: t = need2(c, LNAME("mlp.up_proj.weight"), s->ne[1], s->ne[0], e); break;
+    case TR_FFN_DOWN: t = need2(c, LNAME("mlp.down_proj.weight"), s->ne[1], s->ne[0], e); break;
     case TR_FFN_GATE_INP_SHEXP: t = need2(c, LNAME("mlp.shared_expert_gate.weight"), 1, E, e); break;
     case TR_SSM_NORM: t = need(c, LNAME("linear_attn.norm.weight"), 1, &S, e); break; /* no +1 */
     case TR_NEXTN_EH_PROJ: t = need2(c, "mtp.fc.weight", E, 2 * E, e); break;

@@ -1,4 +1,4 @@
-/* model.c: qwen35moe hyperparameters (read, check, write) and the tensor table that both
+/* model.c: qwen35moe and qwen35 hyperparameters (read, check, write) and the tensor table that both
  * the loader and the generator use, so the two can never disagree on a name or a shape. */
 #include "model/model.h"
 #include "format/quant.h"
@@ -24,6 +24,7 @@ static const char *const role_suffix[TR_COUNT] = {
     [TR_FFN_GATE_INP_SHEXP] = "ffn_gate_inp_shexp.weight",
     [TR_FFN_GATE_SHEXP] = "ffn_gate_shexp.weight", [TR_FFN_UP_SHEXP] = "ffn_up_shexp.weight",
     [TR_FFN_DOWN_SHEXP] = "ffn_down_shexp.weight",
+    [TR_FFN_GATE] = "ffn_gate.weight", [TR_FFN_UP] = "ffn_up.weight", [TR_FFN_DOWN] = "ffn_down.weight",
     [TR_NEXTN_EH_PROJ] = "nextn.eh_proj.weight", [TR_NEXTN_ENORM] = "nextn.enorm.weight",
     [TR_NEXTN_HNORM] = "nextn.hnorm.weight", [TR_NEXTN_HEAD_NORM] = "nextn.shared_head_norm.weight",
 };
@@ -68,14 +69,20 @@ int64_t model_tensor_specs(const model_hparams *hp, tensor_spec **out) {
             spec_add(s, &n, TR_ATTN_Q_NORM, il, 1, D, 1, 1);
             spec_add(s, &n, TR_ATTN_K_NORM, il, 1, D, 1, 1);
         }
-        spec_add(s, &n, TR_FFN_GATE_INP, il, 2, E, X, 1);
-        spec_add(s, &n, TR_FFN_GATE_EXPS, il, 3, E, F, X);
-        spec_add(s, &n, TR_FFN_UP_EXPS, il, 3, E, F, X);
-        spec_add(s, &n, TR_FFN_DOWN_EXPS, il, 3, F, E, X);
-        spec_add(s, &n, TR_FFN_GATE_INP_SHEXP, il, 1, E, 1, 1);
-        spec_add(s, &n, TR_FFN_GATE_SHEXP, il, 2, E, Fs, 1);
-        spec_add(s, &n, TR_FFN_UP_SHEXP, il, 2, E, Fs, 1);
-        spec_add(s, &n, TR_FFN_DOWN_SHEXP, il, 2, Fs, E, 1);
+        if (hp->dense) {
+            spec_add(s, &n, TR_FFN_GATE, il, 2, E, hp->n_ff, 1);
+            spec_add(s, &n, TR_FFN_DOWN, il, 2, hp->n_ff, E, 1);
+            spec_add(s, &n, TR_FFN_UP, il, 2, E, hp->n_ff, 1);
+        } else {
+            spec_add(s, &n, TR_FFN_GATE_INP, il, 2, E, X, 1);
+            spec_add(s, &n, TR_FFN_GATE_EXPS, il, 3, E, F, X);
+            spec_add(s, &n, TR_FFN_UP_EXPS, il, 3, E, F, X);
+            spec_add(s, &n, TR_FFN_DOWN_EXPS, il, 3, F, E, X);
+            spec_add(s, &n, TR_FFN_GATE_INP_SHEXP, il, 1, E, 1, 1);
+            spec_add(s, &n, TR_FFN_GATE_SHEXP, il, 2, E, Fs, 1);
+            spec_add(s, &n, TR_FFN_UP_SHEXP, il, 2, E, Fs, 1);
+            spec_add(s, &n, TR_FFN_DOWN_SHEXP, il, 2, Fs, E, 1);
+        }
         if (il == hp->n_layer) {
             spec_add(s, &n, TR_NEXTN_EH_PROJ, il, 2, 2 * E, E, 1);
             spec_add(s, &n, TR_NEXTN_ENORM, il, 1, E, 1, 1);
@@ -90,6 +97,13 @@ int64_t model_tensor_specs(const model_hparams *hp, tensor_spec **out) {
 }
 
 int model_hparams_check(model_hparams *hp, herr *e) {
+    hp->dense = !strcmp(hp->arch, "qwen35");
+    if (hp->dense) { /* the MoE's fields are not read: in range for the table below */
+        hp->n_expert = hp->n_expert_used = 1;
+        hp->n_ff_exp = hp->n_ff_shexp = 1;
+        if (hp->n_ff < 1 || hp->n_ff > (1 << 20))
+            return herr_set(e, "qwen35.feed_forward_length = %" PRId64 " is out of range [1, %d]", hp->n_ff, 1 << 20);
+    }
     struct { const char *name; int64_t v, lo, hi; } r[] = {
         {"block_count", hp->n_layer, 1, MODEL_MAX_LAYERS},
         {"embedding_length", hp->n_embd, 1, 1 << 16},
@@ -113,6 +127,7 @@ int model_hparams_check(model_hparams *hp, herr *e) {
         if (r[i].v < r[i].lo || r[i].v > r[i].hi)
             return herr_set(e, "%s.%s = %" PRId64 " is out of range [%" PRId64 ", %" PRId64 "]", hp->arch,
                             r[i].name, r[i].v, r[i].lo, r[i].hi);
+    if (hp->dense) hp->n_expert = hp->n_expert_used = hp->n_ff_exp = hp->n_ff_shexp = 0;
     if (hp->n_expert_used > hp->n_expert)
         return herr_set(e, "expert_used_count %" PRId64 " exceeds expert_count %" PRId64, hp->n_expert_used, hp->n_expert);
     if (hp->n_head % hp->n_head_kv != 0)
@@ -152,10 +167,11 @@ int model_hparams_read(const gguf_file *f, model_hparams *hp, herr *e) {
     memset(hp, 0, sizeof *hp);
     gguf_str arch;
     if (gguf_get_str(f, "general.architecture", &arch, e) < 0) return -1;
-    if (!gguf_str_eq(arch, "qwen35moe"))
-        return herr_set(e, "general.architecture is \"%.*s\": hearth serves \"qwen35moe\"", (int)(arch.len > 64 ? 64 : arch.len),
-                        arch.ptr);
-    snprintf(hp->arch, sizeof hp->arch, "qwen35moe");
+    if (!gguf_str_eq(arch, "qwen35moe") && !gguf_str_eq(arch, "qwen35"))
+        return herr_set(e, "general.architecture is \"%.*s\": hearth serves \"qwen35moe\" and \"qwen35\"",
+                        (int)(arch.len > 64 ? 64 : arch.len), arch.ptr);
+    const bool dense = gguf_str_eq(arch, "qwen35");
+    snprintf(hp->arch, sizeof hp->arch, dense ? "qwen35" : "qwen35moe");
     const char *a = hp->arch;
     int64_t block_count = 0, key_len = 0, val_len = 0;
     hp->full_attn_interval = 4;
@@ -168,10 +184,11 @@ int model_hparams_read(const gguf_file *f, model_hparams *hp, herr *e) {
         get_i64(f, a, "attention.key_length", &key_len, true, e) < 0 ||
         get_i64(f, a, "attention.value_length", &val_len, true, e) < 0 ||
         get_i64(f, a, "rope.dimension_count", &hp->rope_dims, true, e) < 0 ||
-        get_i64(f, a, "expert_count", &hp->n_expert, true, e) < 0 ||
-        get_i64(f, a, "expert_used_count", &hp->n_expert_used, true, e) < 0 ||
-        get_i64(f, a, "expert_feed_forward_length", &hp->n_ff_exp, true, e) < 0 ||
-        get_i64(f, a, "expert_shared_feed_forward_length", &hp->n_ff_shexp, true, e) < 0 ||
+        get_i64(f, a, "expert_count", &hp->n_expert, !dense, e) < 0 ||
+        get_i64(f, a, "expert_used_count", &hp->n_expert_used, !dense, e) < 0 ||
+        get_i64(f, a, "expert_feed_forward_length", &hp->n_ff_exp, !dense, e) < 0 ||
+        get_i64(f, a, "expert_shared_feed_forward_length", &hp->n_ff_shexp, !dense, e) < 0 ||
+        get_i64(f, a, "feed_forward_length", &hp->n_ff, dense, e) < 0 ||
         get_i64(f, a, "ssm.conv_kernel", &hp->ssm_d_conv, true, e) < 0 ||
         get_i64(f, a, "ssm.state_size", &hp->ssm_d_state, true, e) < 0 ||
         get_i64(f, a, "ssm.group_count", &hp->ssm_n_group, true, e) < 0 ||
@@ -231,10 +248,14 @@ void model_hparams_write(const model_hparams *hp, gguf_writer *w) {
     gguf_set_u32(w, KEY("rope.dimension_count"), (uint32_t)hp->rope_dims);
     gguf_set_f32(w, KEY("rope.freq_base"), hp->rope_theta);
     gguf_set_arr_data(w, KEY("rope.dimension_sections"), GGUF_TYPE_INT32, hp->rope_sections, 4);
-    gguf_set_u32(w, KEY("expert_count"), (uint32_t)hp->n_expert);
-    gguf_set_u32(w, KEY("expert_used_count"), (uint32_t)hp->n_expert_used);
-    gguf_set_u32(w, KEY("expert_feed_forward_length"), (uint32_t)hp->n_ff_exp);
-    gguf_set_u32(w, KEY("expert_shared_feed_forward_length"), (uint32_t)hp->n_ff_shexp);
+    if (hp->dense) {
+        gguf_set_u32(w, KEY("feed_forward_length"), (uint32_t)hp->n_ff);
+    } else {
+        gguf_set_u32(w, KEY("expert_count"), (uint32_t)hp->n_expert);
+        gguf_set_u32(w, KEY("expert_used_count"), (uint32_t)hp->n_expert_used);
+        gguf_set_u32(w, KEY("expert_feed_forward_length"), (uint32_t)hp->n_ff_exp);
+        gguf_set_u32(w, KEY("expert_shared_feed_forward_length"), (uint32_t)hp->n_ff_shexp);
+    }
     gguf_set_u32(w, KEY("ssm.conv_kernel"), (uint32_t)hp->ssm_d_conv);
     gguf_set_u32(w, KEY("ssm.state_size"), (uint32_t)hp->ssm_d_state);
     gguf_set_u32(w, KEY("ssm.group_count"), (uint32_t)hp->ssm_n_group);
@@ -285,6 +306,9 @@ static qtensor *slot_of(model *m, const tensor_spec *s) {
     case TR_FFN_GATE_SHEXP: return &l->ffn_gate_shexp;
     case TR_FFN_UP_SHEXP: return &l->ffn_up_shexp;
     case TR_FFN_DOWN_SHEXP: return &l->ffn_down_shexp;
+    case TR_FFN_GATE: return &l->ffn_gate;
+    case TR_FFN_UP: return &l->ffn_up;
+    case TR_FFN_DOWN: return &l->ffn_down;
     default: HEARTH_DIE("layer tensor with a global role %d", (int)s->role);
     }
 }

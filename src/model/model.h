@@ -1,4 +1,4 @@
-/* model.h: the qwen35moe model as stored in GGUF: hyperparameters, the table of tensors
+/* model.h: the qwen35moe model (and the dense qwen35) as stored in GGUF: hyperparameters, the table of tensors
  * with their expected shapes (one table serves the loader's checks and `hearth gen`), and
  * read-only weight views into the mapped file. Weights never share a struct with a
  * sequence's state (state.h holds KV rows, lanes and rings). */
@@ -13,7 +13,9 @@
 #define MODEL_MAX_LAYERS 128
 
 typedef struct model_hparams {
-    char arch[32];              /* "qwen35moe" */
+    char arch[32];              /* "qwen35moe", or "qwen35" (dense) */
+    bool dense;                 /* qwen35: a SwiGLU MLP of n_ff in every layer instead of the MoE */
+    int64_t n_ff;               /* dense: the MLP's width (feed_forward_length) */
     int64_t n_layer;            /* trunk layers (block_count minus nextn_predict_layers) */
     int64_t n_layer_nextn;      /* MTP blocks stored after the trunk (block_count counts them); one is
                                  * read (model.has_mtp), more are ignored */
@@ -27,7 +29,7 @@ typedef struct model_hparams {
     int64_t rope_dims;          /* rotated dims at the start of each head (partial RoPE) */
     float rope_theta;
     int32_t rope_sections[4];
-    int64_t n_expert;           /* X: routed experts */
+    int64_t n_expert;           /* X: routed experts (0 where dense) */
     int64_t n_expert_used;      /* K: top-k */
     int64_t n_ff_exp;           /* F: expert FFN width */
     int64_t n_ff_shexp;         /* Fs: shared expert FFN width */
@@ -54,6 +56,7 @@ enum tensor_role {
     TR_ATTN_Q, TR_ATTN_K, TR_ATTN_V, TR_ATTN_OUT, TR_ATTN_Q_NORM, TR_ATTN_K_NORM,
     TR_FFN_GATE_INP, TR_FFN_GATE_EXPS, TR_FFN_UP_EXPS, TR_FFN_DOWN_EXPS,
     TR_FFN_GATE_INP_SHEXP, TR_FFN_GATE_SHEXP, TR_FFN_UP_SHEXP, TR_FFN_DOWN_SHEXP,
+    TR_FFN_GATE, TR_FFN_UP, TR_FFN_DOWN, /* qwen35's dense MLP */
     /* the MTP block's own (its layer is an attention layer with the trunk's roles) */
     TR_NEXTN_EH_PROJ, TR_NEXTN_ENORM, TR_NEXTN_HNORM, TR_NEXTN_HEAD_NORM,
     TR_COUNT
@@ -74,9 +77,9 @@ int64_t model_tensor_specs(const model_hparams *hp, tensor_spec **out);
 
 static inline bool model_spec_is_mtp(const model_hparams *hp, const tensor_spec *s) { return s->layer >= hp->n_layer; }
 
-/* Reads and checks the hyperparameters of a qwen35moe file. */
+/* Reads and checks the hyperparameters of a qwen35moe or qwen35 file. */
 int model_hparams_read(const gguf_file *f, model_hparams *hp, herr *e);
-/* Writes the keys of hp under the "qwen35moe." prefix (used by gen and convert). */
+/* Writes the keys of hp under its architecture's prefix (used by gen and convert). */
 void model_hparams_write(const model_hparams *hp, gguf_writer *w);
 /* Fills derived fields (is_recurrent) and checks consistency; -1 names the bad field. */
 int model_hparams_check(model_hparams *hp, herr *e);
@@ -114,6 +117,9 @@ typedef struct model_layer {
     qtensor ffn_gate_inp_shexp; /* (E) */
     qtensor ffn_gate_shexp, ffn_up_shexp; /* (E, Fs) */
     qtensor ffn_down_shexp; /* (Fs, E) */
+    /* dense MLP (qwen35) */
+    qtensor ffn_gate, ffn_up; /* (E, n_ff) */
+    qtensor ffn_down;       /* (n_ff, E) */
 } model_layer;
 
 /* The multi-token-prediction (MTP) block, llama.cpp's "nextn" names: the draft of the token

@@ -82,5 +82,75 @@ if [ -n "${bin:-}" ]; then
 elif [ -n "${CI:-}" ]; then check "CI: the llama.cpp peer is built" false
 else skip "q4_k_m with the MTP block against llama-quantize" "llama.cpp peer not built"; fi
 
+# the dense Qwen3_5ForCausalLM (mk_hf.py --dense, with its MTP block): architecture qwen35, the
+# MLP's three matrices copied as they are (each GGUF tensor's bytes = the checkpoint's), its
+# Q4_K_M bytes as llama-quantize's, runs and drafts
+python3 tests/cli/mk_hf.py "$T/hfd" 1 --dense --mtp
+check "convert f32 of a dense checkpoint" "${C[@]}" "$T/hfd" -o "$T/d_f32.gguf"
+out=$("$HEARTH" inspect "$T/d_f32.gguf" 2>&1)
+if grep -q '^architecture: qwen35$' <<<"$out" && grep -q 'qwen35.feed_forward_length: u32 512' <<<"$out" &&
+   grep -q '^mtp: 1 block, blk.4' <<<"$out" && ! grep -q 'exps' <<<"$out"; then ok "inspect: qwen35, its MLP width, the MTP block"
+else bad "inspect: qwen35, its MLP width, the MTP block" "$(grep -E '^architecture|feed_forward|^mtp' <<<"$out")"; fi
+if d=$(python3 - "$T/hfd/model.safetensors" "$T/d_f32.gguf" <<'PY'
+import json, struct, sys
+st = open(sys.argv[1], "rb").read()
+n = struct.unpack_from("<Q", st, 0)[0]
+hdr = json.loads(st[8:8 + n])
+def hf(name):
+    a, b = hdr[name]["data_offsets"]
+    return st[8 + n + a:8 + n + b]
+g = open(sys.argv[2], "rb").read()
+pos = 0
+def take(fmt):
+    global pos
+    v = struct.unpack_from("<" + fmt, g, pos); pos += struct.calcsize("<" + fmt); return v
+def string():
+    global pos
+    (k,) = take("Q"); s = g[pos:pos + k].decode(); pos += k; return s
+def skip_value(t):
+    global pos
+    sizes = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
+    if t == 8: string()
+    elif t == 9:
+        (et,) = take("I"); (cnt,) = take("Q")
+        for _ in range(cnt): skip_value(et)
+    else: pos += sizes[t]
+_, _, n_t, n_kv = take("4sIQQ")
+align = 32
+for _ in range(n_kv):
+    key = string(); (t,) = take("I")
+    if key == "general.alignment": (align,) = take("I")
+    else: skip_value(t)
+infos = {}
+for _ in range(n_t):
+    name = string(); (nd,) = take("I"); ne = take("%dQ" % nd); (ty,) = take("I"); (off,) = take("Q")
+    infos[name] = (ne, ty, off)
+base = (pos + align - 1) // align * align
+bad = []
+for il, pre in ((0, "model.layers.0."), (3, "model.layers.3."), (4, "mtp.layers.0.")):
+    for ours, theirs in (("ffn_gate", "gate_proj"), ("ffn_up", "up_proj"), ("ffn_down", "down_proj")):
+        ne, ty, off = infos[f"blk.{il}.{ours}.weight"]
+        cnt = 1
+        for d in ne: cnt *= d
+        if ty != 0 or g[base + off:base + off + 4 * cnt] != hf(pre + "mlp." + theirs + ".weight"):
+            bad.append(f"blk.{il}.{ours}")
+print(" ".join(bad))
+sys.exit(1 if bad else 0)
+PY
+); then ok "dense: ffn_gate / ffn_up / ffn_down are mlp.gate_proj / up_proj / down_proj, byte for byte (blk.0, 3, 4)"
+else bad "dense: ffn_gate / ffn_up / ffn_down are mlp.gate_proj / up_proj / down_proj, byte for byte (blk.0, 3, 4)" "$d"; fi
+plain=$("$HEARTH" run -m "$T/d_f32.gguf" --ids 7,45,85,127 -n 12 -t 2 --ids-out 2>/dev/null)
+spec=$("$HEARTH" run -m "$T/d_f32.gguf" --ids 7,45,85,127 -n 12 -t 2 --ids-out --spec-mtp 2 2>/dev/null)
+if [ -n "$plain" ] && [ "$plain" = "$spec" ]; then ok "dense: runs, --spec-mtp 2 the same tokens"; else bad "dense: runs, --spec-mtp 2 the same tokens" "$plain / $spec"; fi
+check "convert q4_k_m of a dense checkpoint" "${C[@]}" "$T/hfd" --quant q4_k_m -o "$T/d_q4.gguf"
+if [ -n "${bin:-}" ]; then
+    if ! out=$("$bin/llama-quantize" "$T/d_f32.gguf" "$T/d_q4_llama.gguf" Q4_K_M 2 2>&1); then
+        bad "llama-quantize Q4_K_M of the dense file" "$out"
+    elif d=$(diff <(python3 tests/cli/gguf_tensors.py "$T/d_q4.gguf") <(python3 tests/cli/gguf_tensors.py "$T/d_q4_llama.gguf")); then
+        ok "dense q4_k_m: every tensor's type and bytes as llama-quantize Q4_K_M"
+    else bad "dense q4_k_m: every tensor's type and bytes as llama-quantize Q4_K_M" "$d"; fi
+elif [ -n "${CI:-}" ]; then check "CI: the llama.cpp peer is built" false
+else skip "dense q4_k_m against llama-quantize" "llama.cpp peer not built"; fi
+
 rm -rf "$T"
 summary

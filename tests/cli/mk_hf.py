@@ -6,13 +6,14 @@ widths 256), so `hearth convert --quant q4_k_m` can write every tensor in llama-
 Q4_K_M types. The tensor names and config keys are transformers' (tests/fixtures/hf_tiny is
 the checkpoint transformers itself wrote, with the same layout).
 
-    mk_hf.py OUT_DIR [SEED [CONFIG.json]] [--mtp]
+    mk_hf.py OUT_DIR [SEED [CONFIG.json]] [--mtp] [--dense]
 
 CONFIG.json, when given, replaces the config (the same keys; widths from it). --mtp adds the
 multi-token-prediction block as Qwen3.5 checkpoints ship it (config mtp_num_hidden_layers 1;
 mtp.fc, mtp.pre_fc_norm_embedding, mtp.pre_fc_norm_hidden, mtp.norm and mtp.layers.0.*, a
 full-attention layer with its MoE); its names sort after the trunk's, so the trunk's values
-are the same with and without it."""
+are the same with and without it. --dense makes the dense Qwen3_5ForCausalLM instead
+(model_type qwen3_5_text, intermediate_size 512, mlp.gate_proj / up_proj / down_proj)."""
 import array, json, os, random, struct, sys
 
 H, V, E, F, FS, L = 256, 1024, 4, 256, 256, 4
@@ -33,8 +34,8 @@ CONFIG = {
 
 def tensors():
     c = CONFIG
-    H, V, E, F, FS, L = (c["hidden_size"], c["vocab_size"], c["num_experts"], c["moe_intermediate_size"],
-                         c["shared_expert_intermediate_size"], c["num_hidden_layers"])
+    H, V, E, F, FS, L = (c["hidden_size"], c["vocab_size"], c.get("num_experts", 0), c.get("moe_intermediate_size", 0),
+                         c.get("shared_expert_intermediate_size", 0), c["num_hidden_layers"])
     HK, HV, DK, DV = c["linear_num_key_heads"], c["linear_num_value_heads"], c["linear_key_head_dim"], c["linear_value_head_dim"]
     NH, NKV, HD = c["num_attention_heads"], c["num_key_value_heads"], c["head_dim"]
     t = {"model.embed_tokens.weight": [V, H], "lm_head.weight": [V, H], "model.norm.weight": [H]}
@@ -66,6 +67,11 @@ def tensors():
             t[a + "q_norm.weight"] = [HD]
             t[a + "k_norm.weight"] = [HD]
         m = p + "mlp."
+        if "intermediate_size" in c:
+            t[m + "gate_proj.weight"] = [c["intermediate_size"], H]
+            t[m + "up_proj.weight"] = [c["intermediate_size"], H]
+            t[m + "down_proj.weight"] = [H, c["intermediate_size"]]
+            continue
         t[m + "gate.weight"] = [E, H]
         for e in range(E):
             t[m + f"experts.{e}.gate_proj.weight"] = [F, H]
@@ -80,10 +86,14 @@ def tensors():
 
 def main():
     global CONFIG
-    args = [a for a in sys.argv[1:] if a != "--mtp"]
+    args = [a for a in sys.argv[1:] if a not in ("--mtp", "--dense")]
     out = args[0]
     if len(args) > 2:
         CONFIG = json.load(open(args[2]))
+    if "--dense" in sys.argv:
+        CONFIG = {k: v for k, v in CONFIG.items() if k not in ("num_experts", "num_experts_per_tok", "moe_intermediate_size",
+                                                               "shared_expert_intermediate_size")}
+        CONFIG.update(architectures=["Qwen3_5ForCausalLM"], model_type="qwen3_5_text", intermediate_size=512)
     if "--mtp" in sys.argv:
         CONFIG = dict(CONFIG, mtp_num_hidden_layers=1)
     rng = random.Random(int(args[1]) if len(args) > 1 else 1)

@@ -32,6 +32,7 @@ typedef struct ref_layer {
     double *q_norm, *k_norm;                       /* (D) */
     /* MoE */
     ref_mat router, gate_exps, up_exps, down_exps, gate_sh, up_sh, down_sh;
+    ref_mat gate_d, up_d, down_d;                  /* qwen35's dense MLP */
     double *gate_inp_sh;                           /* (E) */
     float **exp_cache[3];                          /* gate, up, down: per expert, filled on first use */
 } ref_layer;
@@ -246,6 +247,13 @@ ref_model *ref_model_new(const model *m) {
             l->q_norm = vec_of(rm, &ml->attn_q_norm);
             l->k_norm = vec_of(rm, &ml->attn_k_norm);
         }
+        if (m->hp.dense) {
+            l->gate_d = mat_of(rm, &ml->ffn_gate, true);
+            l->up_d = mat_of(rm, &ml->ffn_up, true);
+            l->down_d = mat_of(rm, &ml->ffn_down, true);
+            for (int w = 0; w < 3; w++) l->exp_cache[w] = xcalloc(1, sizeof(float *));
+            continue;
+        }
         l->router = mat_of(rm, &ml->ffn_gate_inp, true);
         l->gate_exps = mat_of(rm, &ml->ffn_gate_exps, false);
         l->up_exps = mat_of(rm, &ml->ffn_up_exps, false);
@@ -302,7 +310,7 @@ ref_seq *ref_seq_new(ref_model *rm, int64_t max_tokens) {
     const int64_t E = hp->n_embd, H = hp->n_head, Hkv = hp->n_head_kv, D = hp->head_dim;
     const int64_t S = hp->ssm_d_state, Gv = hp->ssm_dt_rank, C = hp_conv_dim(hp), W = hp->ssm_d_conv;
     const int64_t L = rm->n_all, K = hp->n_expert_used, X = hp->n_expert; /* the MTP block's layer too */
-    const int64_t Fmax = hp->n_ff_exp > hp->n_ff_shexp ? hp->n_ff_exp : hp->n_ff_shexp;
+    const int64_t Fm = hp->n_ff_exp > hp->n_ff_shexp ? hp->n_ff_exp : hp->n_ff_shexp, Fmax = hp->n_ff > Fm ? hp->n_ff : Fm;
     ref_seq *s = xcalloc(1, sizeof *s);
     s->rm = rm;
     s->max_tokens = max_tokens;
@@ -498,6 +506,10 @@ void ref_moe(ref_seq *s, int il, const double *h2, double *out) {
     const int64_t E = hp->n_embd, X = hp->n_expert, K = hp->n_expert_used, F = hp->n_ff_exp;
     int32_t *ids = s->experts + il * K;
     double *wts = s->expert_w + il * K;
+    if (hp->dense) { /* qwen35: down(silu(gate h2) * up h2) */
+        swiglu(s, &l->gate_d, 0, &l->up_d, 0, &l->down_d, 0, hp->n_ff, h2, out);
+        return;
+    }
 
     matvec(s, &l->router, 0, X, h2, s->probs);
     softmax(s->probs, X);

@@ -62,6 +62,8 @@
  *   - shared: down_sh(silu(gate_sh·h2) ⊙ (up_sh·h2)) * sigmoid(ffn_gate_inp_shexp · h2)
  *     (a dot product with the E-vector, one scalar per token).
  *   - out = Σ_k w_k·expert_{e_k} + gated shared.
+ * Dense MLP (architecture qwen35, in place of the MoE): down(silu(gate·h2) ⊙ (up·h2)) with
+ *   ffn_gate / ffn_up / ffn_down (llama.cpp src/models/qwen35.cpp, build_layer_ffn).
  *
  * Dot products sum in double with four partial sums over i % 4, combined (s0+s1)+(s2+s3):
  * a fixed order, so every result is deterministic. */

@@ -88,9 +88,9 @@ static inline const char *test_model(const char *preset, const char *quant) {
 
 static inline void test_models_cleanup(void) {
     const char *dir = getenv("HEARTH_TMP") ? getenv("HEARTH_TMP") : "/tmp";
-    const char *presets[] = {"tiny", "small"}, *quants[] = {"f32", "q8_0", "q4_k_m"};
+    const char *presets[] = {"tiny", "small", "tiny-dense"}, *quants[] = {"f32", "q8_0", "q4_k_m"};
     char p[512];
-    for (int i = 0; i < 2; i++)
+    for (int i = 0; i < 3; i++)
         for (int j = 0; j < 3; j++) {
             snprintf(p, sizeof p, "%s/test-%s-%s-%d.gguf", dir, presets[i], quants[j], (int)getpid());
             unlink(p);

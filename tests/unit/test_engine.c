@@ -416,6 +416,8 @@ TEST(small_f32) { check_file("small", "f32", lengths_toy, stepped_toy); }
 TEST(small_q8_0) { check_file("small", "q8_0", lengths_toy, stepped_toy); }
 TEST(small_q4_k_m) { check_file("small", "q4_k_m", lengths_toy, stepped_toy); }
 TEST(wide_q4_k_m) { check_file("wide", "q4_k_m", lengths_wide, stepped_wide); }
+TEST(tiny_dense_f32) { check_file("tiny-dense", "f32", lengths_toy, stepped_toy); } /* qwen35: the dense MLP */
+TEST(tiny_dense_q4_k_m) { check_file("tiny-dense", "q4_k_m", lengths_toy, stepped_toy); }
 TEST(determinism_tiny) { check_determinism("tiny", "q4_k_m", 70); check_determinism("tiny", "f32", 70); }
 TEST(argmax_tiny) { check_argmax("tiny", "q4_k_m", 70); }
 TEST(argmax_wide) { check_argmax("wide", "q4_k_m", 70); } /* the real vocabulary, 248,320 */
@@ -436,6 +438,8 @@ int main(int argc, char **argv) {
     RUN(tiny_q4_k_m);
     RUN(determinism_tiny);
     RUN(argmax_tiny);
+    RUN(tiny_dense_f32);
+    RUN(tiny_dense_q4_k_m);
     if (strcmp(mode, "--tiny")) {
         RUN(small_q4_k_m);
         RUN(small_q8_0);

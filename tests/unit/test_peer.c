@@ -133,8 +133,11 @@ static float *peer_logits(const char *model_path, const int32_t *ids, int64_t n,
     if (!f) { perror(ids_path); return NULL; }
     fwrite(ids, sizeof(int32_t), (size_t)n, f);
     fclose(f);
-    snprintf(cmd, sizeof cmd, "'%s' -t 2 --kv f32 --fa off --routes '%s' '%s' '%s' '%s' 2>'%s'", peer_tool, routes_path,
-             model_path, ids_path, out_path, err_path);
+    /* a dense model (K = 0) routes nothing: no --routes */
+    char routes_arg[700] = "";
+    if (K > 0) snprintf(routes_arg, sizeof routes_arg, "--routes '%s'", routes_path);
+    snprintf(cmd, sizeof cmd, "'%s' -t 2 --kv f32 --fa off %s '%s' '%s' '%s' 2>'%s'", peer_tool, routes_arg, model_path, ids_path,
+             out_path, err_path);
     int rc = system(cmd);
     float *lg = NULL;
     if (rc != 0) {
@@ -160,7 +163,13 @@ static float *peer_logits(const char *model_path, const int32_t *ids, int64_t n,
     for (int64_t i = 0; good && i < n; i++) good = pos[i] == i;
     fclose(f);
     free(pos);
-    if (good && !read_routes(routes_path, n, NL, K, routes)) {
+    if (good && K == 0) { /* no router: nothing chosen, no margin to be near */
+        routes->NL = NL, routes->K = 0;
+        routes->experts = xcalloc(1, sizeof(int32_t));
+        routes->margin = xmalloc(sizeof(float) * (size_t)(n * NL));
+        for (int64_t i = 0; i < n * NL; i++) routes->margin[i] = INFINITY;
+    }
+    if (good && K > 0 && !read_routes(routes_path, n, NL, K, routes)) {
         fprintf(stderr, "    %s: bad routes file\n", routes_path);
         good = false;
     }
@@ -352,6 +361,8 @@ static void check_file(const char *preset, const char *quant) {
 TEST(tiny_f32) { check_file("tiny", "f32"); }
 TEST(tiny_q8_0) { check_file("tiny", "q8_0"); }
 TEST(tiny_q4_k_m) { check_file("tiny", "q4_k_m"); }
+TEST(tiny_dense_f32) { check_file("tiny-dense", "f32"); } /* llama.cpp's qwen35: the dense MLP */
+TEST(tiny_dense_q4_k_m) { check_file("tiny-dense", "q4_k_m"); }
 TEST(small_f32) { check_file("small", "f32"); }
 TEST(small_q8_0) { check_file("small", "q8_0"); }
 TEST(small_q4_k_m) { check_file("small", "q4_k_m"); }
@@ -361,6 +372,8 @@ int main(int argc, char **argv) {
     RUN(tiny_f32);
     RUN(tiny_q8_0);
     RUN(tiny_q4_k_m);
+    RUN(tiny_dense_f32);
+    RUN(tiny_dense_q4_k_m);
     if (!tiny_only) {
         RUN(small_f32);
         RUN(small_q8_0);

@@ -132,6 +132,9 @@ void cpu_attend_rows_avx2(int nr, int ng, const float *q, int64_t q_row, int64_t
                           int64_t sc_stride, float *acc, float *o, int64_t o_row, int64_t o_stride);
 /* moe.c: the MoE FFN of layer il: h2 (n, E) in, out (n, E). */
 void cpu_moe_layer(cpu_engine *ce, int il, const cpu_batch *b, const float *h2, float *out);
+/* the layer's FFN: the MoE, or qwen35's dense MLP (moe.c) */
+void cpu_ffn_layer(cpu_engine *ce, int il, const cpu_batch *b, const float *h2, float *out);
+size_t cpu_ffn_scratch(const model_hparams *hp, int64_t n);
 size_t cpu_moe_scratch(const model_hparams *hp, int64_t n);
 /* matmul.c: scratch of cpu_matmul / cpu_project / cpu_matmul_jobs for n rows of input dim K */
 size_t cpu_act_scratch(int64_t n, int64_t K, int n_types);

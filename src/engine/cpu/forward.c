@@ -129,7 +129,7 @@ static void forward(cpu_engine *ce, const cpu_batch *b) {
         pool_for(ce->pool, add_tasks, add_task, &ac);
         c.norm_w = L->post_norm.data;
         pool_for(ce->pool, n, norm_task, &c);
-        cpu_moe_layer(ce, il, b, c.h, y);
+        cpu_ffn_layer(ce, il, b, c.h, y);
         cpu_arena_rewind(&ce->ar, mark);
         pool_for(ce->pool, add_tasks, add_task, &ac);
     }
@@ -179,7 +179,7 @@ static size_t pass_arrays(int64_t R, int n_seq) {
 
 static size_t scratch_bound(const model_hparams *hp, int64_t R, int64_t n_ctx, int nth, int n_seq) {
     const int64_t E = hp->n_embd;
-    size_t ops = cpu_moe_scratch(hp, R), g = cpu_gdn_scratch(hp, R, nth), a = cpu_attn_scratch(hp, R, n_ctx, nth);
+    size_t ops = cpu_ffn_scratch(hp, R), g = cpu_gdn_scratch(hp, R, nth), a = cpu_attn_scratch(hp, R, n_ctx, nth);
     ops = ops > g ? ops : g;
     ops = ops > a ? ops : a;
     const size_t out = arena_round(sizeof(int32_t) * (size_t)R) + arena_round(sizeof(float *) * (size_t)R) +
@@ -193,7 +193,7 @@ static size_t mtp_scratch(const model_hparams *hp, int64_t R, int64_t n_ctx, int
     const int64_t E = hp->n_embd;
     const size_t pass = 3 * arena_round(sizeof(float) * (size_t)(R * E)) + cpu_attn_scratch(hp, R, n_ctx, nth);
     const size_t draft = 6 * arena_round(sizeof(float) * (size_t)(2 * E)) + arena_round(sizeof(float) * (size_t)hp->n_vocab) +
-                         8 * arena_round(64) + cpu_attn_scratch(hp, 1, n_ctx, nth) + cpu_moe_scratch(hp, 1) +
+                         8 * arena_round(64) + cpu_attn_scratch(hp, 1, n_ctx, nth) + cpu_ffn_scratch(hp, 1) +
                          cpu_act_scratch(1, E, 1) + cpu_jobs_scratch(1);
     return pass + draft;
 }
@@ -335,7 +335,7 @@ static void cpu_mtp_draft(engine *eng, int seq, int32_t token, int k, int32_t *o
         cpu_attn_layer(ce, il, &b, hn, y);
         for (int64_t j = 0; j < E; j++) x[j] += y[j];
         cpu_rmsnorm(x, L->post_norm.data, hn, E, hp->rms_eps);
-        cpu_moe_layer(ce, il, &b, hn, y);
+        cpu_ffn_layer(ce, il, &b, hn, y);
         for (int64_t j = 0; j < E; j++) x[j] += y[j];
         cpu_rmsnorm(x, m->mtp.head_norm.data, h, E, hp->rms_eps);
         cpu_matmul(ce, &m->output, h, 1, logits);

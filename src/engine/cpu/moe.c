@@ -183,3 +183,59 @@ void cpu_moe_layer(cpu_engine *ce, int il, const cpu_batch *b, const float *h2, 
     cpu_matmul_jobs(ce, jobs, nj);
     pool_for(ce->pool, n, combine_task, &c);
 }
+
+/* ---- qwen35's dense MLP: down(silu(gate h2) * up h2), a row at a time as the shared expert ---- */
+
+typedef struct mlp_ctx {
+    int64_t F;
+    float *g;             /* (n, F) gate, then silu(gate) * up */
+    const float *u;       /* (n, F) up */
+    uint8_t *aq;          /* the rows quantized for the down projection */
+    size_t aq_stride;
+    uint32_t down_type;
+} mlp_ctx;
+
+static void mlp_swiglu_task(void *arg, int64_t r, int thread) {
+    mlp_ctx *c = arg;
+    float *g = c->g + r * c->F;
+    const float *u = c->u + r * c->F;
+    for (int64_t i = 0; i < c->F; i++) g[i] = cpu_silu(g[i]) * u[i];
+    quant_quantize_act(c->down_type, g, c->aq + (size_t)r * c->aq_stride, c->F);
+}
+
+static size_t mlp_scratch(const model_hparams *hp, int64_t n) {
+    const int64_t E = hp->n_embd, F = hp->n_ff;
+    return cpu_act_scratch(n, E, 2) + 2 * arena_round(sizeof(float) * (size_t)(n * F)) + cpu_jobs_scratch(2) +
+           arena_round(sizeof(mm_job) * 2) + arena_round((quant_act_row_bytes(QT_F32, F) + 64) * (size_t)n) + cpu_jobs_scratch(1) +
+           arena_round(sizeof(mm_job));
+}
+
+static void mlp_layer(cpu_engine *ce, int il, const cpu_batch *b, const float *h2, float *out) {
+    const int64_t n = b->n, E = ce->base.m->hp.n_embd, F = ce->base.m->hp.n_ff;
+    const model_layer *L = &ce->base.m->layers[il];
+    mlp_ctx c = {.F = F};
+    act_cache ac = ACT_CACHE(h2, n, E);
+    size_t xs_g, xs_u;
+    const uint8_t *xq_g = cpu_act(ce, &ac, L->ffn_gate.type, &xs_g), *xq_u = cpu_act(ce, &ac, L->ffn_up.type, &xs_u);
+    c.g = cpu_scratch(ce, sizeof(float) * (size_t)(n * F));
+    float *u = cpu_scratch(ce, sizeof(float) * (size_t)(n * F));
+    c.u = u;
+    mm_job *jobs = cpu_scratch(ce, sizeof(mm_job) * 2);
+    jobs[0] = (mm_job){.w = &L->ffn_gate, .xq = xq_g, .xq_stride = xs_g, .n = n, .y = c.g, .y_stride = F};
+    jobs[1] = (mm_job){.w = &L->ffn_up, .xq = xq_u, .xq_stride = xs_u, .n = n, .y = u, .y_stride = F};
+    cpu_matmul_jobs(ce, jobs, 2);
+    c.down_type = L->ffn_down.type;
+    c.aq_stride = cpu_act_bytes(c.down_type, F);
+    c.aq = cpu_scratch(ce, c.aq_stride * (size_t)n);
+    pool_for(ce->pool, n, mlp_swiglu_task, &c);
+    mm_job *down = cpu_scratch(ce, sizeof(mm_job));
+    *down = (mm_job){.w = &L->ffn_down, .xq = c.aq, .xq_stride = c.aq_stride, .n = n, .y = out, .y_stride = E};
+    cpu_matmul_jobs(ce, down, 1);
+}
+
+size_t cpu_ffn_scratch(const model_hparams *hp, int64_t n) { return hp->dense ? mlp_scratch(hp, n) : cpu_moe_scratch(hp, n); }
+
+void cpu_ffn_layer(cpu_engine *ce, int il, const cpu_batch *b, const float *h2, float *out) {
+    if (ce->base.m->hp.dense) mlp_layer(ce, il, b, h2, out);
+    else cpu_moe_layer(ce, il, b, h2, out);
+}

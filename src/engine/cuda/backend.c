@@ -978,6 +978,7 @@ static const engine_backend cuda_backend = {
 
 int cuda_takes_model(const model *m, herr *e) {
     const model_hparams *hp = &m->hp;
+    if (hp->dense) return herr_set(e, "the CUDA engine has no dense MLP (architecture qwen35) yet");
     if (hp->ssm_d_state != 128)
         return herr_set(e, "the CUDA engine takes ssm_d_state 128, this model has %lld", (long long)hp->ssm_d_state);
     if (!hk_attn_tile_rows(hp->n_head / hp->n_head_kv, false) || (hp->head_dim != 128 && hp->head_dim != 256))
