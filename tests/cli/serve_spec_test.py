@@ -118,7 +118,7 @@ def main():
     check("--spec-mtp on a file without the block: refused by name", p.returncode != 0 and "--spec-mtp" in p.stderr
           and "no MTP block" in p.stderr, p.stderr[-300:])
     plain.stop()
-    checks.summary()
+    sys.exit(1 if checks.summary() else 0)
 
 
 if __name__ == "__main__":
