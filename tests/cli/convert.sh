@@ -42,19 +42,25 @@ for q in f32 q8_0; do
     check "run $q" "$HEARTH" run -m "$T/hf_tiny_$q.gguf" --ids 7,45,85,127 -n 4 -t 2
 done
 
+# as_llama_quantize NAME F32 OURS: OURS (hearth convert --quant q4_k_m) has every tensor's type and
+# bytes that llama-quantize Q4_K_M makes of F32
+bin=$(tools/peer/path.sh 2>/dev/null) || bin=
+as_llama_quantize() {
+    local n=$1 out d
+    if [ -z "$bin" ]; then
+        if [ -n "${CI:-}" ]; then check "CI: the llama.cpp peer is built" false; else skip "$n" "llama.cpp peer not built"; fi
+    elif ! out=$("$bin/llama-quantize" "$2" "$3.llama.gguf" Q4_K_M 2 2>&1); then
+        bad "$n" "llama-quantize: $out"
+    elif d=$(diff <(python3 tests/cli/gguf_tensors.py "$3") <(python3 tests/cli/gguf_tensors.py "$3.llama.gguf")); then ok "$n"
+    else bad "$n" "$d"; fi
+}
+
 # q4_k_m: the same tensor types and the same bytes as llama-quantize Q4_K_M makes of the f32
 # file, on a random checkpoint whose rows are whole 256-blocks (tests/cli/mk_hf.py)
 python3 tests/cli/mk_hf.py "$T/hf256" 1
 check "convert f32 (256-wide)" "${C[@]}" "$T/hf256" -o "$T/w_f32.gguf"
 check "convert q4_k_m (256-wide)" "${C[@]}" "$T/hf256" --quant q4_k_m -o "$T/w_q4.gguf"
-if bin=$(tools/peer/path.sh 2>/dev/null); then
-    if ! out=$("$bin/llama-quantize" "$T/w_f32.gguf" "$T/w_q4_llama.gguf" Q4_K_M 2 2>&1); then
-        bad "llama-quantize Q4_K_M of the f32 file" "$out"
-    elif d=$(diff <(python3 tests/cli/gguf_tensors.py "$T/w_q4.gguf") <(python3 tests/cli/gguf_tensors.py "$T/w_q4_llama.gguf")); then
-        ok "q4_k_m: every tensor's type and bytes as llama-quantize Q4_K_M"
-    else bad "q4_k_m: every tensor's type and bytes as llama-quantize Q4_K_M" "$d"; fi
-elif [ -n "${CI:-}" ]; then check "CI: the llama.cpp peer is built" false
-else skip "q4_k_m against llama-quantize" "llama.cpp peer not built"; fi
+as_llama_quantize "q4_k_m: every tensor's type and bytes as llama-quantize Q4_K_M" "$T/w_f32.gguf" "$T/w_q4.gguf"
 check "run q4_k_m (256-wide)" "$HEARTH" run -m "$T/w_q4.gguf" --ids 7,45,85,127 -n 4 -t 2
 
 # the MTP block (mk_hf.py --mtp: the same trunk values): kept as blk.4's, shown by inspect,
@@ -73,14 +79,7 @@ if [ -n "$plain" ] && [ "$plain" = "$spec" ]; then ok "--spec-mtp 3 on the conve
 else bad "--spec-mtp 3 on the converted block: the trunk's tokens" "$plain against $spec"; fi
 check_fails "--spec-mtp on a file without the block" "no MTP block" "$HEARTH" run -m "$T/w_f32.gguf" --ids 7,45 -n 2 --spec-mtp 2
 check "convert q4_k_m with the MTP block" "${C[@]}" "$T/hfm" --quant q4_k_m -o "$T/m_q4.gguf"
-if [ -n "${bin:-}" ]; then
-    if ! out=$("$bin/llama-quantize" "$T/m_f32.gguf" "$T/m_q4_llama.gguf" Q4_K_M 2 2>&1); then
-        bad "llama-quantize Q4_K_M of the MTP file" "$out"
-    elif d=$(diff <(python3 tests/cli/gguf_tensors.py "$T/m_q4.gguf") <(python3 tests/cli/gguf_tensors.py "$T/m_q4_llama.gguf")); then
-        ok "q4_k_m with the MTP block: every tensor's type and bytes as llama-quantize Q4_K_M"
-    else bad "q4_k_m with the MTP block: every tensor's type and bytes as llama-quantize Q4_K_M" "$d"; fi
-elif [ -n "${CI:-}" ]; then check "CI: the llama.cpp peer is built" false
-else skip "q4_k_m with the MTP block against llama-quantize" "llama.cpp peer not built"; fi
+as_llama_quantize "q4_k_m with the MTP block: every tensor's type and bytes as llama-quantize Q4_K_M" "$T/m_f32.gguf" "$T/m_q4.gguf"
 
 # the dense Qwen3_5ForCausalLM (mk_hf.py --dense, with its MTP block): architecture qwen35, the
 # MLP's three matrices copied as they are (each GGUF tensor's bytes = the checkpoint's), its
@@ -143,14 +142,7 @@ plain=$("$HEARTH" run -m "$T/d_f32.gguf" --ids 7,45,85,127 -n 12 -t 2 --ids-out 
 spec=$("$HEARTH" run -m "$T/d_f32.gguf" --ids 7,45,85,127 -n 12 -t 2 --ids-out --spec-mtp 2 2>/dev/null)
 if [ -n "$plain" ] && [ "$plain" = "$spec" ]; then ok "dense: runs, --spec-mtp 2 the same tokens"; else bad "dense: runs, --spec-mtp 2 the same tokens" "$plain / $spec"; fi
 check "convert q4_k_m of a dense checkpoint" "${C[@]}" "$T/hfd" --quant q4_k_m -o "$T/d_q4.gguf"
-if [ -n "${bin:-}" ]; then
-    if ! out=$("$bin/llama-quantize" "$T/d_f32.gguf" "$T/d_q4_llama.gguf" Q4_K_M 2 2>&1); then
-        bad "llama-quantize Q4_K_M of the dense file" "$out"
-    elif d=$(diff <(python3 tests/cli/gguf_tensors.py "$T/d_q4.gguf") <(python3 tests/cli/gguf_tensors.py "$T/d_q4_llama.gguf")); then
-        ok "dense q4_k_m: every tensor's type and bytes as llama-quantize Q4_K_M"
-    else bad "dense q4_k_m: every tensor's type and bytes as llama-quantize Q4_K_M" "$d"; fi
-elif [ -n "${CI:-}" ]; then check "CI: the llama.cpp peer is built" false
-else skip "dense q4_k_m against llama-quantize" "llama.cpp peer not built"; fi
+as_llama_quantize "dense q4_k_m: every tensor's type and bytes as llama-quantize Q4_K_M" "$T/d_f32.gguf" "$T/d_q4.gguf"
 
 rm -rf "$T"
 summary

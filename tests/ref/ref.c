@@ -554,6 +554,22 @@ void ref_moe(ref_seq *s, int il, const double *h2, double *out) {
     for (int64_t i = 0; i < E; i++) out[i] += sg * s->eo[i];
 }
 
+/* layer il on the residual stream s->x: x += mixer(rmsnorm(x) * attn_norm), then x +=
+ * moe(rmsnorm(x) * post_attention_norm) (the trunk's layers and the MTP block's alike) */
+static void layer_step(ref_seq *s, int il) {
+    const int64_t E = s->rm->m->hp.n_embd;
+    const double eps = s->rm->m->hp.rms_eps;
+    const ref_layer *l = &s->rm->layers[il];
+    memcpy(s->h, s->x, (size_t)E * sizeof(double));
+    ref_rmsnorm(s->h, E, eps, l->attn_norm);
+    ref_mixer(s, il, s->h, s->out);
+    for (int64_t i = 0; i < E; i++) s->x[i] += s->out[i];
+    memcpy(s->h, s->x, (size_t)E * sizeof(double));
+    ref_rmsnorm(s->h, E, eps, l->post_norm);
+    ref_moe(s, il, s->h, s->moe_out);
+    for (int64_t i = 0; i < E; i++) s->x[i] += s->moe_out[i];
+}
+
 void ref_step(ref_seq *s, int32_t token, double *logits) {
     const ref_model *rm = s->rm;
     const model_hparams *hp = &rm->m->hp;
@@ -565,15 +581,7 @@ void ref_step(ref_seq *s, int32_t token, double *logits) {
     const float *emb = mat_row(&rm->token_embd, token, s->row);
     for (int64_t i = 0; i < E; i++) s->x[i] = emb[i];
     for (int il = 0; il < hp->n_layer; il++) {
-        const ref_layer *l = &rm->layers[il];
-        memcpy(s->h, s->x, (size_t)E * sizeof(double));
-        ref_rmsnorm(s->h, E, eps, l->attn_norm);
-        ref_mixer(s, il, s->h, s->out);
-        for (int64_t i = 0; i < E; i++) s->x[i] += s->out[i];
-        memcpy(s->h, s->x, (size_t)E * sizeof(double));
-        ref_rmsnorm(s->h, E, eps, l->post_norm);
-        ref_moe(s, il, s->h, s->moe_out);
-        for (int64_t i = 0; i < E; i++) s->x[i] += s->moe_out[i];
+        layer_step(s, il);
         memcpy(s->hidden + il * E, s->x, (size_t)E * sizeof(double));
     }
     if (logits) {
@@ -606,15 +614,7 @@ void ref_mtp_row(ref_seq *s, int64_t pos, int32_t token, const double *h_prev, d
     ref_rmsnorm(cat, E, eps, rm->enorm);
     ref_rmsnorm(cat + E, E, eps, rm->hnorm);
     matvec(s, &rm->eh_proj, 0, E, cat, s->x);
-    const ref_layer *l = &rm->layers[il];
-    memcpy(s->h, s->x, (size_t)E * sizeof(double));
-    ref_rmsnorm(s->h, E, eps, l->attn_norm);
-    ref_mixer(s, il, s->h, s->out);
-    for (int64_t i = 0; i < E; i++) s->x[i] += s->out[i];
-    memcpy(s->h, s->x, (size_t)E * sizeof(double));
-    ref_rmsnorm(s->h, E, eps, l->post_norm);
-    ref_moe(s, il, s->h, s->moe_out);
-    for (int64_t i = 0; i < E; i++) s->x[i] += s->moe_out[i];
+    layer_step(s, il);
     ref_rmsnorm(s->x, E, eps, rm->head_norm);
     if (h_out) memcpy(h_out, s->x, (size_t)E * sizeof(double));
     if (logits) matvec(s, &rm->output, 0, hp->n_vocab, s->x, logits);
