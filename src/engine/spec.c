@@ -8,6 +8,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+engine_span spec_verify_span(int seq, const int32_t *ids, int k, const int64_t *marks, engine_point *const *points, float *logits) {
+    const bool anchored = !MUTANT("spec_no_anchors"); /* mutant: the rows chunked, not a decode step's each */
+    return (engine_span){.seq = seq, .ids = ids, .n = k + 1, .marks = marks, .n_marks = k, .points = points,
+                         .anchors = anchored ? marks : NULL, .n_anchors = anchored ? k : 0, .want = ENGINE_LOGITS_ALL,
+                         .logits = logits};
+}
+
 int spec_init(spec_ctx *sc, engine *eng, int seq, int k, herr *e) {
     memset(sc, 0, sizeof *sc);
     if (k < 1 || k > SPEC_MAX) return herr_set(e, "--spec-mtp %d: expects 1 to %d drafts a step", k, SPEC_MAX);
@@ -61,10 +68,7 @@ int spec_step(spec_ctx *sc, sampler *sm, int32_t last, int64_t n_out, int room, 
     }
     sc->ids[0] = last;
     memcpy(sc->ids + 1, sc->drafts, sizeof(int32_t) * (size_t)k);
-    /* every row its own chunk (anchors 1..k): a decode step's bits; marks 1..k: the state after each */
-    engine_span sp = {.seq = sc->seq, .ids = sc->ids, .n = k + 1, .marks = sc->marks, .n_marks = k, .points = sc->points,
-                      .anchors = MUTANT("spec_no_anchors") ? NULL : sc->marks, .n_anchors = MUTANT("spec_no_anchors") ? 0 : k,
-                      .want = ENGINE_LOGITS_ALL, .logits = sc->logits};
+    const engine_span sp = spec_verify_span(sc->seq, sc->ids, k, sc->marks, sc->points, sc->logits);
     if (engine_run(sc->eng, &sp, 1, e) < 0) return -1;
     int n = 0, j = 0; /* tokens made; drafts kept */
     for (int i = 0; i <= k; i++) {

@@ -31,6 +31,11 @@ typedef struct spec_ctx {
     int64_t n_steps, n_drafted, n_accepted;
 } spec_ctx;
 
+/* The verify span of a step: ids [last, d_1 .. d_k] of sequence seq, anchored at rows 1..k (each
+ * row a decode step's bits) and marked there (marks = 1..k; points[i] the state after row i),
+ * every row's logits into logits ((k + 1) x V). spec_step's and the server's (sched.c) alike. */
+engine_span spec_verify_span(int seq, const int32_t *ids, int k, const int64_t *marks, engine_point *const *points, float *logits);
+
 /* k drafts a step (1..SPEC_MAX); the engine opened with mtp */
 int spec_init(spec_ctx *sc, engine *eng, int seq, int k, herr *e);
 void spec_free(spec_ctx *sc);

@@ -98,12 +98,12 @@ int64_t model_tensor_specs(const model_hparams *hp, tensor_spec **out) {
 
 int model_hparams_check(model_hparams *hp, herr *e) {
     hp->dense = !strcmp(hp->arch, "qwen35");
-    if (hp->dense) { /* the MoE's fields are not read: in range for the table below */
-        hp->n_expert = hp->n_expert_used = 1;
-        hp->n_ff_exp = hp->n_ff_shexp = 1;
+    if (hp->dense) { /* no MoE: its fields 0 (the table below holds them there) */
+        hp->n_expert = hp->n_expert_used = hp->n_ff_exp = hp->n_ff_shexp = 0;
         if (hp->n_ff < 1 || hp->n_ff > (1 << 20))
             return herr_set(e, "qwen35.feed_forward_length = %" PRId64 " is out of range [1, %d]", hp->n_ff, 1 << 20);
     }
+    const int64_t moe = !hp->dense; /* the expert keys' lower bound, and 0 as the upper where dense */
     struct { const char *name; int64_t v, lo, hi; } r[] = {
         {"block_count", hp->n_layer, 1, MODEL_MAX_LAYERS},
         {"embedding_length", hp->n_embd, 1, 1 << 16},
@@ -112,10 +112,10 @@ int model_hparams_check(model_hparams *hp, herr *e) {
         {"attention.head_count_kv", hp->n_head_kv, 1, 1024},
         {"attention.key_length", hp->head_dim, 2, 1024},
         {"rope.dimension_count", hp->rope_dims, 2, 1024},
-        {"expert_count", hp->n_expert, 1, 4096},
-        {"expert_used_count", hp->n_expert_used, 1, 4096},
-        {"expert_feed_forward_length", hp->n_ff_exp, 1, 1 << 16},
-        {"expert_shared_feed_forward_length", hp->n_ff_shexp, 1, 1 << 16},
+        {"expert_count", hp->n_expert, moe, moe * 4096},
+        {"expert_used_count", hp->n_expert_used, moe, moe * 4096},
+        {"expert_feed_forward_length", hp->n_ff_exp, moe, moe << 16},
+        {"expert_shared_feed_forward_length", hp->n_ff_shexp, moe, moe << 16},
         {"ssm.conv_kernel", hp->ssm_d_conv, 2, 16},
         {"ssm.state_size", hp->ssm_d_state, 1, 1024},
         {"ssm.group_count", hp->ssm_n_group, 1, 1024},
@@ -127,7 +127,6 @@ int model_hparams_check(model_hparams *hp, herr *e) {
         if (r[i].v < r[i].lo || r[i].v > r[i].hi)
             return herr_set(e, "%s.%s = %" PRId64 " is out of range [%" PRId64 ", %" PRId64 "]", hp->arch,
                             r[i].name, r[i].v, r[i].lo, r[i].hi);
-    if (hp->dense) hp->n_expert = hp->n_expert_used = hp->n_ff_exp = hp->n_ff_shexp = 0;
     if (hp->n_expert_used > hp->n_expert)
         return herr_set(e, "expert_used_count %" PRId64 " exceeds expert_count %" PRId64, hp->n_expert_used, hp->n_expert);
     if (hp->n_head % hp->n_head_kv != 0)

@@ -1216,10 +1216,7 @@ static bool spec_span(sched *s, slot *sl, engine_span *sp) {
     sl->spec_k = got;
     sl->spec_ids[0] = sl->next_id;
     for (int i = 0; i < got; i++) sl->spec_marks[i] = i + 1;
-    const bool anchored = !MUTANT("spec_no_anchors"); /* mutant: the rows chunked, not a decode step's each */
-    *sp = (engine_span){.seq = sl->seq, .ids = sl->spec_ids, .n = got + 1, .marks = sl->spec_marks, .n_marks = got,
-                        .points = sl->spec_pts, .anchors = anchored ? sl->spec_marks : NULL, .n_anchors = anchored ? got : 0,
-                        .want = ENGINE_LOGITS_ALL, .logits = sl->spec_logits};
+    *sp = spec_verify_span(sl->seq, sl->spec_ids, got, sl->spec_marks, sl->spec_pts, sl->spec_logits);
     sl->req->n_drafted += got;
     return true;
 }

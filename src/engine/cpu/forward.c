@@ -281,12 +281,12 @@ static void cpu_save(engine *eng, int seq, engine_point *p) {
 static void cpu_restore(engine *eng, int seq, const engine_point *p) {
     cpu_seq *s = &((cpu_engine *)eng)->seqs[seq];
     cpu_state_copy(s, &eng->m->hp, (engine_point *)p, false);
-    if (s->mtp_h) { /* the MTP block's h: the trunk's row at pos - 1 where the last pass kept it (a verify pass) */
+    /* the MTP block's h: the trunk's row at pos - 1 where the last pass kept it (a verify pass),
+     * else zeros (mutant: left at the last pass's last row) */
+    if (s->mtp_h && !MUTANT("mtp_h_last")) {
         const int64_t E = eng->m->hp.n_embd, q = p->pos - 1;
-        if (q >= s->mtp_pos0 && q < s->mtp_pos0 + s->mtp_n && !MUTANT("mtp_h_last"))
-            memcpy(s->mtp_h, s->mtp_rows + (q - s->mtp_pos0) * E, sizeof(float) * (size_t)E);
-        else if (!MUTANT("mtp_h_last"))
-            memset(s->mtp_h, 0, sizeof(float) * (size_t)E);
+        if (q >= s->mtp_pos0 && q < s->mtp_pos0 + s->mtp_n) memcpy(s->mtp_h, s->mtp_rows + (q - s->mtp_pos0) * E, sizeof(float) * (size_t)E);
+        else memset(s->mtp_h, 0, sizeof(float) * (size_t)E);
     }
 }
 
