@@ -39,7 +39,7 @@
 #   sass    cuobjdump's SASS of attn_wg_kernel<256> in the carried hearth (sass_wg256.txt) and
 #           its instruction mix;
 #   loop    test_cuda LOOP_N times (default 50, F11 item 5: a race would show as a failing run),
-#           cut to the time left; prints the count of runs and of failed ones;
+#           LOOP_PAR processes at once (default 1), cut to the time left; prints the count of runs and of failed ones;
 #   agent   hearth alone on bench/agent_turns.py's agent trace to 40k tokens (one rep after the
 #           dropped rep 0; q36 with Qwen3's tokenizer from a carried .peer/tokenizer-qwen3.tar.xz,
 #           Qwen3.5's template, one slot, 64k context): each turn's wall time against its pass
@@ -170,12 +170,19 @@ for s in ${STEPS:-attn ab unit agent gates ncu}; do
              ( HEARTH_BIN_READY=1 OUT="$out/$s" TRACE=$tr REPS=${AGENT_REPS:-1} DEADLINE=$(( l - 10 )) \
                    bash bench/device_agent.sh ) >"$out/$s.log" 2>&1
              echo "== $s: rc $?"; grep -E "^\||^==|total" "$out/$s.log" | tail -40 ;;
-    loop) n=0 bad=0
+    loop) n=0 bad=0 par=${LOOP_PAR:-1} # LOOP_PAR processes at once (a run is ~15 s on an H100)
           while [ "$n" -lt "${LOOP_N:-50}" ] && [ "$(left)" -gt 40 ]; do
-              n=$((n + 1))
-              timeout 120 $B/test_cuda >"$out/loop_last.log" 2>&1 || { bad=$((bad + 1)); cp "$out/loop_last.log" "$out/loop_fail_$n.log"; }
+              pids=() k=0
+              while [ "$k" -lt "$par" ] && [ "$n" -lt "${LOOP_N:-50}" ]; do
+                  n=$((n + 1)) k=$((k + 1))
+                  timeout 120 $B/test_cuda >"$out/loop_run_$n.log" 2>&1 & pids+=("$!:$n")
+              done
+              for p in "${pids[@]}"; do
+                  if wait "${p%%:*}"; then rm -f "$out/loop_run_${p#*:}.log"
+                  else bad=$((bad + 1)); mv "$out/loop_run_${p#*:}.log" "$out/loop_fail_${p#*:}.log"; fi
+              done
           done
-          echo "== loop: test_cuda $n runs, $bad failed" | tee "$out/loop.log" ;;
+          echo "== loop: test_cuda $n runs ($par at once), $bad failed" | tee "$out/loop.log" ;;
     mutants) HEARTH_CUDA_ATTN_WHOLE=${GATE_FORM:-8} HEARTH_GATES_DEVICE=cuda HEARTH_GATES_KV=f16 step mutants 500 tests/gates/mutants
              tail -40 "$out/mutants.log" | grep -E "\||passed|FAIL" | tail -30 ;;
     esac
