@@ -109,7 +109,9 @@ for s in ${STEPS:-attn ab unit agent gates ncu}; do
            if [ -x $B/hearth_c ]; then pp_rounds "a $B/hearth" "b $B/hearth_b" "c $B/hearth_c"
            else pp_rounds "a $B/hearth" "b $B/hearth_b"; fi ;;
     rows) l=$(left); [ "$l" -lt 120 ] && { echo "== rows: skipped, ${l} s left"; continue; }
-          ( HEARTH_BIN_READY=1 SETS=${ROWS_SETS:-e f g} REPS=${ROWS_REPS:-2} timeout $(( l - 15 )) bash bench/device_cuda_vs_llama.sh ) \
+          # ROWS_ENV=best: the environment abenv found best in this call (abenv_best.env)
+          ( [ "${ROWS_ENV:-}" = best ] && [ -f "$out/abenv_best.env" ] && { export $(cat "$out/abenv_best.env"); echo "== rows under $(cat "$out/abenv_best.env")"; }
+            HEARTH_BIN_READY=1 SETS=${ROWS_SETS:-e f g} REPS=${ROWS_REPS:-2} timeout $(( l - 15 )) bash bench/device_cuda_vs_llama.sh ) \
               >"$out/rows.log" 2>&1
           echo "== rows: rc $?"; grep -E "^\||llama.cpp |NVIDIA" "$out/rows.log" | head -20 ;;
     unit) step unit 120 $B/test_cuda
@@ -142,7 +144,17 @@ for s in ${STEPS:-attn ab unit agent gates ncu}; do
                vs[-1]=${vs[-1]//,/ } # LABEL=A=1,B=2: both variables
            done
            pp_rounds "${vs[@]}"
-           for f in "$out"/pp2048_d*_*.log; do echo "$(basename $f .log) $(grep -oE 'pp2048 @ d[0-9]+ \| +[0-9.]+' $f | grep -oE '[0-9.]+$')"; done ;;
+           for f in "$out"/pp2048_d*_*.log; do echo "$(basename $f .log) $(grep -oE 'pp2048 @ d[0-9]+ \| +[0-9.]+' $f | grep -oE '[0-9.]+$')"; done
+           # the carried binary's environment with the best mean at DEPTHS' first depth, for the
+           # rows step of the same call (ROWS_ENV=best): abenv_best.env
+           d1=${DEPTHS:-32768}; d1=${d1%% *} best= bv=0
+           for x in ${AB_ENVS:-}; do
+               case $x in *@*) continue ;; esac
+               l=${x%%=*} v=$(cat "$out"/pp2048_d${d1}_${l}_*.log 2>/dev/null | grep -oE 'pp2048 @ d[0-9]+ \| +[0-9.]+' | grep -oE '[0-9.]+$' |
+                   awk '{s += $1; n++} END {if (n) printf "%.2f", s / n; else print 0}')
+               awk -v a="$v" -v b="$bv" 'BEGIN {exit !(a > b)}' && best=$x bv=$v
+           done
+           [ -n "$best" ] && { echo "${best#*=}" | tr , ' ' >"$out/abenv_best.env"; echo "== abenv: best of the carried binary's: ${best%%=*} ($bv t/s)"; } ;;
     prof) q36 # HEARTH_CUDA_PROFILE's table at 32k, per PROF_ENVS entry (LABEL=NAME=VALUE; default: the defaults)
           for x in ${PROF_ENVS:-def=HEARTH_CUDA_PROFILE=1}; do
               HEARTH_CUDA_PROFILE=1 step prof_d32k_${x%%=*} 120 env ${x#*=} $B/hearth bench --device cuda -m /dev/shm/q36.gguf --kv f16 -p 2048 -n 0 -d 32768 -r 1
