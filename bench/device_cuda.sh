@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # bench/device_cuda.sh: the CUDA engine on the GPU machine (run there by the device tool with
 # .peer/debs carried for Debian's libcjson packages, since the host reaches no registry). Builds
-# hearth and the tests for sm_90a, then: the CUDA unit tests; test_engine on tiny and small
-# (engine_open's auto picks the GPU there: logits against the float64 reference within the
+# hearth and the tests for sm_90a, then: the CUDA unit tests; test_engine on tiny, tiny-dense and
+# small (engine_open's auto picks the GPU there: logits against the float64 reference within the
 # derived bands, batched against stepped, determinism); every gate on the GPU
-# (HEARTH_GATES_DEVICE=cuda) at tiny and small; the engine at the real widths (test_engine
-# --wide); then hearth bench on the q36 file, GPU and CPU. Each step is time-boxed so the
+# (HEARTH_GATES_DEVICE=cuda) at tiny, small and tiny-dense (the dense qwen35); the engine at the
+# real widths (test_engine --wide); then hearth bench on the q36 file, GPU and CPU. Each step is time-boxed so the
 # whole fits one 600 s command; logs go to $OUT, a summary to stdout.
 #   STEPS (default "unit engine gates wide q36") which steps to run (engine_tiny:
 #   test_engine --tiny alone; gates_tiny: the gates at tiny alone; mutants: the mutant
@@ -40,7 +40,8 @@ for s in $steps; do
     engine) step engine 200 build/tests/test_engine ;;
     engine_tiny) step engine_tiny 100 build/tests/test_engine --tiny ;;
     gates) HEARTH_GATES_DEVICE=cuda step gates_tiny 100 build/gates all tiny
-           HEARTH_GATES_DEVICE=cuda step gates_small 150 build/gates all small ;;
+           HEARTH_GATES_DEVICE=cuda step gates_small 150 build/gates all small
+           HEARTH_GATES_DEVICE=cuda step gates_tiny_dense 100 build/gates all tiny-dense ;;
     gates_tiny) HEARTH_GATES_DEVICE=cuda step gates_tiny 100 build/gates all tiny ;;
     mutants) HEARTH_GATES_DEVICE=cuda step mutants 300 tests/gates/mutants ;;
     wide) build/hearth gen --preset wide --quant q4_k_m --seed 1 -o /dev/shm/shared-wide-q4_k_m.gguf >/dev/null 2>&1

@@ -11,8 +11,10 @@
 #   unit    all of test_cuda and test_gdn_chunk;
 #   ncu     Nsight Compute on one launch of form 8 (NCU_FORMS="8 6": both) at 32k (the timed
 #           pass's first: the fill's 16 passes x 10 layers skipped);
-#   gates   `gates all tiny` and `gates all small` on the cuda engine, f16 KV rows, under
-#           HEARTH_CUDA_ATTN_WHOLE=${GATE_FORM:-8};
+#   gates   `gates all tiny`, `gates all small` and `gates all tiny-dense` (the dense qwen35's MLP)
+#           on the cuda engine, f16 KV rows, under HEARTH_CUDA_ATTN_WHOLE=${GATE_FORM:-8};
+#   engine  test_engine --tiny (the packed mut_test_engine, no mutant set: test_engine itself), whose
+#           auto device is the cuda engine: tiny and tiny-dense against the float64 reference;
 #   mutants tests/gates/mutants on the cuda engine, f16 KV rows, the same form;
 #   abbin   two builds of the default form against each other: $B/hearth and $B/hearth_b (a
 #           branch's build, packed beside; $B/test_cuda_b, if there, run first), and $B/hearth_c
@@ -114,6 +116,7 @@ for s in ${STEPS:-attn ab unit agent gates ncu}; do
             HEARTH_BIN_READY=1 SETS=${ROWS_SETS:-e f g} REPS=${ROWS_REPS:-2} timeout $(( l - 15 )) bash bench/device_cuda_vs_llama.sh ) \
               >"$out/rows.log" 2>&1
           echo "== rows: rc $?"; grep -E "^\||llama.cpp |NVIDIA" "$out/rows.log" | head -20 ;;
+    engine) step engine_tiny 150 build/mut/test_engine --tiny ;;
     unit) step unit 120 $B/test_cuda
           step unit_chunk 120 $B/test_gdn_chunk ;;
     ncu) q36
@@ -160,7 +163,7 @@ for s in ${STEPS:-attn ab unit agent gates ncu}; do
               HEARTH_CUDA_PROFILE=1 step prof_d32k_${x%%=*} 120 env ${x#*=} $B/hearth bench --device cuda -m /dev/shm/q36.gguf --kv f16 -p 2048 -n 0 -d 32768 -r 1
               grep -E "^cuda profile|router|attn \||gate up|down|delta|t/s" "$out/prof_d32k_${x%%=*}.log" | head -12
           done ;;
-    gates) for p in tiny small; do
+    gates) for p in tiny small tiny-dense; do
                HEARTH_CUDA_ATTN_WHOLE=${GATE_FORM:-8} HEARTH_GATES_DEVICE=cuda HEARTH_GATES_KV=f16 step "gates_${p}_f16" 150 build/gates all $p
            done ;;
     agent|agentsp)

@@ -41,6 +41,7 @@ typedef struct cuda_layer {
     hk_w attn_q, attn_k, attn_v, attn_out, attn_q_norm, attn_k_norm;
     hk_w ffn_gate_inp, ffn_gate_exps, ffn_up_exps, ffn_down_exps;
     hk_w ffn_gate_inp_shexp, ffn_gate_shexp, ffn_up_shexp, ffn_down_shexp;
+    hk_w ffn_gate, ffn_up, ffn_down; /* qwen35's dense MLP: gate, up (E, n_ff), down (n_ff, E); the MoE's absent */
     hk_w router;            /* ffn_gate_inp with the shared expert's gate (ffn_gate_inp_shexp) as row X,
                              * when both are F32: one product gives the routing logits and that gate */
     int gi, ai;             /* index among the GDN / attention layers */
@@ -86,11 +87,13 @@ typedef struct cuda_engine {
     void *kc[MODEL_MAX_LAYERS], *vc[MODEL_MAX_LAYERS]; /* per attention layer: [seq][n_ctx][kv_row] */
     /* pass scratch, R rows */
     float *x, *h, *qkv, *cv, *z, *gb, *ga, *o, *qf, *k, *v, *ao, *part, *rlog, *sgl, *wsel, *g, *u, *sg, *su, *eo, *so;
+    /* sg, su (R, Fs): the gate and up rows of the MLP run apart, the shared expert's (Fs = n_ff_shexp)
+     * or the dense MLP's (Fs = n_ff); the MoE's (rlog .. u, eo, so; sel .. mtiles) NULL where dense */
     float *logits;
     hk_act ax8k, ax80;      /* the layer input's rows (n_embd) rounded */
     hk_act ao8k, ao80;      /* the mixer's output rows (GDN value dim or H*D) rounded */
     hk_act af8k, af80;      /* the experts' SwiGLU rows (n_ff_exp), one per pair */
-    hk_act as8k, as80;      /* the shared expert's SwiGLU rows when it runs apart */
+    hk_act as8k, as80;      /* the SwiGLU rows of the MLP run apart (sg): the shared expert's, or the dense MLP's */
     int32_t *sel, *offs, *list, *mtiles;
     pass_io io;
     uint8_t *h_io, *d_io;   /* the pass's inputs: pinned host, device */
@@ -233,12 +236,14 @@ static int upload(cuda_engine *ce, herr *e) {
             {&L->ffn_gate_exps, &C->ffn_gate_exps, false}, {&L->ffn_up_exps, &C->ffn_up_exps, false},
             {&L->ffn_down_exps, &C->ffn_down_exps, false}, {&L->ffn_gate_inp_shexp, &C->ffn_gate_inp_shexp, true},
             {&L->ffn_gate_shexp, &C->ffn_gate_shexp, false}, {&L->ffn_up_shexp, &C->ffn_up_shexp, false},
-            {&L->ffn_down_shexp, &C->ffn_down_shexp, false},
+            {&L->ffn_down_shexp, &C->ffn_down_shexp, false}, {&L->ffn_gate, &C->ffn_gate, false},
+            {&L->ffn_up, &C->ffn_up, false}, {&L->ffn_down, &C->ffn_down, false},
         };
         for (size_t k = 0; k < sizeof list / sizeof list[0]; k++)
             if (up(ce, list[k].t, list[k].w, list[k].f32, false, e) < 0) return -1;
         C->gi = L->recurrent ? gi++ : -1;
         C->ai = L->recurrent ? -1 : ai++;
+        if (m->hp.dense) continue; /* no router, no experts: an absent weight reads as F32 (type 0) */
         if (C->ffn_gate_inp.type == QT_F32) {
             const int64_t E = C->ffn_gate_inp.K, X = C->ffn_gate_inp.M;
             void *d;
@@ -298,10 +303,14 @@ static int alloc_state(cuda_engine *ce, herr *e) {
     const model_hparams *hp = &eng->m->hp;
     const int64_t R = ce->R, E = hp->n_embd, cd = hp_conv_dim(hp), Vd = hp_value_dim(hp), Gv = hp->ssm_dt_rank;
     const int64_t H = hp->n_head, Hkv = hp->n_head_kv, D = hp->head_dim, X = hp->n_expert, K = hp->n_expert_used;
-    const int64_t F = hp->n_ff_exp, Fs = hp->n_ff_shexp, V = hp->n_vocab, n_ctx = eng->opts.n_ctx, ns = eng->opts.n_seq_max;
+    const int64_t F = hp->n_ff_exp, V = hp->n_vocab, n_ctx = eng->opts.n_ctx, ns = eng->opts.n_seq_max;
+    const int64_t Fs = hp->dense ? hp->n_ff : hp->n_ff_shexp; /* the MLP run apart (sg, su, as8k, as80) */
     const int64_t P = R * K + R; /* pairs: routed, then the shared expert's rows */
     const int64_t Od = Vd > H * D ? Vd : H * D;
     const size_t f = sizeof(float);
+    /* the router's, the experts' and the combine's buffers are sized times moe: none where dense
+     * (X and K are 0 there) */
+    const size_t moe = hp->dense ? 0 : 1;
     struct { void **p; size_t bytes; } bufs[] = {
         {(void **)&ce->lanes, f * ce->lane_floats * (size_t)(ns * ce->n_gdn)},
         {(void **)&ce->rings, f * ce->ring_floats * (size_t)(ns * ce->n_gdn)},
@@ -316,15 +325,16 @@ static int alloc_state(cuda_engine *ce, herr *e) {
          * at 64k context (n_seg 128): 16 x 128 x 260 x 4 = 2,129,920 bytes a row, 4.37 GB at
          * R = 2050 rows */
         {(void **)&ce->part, f * (size_t)(R * H * ce->n_seg * hk_attn_part_floats(D))},
-        {(void **)&ce->rlog, f * (size_t)(R * (X + 1))}, {(void **)&ce->sgl, f * (size_t)R}, {(void **)&ce->wsel, f * (size_t)(R * K)},
-        {(void **)&ce->g, f * (size_t)(P * F)}, {(void **)&ce->u, f * (size_t)(P * F)},
+        {(void **)&ce->rlog, moe * f * (size_t)(R * (X + 1))}, {(void **)&ce->sgl, moe * f * (size_t)R},
+        {(void **)&ce->wsel, moe * f * (size_t)(R * K)},
+        {(void **)&ce->g, moe * f * (size_t)(P * F)}, {(void **)&ce->u, moe * f * (size_t)(P * F)},
         {(void **)&ce->sg, f * (size_t)(R * Fs)}, {(void **)&ce->su, f * (size_t)(R * Fs)},
-        {(void **)&ce->eo, f * (size_t)(P * E)}, {(void **)&ce->so, f * (size_t)(R * E)},
+        {(void **)&ce->eo, moe * f * (size_t)(P * E)}, {(void **)&ce->so, moe * f * (size_t)(R * E)},
         {(void **)&ce->logits, f * (size_t)LOGITS_CAP * (size_t)V}, {(void **)&ce->d_tok, 4 * (size_t)LOGITS_CAP},
         {&ce->am_scratch, hk_argmax_scratch(LOGITS_CAP)},
         {(void **)&ce->tickets, sizeof(unsigned) * TICKETS(E)},
-        {(void **)&ce->sel, 4 * (size_t)(R * K)}, {(void **)&ce->offs, 4 * (size_t)(X + 1)},
-        {(void **)&ce->list, 4 * (size_t)(R * K)}, {(void **)&ce->mtiles, 4 * (size_t)(2 * (R * K + X) + 2)},
+        {(void **)&ce->sel, moe * 4 * (size_t)(R * K)}, {(void **)&ce->offs, moe * 4 * (size_t)(X + 1)},
+        {(void **)&ce->list, moe * 4 * (size_t)(R * K)}, {(void **)&ce->mtiles, moe * 4 * (size_t)(2 * (R * K + X) + 2)},
         {(void **)&ce->d_io, ce->io.bytes},
         {(void **)&ce->gsc.w, ce->gdn_chunk ? f * (size_t)(R * Vd) : 0},
         {(void **)&ce->gsc.u, ce->gdn_chunk ? f * (size_t)(R * Vd) : 0},
@@ -332,7 +342,7 @@ static int alloc_state(cuda_engine *ce, herr *e) {
         {(void **)&ce->gsc.g, ce->gdn_chunk ? f * (size_t)(R * Gv) : 0},
     };
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
-        if (hk_malloc(bufs[i].p, bufs[i].bytes, e) < 0)
+        if (hk_malloc(bufs[i].p, bufs[i].bytes, e) < 0) /* 0 bytes: NULL */
             return herr_wrap(e, "--device cuda: the GPU has no room for %d sequences of %lld tokens (lower -c or -np)",
                              (int)ns, (long long)n_ctx);
     /* the rounded rows, in each format some weight of the site reads */
@@ -341,12 +351,14 @@ static int alloc_state(cuda_engine *ce, herr *e) {
     for (int il = 0; il < hp->n_layer; il++) {
         const cuda_layer *C = &ce->layers[il];
         const hk_w *xs[] = {&C->attn_qkv, &C->attn_gate, &C->ssm_beta, &C->ssm_alpha, &C->attn_q, &C->attn_k,
-                            &C->attn_v, &C->ffn_gate_exps, &C->ffn_up_exps, &C->ffn_gate_shexp, &C->ffn_up_shexp};
+                            &C->attn_v, &C->ffn_gate_exps, &C->ffn_up_exps, &C->ffn_gate_shexp, &C->ffn_up_shexp,
+                            &C->ffn_gate, &C->ffn_up};
         for (size_t k = 0; k < sizeof xs / sizeof xs[0]; k++) x8k |= needs(xs[k], false), x80 |= needs(xs[k], true);
         o8k |= needs(&C->ssm_out, false) || needs(&C->attn_out, false);
         o80 |= needs(&C->ssm_out, true) || needs(&C->attn_out, true);
         f8k |= needs(&C->ffn_down_exps, false), f80 |= needs(&C->ffn_down_exps, true);
         if (!C->sh_fused) s8k |= needs(&C->ffn_down_shexp, false), s80 |= needs(&C->ffn_down_shexp, true);
+        s8k |= needs(&C->ffn_down, false), s80 |= needs(&C->ffn_down, true); /* dense (absent: false) */
     }
     struct { hk_act *a; bool want; int64_t rows, K; bool q80; } acts[] = {
         {&ce->ax8k, x8k, R, E, false}, {&ce->ax80, x80, R, E, true}, {&ce->ao8k, o8k, R, Od, false},
@@ -436,7 +448,7 @@ enum {
     FU_GATED = 1 << 2,   /* the gated norm as the delta rule's tail */
     FU_NORM = 1 << 3,    /* the post-mixer norm as the output product's tail */
     FU_ROUTE = 1 << 4,   /* the route as the router's tail */
-    FU_COMBINE = 1 << 5, /* the combine and the next norm as the down product's tail */
+    FU_COMBINE = 1 << 5, /* the combine and the next norm as the down product's tail (dense: the next norm) */
     FU_MERGE = 1 << 6,   /* the attention's rounding in its merge (every pass) */
     FU_ALL = (1 << 7) - 1,
     /* on an H100 (bench/RESULTS.md, 2026-12-05) conv and gated together took decode from 297
@@ -474,17 +486,24 @@ static bool fuse_pass(const cuda_engine *ce, int64_t n, unsigned part) { return 
 /* the layer's mixer output product (ssm_out or attn_out) */
 static const hk_w *out_w(const cuda_layer *C) { return C->gi >= 0 ? &C->ssm_out : &C->attn_out; }
 
+/* a product of n rows added to the residual x; tail_nw set: the norm of the new x by that
+ * weight (into h and the rounded rows) is its launch's tail */
+static int residual_product(cuda_engine *ce, const hk_w *w, const float *in, int64_t K, const hk_act *a, int64_t n,
+                            const float *tail_nw, herr *e) {
+    const model_hparams *hp = &ce->base.m->hp;
+    const int64_t E = hp->n_embd;
+    if (!tail_nw) return hk_matmul(ce->st, w, in, K, a, n, ce->x, E, true, e);
+    const hk_tail t = {.kind = HK_TAIL_NORM, .cnt = ce->tickets, .n = n, .E = E, .x = ce->x, .h = ce->h,
+                       .nw = tail_nw, .eps = hp->rms_eps, .a = ce->ax8k, .a2 = ce->ax80};
+    return hk_matmul_tail(ce->st, w, in, K, a, n, ce->x, E, true, &t, e);
+}
+
 /* the mixer's output product, added to the residual x; fused: the layer's post-mixer norm
  * (into h and the rounded rows) is its tail, else forward() launches it */
 static bool norm_in_tail(const cuda_engine *ce, const cuda_layer *C, int64_t n) { return fuse_pass(ce, n, FU_NORM) && !is_float_w(out_w(C)); }
 static int out_product(cuda_engine *ce, const cuda_layer *C, const hk_w *w, const float *in, int64_t K, const hk_act *a,
                        int64_t n, herr *e) {
-    const model_hparams *hp = &ce->base.m->hp;
-    const int64_t E = hp->n_embd;
-    if (!norm_in_tail(ce, C, n)) return hk_matmul(ce->st, w, in, K, a, n, ce->x, E, true, e);
-    const hk_tail t = {.kind = HK_TAIL_NORM, .cnt = ce->tickets, .n = n, .E = E, .x = ce->x, .h = ce->h,
-                       .nw = (const float *)C->post_norm.d, .eps = hp->rms_eps, .a = ce->ax8k, .a2 = ce->ax80};
-    return hk_matmul_tail(ce->st, w, in, K, a, n, ce->x, E, true, &t, e);
+    return residual_product(ce, w, in, K, a, n, norm_in_tail(ce, C, n) ? (const float *)C->post_norm.d : NULL, e);
 }
 
 static int gdn_layer(cuda_engine *ce, const cuda_layer *C, const pass *p, herr *e) {
@@ -658,6 +677,31 @@ static int moe_layer(cuda_engine *ce, int il, const cuda_layer *C, const float *
     return 0;
 }
 
+/* qwen35's dense MLP of a layer, in place of moe_layer: x += down(silu(gate h) * up h), h the
+ * post-mixer norm's rows, as the shared expert runs apart (the CPU's mlp_layer: the same
+ * rounding of h and of the SwiGLU rows); then, as the MoE's combine does, the next layer's
+ * norm of the new x (next_norm; NULL after the last layer) into h and the rounded rows:
+ * fused (FU_COMBINE, quantized down weights), the down product's tail */
+static int mlp_layer(cuda_engine *ce, const cuda_layer *C, const float *next_norm, const pass *p, herr *e) {
+    const model_hparams *hp = &ce->base.m->hp;
+    void *st = ce->st;
+    const int64_t n = p->n, E = hp->n_embd, Fd = hp->n_ff;
+    const hk_act *ag = AX(C->ffn_gate);
+    if (ag && ag == AX(C->ffn_up)) /* both read the same rounded rows: one launch for a few rows */
+        OP("mlp gate up", hk_matmul2(st, &C->ffn_gate, &C->ffn_up, ag, n, ce->sg, ce->su, Fd, e));
+    else {
+        OP("mlp gate up", hk_matmul(st, &C->ffn_gate, ce->h, E, ag, n, ce->sg, Fd, false, e));
+        OP("mlp gate up", hk_matmul(st, &C->ffn_up, ce->h, E, AX(C->ffn_up), n, ce->su, Fd, false, e));
+    }
+    hk_act *as = (hk_act *)act_for(&C->ffn_down, &ce->as8k, &ce->as80);
+    OP("mlp swiglu", hk_swiglu_quant(st, ce->sg, ce->su, n, Fd, as, e));
+    const bool norm_tail = next_norm && fuse_pass(ce, n, FU_COMBINE) && !is_float_w(&C->ffn_down);
+    OP("mlp down", residual_product(ce, &C->ffn_down, ce->sg, Fd, as, n, norm_tail ? next_norm : NULL, e));
+    hk_act *x8k = ce->ax8k.q ? &ce->ax8k : NULL, *x80 = ce->ax80.q ? &ce->ax80 : NULL;
+    if (next_norm && !norm_tail) OP("norm", hk_rmsnorm(st, ce->x, NULL, next_norm, ce->h, n, E, hp->rms_eps, x8k, x80, e));
+    return 0;
+}
+
 /* the pass's launches, from the embedding to the logits rows (no host sync unless a route trace is on) */
 static int forward(cuda_engine *ce, const pass *p, herr *e) {
     const model *m = ce->base.m;
@@ -669,12 +713,13 @@ static int forward(cuda_engine *ce, const pass *p, herr *e) {
     hk_act *x8k = ce->ax8k.q ? &ce->ax8k : NULL, *x80 = ce->ax80.q ? &ce->ax80 : NULL;
     for (int il = 0; il < hp->n_layer; il++) {
         const cuda_layer *C = &ce->layers[il];
-        if (il == 0) /* later layers' input norms come from the previous layer's combine */
+        if (il == 0) /* later layers' input norms come from the end of the previous layer's FFN (moe_layer, mlp_layer) */
             OP("norm", hk_rmsnorm(st, ce->x, NULL, F(C->attn_norm), ce->h, n, E, hp->rms_eps, x8k, x80, e));
         TRY(C->gi >= 0 ? gdn_layer(ce, C, p, e) : attn_layer(ce, C, p, e));
         if (!norm_in_tail(ce, C, n))
             OP("norm", hk_rmsnorm(st, ce->x, NULL, F(C->post_norm), ce->h, n, E, hp->rms_eps, x8k, x80, e));
-        TRY(moe_layer(ce, il, C, il + 1 < hp->n_layer ? F(ce->layers[il + 1].attn_norm) : NULL, p, e));
+        const float *next_norm = il + 1 < hp->n_layer ? F(ce->layers[il + 1].attn_norm) : NULL;
+        TRY(hp->dense ? mlp_layer(ce, C, next_norm, p, e) : moe_layer(ce, il, C, next_norm, p, e));
     }
     if (p->n_logits) {
         const hk_act *ax = AX(ce->output);
@@ -978,7 +1023,6 @@ static const engine_backend cuda_backend = {
 
 int cuda_takes_model(const model *m, herr *e) {
     const model_hparams *hp = &m->hp;
-    if (hp->dense) return herr_set(e, "the CUDA engine has no dense MLP (architecture qwen35) yet");
     if (hp->ssm_d_state != 128)
         return herr_set(e, "the CUDA engine takes ssm_d_state 128, this model has %lld", (long long)hp->ssm_d_state);
     if (!hk_attn_tile_rows(hp->n_head / hp->n_head_kv, false) || (hp->head_dim != 128 && hp->head_dim != 256))
@@ -1078,7 +1122,7 @@ int engine_open_cuda(engine **out, const model *m, const engine_opts *o, herr *e
     ce->lane_floats = (size_t)(hp->ssm_dt_rank * hp->ssm_d_state * hp->ssm_d_state);
     ce->ring_floats = (size_t)((hp->ssm_d_conv - 1) * hp_conv_dim(hp));
     ce->kv_row = (size_t)(hp->n_head_kv * hp->head_dim);
-    ce->h_sel = xmalloc(sizeof(int32_t) * (size_t)(ce->R * hp->n_expert_used));
+    if (!hp->dense) ce->h_sel = xmalloc(sizeof(int32_t) * (size_t)(ce->R * hp->n_expert_used)); /* route traces */
     const int64_t R = ce->R;
     size_t at = 0;
     ce->io.ids = io_add(&at, 4 * (size_t)R);
