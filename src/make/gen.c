@@ -68,13 +68,37 @@ int gen_preset(const char *name, model_hparams *hp, herr *e) {
         hp->n_embd = 1024; hp->n_layer = 24; hp->n_head = 8; hp->n_head_kv = 2; hp->head_dim = 256;
         hp->rope_dims = 64; hp->n_ff = 3584;
         hp->ssm_n_group = 16; hp->ssm_dt_rank = 16; hp->n_ctx_train = 262144; hp->n_vocab = 248320;
+    } else if (!strcmp(name, "q35-2b")) { /* Qwen3.5-2B's shapes (docs/MODEL.md: the sources) */
+        snprintf(hp->arch, sizeof hp->arch, "qwen35");
+        hp->n_embd = 2048; hp->n_layer = 24; hp->n_head = 8; hp->n_head_kv = 2; hp->head_dim = 256;
+        hp->rope_dims = 64; hp->n_ff = 6144;
+        hp->ssm_n_group = 16; hp->ssm_dt_rank = 16; hp->n_ctx_train = 262144; hp->n_vocab = 248320;
+    } else if (!strcmp(name, "q35-4b")) { /* Qwen3.5-4B's shapes (docs/MODEL.md: the sources) */
+        snprintf(hp->arch, sizeof hp->arch, "qwen35");
+        hp->n_embd = 2560; hp->n_layer = 32; hp->n_head = 16; hp->n_head_kv = 4; hp->head_dim = 256;
+        hp->rope_dims = 64; hp->n_ff = 9216;
+        hp->ssm_n_group = 16; hp->ssm_dt_rank = 32; hp->n_ctx_train = 262144; hp->n_vocab = 248320;
+    } else if (!strcmp(name, "q35-9b")) { /* Qwen3.5-9B's shapes (docs/MODEL.md: the sources) */
+        snprintf(hp->arch, sizeof hp->arch, "qwen35");
+        hp->n_embd = 4096; hp->n_layer = 32; hp->n_head = 16; hp->n_head_kv = 4; hp->head_dim = 256;
+        hp->rope_dims = 64; hp->n_ff = 12288;
+        hp->ssm_n_group = 16; hp->ssm_dt_rank = 32; hp->n_ctx_train = 262144; hp->n_vocab = 248320;
     } else if (!strcmp(name, "q35-27b")) { /* Qwen3.5-27B's shapes (docs/MODEL.md: the sources) */
         snprintf(hp->arch, sizeof hp->arch, "qwen35");
         hp->n_embd = 5120; hp->n_layer = 64; hp->n_head = 24; hp->n_head_kv = 4; hp->head_dim = 256;
         hp->rope_dims = 64; hp->n_ff = 17408;
         hp->ssm_n_group = 16; hp->ssm_dt_rank = 48; hp->n_ctx_train = 262144; hp->n_vocab = 248320;
+    } else if (!strcmp(name, "q35-122b")) { /* Qwen3.5-122B-A10B's shapes (docs/MODEL.md: the sources) */
+        hp->n_embd = 3072; hp->n_layer = 48; hp->n_head = 32; hp->n_head_kv = 2; hp->head_dim = 256;
+        hp->rope_dims = 64; hp->n_expert = 256; hp->n_expert_used = 8; hp->n_ff_exp = 1024; hp->n_ff_shexp = 1024;
+        hp->ssm_n_group = 16; hp->ssm_dt_rank = 64; hp->n_ctx_train = 262144; hp->n_vocab = 248320;
+    } else if (!strcmp(name, "q35-397b")) { /* Qwen3.5-397B-A17B's shapes (docs/MODEL.md: the sources) */
+        hp->n_embd = 4096; hp->n_layer = 60; hp->n_head = 32; hp->n_head_kv = 2; hp->head_dim = 256;
+        hp->rope_dims = 64; hp->n_expert = 512; hp->n_expert_used = 10; hp->n_ff_exp = 1024; hp->n_ff_shexp = 1024;
+        hp->ssm_n_group = 16; hp->ssm_dt_rank = 64; hp->n_ctx_train = 262144; hp->n_vocab = 248320;
     } else {
-        return herr_set(e, "unknown preset '%s' (tiny, small, wide, q36, tiny-dense, q35-0.8b, q35-27b)", name);
+        return herr_set(e, "unknown preset '%s' (tiny, small, wide, q36, q35-122b, q35-397b, tiny-dense, q35-0.8b, "
+                           "q35-2b, q35-4b, q35-9b, q35-27b)", name);
     }
     hp->ssm_d_inner = hp->ssm_dt_rank * hp->ssm_d_state;
     return model_hparams_check(hp, e);

@@ -13,7 +13,8 @@
 
 typedef enum gen_quant { GEN_F32, GEN_Q8_0, GEN_Q4_K_M } gen_quant;
 
-/* Fills hp for "tiny", "small" or "q36" (checked, is_recurrent set); -1 for other names. */
+/* Fills hp for a preset named in gen.c (tiny, small, wide, q36, the q35-* sizes, tiny-dense; checked,
+ * is_recurrent set); -1 for other names. */
 int gen_preset(const char *name, model_hparams *hp, herr *e);
 /* "f32" | "q8_0" | "q4_k_m" (case-insensitive, "q4_K_M" too); -1 otherwise. */
 int gen_quant_parse(const char *s, gen_quant *q, herr *e);
@@ -24,7 +25,7 @@ uint32_t gen_file_type(gen_quant q);
 uint32_t gen_tensor_type(const model_hparams *hp, const tensor_spec *s, gen_quant q);
 
 typedef struct gen_opts {
-    const char *preset;         /* "tiny" | "small" | "q36" */
+    const char *preset;         /* a gen_preset name: "tiny", "q36", "q35-9b", ... */
     gen_quant quant;
     uint64_t seed;
     const char *tokenizer;      /* HF tokenizer.json (or its folder); NULL: built-in vocabulary */

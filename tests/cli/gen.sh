@@ -20,7 +20,7 @@ check_rc() {
 }
 
 # ---- usage errors ----
-check_fails "unknown preset" "unknown preset 'huge' \(tiny, small, wide, q36, tiny-dense, q35-0.8b, q35-27b\)" "${G[@]}" --preset huge --quant f32 -o "$T/x.gguf"
+check_fails "unknown preset" "unknown preset 'huge' \(tiny, small, wide, q36, q35-122b, q35-397b, tiny-dense, q35-0.8b, q35-2b, q35-4b, q35-9b, q35-27b\)" "${G[@]}" --preset huge --quant f32 -o "$T/x.gguf"
 check_fails "bad --quant" "unknown quantization 'q5_k' \(f32, q8_0, q4_k_m\)" "${G[@]}" --preset tiny --quant q5_k -o "$T/x.gguf"
 check_fails "missing -o" "-o FILE is required" "${G[@]}" --preset tiny --quant f32
 check_fails "missing --preset" "--preset is required" "${G[@]}" --quant f32 -o "$T/x.gguf"
@@ -51,6 +51,12 @@ check_fails "malformed tokenizer_config.json" "bad2/tokenizer_config.json: not v
 check_rc "failures exit 1" 1 "${G[@]}" --preset tiny --quant f32 --tokenizer "$T/bad.json" -o "$T/x.gguf"
 if [ -e "$T/x.gguf" ]; then bad "no output after failures" "$T/x.gguf exists"; else ok "no output after failures"; fi
 check_fails "unwritable output" "no_dir/x.gguf" "${G[@]}" --preset tiny --quant f32 -o "$T/no_dir/x.gguf"
+# the Qwen3.5 size presets are accepted and their tensor tables laid out: the run reaches the
+# open of its output (in a missing folder) and fails there, so no multi-GB file is written
+for p in q35-0.8b q35-2b q35-4b q35-9b q35-27b q35-122b q35-397b; do
+    check_fails "preset $p: tables laid out, stops at the open" "no_dir/$p\.gguf" \
+        "${G[@]}" --preset "$p" --quant q4_k_m -o "$T/no_dir/$p.gguf"
+done
 
 # ---- files ----
 check "gen tiny q4_k_m -t 2" "${G[@]}" --preset tiny --quant q4_k_m --seed 3 -t 2 -o "$T/tiny.gguf"

@@ -1,5 +1,5 @@
-/* test_gen.c: `hearth gen`'s library: the q36 tensor table against MODEL.md, llama.cpp's
- * Q4_K_M type mix, tiny files at every quantization that model_load binds, determinism
+/* test_gen.c: `hearth gen`'s library: the q36 tensor table and the Qwen3.5 size presets against
+ * MODEL.md, llama.cpp's Q4_K_M type mix, tiny files at every quantization that model_load binds, determinism
  * (per seed, independent of the thread count), finite weights with the intended means and
  * spreads, and the vocabularies (built-in, a synthetic tokenizer.json with its malformed
  * variants, and Qwen3's real tokenizer when tools/peer/fetch_tokenizer.sh has cached it). */
@@ -156,6 +156,79 @@ TEST(q4_k_m_mix_follows_llama_cpp) {
     CHECK(type_of(&hp, s, n, "blk.2.ffn_down_exps.weight", Q) == QT_Q6_K);
     CHECK(type_of(&hp, s, n, "blk.1.ffn_down_exps.weight", Q) == QT_Q4_K);
     free(s);
+}
+
+/* The Qwen3.5 size presets against docs/MODEL.md's tables: hyperparameters, the tensor count,
+ * the widths the GDN and attention layers and the FFN derive from them, and two published
+ * totals: the parameter count and the Q8_0 file size of Unsloth's GGUF files (ggml-org/Llama-
+ * macOS pull request 63; the 122B's count from a llama.cpp run of its file, the 397B's from its
+ * name). A wrong width, or a separate head on a tied model, moves them by more than the
+ * rounding. Tied models ship no lm_head and gen writes output.weight for every preset (it has
+ * no notion of tying), so their totals leave it out. Only the tables: no file is written. */
+TEST(q35_presets_match_model_md) {
+    static const struct {
+        const char *name;
+        bool dense, tied;
+        int64_t embd, layers, heads, kv, ff, experts, used, ff_exp, ff_shexp, k_heads, v_heads;
+        double params, q8_gb; /* published; the file sizes rounded to 0.1 GB (0.8B: to 1 MB) */
+    } P[] = {
+        {"q35-0.8b", true, true, 1024, 24, 8, 2, 3584, 0, 0, 0, 0, 16, 16, 0.758e9, 0.812},
+        {"q35-2b", true, true, 2048, 24, 8, 2, 6144, 0, 0, 0, 0, 16, 16, 1.89e9, 2.0},
+        {"q35-4b", true, true, 2560, 32, 16, 4, 9216, 0, 0, 0, 0, 16, 32, 4.21e9, 4.5},
+        {"q35-9b", true, false, 4096, 32, 16, 4, 12288, 0, 0, 0, 0, 16, 32, 8.96e9, 9.5},
+        {"q35-27b", true, false, 5120, 64, 24, 4, 17408, 0, 0, 0, 0, 16, 48, 26.9e9, 28.6},
+        {"q35-122b", false, false, 3072, 48, 32, 2, 0, 256, 8, 1024, 1024, 16, 64, 122.11e9, 129.9},
+        {"q35-397b", false, false, 4096, 60, 32, 2, 0, 512, 10, 1024, 1024, 16, 64, 397e9, 421.5},
+    };
+    for (size_t i = 0; i < sizeof P / sizeof P[0]; i++) {
+        model_hparams hp;
+        herr e;
+        const char *nm = P[i].name;
+        CHECK_MSG(gen_preset(nm, &hp, &e) == 0, "%s: %s", nm, e.msg);
+        CHECK_MSG(!strcmp(hp.arch, P[i].dense ? "qwen35" : "qwen35moe") && hp.dense == P[i].dense, "%s: %s", nm, hp.arch);
+        CHECK_MSG(hp.n_embd == P[i].embd && hp.n_layer == P[i].layers && hp.n_head == P[i].heads &&
+                  hp.n_head_kv == P[i].kv && hp.head_dim == 256 && hp.rope_dims == 64, "%s: attention widths", nm);
+        CHECK_MSG(hp.n_ff == P[i].ff && hp.n_expert == P[i].experts && hp.n_expert_used == P[i].used &&
+                  hp.n_ff_exp == P[i].ff_exp && hp.n_ff_shexp == P[i].ff_shexp, "%s: FFN widths", nm);
+        CHECK_MSG(hp.ssm_n_group == P[i].k_heads && hp.ssm_dt_rank == P[i].v_heads && hp.ssm_d_state == 128 &&
+                  hp.ssm_d_conv == 4 && hp.ssm_d_inner == P[i].v_heads * 128 && hp.full_attn_interval == 4,
+                  "%s: GDN widths", nm);
+        CHECK_MSG(hp.n_vocab == 248320 && hp.n_ctx_train == 262144 && hp.rms_eps == 1e-6f && hp.rope_theta == 1e7f &&
+                  hp.n_layer_nextn == 0, "%s: vocab, context, eps, theta", nm);
+        tensor_spec *s;
+        const int64_t n = model_tensor_specs(&hp, &s);
+        const int64_t L = P[i].layers, E = P[i].embd, ffn = P[i].dense ? 3 : 8;
+        CHECK_MSG(n == 3 + (L - L / 4) * (11 + ffn) + L / 4 * (8 + ffn), "%s: %lld tensors", nm, (long long)n);
+        const int64_t conv = 2 * 16 * 128 + P[i].v_heads * 128;
+        check_shape(s, n, "blk.0.attn_qkv.weight", E, conv, 1);
+        check_shape(s, n, "blk.0.ssm_conv1d.weight", 4, conv, 1);
+        check_shape(s, n, "blk.0.ssm_a", P[i].v_heads, 1, 1);
+        check_shape(s, n, "blk.0.ssm_out.weight", P[i].v_heads * 128, E, 1);
+        check_shape(s, n, "blk.3.attn_q.weight", E, 2 * P[i].heads * 256, 1);
+        check_shape(s, n, "blk.3.attn_k.weight", E, P[i].kv * 256, 1);
+        check_shape(s, n, "blk.3.attn_output.weight", P[i].heads * 256, E, 1);
+        if (P[i].dense) {
+            check_shape(s, n, "blk.0.ffn_gate.weight", E, P[i].ff, 1);
+            check_shape(s, n, "blk.3.ffn_down.weight", P[i].ff, E, 1);
+        } else {
+            check_shape(s, n, "blk.0.ffn_gate_exps.weight", E, P[i].ff_exp, P[i].experts);
+            check_shape(s, n, "blk.3.ffn_down_exps.weight", P[i].ff_exp, E, P[i].experts);
+            check_shape(s, n, "blk.0.ffn_up_shexp.weight", E, P[i].ff_shexp, 1);
+        }
+        check_shape(s, n, "output.weight", E, 248320, 1);
+        double params = 0, q8 = 0;
+        for (int64_t j = 0; j < n; j++) {
+            if (P[i].tied && !strcmp(s[j].name, "output.weight")) continue;
+            params += (double)s[j].ne[0] * (double)s[j].ne[1] * (double)s[j].ne[2] * (double)s[j].ne[3];
+            q8 += (double)qtype_row_bytes(gen_tensor_type(&hp, &s[j], GEN_Q8_0), s[j].ne[0]) * (double)s[j].ne[1] *
+                  (double)s[j].ne[2];
+        }
+        CHECK_MSG(fabs(params / P[i].params - 1) < 0.01, "%s: %.4g parameters, published %.4g", nm, params, P[i].params);
+        /* half the rounding, and the metadata (the 248320 tokens and merges: ~10 MB) */
+        CHECK_MSG(fabs(q8 / 1e9 - P[i].q8_gb) <= 0.05 + 0.002 * P[i].q8_gb, "%s: Q8_0 tensors %.3f GB, the file %.3f GB",
+                  nm, q8 / 1e9, P[i].q8_gb);
+        free(s);
+    }
 }
 
 TEST(cli_parsers) {
@@ -533,6 +606,7 @@ int main(void) {
     if (!mkdtemp(tmpdir)) { perror(tmpdir); return 1; }
     RUN(q36_table_matches_model_md);
     RUN(q4_k_m_mix_follows_llama_cpp);
+    RUN(q35_presets_match_model_md);
     RUN(cli_parsers);
     RUN(tiny_files_load_at_every_quant);
     RUN(deterministic_per_seed_and_thread_count);
