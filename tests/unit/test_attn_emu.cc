@@ -93,10 +93,14 @@ struct case_t {
         }
         /* the TMA form's views of the cache: Hkv D halves x n_ctx rows (one sequence) */
         const wg_map km = {k.data(), Hkv * D, n_ctx}, vm = {v.data(), Hkv * D, n_ctx};
-        if (n_one < nt && whole >= 8)
-            emu::launch(whole == 9 ? attn_wg_kernel<DD, true> : attn_wg_kernel<DD, false>, dim3((unsigned)nt, (unsigned)Hkv),
-                        dim3(WG_T), wg_cfg<DD>::BYTES, (const float *)qf.data(), t.data(), nt, H, Hkv, (const uint16_t *)k.data(),
-                        (const uint16_t *)v.data(), stride, seg, ao.data(), km, vm);
+        if (n_one < nt && whole == 8)
+            emu::launch(attn_wg_kernel<DD, false>, dim3((unsigned)nt, (unsigned)Hkv), dim3(WG_T), wg_cfg<DD>::BYTES,
+                        (const float *)qf.data(), t.data(), nt, H, Hkv, (const uint16_t *)k.data(), (const uint16_t *)v.data(), stride,
+                        seg, ao.data(), km, vm, false);
+        else if (n_one < nt && whole >= 9) /* 10: the boxes asked for by a lane of each warp */
+            emu::launch(attn_wg_kernel<DD, true>, dim3((unsigned)nt, (unsigned)Hkv), dim3(WG_T), wg_cfg<DD>::BYTES,
+                        (const float *)qf.data(), t.data(), nt, H, Hkv, (const uint16_t *)k.data(), (const uint16_t *)v.data(), stride,
+                        seg, ao.data(), km, vm, whole == 10);
         else if (n_one < nt && whole == 4)
             emu::launch(attn_mma_whole_kernel<DD, 4>, dim3((unsigned)nt, (unsigned)Hkv), dim3(128), am_cfg<DD>::whole_bytes(4),
                         (const float *)qf.data(), t.data(), nt, H, Hkv, (const uint16_t *)k.data(), (const uint16_t *)v.data(),
@@ -184,6 +188,8 @@ template <int D> static void forms_agree(case_t &c, const char *what) {
     const std::vector<float> tma = c.run<D>(c.tiles(0));
     emu::threads_reversed = true;
     const std::vector<float> tma_cut = c.run<D>(c.tiles(3));
+    c.whole = 10; /* its boxes asked for by a lane of each warp, some before the bytes are counted */
+    const std::vector<float> tma_spread = c.run<D>(c.tiles(3));
     emu::threads_reversed = false;
     c.whole = 0;
     std::vector<float> split[2];
@@ -200,6 +206,7 @@ template <int D> static void forms_agree(case_t &c, const char *what) {
     CHECK_MSG(same(wg_cut, tiled), "%s: the wgmma form's tiles cut otherwise (its later threads run first) differ", what);
     CHECK_MSG(same(tma, tiled), "%s: the wgmma form's tiles with the copy engine's fetch differ from the pairs'", what);
     CHECK_MSG(same(tma_cut, tiled), "%s: the wgmma form's TMA tiles cut otherwise (its later threads run first) differ", what);
+    CHECK_MSG(same(tma_spread, tiled), "%s: the wgmma form's TMA tiles, boxes asked by each warp, differ", what);
     for (int i = 0; i < 2; i++)
         CHECK_MSG(same(split[i], tiled), "%s: the split form in tiles of 6 warps%s differs from the tiles", what,
                   i ? " (cut beside 3 one-row tiles)" : "");

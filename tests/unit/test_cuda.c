@@ -1087,15 +1087,16 @@ static void attn_case(const int64_t D) {
          * form, two warpgroups, 8 rows, attn_wg.cuh), bit for bit: mma.sync in pairs of warps
          * (hk_attn_form(0)) and its whole form in tiles of 4 warps (8 rows) and 6 (12 rows) */
         /* (9: the wgmma form with its blocks fetched by every thread's cp.async, hk_attn_tma(0),
-         * where the default fetches them through the copy engine) */
-        static const int forms[] = {0, 4, 6, 8, 9};
-        CHECK(hk_attn_tma(2) == -1);
-        for (int fi = 0; f16 && fi < 5; fi++) {
+         * where the default fetches them through the copy engine; 10: the copy engine asked by a
+         * lane of each warp, hk_attn_tma(2)) */
+        static const int forms[] = {0, 4, 6, 8, 9, 10};
+        CHECK(hk_attn_tma(3) == -1);
+        for (int fi = 0; f16 && fi < 6; fi++) {
             const int form = forms[fi];
             if (form == HK_ATTN_FORM_DEFAULT) continue;
             float *ao3 = xmalloc(4 * (size_t)(n * H * D));
-            hk_attn_form(form == 9 ? 8 : form);
-            hk_attn_tma(form != 9);
+            hk_attn_form(form >= 9 ? 8 : form);
+            hk_attn_tma(form == 9 ? 0 : form == 10 ? 2 : 1);
             const int64_t qf_rows = hk_attn_tile_rows(G, f16);
             hk_qtile *ft = xmalloc(sizeof(hk_qtile) * (size_t)n);
             int nf = 0;

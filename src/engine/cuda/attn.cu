@@ -100,10 +100,11 @@ extern "C" int hk_attn_form(int warps) {
  * 64 rows after 32,768 went from 1,267 to 2,142 rows a second */
 /* the wgmma form's K and V blocks fetched by the copy engine (TMA, attn_wg.cuh; the same
  * bytes in the same places, so the same bits) where the driver makes the cache's views: 1 (the
- * default) or by every thread's cp.async (0) */
+ * default; a warpgroup's first thread asks for a block's boxes), 2 (lane 0 of each warp asks
+ * for its own box of K and of V), or by every thread's cp.async (0) */
 static int am_tma = 1;
 extern "C" int hk_attn_tma(int on) {
-    if (on != 0 && on != 1) return -1;
+    if (on < 0 || on > 2) return -1;
     am_tma = on;
     return 0;
 }
@@ -560,11 +561,11 @@ template <int D> static int mma_launch(void *st, const float *qf, const hk_qtile
         if (am_warps == 8 && am_tma && wg_view(&km, k0, Hkv * D, kv_rows) && wg_view(&vm, v0, Hkv * D, kv_rows) &&
             seq_stride % (size_t)(Hkv * D) == 0)
             LAUNCH(e, (attn_wg_kernel<D, true>), g, WG_T, wg_cfg<D>::BYTES, st, qf, tiles, n_tiles, H, Hkv, K0, V0, seq_stride, seg, ao,
-                   km, vm);
+                   km, vm, am_tma == 2);
         else if (am_warps == 8) {
             memset(&km, 0, sizeof km);
             LAUNCH(e, (attn_wg_kernel<D, false>), g, WG_T, wg_cfg<D>::BYTES, st, qf, tiles, n_tiles, H, Hkv, K0, V0, seq_stride, seg,
-                   ao, km, km);
+                   ao, km, km, false);
         }
         else if (am_warps == 4)
             LAUNCH(e, attn_mma_whole_kernel<D, 4>, g, 128, C::whole_bytes(4), st, qf, tiles, n_tiles, H, Hkv, K0, V0, seq_stride, seg, ao);

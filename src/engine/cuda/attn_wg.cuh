@@ -256,11 +256,15 @@ template <int D> __device__ __forceinline__ void wg_scores(float (*lo)[4], float
 // of Hkv D halves x rows, a sequence's rows seq_stride / (Hkv D) apart) instead of by every
 // thread's cp.async; the same bytes land in the same places (a block's rows past its keys
 // zeroed after they land), so the same sums. Else km and vm are not read.
+// spread (TMA): a block's boxes asked for by lane 0 of each warp (warp c: box c of K and of V),
+// else all by the warpgroup's first thread; the bytes counted on the mbarrier by that thread
+// either way (an mbarrier's phase ends once its one arrival is in and no byte is due, so the
+// boxes may land before or after it)
 template <int D, bool TMA>
 __global__ void __launch_bounds__(WG_T, 1) attn_wg_kernel(const float *qf, const hk_qtile *tiles, int n_tiles, int64_t H,
                                                         int64_t Hkv, const uint16_t *K0, const uint16_t *V0, size_t seq_stride,
                                                         int64_t seg, float *ao, const __grid_constant__ wg_map km,
-                                                        const __grid_constant__ wg_map vm) {
+                                                        const __grid_constant__ wg_map vm, bool spread) {
     pdl_enter();
     using C = wg_cfg<D>;
     constexpr int NT = D / 8, KH = AM_KB * D; /* KH: a slot's halves (one block's K or V rows) */
@@ -328,10 +332,11 @@ __global__ void __launch_bounds__(WG_T, 1) attn_wg_kernel(const float *qf, const
         /* TMA: the sequence's first row in the view; a slot's four (D = 256) boxes of 64 halves */
         const int row0 = TMA ? (int)((size_t)tile.seq * seq_stride / (size_t)kstride) : 0;
         constexpr uint32_t KB = 2 * KH; /* a block's bytes (K or V) */
+        /* TMA: the boxes this thread asks for, [c0, c1) (none: c0 = c1) */
+        const int c0 = spread ? (lane == 0 ? warp : D / 64) : (t == 0 ? 0 : D / 64), c1 = spread ? min(warp + 1, D / 64) : D / 64;
         auto fetch = [&](uint16_t *slot, const uint16_t *M0, int s, int kb, const wg_map *m, uint64_t *b) {
             if (TMA) {
-#pragma unroll
-                for (int c = 0; c < D / 64; c++) tma_box(slot + c * AM_KB * 64, m, (int)(kvh * D) + 64 * c, row0 + kb, b);
+                for (int c = c0; c < c1; c++) tma_box(slot + c * AM_KB * 64, m, (int)(kvh * D) + 64 * c, row0 + kb, b);
             } else {
                 wg_fetch<D>(slot, M0, base + (size_t)kb * (size_t)kstride, pc, min(AM_KB, seg_stop(s) - kb));
             }
@@ -354,13 +359,10 @@ __global__ void __launch_bounds__(WG_T, 1) attn_wg_kernel(const float *qf, const
         int nk_cur = min(AM_KB, seg_stop(s0) - k0); /* block j's keys (< AM_KB: the tile's last block) */
         uint32_t ph = 0;                            /* TMA: bit b the parity of mb[b]'s next phase */
         if (TMA) {
-            if (t == 0) {
-                mb_expect(mb, KB);
-                fetch(mine, K0, s0, k0, &km, mb);
-                mb_expect(mb + 1, s1 < n_seg_t && !AMUT(64) ? 2 * KB : KB);
-                if (s1 < n_seg_t && !AMUT(64)) fetch(mine + KH, K0, s1, k1, &km, mb + 1);
-                fetch(mine + 2 * KH, V0, s0, k0, &vm, mb + 1);
-            }
+            if (t == 0) mb_expect(mb, KB), mb_expect(mb + 1, s1 < n_seg_t && !AMUT(64) ? 2 * KB : KB);
+            fetch(mine, K0, s0, k0, &km, mb);
+            if (s1 < n_seg_t && !AMUT(64)) fetch(mine + KH, K0, s1, k1, &km, mb + 1);
+            fetch(mine + 2 * KH, V0, s0, k0, &vm, mb + 1);
             bar_sync(1 + wg, 128); /* (the copies asked for before any thread waits: the emulation runs them at the ask) */
             mb_wait(mb, 0);
             ph = 1;
@@ -423,8 +425,8 @@ __global__ void __launch_bounds__(WG_T, 1) attn_wg_kernel(const float *qf, const
             fresh = false;
             const bool k_next = s2 < n_seg_t && !(AMUT(64) && k2 == s2 * seg);
             if (TMA) {
-                if (t == 0 && more) { /* (k_next only where more) */
-                    mb_expect(mb + slot, k_next ? 2 * KB : KB);
+                if (more) { /* (k_next only where more) */
+                    if (t == 0) mb_expect(mb + slot, k_next ? 2 * KB : KB);
                     if (k_next) fetch(mine + slot * KH, K0, s2, k2, &km, mb + slot);
                     fetch(mine + (2 + (slot ^ 1)) * KH, V0, s1, k1, &vm, mb + slot);
                 }

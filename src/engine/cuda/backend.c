@@ -1082,12 +1082,13 @@ int engine_open_cuda(engine **out, const model *m, const engine_opts *o, herr *e
     }
     hk_attn_split(as && !strcmp(as, "0") ? 0 : 1);
     const char *tm = getenv("HEARTH_CUDA_WG_TMA"); /* 0: the wgmma form's blocks by every thread's cp.async, not the copy engine */
-    if (tm && *tm && strcmp(tm, "0") && strcmp(tm, "1")) {
-        herr_set(e, "HEARTH_CUDA_WG_TMA=%s: 1 (the copy engine fetches the wgmma form's blocks) or 0 (every thread's cp.async)", tm);
+    if (tm && *tm && strcmp(tm, "0") && strcmp(tm, "1") && strcmp(tm, "2")) {
+        herr_set(e, "HEARTH_CUDA_WG_TMA=%s: 1 (the copy engine fetches the wgmma form's blocks, asked by one thread), 2 (asked by a "
+                    "lane of each warp) or 0 (every thread's cp.async)", tm);
         cuda_free(eng);
         return -1;
     }
-    hk_attn_tma(tm && !strcmp(tm, "0") ? 0 : 1);
+    hk_attn_tma(tm && *tm ? tm[0] - '0' : 1);
     const char *mo = getenv("HEARTH_CUDA_MMQ_OCC"); /* 0: mmq_kernel's registers uncapped (two blocks an SM at 64 rows) */
     hk_mmq_occ(!(mo && !strcmp(mo, "0")));
     const char *gw = getenv("HEARTH_CUDA_GDN_WIDE"); /* 0: the delta rule's state kernel always in 256 threads */
