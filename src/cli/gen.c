@@ -21,7 +21,8 @@ int cmd_gen(int argc, char **argv) {
                 "wide (every width of q36: vocab, experts, heads; 3 GDN + 1 attention layer),\n"
                 "q36 (the shapes of Qwen3.6-35B-A3B: 40 layers, 256 experts, ~21 GB at q4_k_m),\n"
                 "q35-122b and q35-397b (the shapes of Qwen3.5-122B-A10B and -397B-A17B);\n"
-                "dense (architecture qwen35): tiny-dense (tiny's widths), q35-0.8b, q35-2b,\n"
+                "dense (architecture qwen35): tiny-dense (tiny's widths), wide-dense (every width\n"
+                "of q35-27b; 3 GDN + 1 attention layer), q35-0.8b, q35-2b,\n"
                 "q35-4b, q35-9b and q35-27b (the shapes of Qwen3.5-0.8B, -2B, -4B, -9B and -27B)"),
         ARG_FN("--quant", NULL, &o.quant, parse_quant, "f32|q8_0|q4_k_m", "tensor types (default q4_k_m)"),
         ARG_I64("--seed", NULL, &seed, 0, INT64_MAX, "N", "weights' seed (default 1)"),
@@ -48,7 +49,7 @@ int cmd_gen(int argc, char **argv) {
     o.seed = (uint64_t)seed;
     if (!o.preset) {
         fprintf(stderr, "hearth gen: --preset is required (tiny, small, wide, q36, q35-122b, q35-397b, tiny-dense, "
-                        "q35-0.8b, q35-2b, q35-4b, q35-9b, q35-27b)\n");
+                        "wide-dense, q35-0.8b, q35-2b, q35-4b, q35-9b, q35-27b)\n");
         return 2;
     }
     model_hparams hp;

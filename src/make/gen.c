@@ -63,6 +63,11 @@ int gen_preset(const char *name, model_hparams *hp, herr *e) {
         hp->n_embd = 256; hp->n_layer = 4; hp->n_head = 2; hp->n_head_kv = 1; hp->head_dim = 128;
         hp->rope_dims = 32; hp->n_ff = 512;
         hp->ssm_n_group = 2; hp->ssm_dt_rank = 4; hp->n_ctx_train = 8192; hp->n_vocab = 1024;
+    } else if (!strcmp(name, "wide-dense")) { /* every width of q35-27b (vocab, heads, MLP), 3 GDN + 1 attention layer */
+        snprintf(hp->arch, sizeof hp->arch, "qwen35");
+        hp->n_embd = 5120; hp->n_layer = 4; hp->n_head = 24; hp->n_head_kv = 4; hp->head_dim = 256;
+        hp->rope_dims = 64; hp->n_ff = 17408;
+        hp->ssm_n_group = 16; hp->ssm_dt_rank = 48; hp->n_ctx_train = 262144; hp->n_vocab = 248320;
     } else if (!strcmp(name, "q35-0.8b")) { /* Qwen3.5-0.8B's shapes (docs/MODEL.md: the sources) */
         snprintf(hp->arch, sizeof hp->arch, "qwen35");
         hp->n_embd = 1024; hp->n_layer = 24; hp->n_head = 8; hp->n_head_kv = 2; hp->head_dim = 256;
@@ -97,7 +102,7 @@ int gen_preset(const char *name, model_hparams *hp, herr *e) {
         hp->rope_dims = 64; hp->n_expert = 512; hp->n_expert_used = 10; hp->n_ff_exp = 1024; hp->n_ff_shexp = 1024;
         hp->ssm_n_group = 16; hp->ssm_dt_rank = 64; hp->n_ctx_train = 262144; hp->n_vocab = 248320;
     } else {
-        return herr_set(e, "unknown preset '%s' (tiny, small, wide, q36, q35-122b, q35-397b, tiny-dense, q35-0.8b, "
+        return herr_set(e, "unknown preset '%s' (tiny, small, wide, q36, q35-122b, q35-397b, tiny-dense, wide-dense, q35-0.8b, "
                            "q35-2b, q35-4b, q35-9b, q35-27b)", name);
     }
     hp->ssm_d_inner = hp->ssm_dt_rank * hp->ssm_d_state;

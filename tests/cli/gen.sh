@@ -20,7 +20,7 @@ check_rc() {
 }
 
 # ---- usage errors ----
-check_fails "unknown preset" "unknown preset 'huge' \(tiny, small, wide, q36, q35-122b, q35-397b, tiny-dense, q35-0.8b, q35-2b, q35-4b, q35-9b, q35-27b\)" "${G[@]}" --preset huge --quant f32 -o "$T/x.gguf"
+check_fails "unknown preset" "unknown preset 'huge' \(tiny, small, wide, q36, q35-122b, q35-397b, tiny-dense, wide-dense, q35-0.8b, q35-2b, q35-4b, q35-9b, q35-27b\)" "${G[@]}" --preset huge --quant f32 -o "$T/x.gguf"
 check_fails "bad --quant" "unknown quantization 'q5_k' \(f32, q8_0, q4_k_m\)" "${G[@]}" --preset tiny --quant q5_k -o "$T/x.gguf"
 check_fails "missing -o" "-o FILE is required" "${G[@]}" --preset tiny --quant f32
 check_fails "missing --preset" "--preset is required" "${G[@]}" --quant f32 -o "$T/x.gguf"

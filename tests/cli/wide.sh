@@ -5,7 +5,8 @@
 # the engine tests (test_engine --wide: logits against the float64 reference through 513
 # rows, batched against stepped, bits across thread counts after 2,048 rows). Toy shapes
 # alone once hid an abort at 512 rows here. About 9 minutes on 2 cores, most of it the
-# float64 reference (accuracy 3.3 min, 13.7 GB peak; test_engine 3.2 min).
+# float64 reference (accuracy 3.3 min, 13.7 GB peak; test_engine 3.2 min); then the dense
+# architecture at Qwen3.5-27B's widths (below).
 . "$(dirname "$0")/lib.sh"
 export HEARTH_TMP=$TMP  # where the programs below find the shared file
 W=$TMP/shared-wide-q4_k_m.gguf  # models.h's test_model() finds it under this name
@@ -36,4 +37,22 @@ p8=$("$HEARTH" perplexity -m "$W" -f "$TMP/wide-ppl-t.txt" -c 64 --chunks 3 -t 8
 [ -n "$p1" ] && [ "$p1" = "$p8" ] && ok "perplexity: rows scored on 8 threads = on 1, to the last digit" ||
     bad "perplexity -t 8 against -t 1" "$p1 / $p8"
 rm -f "$W"
+# the dense architecture at the real widths of Qwen3.5-27B (F16: vocab 248,320, hidden 5,120,
+# MLP 17,408, 24/4 attention heads, 16/48 GDN heads; `hearth gen --preset wide-dense`, 2.7 GB
+# at q4_k_m, 3 GDN + 1 attention layer): prompts of 1 and 513 rows (two passes), and the paired
+# perplexity test against llama-perplexity on 8 windows of 64. About 40 s on 2 cores; its gates
+# (a minute or two each at these widths) run at tiny-dense (gates.sh, mutants).
+WD=$TMP/shared-wide-dense-q4_k_m.gguf
+check "gen wide-dense q4_k_m" "$HEARTH" gen --preset wide-dense --quant q4_k_m --seed 1 -o "$WD"
+for n in 1 513; do
+    check "run the dense model at the real widths, prompt of $n rows" "$HEARTH" run -m "$WD" --ids "$(ids "$n")" -n 2 -t 2 \
+        --ids-out --marks "$( [ "$n" -gt 1 ] && echo "1,$((n - 1)),$n" || echo 1)"
+done
+if bin=$(tools/peer/path.sh 2>/dev/null); then
+    head -c 40000 demo/heldout.txt >"$TMP/wide-dense-ppl.txt"
+    check "perplexity of the dense model at the real widths against llama-perplexity" python3 tests/cli/ppl_check.py \
+        "$HEARTH" "$bin" "$WD" "$TMP/wide-dense-ppl.txt" 64 quant 2 8
+elif [ -n "${CI:-}" ]; then check "CI: the llama.cpp peer is built" false
+else skip "perplexity of the dense model at the real widths against llama-perplexity" "llama.cpp peer not built"; fi
+rm -f "$WD"
 summary
