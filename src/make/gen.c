@@ -70,16 +70,19 @@ int gen_preset(const char *name, model_hparams *hp, herr *e) {
         hp->ssm_n_group = 16; hp->ssm_dt_rank = 48; hp->n_ctx_train = 262144; hp->n_vocab = 248320;
     } else if (!strcmp(name, "q35-0.8b")) { /* Qwen3.5-0.8B's shapes (docs/MODEL.md: the sources) */
         snprintf(hp->arch, sizeof hp->arch, "qwen35");
+        hp->tied = true; /* tie_word_embeddings (docs/MODEL.md) */
         hp->n_embd = 1024; hp->n_layer = 24; hp->n_head = 8; hp->n_head_kv = 2; hp->head_dim = 256;
         hp->rope_dims = 64; hp->n_ff = 3584;
         hp->ssm_n_group = 16; hp->ssm_dt_rank = 16; hp->n_ctx_train = 262144; hp->n_vocab = 248320;
     } else if (!strcmp(name, "q35-2b")) { /* Qwen3.5-2B's shapes (docs/MODEL.md: the sources) */
         snprintf(hp->arch, sizeof hp->arch, "qwen35");
+        hp->tied = true; /* tie_word_embeddings (docs/MODEL.md) */
         hp->n_embd = 2048; hp->n_layer = 24; hp->n_head = 8; hp->n_head_kv = 2; hp->head_dim = 256;
         hp->rope_dims = 64; hp->n_ff = 6144;
         hp->ssm_n_group = 16; hp->ssm_dt_rank = 16; hp->n_ctx_train = 262144; hp->n_vocab = 248320;
     } else if (!strcmp(name, "q35-4b")) { /* Qwen3.5-4B's shapes (docs/MODEL.md: the sources) */
         snprintf(hp->arch, sizeof hp->arch, "qwen35");
+        hp->tied = true; /* tie_word_embeddings (docs/MODEL.md) */
         hp->n_embd = 2560; hp->n_layer = 32; hp->n_head = 16; hp->n_head_kv = 4; hp->head_dim = 256;
         hp->rope_dims = 64; hp->n_ff = 9216;
         hp->ssm_n_group = 16; hp->ssm_dt_rank = 32; hp->n_ctx_train = 262144; hp->n_vocab = 248320;
@@ -198,11 +201,13 @@ uint32_t gen_tensor_type(const model_hparams *hp, const tensor_spec *s, gen_quan
     const bool q4km = q == GEN_Q4_K_M;
     const int64_t n_layer = hp->n_layer + hp->n_layer_nextn; /* hparams.n_layer_all */
     switch (category_of(s->name)) {
+    case CAT_TOKEN_EMBD: /* untied: the default type; tied (no output.weight), the output's (llama.cpp's
+                          * quantizer takes a tied token_embd for the output) */
+        if (!hp->tied) break;
+        /* fall through */
     case CAT_OUTPUT:
         if (s->ne[0] % qtype_block_elems(def) != 0) t = QT_Q8_0;
         else if (def != QT_Q8_0) t = QT_Q6_K;
-        break;
-    case CAT_TOKEN_EMBD: /* untied (output.weight exists): the default type */
         break;
     case CAT_ATTN_QKV: case CAT_ATTN_V:
         /* category_is_attn_v covers attn_qkv too, and its branch comes first, so the later
@@ -256,14 +261,15 @@ typedef struct gen_tensor {
  * layers the stream's RMS is a few units: finite, and rmsnorm undoes the scale. The router
  * (ffn_gate_inp, kept F32) sees unit-RMS h2 and gives logits of std 1 over the experts:
  * top-k picks vary by token and the softmax is far from one-hot. Special cases:
- * token_embd std 1 (any scale works, the first rmsnorm follows); ssm_conv1d std
+ * token_embd std 1 (any scale works, the first rmsnorm follows), but a tied one (no output.weight:
+ * it is the head too) the output's 1/sqrt(E), so the logits stay O(1); ssm_conv1d std
  * 1/sqrt(kernel) = 1/sqrt(ne[0]) too, so the 4-tap conv keeps unit scale;
  * ffn_gate_inp_shexp {E} std 1/sqrt(E), a sigmoid gate of O(1) logits.
  * Measured with the float64 reference (tests/ref) on q36's shapes at q4_k_m with 32 experts
  * and a 1024 vocab, 8 tokens: the stream's RMS rises smoothly from 1.2 after layer 0 to 4.2
  * after layer 39, logits have std 1.0 (top probability 1-6%), and top-8 routing used 24-31
  * of the 32 experts per layer with top-1 weights 0.25-0.67. */
-static void init_of(const tensor_spec *s, enum init_kind *kind, float *std) {
+static void init_of(const model_hparams *hp, const tensor_spec *s, enum init_kind *kind, float *std) {
     *std = 1.0f / sqrtf((float)s->ne[0]);
     switch (s->role) {
     case TR_OUTPUT_NORM: case TR_ATTN_NORM: case TR_POST_NORM: case TR_SSM_NORM:
@@ -272,7 +278,7 @@ static void init_of(const tensor_spec *s, enum init_kind *kind, float *std) {
         break;
     case TR_SSM_A: *kind = INIT_SSM_A; break;
     case TR_SSM_DT: *kind = INIT_DT_BIAS; break;
-    case TR_TOKEN_EMBD: *kind = INIT_NORMAL; *std = 1.0f; break;
+    case TR_TOKEN_EMBD: *kind = INIT_NORMAL; *std = hp->tied ? *std : 1.0f; break;
     default: *kind = INIT_NORMAL; break;
     }
 }
@@ -542,7 +548,7 @@ int gen_write(const gen_opts *o, gen_stats *st, herr *e) {
                      s->name, qtype_name(t->type), s->ne[0]);
             goto out;
         }
-        init_of(s, &t->init, &t->std);
+        init_of(&hp, s, &t->init, &t->std);
         t->key = rng_key(o->seed, s->name);
         t->row_bytes = qtype_row_bytes(t->type, s->ne[0]);
         HEARTH_CHECK(t->row_bytes > 0);

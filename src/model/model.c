@@ -91,7 +91,7 @@ int64_t model_tensor_specs(const model_hparams *hp, tensor_spec **out) {
         }
     }
     spec_add(s, &n, TR_OUTPUT_NORM, -1, 1, E, 1, 1);
-    spec_add(s, &n, TR_OUTPUT, -1, 2, E, V, 1);
+    if (!hp->tied) spec_add(s, &n, TR_OUTPUT, -1, 2, E, V, 1);
     *out = s;
     return n;
 }

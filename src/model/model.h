@@ -15,6 +15,9 @@
 typedef struct model_hparams {
     char arch[32];              /* "qwen35moe", or "qwen35" (dense) */
     bool dense;                 /* qwen35: a SwiGLU MLP of n_ff in every layer instead of the MoE */
+    bool tied;                  /* no output.weight: the head is token_embd (tie_word_embeddings); set by
+                                 * `hearth gen`'s tied presets, not read from a file (a file without
+                                 * output.weight loads with token_embd as its head either way) */
     int64_t n_ff;               /* dense: the MLP's width (feed_forward_length) */
     int64_t n_layer;            /* trunk layers (block_count minus nextn_predict_layers) */
     int64_t n_layer_nextn;      /* MTP blocks stored after the trunk (block_count counts them); one is

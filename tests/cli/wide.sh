@@ -48,11 +48,23 @@ for n in 1 513; do
     check "run the dense model at the real widths, prompt of $n rows" "$HEARTH" run -m "$WD" --ids "$(ids "$n")" -n 2 -t 2 \
         --ids-out --marks "$( [ "$n" -gt 1 ] && echo "1,$((n - 1)),$n" || echo 1)"
 done
+head -c 40000 demo/heldout.txt >"$TMP/wide-dense-ppl.txt"
 if bin=$(tools/peer/path.sh 2>/dev/null); then
-    head -c 40000 demo/heldout.txt >"$TMP/wide-dense-ppl.txt"
     check "perplexity of the dense model at the real widths against llama-perplexity" python3 tests/cli/ppl_check.py \
         "$HEARTH" "$bin" "$WD" "$TMP/wide-dense-ppl.txt" 64 quant 2 8
 elif [ -n "${CI:-}" ]; then check "CI: the llama.cpp peer is built" false
 else skip "perplexity of the dense model at the real widths against llama-perplexity" "llama.cpp peer not built"; fi
 rm -f "$WD"
+# a tied model at its real widths (Qwen3.5-0.8B: no output.weight, token_embd the head, at the
+# output's type; 0.5 GB at q4_k_m): the same paired test against llama-perplexity. ~10 s
+T8=$TMP/q35-0.8b-q4_k_m.gguf
+check "gen q35-0.8b q4_k_m (tied)" "$HEARTH" gen --preset q35-0.8b --quant q4_k_m --seed 1 -o "$T8"
+if "$HEARTH" inspect "$T8" 2>/dev/null | grep -q " output\.weight "; then bad "q35-0.8b: tied, yet an output.weight" "$T8"
+else ok "q35-0.8b: no output.weight (tied)"; fi
+if bin=$(tools/peer/path.sh 2>/dev/null); then
+    check "perplexity of the tied q35-0.8b against llama-perplexity" python3 tests/cli/ppl_check.py \
+        "$HEARTH" "$bin" "$T8" "$TMP/wide-dense-ppl.txt" 64 quant 2 8
+elif [ -n "${CI:-}" ]; then check "CI: the llama.cpp peer is built" false
+else skip "perplexity of the tied q35-0.8b against llama-perplexity" "llama.cpp peer not built"; fi
+rm -f "$T8"
 summary

@@ -163,8 +163,9 @@ TEST(q4_k_m_mix_follows_llama_cpp) {
  * totals: the parameter count and the Q8_0 file size of Unsloth's GGUF files (ggml-org/Llama-
  * macOS pull request 63; the 122B's count from a llama.cpp run of its file, the 397B's from its
  * name). A wrong width, or a separate head on a tied model, moves them by more than the
- * rounding. Tied models ship no lm_head and gen writes output.weight for every preset (it has
- * no notion of tying), so their totals leave it out. Only the tables: no file is written. */
+ * rounding. Tied models (the 0.8B, 2B, 4B) ship no lm_head and gen writes none for them: their
+ * head is token_embd, at the output's type (Q6_K at q4_k_m, as llama-quantize gives a tied
+ * token_embd). Only the tables: no file is written. */
 TEST(q35_presets_match_model_md) {
     static const struct {
         const char *name;
@@ -198,7 +199,7 @@ TEST(q35_presets_match_model_md) {
         tensor_spec *s;
         const int64_t n = model_tensor_specs(&hp, &s);
         const int64_t L = P[i].layers, E = P[i].embd, ffn = P[i].dense ? 3 : 8;
-        CHECK_MSG(n == 3 + (L - L / 4) * (11 + ffn) + L / 4 * (8 + ffn), "%s: %lld tensors", nm, (long long)n);
+        CHECK_MSG(n == 3 - P[i].tied + (L - L / 4) * (11 + ffn) + L / 4 * (8 + ffn), "%s: %lld tensors", nm, (long long)n);
         const int64_t conv = 2 * 16 * 128 + P[i].v_heads * 128;
         check_shape(s, n, "blk.0.attn_qkv.weight", E, conv, 1);
         check_shape(s, n, "blk.0.ssm_conv1d.weight", 4, conv, 1);
@@ -215,10 +216,17 @@ TEST(q35_presets_match_model_md) {
             check_shape(s, n, "blk.3.ffn_down_exps.weight", P[i].ff_exp, E, P[i].experts);
             check_shape(s, n, "blk.0.ffn_up_shexp.weight", E, P[i].ff_shexp, 1);
         }
-        check_shape(s, n, "output.weight", E, 248320, 1);
+        if (P[i].tied) {
+            bool head = false;
+            for (int64_t j = 0; j < n; j++) head |= !strcmp(s[j].name, "output.weight");
+            CHECK_MSG(!head, "%s: tied, yet an output.weight", nm);
+            CHECK_MSG(type_of(&hp, s, n, "token_embd.weight", GEN_Q4_K_M) == QT_Q6_K, "%s: a tied token_embd at q4_k_m", nm);
+        } else {
+            check_shape(s, n, "output.weight", E, 248320, 1);
+            CHECK_MSG(type_of(&hp, s, n, "token_embd.weight", GEN_Q4_K_M) == QT_Q4_K, "%s: token_embd at q4_k_m", nm);
+        }
         double params = 0, q8 = 0;
         for (int64_t j = 0; j < n; j++) {
-            if (P[i].tied && !strcmp(s[j].name, "output.weight")) continue;
             params += (double)s[j].ne[0] * (double)s[j].ne[1] * (double)s[j].ne[2] * (double)s[j].ne[3];
             q8 += (double)qtype_row_bytes(gen_tensor_type(&hp, &s[j], GEN_Q8_0), s[j].ne[0]) * (double)s[j].ne[1] *
                   (double)s[j].ne[2];
