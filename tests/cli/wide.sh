@@ -10,6 +10,15 @@
 . "$(dirname "$0")/lib.sh"
 export HEARTH_TMP=$TMP  # where the programs below find the shared file
 W=$TMP/shared-wide-q4_k_m.gguf  # models.h's test_model() finds it under this name
+# ppl_vs_peer NAME MODEL TEXT: the paired test of tests/cli/ppl_check.py (windows of 64, 8 of
+# them, 2 threads) against llama-perplexity; CI must have the peer, elsewhere a visible skip
+ppl_vs_peer() {
+    local bin
+    if bin=$(tools/peer/path.sh 2>/dev/null); then
+        check "$1" python3 tests/cli/ppl_check.py "$HEARTH" "$bin" "$2" "$3" 64 quant 2 8
+    elif [ -n "${CI:-}" ]; then check "CI: the llama.cpp peer is built" false
+    else skip "$1" "llama.cpp peer not built"; fi
+}
 check "gen wide q4_k_m" "$HEARTH" gen --preset wide --quant q4_k_m --seed 1 -o "$W"
 ids() { seq 1 "$1" | awk '{printf "%s%d", (NR > 1 ? "," : ""), ($1 * 7919) % 248320}'; }
 for n in 1 512 513 2048; do
@@ -23,12 +32,8 @@ done
 check "engine tests at the real widths" build/tests/test_engine --wide
 # hearth perplexity against llama-perplexity at the real widths (8 windows of 64: the
 # paired test of tests/cli/ppl_check.py; about 20 s)
-if bin=$(tools/peer/path.sh 2>/dev/null); then
-    cat README.md docs/DESIGN.md | head -c 40000 >"$TMP/wide-ppl.txt"
-    check "perplexity at the real widths against llama-perplexity" python3 tests/cli/ppl_check.py "$HEARTH" "$bin" \
-        "$W" "$TMP/wide-ppl.txt" 64 quant 2 8
-elif [ -n "${CI:-}" ]; then check "CI: the llama.cpp peer is built" false
-else skip "perplexity at the real widths against llama-perplexity" "llama.cpp peer not built"; fi
+cat README.md docs/DESIGN.md | head -c 40000 >"$TMP/wide-ppl.txt"
+ppl_vs_peer "perplexity at the real widths against llama-perplexity" "$W" "$TMP/wide-ppl.txt"
 # the rows are scored on the engine's threads (31 rows x 248,320 logits a window: 7 shares
 # of a million at -t 8, one at -t 1): the same figures to the last digit
 cat README.md | head -c 6000 >"$TMP/wide-ppl-t.txt"
@@ -49,11 +54,7 @@ for n in 1 513; do
         --ids-out --marks "$( [ "$n" -gt 1 ] && echo "1,$((n - 1)),$n" || echo 1)"
 done
 head -c 40000 demo/heldout.txt >"$TMP/wide-dense-ppl.txt"
-if bin=$(tools/peer/path.sh 2>/dev/null); then
-    check "perplexity of the dense model at the real widths against llama-perplexity" python3 tests/cli/ppl_check.py \
-        "$HEARTH" "$bin" "$WD" "$TMP/wide-dense-ppl.txt" 64 quant 2 8
-elif [ -n "${CI:-}" ]; then check "CI: the llama.cpp peer is built" false
-else skip "perplexity of the dense model at the real widths against llama-perplexity" "llama.cpp peer not built"; fi
+ppl_vs_peer "perplexity of the dense model at the real widths against llama-perplexity" "$WD" "$TMP/wide-dense-ppl.txt"
 rm -f "$WD"
 # a tied model at its real widths (Qwen3.5-0.8B: no output.weight, token_embd the head, at the
 # output's type; 0.5 GB at q4_k_m): the same paired test against llama-perplexity. ~10 s
@@ -61,10 +62,6 @@ T8=$TMP/q35-0.8b-q4_k_m.gguf
 check "gen q35-0.8b q4_k_m (tied)" "$HEARTH" gen --preset q35-0.8b --quant q4_k_m --seed 1 -o "$T8"
 if "$HEARTH" inspect "$T8" 2>/dev/null | grep -q " output\.weight "; then bad "q35-0.8b: tied, yet an output.weight" "$T8"
 else ok "q35-0.8b: no output.weight (tied)"; fi
-if bin=$(tools/peer/path.sh 2>/dev/null); then
-    check "perplexity of the tied q35-0.8b against llama-perplexity" python3 tests/cli/ppl_check.py \
-        "$HEARTH" "$bin" "$T8" "$TMP/wide-dense-ppl.txt" 64 quant 2 8
-elif [ -n "${CI:-}" ]; then check "CI: the llama.cpp peer is built" false
-else skip "perplexity of the tied q35-0.8b against llama-perplexity" "llama.cpp peer not built"; fi
+ppl_vs_peer "perplexity of the tied q35-0.8b against llama-perplexity" "$T8" "$TMP/wide-dense-ppl.txt"
 rm -f "$T8"
 summary
